@@ -1,0 +1,178 @@
+"""The LM lane's continuous-batching loop.
+
+One thread owns the model. Each step: admit waiting requests into free slots
+(prefill), decode one frame for every running request (one batched call), then
+cut finished chunks and hand them to each request's sink. Requests join and
+leave between steps; an error in one request's prefill ends only that request.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
+from backend_python.models.base import DecodeBatch, SpeechLM
+from scheduler.chunking import ChunkingConfig, ChunkPlan
+
+log = logging.getLogger("voxlane.engine")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_slots: int = 32
+    max_seq_len: int = 2048
+    codec_left_context_frames: int = 25
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+
+    def __post_init__(self) -> None:
+        if self.max_slots < 1:
+            raise ValueError(f"max_slots must be >= 1, got {self.max_slots}")
+        if self.max_seq_len < 16:
+            raise ValueError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
+        if self.codec_left_context_frames < 0:
+            raise ValueError("codec_left_context_frames must be >= 0")
+
+    @classmethod
+    def from_parameters(cls, params: dict[str, str], codec_left_context_frames: int) -> "EngineConfig":
+        """From the LM model's config.pbtxt parameters (strings)."""
+        chunking = ChunkingConfig(first_chunk_frames=int(params.get("first_chunk_frames", 2)),
+                                  chunk_frames=int(params.get("chunk_frames", 10)))
+        return cls(max_slots=int(params.get("max_slots", 32)), max_seq_len=int(params.get("max_seq_len", 2048)),
+                   codec_left_context_frames=codec_left_context_frames, chunking=chunking)
+
+
+class LMEngine:
+    def __init__(self, model: SpeechLM, config: EngineConfig) -> None:
+        self.model = model
+        self.config = config
+        self._inbox: queue.Queue[Sequence | None] = queue.Queue()
+        self._waiting: list[Sequence] = []
+        self._running: list[Sequence] = []
+        self._free_slots = list(range(config.max_slots))
+        self._stopped = threading.Event()
+        self._chunk_plan = ChunkPlan(config.chunking)
+        model.allocate_slots(config.max_slots, config.max_seq_len)
+        self._thread = threading.Thread(target=self._loop, name="voxlane-lm-engine", daemon=True)
+
+    # ---- called from other threads -------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, seq: Sequence) -> None:
+        self._inbox.put(seq)
+
+    def cancel(self, seq: Sequence) -> None:
+        seq.is_cancelled = True  # read by the loop between steps
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopped.set()
+        self._inbox.put(None)
+        self._thread.join(timeout_s)
+
+    @property
+    def num_live(self) -> int:
+        return len(self._running) + len(self._waiting)
+
+    # ---- the loop ------------------------------------------------------------------
+    def _loop(self) -> None:
+        with torch.inference_mode():
+            while not self._stopped.is_set():
+                self._collect(block=not (self._running or self._waiting))
+                self.step()
+        self._fail_all("server is shutting down")
+
+    def _collect(self, block: bool) -> None:
+        try:
+            item = self._inbox.get(block=block)
+            while item is not None:
+                self._waiting.append(item)
+                item = self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+
+    def step(self) -> None:
+        self._drop_cancelled()
+        self._admit()
+        if self._running:
+            self._decode()
+        self._retire()
+
+    def _admit(self) -> None:
+        while self._waiting and self._free_slots:
+            seq = self._waiting.pop(0)
+            seq.slot = self._free_slots.pop()
+            try:
+                self._check_fits(seq)
+                self.model.prefill(seq.slot, seq.prompt)
+            except (ValueError, RuntimeError) as exc:
+                log.warning("prefill of %s failed: %s", seq.request_id, exc)
+                self._finish(seq, str(exc))
+                continue
+            seq.status = SeqStatus.RUNNING
+            self._running.append(seq)
+
+    def _check_fits(self, seq: Sequence) -> None:
+        needed = seq.prompt.num_tokens + seq.max_frames + 1
+        if needed > self.config.max_seq_len:
+            raise ValueError(f"request needs {needed} positions (prompt {seq.prompt.num_tokens} tokens + "
+                             f"{seq.max_frames} frames) but the server's max_seq_len is {self.config.max_seq_len}")
+
+    def _decode(self) -> None:
+        batch = DecodeBatch(slots=[s.slot for s in self._running],
+                            sampling=[s.sampling for s in self._running],
+                            generators=[s.generator for s in self._running],
+                            ignore_eos=[s.ignore_eos for s in self._running])
+        try:
+            codes, is_eos = self.model.decode(batch)
+        except (RuntimeError, ValueError) as exc:  # a broken step must not kill the loop
+            log.exception("decode step failed")
+            for seq in self._running:
+                self._finish(seq, f"decode failed: {exc}")
+            return
+        codes, is_eos = codes.cpu(), is_eos.cpu()  # the step's one device-to-host copy
+        for row, seq in enumerate(self._running):
+            self._advance(seq, codes[row], bool(is_eos[row]))
+
+    def _advance(self, seq: Sequence, frame: torch.Tensor, is_eos: bool) -> None:
+        if not is_eos:
+            seq.frames.append(frame)
+        is_done = is_eos or seq.is_length_capped
+        self._emit_chunks(seq, is_done)
+        if is_done:
+            self._finish(seq, None)
+
+    def _emit_chunks(self, seq: Sequence, is_done: bool) -> None:
+        for span in self._chunk_plan.ready_chunks(seq.num_frames, seq.num_chunks, is_done):
+            context = min(self.config.codec_left_context_frames, span.start)
+            tokens = torch.stack(seq.frames[span.start - context: span.end])  # [context + new, K]
+            seq.sink.emit(Chunk(span.index, tokens, context))
+            seq.num_chunks = span.index + 1
+
+    def _finish(self, seq: Sequence, error: str | None) -> None:
+        if seq.status is SeqStatus.FINISHED:
+            return
+        seq.status = SeqStatus.FINISHED
+        try:
+            seq.sink.finish(error)
+        except Exception:  # a dead client must not take the loop with it
+            log.exception("finishing %s failed", seq.request_id)
+
+    def _retire(self) -> None:
+        for seq in [s for s in self._running if s.status is SeqStatus.FINISHED]:
+            self._running.remove(seq)
+            self.model.release(seq.slot)
+            self._free_slots.append(seq.slot)
+
+    def _drop_cancelled(self) -> None:
+        for seq in [s for s in self._running + self._waiting if s.is_cancelled]:
+            self._finish(seq, "cancelled")
+            if seq in self._waiting:
+                self._waiting.remove(seq)
+
+    def _fail_all(self, reason: str) -> None:
+        for seq in self._running + self._waiting:
+            self._finish(seq, reason)

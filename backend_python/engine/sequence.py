@@ -1,0 +1,61 @@
+"""One request's life in the LM engine: its prompt, sampling, slot and frames."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from backend_python.models.base import Prompt, SamplingParams
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A window of frames ready for the codec: `context_frames` of left context, then new frames."""
+
+    chunk_index: int
+    tokens: torch.Tensor  # [context_frames + new_frames, K] int64, cpu
+    context_frames: int
+
+    @property
+    def num_new_frames(self) -> int:
+        return self.tokens.shape[0] - self.context_frames
+
+
+class ChunkSink(Protocol):
+    """Where the engine delivers a request's chunks (the Triton response sender, or a test list)."""
+
+    def emit(self, chunk: Chunk) -> None: ...
+
+    def finish(self, error: str | None) -> None: ...
+
+
+@dataclass
+class Sequence:
+    request_id: str
+    prompt: Prompt
+    sampling: SamplingParams
+    ignore_eos: bool
+    max_frames: int
+    sink: ChunkSink
+    generator: torch.Generator
+    slot: int | None = None
+    status: SeqStatus = SeqStatus.WAITING
+    frames: list[torch.Tensor] = field(default_factory=list)  # each [K] int64, cpu
+    num_chunks: int = 0
+    is_cancelled: bool = False
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.frames)
+
+    @property
+    def is_length_capped(self) -> bool:
+        return self.num_frames >= self.max_frames

@@ -1,0 +1,154 @@
+"""The two interfaces every SpeechLM family implements: an LM that emits frames
+of codebook tokens, and a codec that turns frames into waveform.
+
+The engine (backend_python/engine/) drives an `SpeechLM` through named phases:
+`encode_prompt` (CPU, per request) -> `prefill` (one request into one KV slot)
+-> `decode` (one frame for every live slot in one batched step) -> `release`.
+The codec runner drives a `Codec` with stateless windows: a chunk's frames plus
+a few frames of left context from the same request, new samples out.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling settings (codebook 0 and the sub-codebooks alike)."""
+
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0 and self.temperature <= 10.0):
+            raise ValueError(f"temperature must be in [0, 10], got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not (self.repetition_penalty > 0.0 and self.repetition_penalty <= 10.0):
+            raise ValueError(f"repetition_penalty must be in (0, 10], got {self.repetition_penalty}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class Prompt:
+    """Everything `prefill` needs for one request, built on CPU by `encode_prompt`.
+
+    `tensors` is family-specific (e.g. text ids, speaker id); `num_tokens` is
+    the prefill length, which the engine checks against the KV capacity.
+    """
+
+    num_tokens: int
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class DecodeBatch:
+    """One decode step over the live slots; row b belongs to `slots[b]`."""
+
+    slots: list[int]
+    sampling: list[SamplingParams]
+    generators: list[torch.Generator]  # one per request, seeded from its `seed`
+    ignore_eos: list[bool]
+
+
+class SpeechLM(nn.Module, ABC):
+    """An autoregressive backbone that emits one frame of `num_codebooks` tokens per step.
+
+    The model owns its batch slots: a static KV cache of `num_slots` rows and the
+    per-slot state a family needs between steps (next-token logits, last hidden
+    state, remaining text). Slot ids are plain ints handed out by the engine.
+    """
+
+    @property
+    @abstractmethod
+    def num_codebooks(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def frame_rate(self) -> float:
+        """Frames per second of audio."""
+
+    @property
+    @abstractmethod
+    def voices(self) -> tuple[str, ...]:
+        """Voice names accepted by `encode_prompt`; empty when the family has none."""
+
+    @abstractmethod
+    def encode_prompt(self, text: str, voice: str | None) -> Prompt:
+        """Tokenize and build the prompt; raises ValueError naming an unknown voice."""
+
+    @abstractmethod
+    def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
+        """Allocate the static KV cache and per-slot state on the model's device."""
+
+    @abstractmethod
+    def prefill(self, slot: int, prompt: Prompt) -> None:
+        """Run the prompt into `slot`'s KV cache; afterwards `decode` can emit frame 0."""
+
+    @abstractmethod
+    def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Emit one frame for every slot of the batch.
+
+        Returns (codes: [B, K] int64 in [0, codebook_size), is_eos: [B] bool). A
+        row with is_eos has no audio frame (its codes are meaningless); the
+        engine then releases the slot. Rows with ignore_eos never stop here.
+        """
+
+    @abstractmethod
+    def release(self, slot: int) -> None:
+        """Forget a slot's state; its KV rows are overwritten by the next prefill."""
+
+
+class Codec(nn.Module, ABC):
+    """A causal neural codec decoder: frames of K codebook tokens -> mono waveform."""
+
+    @property
+    @abstractmethod
+    def num_codebooks(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def sample_rate(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def samples_per_frame(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def left_context_frames(self) -> int:
+        """Frames of left context a window needs to match a full decode (tolerance pinned by tests)."""
+
+    @abstractmethod
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes: [B, T, K] int64 -> audio: [B, T * samples_per_frame] float32 in [-1, 1]."""
+
+    def decode_windows(self, windows: list[tuple[torch.Tensor, int]]) -> list[torch.Tensor]:
+        """Decode several requests' windows in one batch.
+
+        windows: (codes [T_i, K] int64, context_frames c_i) pairs; the first c_i
+        frames are left context. Returns the new samples of each window:
+        [(T_i - c_i) * samples_per_frame] float32. Windows are right-padded to a
+        common length, which is exact because the decoder is causal.
+        """
+        lengths = [codes.shape[0] for codes, _ in windows]
+        padded = torch.zeros(len(windows), max(lengths), self.num_codebooks, dtype=torch.long,
+                             device=windows[0][0].device)
+        for row, (codes, _) in enumerate(windows):
+            padded[row, : codes.shape[0]] = codes
+        audio = self.decode(padded)  # [B, T_max * spf]
+        spf = self.samples_per_frame
+        return [audio[row, context * spf: length * spf]
+                for row, (length, (_, context)) in enumerate(zip(lengths, windows))]

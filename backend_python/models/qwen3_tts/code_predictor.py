@@ -1,0 +1,63 @@
+"""The code predictor (`talker.code_predictor`): codebooks 1..G-1 of a frame, one small step each.
+
+Per frame its input sequence is [talker hidden state, embedding of code 0, embedding of code 1, ...];
+step i reads `lm_head[i]` and the next input embeds the sampled code with `codec_embedding[i]`.
+It keeps its own tiny cache of G positions per row, rewritten for every frame.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import CodePredictorConfig
+from .layers import DecoderStack, KVCache, Step
+from .sampling import BatchSampling, sample
+
+
+class CodePredictorModel(DecoderStack):
+    """`talker.code_predictor.model`: layers plus one embedding table per codebook 1..G-1 (talker width)."""
+
+    def __init__(self, cfg: CodePredictorConfig, embedding_dim: int) -> None:
+        super().__init__(cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
+                         cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps)
+        self.codec_embedding = nn.ModuleList(
+            nn.Embedding(cfg.vocab_size, embedding_dim) for _ in range(cfg.num_code_groups - 1))
+
+
+class CodePredictor(nn.Module):
+    def __init__(self, cfg: CodePredictorConfig, talker_hidden_size: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = CodePredictorModel(cfg, talker_hidden_size)
+        self.lm_head = nn.ModuleList(
+            nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(cfg.num_code_groups - 1))
+        # the 1.7B talker is wider than its predictor; the 0.6B's are equal (no parameters then)
+        self.small_to_mtp_projection: nn.Module = (
+            nn.Linear(talker_hidden_size, cfg.hidden_size, bias=True)
+            if cfg.hidden_size != talker_hidden_size else nn.Identity())
+
+    def allocate_cache(self, num_rows: int, device: torch.device, dtype: torch.dtype) -> KVCache:
+        c = self.cfg
+        return KVCache.allocate(c.num_hidden_layers, num_rows, c.num_key_value_heads, c.num_code_groups,
+                                c.head_dim, device, dtype)
+
+    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """embeds: [B, T, talker_hidden] at positions [B, T] -> last hidden [B, hidden] (normed)."""
+        rows = torch.arange(embeds.shape[0], device=embeds.device)
+        step = Step.build(rows, positions, self.cfg.head_dim, self.cfg.rope_theta, cache.max_seq_len, embeds.dtype)
+        return self.model(self.small_to_mtp_projection(embeds), step, cache)[:, -1]
+
+    def generate(self, talker_hidden: torch.Tensor, code0_embed: torch.Tensor, cache: KVCache,
+                 sampling: BatchSampling) -> tuple[torch.Tensor, torch.Tensor]:
+        """talker_hidden, code0_embed: [B, talker_hidden] -> (codes [B, G-1] int64,
+        their talker-width embeddings [B, G-1, talker_hidden])."""
+        b = talker_hidden.shape[0]
+        x = torch.stack((talker_hidden, code0_embed), dim=1)  # [B, 2, talker_hidden]
+        positions = torch.arange(2, device=x.device).expand(b, 2)
+        codes, embeds = [], []
+        for head, table in zip(self.lm_head, self.model.codec_embedding):
+            code = sample(head(self(x, positions, cache)).float(), sampling)  # [B]
+            codes.append(code)
+            embeds.append(table(code))
+            x, positions = embeds[-1][:, None], positions[:, -1:] + 1
+        return torch.stack(codes, dim=1), torch.stack(embeds, dim=1)

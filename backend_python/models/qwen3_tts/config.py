@@ -1,0 +1,164 @@
+"""Frozen configs for the Qwen3-TTS (12 Hz) LM side, read from / written to the official `config.json`.
+
+The official file nests `talker_config` (with `code_predictor_config` inside it) under the top-level
+model config, which also holds the text special-token ids. Only the text-only, named-speaker path
+("custom_voice") is modelled; the speaker encoder is ignored.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NUM_SPECIAL_CODEC_IDS = 1024  # the top 1024 talker ids are control tokens, never audio codes
+
+
+@dataclass(frozen=True)
+class CodePredictorConfig:
+    """The small transformer that predicts codebooks 1..G-1 of a frame."""
+
+    vocab_size: int = 2048  # codes per codebook
+    hidden_size: int = 1024
+    intermediate_size: int = 3072
+    num_hidden_layers: int = 5
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 8
+    head_dim: int = 128
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    num_code_groups: int = 16
+    max_position_embeddings: int = 65536
+
+    def __post_init__(self) -> None:
+        _check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CodePredictorConfig":
+        _check_full_attention(d, "code_predictor_config")
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {**d, "hidden_act": "silu", "attention_bias": False, "use_sliding_window": False,
+                "model_type": "qwen3_tts_talker_code_predictor"}
+
+
+@dataclass(frozen=True)
+class TalkerConfig:
+    """The talker: a Qwen3 decoder over summed codec + projected text embeddings."""
+
+    vocab_size: int = 3072  # codebook-0 codes + NUM_SPECIAL_CODEC_IDS control ids
+    hidden_size: int = 2048
+    intermediate_size: int = 6144
+    num_hidden_layers: int = 28
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 8
+    head_dim: int = 128
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    mrope_section: tuple[int, ...] = (24, 20, 20)
+    mrope_interleaved: bool = True
+    text_vocab_size: int = 151936
+    text_hidden_size: int = 2048
+    num_code_groups: int = 16
+    max_position_embeddings: int = 32768
+    codec_pad_id: int = 2148
+    codec_bos_id: int = 2149
+    codec_eos_token_id: int = 2150
+    codec_think_id: int = 2154
+    codec_nothink_id: int = 2155
+    codec_think_bos_id: int = 2156
+    codec_think_eos_id: int = 2157
+    # name -> talker codec id; spk_is_dialect: name -> False or a dialect key of codec_language_id
+    spk_id: dict[str, int] = field(default_factory=dict)
+    spk_is_dialect: dict[str, Any] = field(default_factory=dict)
+    codec_language_id: dict[str, int] = field(default_factory=dict)
+    code_predictor: CodePredictorConfig = field(default_factory=CodePredictorConfig)
+
+    def __post_init__(self) -> None:
+        _check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
+        if sum(self.mrope_section) != self.head_dim // 2:
+            raise ValueError(f"mrope_section {self.mrope_section} must sum to head_dim/2 = {self.head_dim // 2}")
+        if self.num_code_groups != self.code_predictor.num_code_groups:
+            raise ValueError("talker and code predictor disagree on num_code_groups")
+        if self.codebook_size > self.vocab_size - NUM_SPECIAL_CODEC_IDS:
+            raise ValueError(f"codebook size {self.codebook_size} overlaps the {NUM_SPECIAL_CODEC_IDS} special ids")
+        if not self.codebook_size <= self.codec_eos_token_id < self.vocab_size:
+            raise ValueError(f"codec_eos_token_id {self.codec_eos_token_id} must be a special id")
+
+    @property
+    def codebook_size(self) -> int:
+        return self.code_predictor.vocab_size
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TalkerConfig":
+        _check_full_attention(d, "talker_config")
+        rope = d.get("rope_scaling") or {}
+        kwargs = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "code_predictor"}
+        kwargs.setdefault("head_dim", d["hidden_size"] // d["num_attention_heads"])
+        if "mrope_section" in rope:
+            kwargs["mrope_section"] = tuple(rope["mrope_section"])
+            kwargs["mrope_interleaved"] = bool(rope.get("interleaved", False))
+        kwargs["code_predictor"] = CodePredictorConfig.from_dict(d["code_predictor_config"])
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__
+             if k not in ("code_predictor", "mrope_section", "mrope_interleaved")}
+        d["rope_scaling"] = {"rope_type": "default", "mrope_section": list(self.mrope_section),
+                             "interleaved": self.mrope_interleaved}
+        d["code_predictor_config"] = self.code_predictor.to_dict()
+        return {**d, "hidden_act": "silu", "attention_bias": False, "use_sliding_window": False,
+                "model_type": "qwen3_tts_talker"}
+
+
+@dataclass(frozen=True)
+class Qwen3TTSConfig:
+    """The whole LM side: talker (+ predictor) and the text special-token ids."""
+
+    talker: TalkerConfig = field(default_factory=TalkerConfig)
+    im_start_token_id: int = 151644
+    im_end_token_id: int = 151645
+    tts_pad_token_id: int = 151671
+    tts_bos_token_id: int = 151672
+    tts_eos_token_id: int = 151673
+    tts_model_type: str = "custom_voice"
+    tts_model_size: str = "1b7"
+    tokenizer_type: str = "qwen3_tts_tokenizer_12hz"
+    frame_rate: float = 12.5  # frames per second of the 12 Hz codec
+
+    def __post_init__(self) -> None:
+        ids = (self.im_start_token_id, self.im_end_token_id, self.tts_pad_token_id,
+               self.tts_bos_token_id, self.tts_eos_token_id)
+        if max(ids) >= self.talker.text_vocab_size:
+            raise ValueError(f"text special ids {ids} exceed text_vocab_size {self.talker.text_vocab_size}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Qwen3TTSConfig":
+        kwargs = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in ("talker", "frame_rate")}
+        return cls(talker=TalkerConfig.from_dict(d["talker_config"]), **kwargs)
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> "Qwen3TTSConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("talker", "frame_rate")}
+        return {"architectures": ["Qwen3TTSForConditionalGeneration"], "model_type": "qwen3_tts",
+                **d, "talker_config": self.talker.to_dict()}
+
+
+def _check_attention(num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_attention_heads {num_heads} not a multiple of num_key_value_heads {num_kv_heads}")
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even for RoPE, got {head_dim}")
+
+
+def _check_full_attention(d: dict[str, Any], name: str) -> None:
+    if d.get("use_sliding_window"):
+        raise ValueError(f"{name}: sliding-window attention is not supported")
+    rope = d.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise ValueError(f"{name}: only default RoPE is supported, got {rope}")

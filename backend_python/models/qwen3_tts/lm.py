@@ -1,0 +1,199 @@
+"""`Qwen3TTSLM`: the Qwen3-TTS (12 Hz) talker + code predictor behind the `SpeechLM` interface.
+
+One decode step per frame, batched over slots: sample codebook 0 from each slot's stored logits,
+run the code predictor for codebooks 1..15, then one talker step on the sum of the 16 codebook
+embeddings plus the slot's next trailing text embedding (tts_pad once the text is used up).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..base import DecodeBatch, Prompt, SpeechLM
+from . import checkpoint
+from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
+from .layers import KVCache
+from .prompt import AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prompt_embeddings, resolve_language
+from .sampling import BatchSampling, apply_repetition_penalty, sample
+from .talker import Talker
+
+MIN_FRAMES_BEFORE_EOS = 2  # the reference generates with min_new_tokens=2
+
+
+@dataclass
+class SlotMemory:
+    """Device tensors for all slots (row s = slot s)."""
+
+    kv: KVCache  # talker: [layers, slots, kv_heads, max_seq_len, head_dim]
+    predictor_kv: KVCache  # code predictor: [layers, slots, kv_heads, num_code_groups, head_dim]
+    logits: torch.Tensor  # [slots, vocab] float32, next codebook-0 logits
+    hidden: torch.Tensor  # [slots, hidden], last talker hidden state (input of the predictor)
+    seen: torch.Tensor  # [slots, vocab] bool, codebook-0 tokens emitted so far (repetition penalty)
+    suppressed: torch.Tensor  # [vocab] bool, special ids never sampled (all but EOS)
+    pad_embed: torch.Tensor  # [hidden], tts_pad text embedding
+
+
+@dataclass
+class SlotState:
+    """Host-side bookkeeping of one live slot."""
+
+    position: int  # next talker position to write
+    num_frames: int  # frames emitted so far (= index into trailing)
+    trailing: torch.Tensor  # [num_text_tokens, hidden], text embeddings still to add, one per frame
+
+
+class Qwen3TTSLM(SpeechLM):
+    """Parameters live under `talker.*` exactly as in the official checkpoint."""
+
+    def __init__(self, config: Qwen3TTSConfig, tokenizer, language: str = AUTO_LANGUAGE) -> None:
+        super().__init__()
+        if language != AUTO_LANGUAGE and language not in config.talker.codec_language_id:
+            raise ValueError(f"unknown language {language!r}; known: "
+                             f"{[AUTO_LANGUAGE, *config.talker.codec_language_id]}")
+        self.config = config
+        self.tokenizer = tokenizer
+        self.language = language
+        self.talker = Talker(config.talker)
+        self._memory: SlotMemory | None = None
+        self._states: dict[int, SlotState] = {}
+
+    # ---- loading -------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
+                        dtype: torch.dtype = torch.float32, language: str = AUTO_LANGUAGE) -> "Qwen3TTSLM":
+        """Load a checkpoint dir (config.json, model.safetensors[.index.json], tokenizer files)."""
+        config = checkpoint.read_config(path)
+        with torch.device("meta"):
+            lm = cls(config, checkpoint.load_tokenizer(path), language)
+        lm.load_state_dict(checkpoint.read_talker_state_dict(path), strict=True, assign=True)
+        return lm.to(device=device, dtype=dtype).eval()
+
+    @classmethod
+    def from_config(cls, config: Qwen3TTSConfig, device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32, seed: int = 0, tokenizer=None,
+                    language: str = AUTO_LANGUAGE) -> "Qwen3TTSLM":
+        """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
+        tokenizer = tokenizer if tokenizer is not None else checkpoint.build_tiny_tokenizer()
+        with torch.device("meta"):
+            lm = cls(config, tokenizer, language)
+        lm.to_empty(device=device)
+        checkpoint.init_random_weights(lm, seed)
+        return lm.to(dtype=dtype).eval()
+
+    # ---- SpeechLM properties -------------------------------------------------------------------
+    @property
+    def num_codebooks(self) -> int:
+        return self.config.talker.num_code_groups
+
+    @property
+    def frame_rate(self) -> float:
+        return self.config.frame_rate
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return tuple(self.config.talker.spk_id)
+
+    @property
+    def device(self) -> torch.device:
+        return self.talker.codec_head.weight.device
+
+    # ---- phases --------------------------------------------------------------------------------
+    def encode_prompt(self, text: str, voice: str | None) -> Prompt:
+        """voice None -> the first voice of the config; language is the model's (`auto` by default)."""
+        voice = self._resolve_voice(voice)
+        ids = self.tokenizer(assistant_text(text))["input_ids"]
+        language_id = resolve_language(self.config, self.language, voice)
+        return make_prompt(self.config, list(ids), self.config.talker.spk_id[voice], language_id)
+
+    def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
+        t, device, dtype = self.config.talker, self.device, self.talker.codec_head.weight.dtype
+        suppressed = torch.zeros(t.vocab_size, dtype=torch.bool, device=device)
+        suppressed[t.vocab_size - NUM_SPECIAL_CODEC_IDS:] = True
+        suppressed[t.codec_eos_token_id] = False
+        self._memory = SlotMemory(
+            kv=self.talker.allocate_cache(num_slots, max_seq_len, device, dtype),
+            predictor_kv=self.talker.code_predictor.allocate_cache(num_slots, device, dtype),
+            logits=torch.zeros(num_slots, t.vocab_size, device=device),
+            hidden=torch.zeros(num_slots, t.hidden_size, device=device, dtype=dtype),
+            seen=torch.zeros(num_slots, t.vocab_size, device=device, dtype=torch.bool),
+            suppressed=suppressed, pad_embed=pad_embedding(self.config, self.talker, device))
+        self._states = {}
+
+    @torch.no_grad()
+    def prefill(self, slot: int, prompt: Prompt) -> None:
+        mem = self._require_memory()
+        if prompt.num_tokens > mem.kv.max_seq_len:
+            raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds max_seq_len {mem.kv.max_seq_len}")
+        embeds, trailing = prompt_embeddings(self.config, self.talker, prompt, self.device)  # [L, H], [N, H]
+        rows = torch.tensor([slot], device=self.device)
+        positions = torch.arange(embeds.shape[0], device=self.device)[None]  # [1, L]
+        hidden = self.talker(embeds[None], rows, positions, mem.kv)  # [1, H]
+        mem.hidden[slot], mem.logits[slot] = hidden[0], self.talker.logits(hidden)[0]
+        mem.seen[slot] = False
+        self._states[slot] = SlotState(position=embeds.shape[0], num_frames=0, trailing=trailing)
+
+    @torch.no_grad()
+    def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        mem, states = self._require_memory(), [self._live_state(slot) for slot in batch.slots]
+        rows = torch.tensor(batch.slots, device=self.device)  # [B]
+        sampling = BatchSampling.build(batch.sampling, batch.generators, self.device)
+        code0 = self._sample_code0(mem, rows, states, batch.ignore_eos, sampling)  # [B]
+        code0_embed = self.talker.embed_codec(code0)  # [B, H]
+        rest, rest_embeds = self.talker.code_predictor.generate(
+            mem.hidden[rows], code0_embed, mem.predictor_kv, sampling)  # [B, G-1], [B, G-1, H]
+        frame_embed = torch.cat((code0_embed[:, None], rest_embeds), dim=1).sum(dim=1)  # [B, H]
+        self._talker_step(mem, rows, states, frame_embed + self._trailing_text(mem, states))
+        codes = torch.cat((code0[:, None], rest), dim=1)  # [B, G] int64
+        return codes, code0 == self.config.talker.codec_eos_token_id
+
+    def release(self, slot: int) -> None:
+        self._states.pop(slot, None)
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _resolve_voice(self, voice: str | None) -> str:
+        if voice is None:
+            return self.voices[0]
+        if voice.lower() not in self.config.talker.spk_id:
+            raise ValueError(f"unknown voice {voice!r}; known voices: {list(self.voices)}")
+        return voice.lower()
+
+    def _require_memory(self) -> SlotMemory:
+        if self._memory is None:
+            raise RuntimeError("allocate_slots must be called before prefill/decode")
+        return self._memory
+
+    def _live_state(self, slot: int) -> SlotState:
+        state = self._states.get(slot)
+        if state is None:
+            raise KeyError(f"slot {slot} has no prefilled request")
+        if state.position >= self._require_memory().kv.max_seq_len:
+            raise ValueError(f"slot {slot} is full ({state.position} positions)")
+        return state
+
+    def _sample_code0(self, mem: SlotMemory, rows: torch.Tensor, states: list[SlotState],
+                      ignore_eos: list[bool], sampling: BatchSampling) -> torch.Tensor:
+        eos = self.config.talker.codec_eos_token_id
+        logits = apply_repetition_penalty(mem.logits[rows], mem.seen[rows], sampling.repetition_penalty)
+        block_eos = [ign or s.num_frames < MIN_FRAMES_BEFORE_EOS for ign, s in zip(ignore_eos, states)]
+        blocked = mem.suppressed.repeat(len(states), 1)  # [B, V]
+        blocked[:, eos] = torch.tensor(block_eos, device=self.device)
+        code0 = sample(logits.masked_fill(blocked, float("-inf")), sampling)
+        mem.seen[rows, code0] = True
+        return code0
+
+    def _trailing_text(self, mem: SlotMemory, states: list[SlotState]) -> torch.Tensor:
+        """The text embedding each row adds to its next input: [B, H]."""
+        return torch.stack([s.trailing[s.num_frames] if s.num_frames < s.trailing.shape[0] else mem.pad_embed
+                            for s in states])
+
+    def _talker_step(self, mem: SlotMemory, rows: torch.Tensor, states: list[SlotState],
+                     inputs: torch.Tensor) -> None:
+        """inputs: [B, H], one new talker token per row; stores the next logits and hidden state."""
+        positions = torch.tensor([[s.position] for s in states], device=self.device)  # [B, 1]
+        hidden = self.talker(inputs[:, None], rows, positions, mem.kv)  # [B, H]
+        mem.hidden[rows], mem.logits[rows] = hidden, self.talker.logits(hidden)
+        for s in states:
+            s.position += 1
+            s.num_frames += 1

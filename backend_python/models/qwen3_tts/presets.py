@@ -1,0 +1,73 @@
+"""Named configs: a tiny one for CPU tests and the two real sizes (random weights via `from_config`).
+
+Real sizes follow the official 12 Hz CustomVoice configs (see shared/notes/MODELS.md). The voice and
+language ids of the real presets are placeholders inside the special-id range: with random weights
+only the shapes matter; a real checkpoint brings its own ids in config.json.
+"""
+from __future__ import annotations
+
+from .config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
+
+TINY_CODEBOOK_SIZE = 64
+TINY_TEXT_VOCAB_SIZE = 384  # >= the tiny BPE's 362 tokens
+TINY_TEXT_SPECIAL_IDS = {  # ids of the special tokens in the tiny BPE (trained with them first)
+    "<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2,
+    "<|tts_pad|>": 3, "<|tts_text_bos|>": 4, "<|tts_text_eod|>": 5,
+}
+
+REAL_VOICES = ("vivian", "serena", "uncle_fu", "dylan", "eric", "ryan", "aiden", "ono_anna", "sohee")
+REAL_DIALECTS = {"dylan": "beijing_dialect", "eric": "sichuan_dialect"}
+REAL_LANGUAGES = ("chinese", "english", "japanese", "korean", "german", "french", "russian", "portuguese",
+                  "spanish", "italian", "beijing_dialect", "sichuan_dialect")
+
+
+def _codec_special_ids(codebook_size: int) -> dict[str, int]:
+    """Control ids sit 100 above the codebook, as in the official configs (pad 2148 for 2048 codes)."""
+    base = codebook_size + 100
+    return dict(codec_pad_id=base, codec_bos_id=base + 1, codec_eos_token_id=base + 2, codec_think_id=base + 6,
+                codec_nothink_id=base + 7, codec_think_bos_id=base + 8, codec_think_eos_id=base + 9)
+
+
+def tiny() -> Qwen3TTSConfig:
+    """2-layer talker (hidden 64) + 1-layer predictor (hidden 32), 64-code codebooks."""
+    vocab = TINY_CODEBOOK_SIZE + 1024
+    predictor = CodePredictorConfig(vocab_size=TINY_CODEBOOK_SIZE, hidden_size=32, intermediate_size=64,
+                                    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                    max_position_embeddings=64)
+    talker = TalkerConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, mrope_section=(2, 3, 3),
+                          text_vocab_size=TINY_TEXT_VOCAB_SIZE, text_hidden_size=32, max_position_embeddings=4096,
+                          spk_id={"tiny": vocab - 10, "tiny_b": vocab - 11},
+                          spk_is_dialect={"tiny": False, "tiny_b": False},
+                          codec_language_id={"english": TINY_CODEBOOK_SIZE + 2},
+                          code_predictor=predictor, **_codec_special_ids(TINY_CODEBOOK_SIZE))
+    s = TINY_TEXT_SPECIAL_IDS
+    return Qwen3TTSConfig(talker=talker, tts_model_size="tiny", im_start_token_id=s["<|im_start|>"],
+                          im_end_token_id=s["<|im_end|>"], tts_pad_token_id=s["<|tts_pad|>"],
+                          tts_bos_token_id=s["<|tts_text_bos|>"], tts_eos_token_id=s["<|tts_text_eod|>"])
+
+
+def _real(hidden_size: int, intermediate_size: int, size_name: str) -> Qwen3TTSConfig:
+    languages = {name: 2050 + i for i, name in enumerate(REAL_LANGUAGES)}
+    talker = TalkerConfig(hidden_size=hidden_size, intermediate_size=intermediate_size,
+                          spk_id={name: 3000 + i for i, name in enumerate(REAL_VOICES)},
+                          spk_is_dialect={name: REAL_DIALECTS.get(name, False) for name in REAL_VOICES},
+                          codec_language_id=languages, **_codec_special_ids(2048))
+    return Qwen3TTSConfig(talker=talker, tts_model_size=size_name)
+
+
+def qwen3_tts_0_6b() -> Qwen3TTSConfig:
+    return _real(hidden_size=1024, intermediate_size=3072, size_name="0b6")
+
+
+def qwen3_tts_1_7b() -> Qwen3TTSConfig:
+    return _real(hidden_size=2048, intermediate_size=6144, size_name="1b7")
+
+
+PRESETS = {"qwen3-tts-tiny": tiny, "qwen3-tts-0.6b": qwen3_tts_0_6b, "qwen3-tts-1.7b": qwen3_tts_1_7b}
+
+
+def preset_config(name: str) -> Qwen3TTSConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+    return PRESETS[name]()

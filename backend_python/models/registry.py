@@ -1,0 +1,122 @@
+"""Model names -> families, checkpoints and loaders.
+
+A `--model` value is a preset name (`qwen3-tts-tiny`, `qwen3-tts-1.7b`, …), a
+local checkpoint directory, or a Hugging Face id already in the local cache.
+Tiny presets are materialised once as real checkpoints in the cache directory,
+so they load through the same `from_pretrained` code as real weights; full-size
+presets build random weights in memory (the cost of a forward pass does not
+depend on weight values).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from filelock import FileLock
+
+from backend_python.models.base import Codec, SpeechLM
+
+DEFAULT_MODEL = "qwen3-tts-tiny"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What `--model` resolved to: a checkpoint directory, or a random-weight preset of real shape."""
+
+    name: str
+    family: str
+    checkpoint: Path | None = None
+    preset: str | None = None
+
+
+class Family(Protocol):
+    """What a model family module provides to the registry (see qwen3_tts/family.py)."""
+
+    name: str
+    tiny_presets: tuple[str, ...]  # materialised as checkpoints
+    random_presets: tuple[str, ...]  # full shapes, random weights in memory
+
+    def is_checkpoint(self, path: Path) -> bool: ...
+
+    def build_tiny_checkpoint(self, preset: str, out_dir: Path) -> None: ...
+
+    def load_lm(self, spec: ModelSpec, device: str, dtype: torch.dtype) -> SpeechLM: ...
+
+    def load_codec(self, spec: ModelSpec, device: str, dtype: torch.dtype) -> Codec: ...
+
+    def codec_left_context_frames(self, spec: ModelSpec) -> int: ...
+
+
+def families() -> list[Family]:
+    from backend_python.models.qwen3_tts import family as qwen3_tts
+    return [qwen3_tts]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("VOXLANE_CACHE", Path.home() / ".cache" / "voxlane"))
+
+
+def preset_names() -> list[str]:
+    return [p for f in families() for p in f.tiny_presets + f.random_presets]
+
+
+def resolve(name: str) -> ModelSpec:
+    for family in families():
+        if name in family.tiny_presets:
+            return ModelSpec(name, family.name, checkpoint=_materialise(family, name))
+        if name in family.random_presets:
+            return ModelSpec(name, family.name, preset=name)
+    path = _local_path(name)
+    for family in families():
+        if family.is_checkpoint(path):
+            return ModelSpec(name, family.name, checkpoint=path)
+    raise ValueError(f"unknown model {name!r}: not a preset ({', '.join(preset_names())}) and not a "
+                     f"checkpoint directory of a supported family")
+
+
+def _local_path(name: str) -> Path:
+    path = Path(name).expanduser()
+    if path.is_dir() or "/" not in name or name.startswith((".", "/", "~")):
+        return path
+    try:  # a Hugging Face id: only what is already cached (no downloads at serve time)
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception as exc:
+        raise ValueError(f"model {name!r} is neither a directory nor a cached Hugging Face repo: {exc}") from None
+
+
+def _materialise(family: Family, preset: str) -> Path:
+    """Build the preset's checkpoint once; concurrent model processes wait on a file lock."""
+    target = cache_dir() / preset
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not (target / "config.json").exists():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{preset}-", dir=target.parent))
+            family.build_tiny_checkpoint(preset, tmp)
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+    return target
+
+
+def family_of(spec: ModelSpec) -> Family:
+    return next(f for f in families() if f.name == spec.family)
+
+
+def load_lm(spec: ModelSpec, device: str, dtype: str) -> SpeechLM:
+    return family_of(spec).load_lm(spec, device, DTYPES[dtype])
+
+
+def load_codec(spec: ModelSpec, device: str, dtype: str) -> Codec:
+    return family_of(spec).load_codec(spec, device, DTYPES[dtype])
+
+
+def read_json(path: Path) -> dict:
+    with open(path) as f:
+        return json.load(f)

@@ -1,0 +1,82 @@
+"""Triton glue of a codec lane (`codec` and `codec_urgent`: same code, two models).
+
+Dynamic batching hands `execute` every queued chunk at once; they decode in
+one `decode_windows` call. Inputs per request: `codes` INT32 [1, frames, K]
+(left context first), `context_frames` INT32 [1, 1]. Outputs: `audio` FP32
+[1, new_frames * samples_per_frame], `sample_rate` INT32 [1, 1], `batch_size`
+INT32 [1, 1] (how many chunks shared the call: the router's latency estimate
+keys on it). A malformed request is answered with its own error; the others
+in the batch still decode.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend_python.triton.params import LaneSettings, model_parameters
+
+
+class CodecModel:
+    def initialize(self, args: dict) -> None:
+        params = model_parameters(args)
+        lane = LaneSettings.from_parameters(params)
+        lane.apply_mps_limit()
+        import torch  # after the MPS limit is set
+
+        from backend_python.models import registry
+        torch.set_flush_denormal(True)
+        torch.set_num_threads(int(params.get("num_threads", os.cpu_count() or 1)))
+        spec = registry.resolve(params.get("model", registry.DEFAULT_MODEL))
+        self.device = lane.device_for(args.get("model_instance_device_id"))
+        self.codec = registry.load_codec(spec, device=self.device, dtype=lane.dtype)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        import torch
+        codes = torch.zeros(2, self.codec.num_codebooks, dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            self.codec.decode_windows([(codes, 0)])
+
+    def execute(self, requests: list) -> list:
+        windows, errors = [], []
+        for request in requests:
+            try:
+                windows.append(self._window(request))
+                errors.append(None)
+            except ValueError as exc:
+                windows.append(None)
+                errors.append(str(exc))
+        audio = self._decode([w for w in windows if w is not None])
+        return [self._response(err, audio.pop(0) if err is None else None, len(windows))
+                for err in errors]
+
+    def _window(self, request):
+        import torch
+        codes = pb_utils.get_input_tensor_by_name(request, "codes").as_numpy()
+        context = int(pb_utils.get_input_tensor_by_name(request, "context_frames").as_numpy().reshape(-1)[0])
+        if codes.ndim != 3 or codes.shape[0] != 1 or codes.shape[2] != self.codec.num_codebooks:
+            raise ValueError(f"codes must be [1, frames, {self.codec.num_codebooks}], got {list(codes.shape)}")
+        if not 0 <= context < codes.shape[1]:
+            raise ValueError(f"context_frames {context} leaves no new frame in a {codes.shape[1]}-frame window")
+        if codes.min() < 0 or codes.max() >= self.codec.codebook_size:
+            raise ValueError(f"codes must be in [0, {self.codec.codebook_size})")
+        return torch.from_numpy(codes[0].astype(np.int64)).to(self.device), context
+
+    def _decode(self, windows: list) -> list[np.ndarray]:
+        import torch
+        if not windows:
+            return []
+        with torch.inference_mode():
+            audio = self.codec.decode_windows(windows)
+        return [a.float().cpu().numpy() for a in audio]
+
+    def _response(self, error: str | None, audio: np.ndarray | None, batch_size: int):
+        if error is not None:
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(error))
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("audio", audio.reshape(1, -1).astype(np.float32)),
+            pb_utils.Tensor("sample_rate", np.array([[self.codec.sample_rate]], dtype=np.int32)),
+            pb_utils.Tensor("batch_size", np.array([[batch_size]], dtype=np.int32)),
+        ])

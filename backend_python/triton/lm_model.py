@@ -1,0 +1,104 @@
+"""Triton glue of the LM lane (`speechlm_lm`, decoupled).
+
+`execute` parses each request, builds its prompt (a bad voice fails here, at
+once) and hands it to the engine thread; it returns None. The engine sends one
+response per chunk: `tokens` INT32 [context + new frames, K], `context_frames`
+INT32 [1], `chunk_index` INT32 [1]; then the final flag.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend_python.engine.sequence import Chunk, Sequence
+from backend_python.triton.params import LaneSettings, model_parameters
+from backend_python.triton.request_inputs import (RequestError, RequestLimits,
+                                                  SpeechRequest, parse_speech_request)
+
+log = logging.getLogger("voxlane.lm")
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class ResponseSink:
+    """Delivers one request's chunks through its Triton response sender."""
+
+    def __init__(self, sender) -> None:
+        self._sender = sender
+
+    def emit(self, chunk: Chunk) -> None:
+        self._sender.send(pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("tokens", chunk.tokens.numpy().astype(np.int32)),
+            pb_utils.Tensor("context_frames", np.array([chunk.context_frames], dtype=np.int32)),
+            pb_utils.Tensor("chunk_index", np.array([chunk.chunk_index], dtype=np.int32)),
+        ]))
+
+    def finish(self, error: str | None) -> None:
+        if error is None:
+            self._sender.send(flags=FINAL)
+        else:
+            self._sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)), flags=FINAL)
+
+
+class LMModel:
+    def initialize(self, args: dict) -> None:
+        params = model_parameters(args)
+        lane = LaneSettings.from_parameters(params)
+        lane.apply_mps_limit()
+        import torch  # after the MPS limit is set
+
+        from backend_python.engine.engine import EngineConfig, LMEngine
+        from backend_python.models import registry
+        torch.set_flush_denormal(True)
+        torch.set_num_threads(int(params.get("num_threads", os.cpu_count() or 1)))
+        spec = registry.resolve(params.get("model", registry.DEFAULT_MODEL))
+        device = lane.device_for(args.get("model_instance_device_id"))
+        self.model = registry.load_lm(spec, device=device, dtype=lane.dtype)
+        self.limits = RequestLimits()
+        context = registry.family_of(spec).codec_left_context_frames(spec)
+        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context))
+        self.device = device
+        self.engine.start()
+
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            self._submit(request)
+        return None
+
+    def _submit(self, request) -> None:
+        sender = request.get_response_sender()
+        try:
+            seq = self._sequence(request, ResponseSink(sender))
+        except RequestError as exc:
+            ResponseSink(sender).finish(str(exc))
+            return
+        self.engine.add(seq)
+
+    def _sequence(self, request, sink: ResponseSink) -> Sequence:
+        import torch
+
+        from backend_python.models.base import SamplingParams
+
+        def get(name):
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            return None if tensor is None else tensor.as_numpy()
+
+        req: SpeechRequest = parse_speech_request(get, self.limits)
+        try:
+            prompt = self.model.encode_prompt(req.text, req.voice)
+            sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty, req.seed)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
+        return Sequence(request_id=request.request_id() or uuid.uuid4().hex, prompt=prompt,
+                        sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
+                        sink=sink, generator=generator)
+
+    def finalize(self) -> None:
+        self.engine.stop()
+

@@ -1,0 +1,42 @@
+"""Reading a Triton model's `config.pbtxt` parameters and applying its lane settings."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+
+def model_parameters(args: dict) -> dict[str, str]:
+    """The `parameters { key: ... value: { string_value: ... } }` map of the model config."""
+    config = json.loads(args["model_config"])
+    return {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+
+
+@dataclass(frozen=True)
+class LaneSettings:
+    """Where a model instance runs: device, dtype and its MPS share of the GPU's SMs."""
+
+    device: str = "cpu"
+    dtype: str = "float32"
+    mps_active_thread_percentage: int = 100
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if not 1 <= self.mps_active_thread_percentage <= 100:
+            raise ValueError("mps_active_thread_percentage must be in [1, 100]")
+
+    @classmethod
+    def from_parameters(cls, params: dict[str, str]) -> "LaneSettings":
+        return cls(device=params.get("device", "cpu"), dtype=params.get("dtype", "float32"),
+                   mps_active_thread_percentage=int(params.get("mps_active_thread_percentage", "100")))
+
+    def apply_mps_limit(self) -> None:
+        """Must run before anything initialises CUDA in this stub process."""
+        if self.device == "cuda" and self.mps_active_thread_percentage < 100:
+            os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(self.mps_active_thread_percentage)
+
+    def device_for(self, instance_device_id: str | None) -> str:
+        return f"cuda:{instance_device_id or 0}" if self.device == "cuda" else "cpu"

@@ -1,0 +1,139 @@
+"""Triton glue of `vox_ensemble`: the decoupled BLS router.
+
+Per request: validate (a bad request fails here, before any model work), then
+one worker thread streams the LM's chunks (a decoupled BLS stream from
+`speechlm_lm`), routes each chunk to a codec lane by its playback deadline,
+and sends the audio back in order. BLS iterators block, so each request gets
+its own thread; `execute` returns None at once.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend_python.triton.params import model_parameters
+from backend_python.triton.request_inputs import INPUT_NAMES, RequestError, RequestLimits, parse_speech_request
+from scheduler import ChunkRouter, Lane, LatencyEstimator, PlaybackClock, SchedulerConfig
+
+log = logging.getLogger("voxlane.router")
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+LANE_MODELS = {Lane.URGENT: "codec_urgent", Lane.BACKGROUND: "codec"}
+
+
+class _InFlight:
+    """Chunks in flight per lane: the batch a new chunk would join."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = {lane: 0 for lane in Lane}
+
+    def enter(self, lane: Lane) -> int:
+        with self._lock:
+            self._counts[lane] += 1
+            return self._counts[lane]
+
+    def leave(self, lane: Lane) -> None:
+        with self._lock:
+            self._counts[lane] -= 1
+
+    def peek(self, lane: Lane) -> int:
+        with self._lock:
+            return self._counts[lane] + 1
+
+
+class RouterModel:
+    def initialize(self, args: dict) -> None:
+        params = model_parameters(args)
+        self.config = SchedulerConfig.from_dict(params, ignore_unknown=True)
+        self.limits = RequestLimits(max_text_chars=int(params.get("max_text_chars", 2000)),
+                                    max_audio_seconds=float(params.get("max_audio_seconds", 120.0)))
+        self.estimator = LatencyEstimator.from_config(self.config)
+        self.router = ChunkRouter(self.config, self.estimator)
+        self.in_flight = _InFlight()
+
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                parse_speech_request(lambda name: _as_numpy(request, name), self.limits)
+            except RequestError as exc:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))), flags=FINAL)
+                continue
+            threading.Thread(target=self._stream, args=(request, sender), daemon=True,
+                             name="voxlane-stream").start()
+        return None
+
+    def _stream(self, request, sender) -> None:
+        try:
+            error = self._relay(request, sender)
+        except Exception as exc:  # one broken stream ends with an error, never the server
+            log.exception("stream failed")
+            error = f"internal error: {exc}"
+        if error is None:
+            sender.send(flags=FINAL)
+        else:
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)), flags=FINAL)
+
+    def _relay(self, request, sender) -> str | None:
+        """Stream LM chunks through the codec lanes to the client; returns an error or None."""
+        clock = PlaybackClock()
+        lm_request = pb_utils.InferenceRequest(
+            model_name="speechlm_lm", requested_output_names=["tokens", "context_frames", "chunk_index"],
+            inputs=[t for t in (pb_utils.get_input_tensor_by_name(request, n) for n in INPUT_NAMES)
+                    if t is not None])
+        for response in lm_request.exec(decoupled=True):
+            if response.has_error():
+                return response.error().message()
+            if not response.output_tensors():  # the LM's empty final response
+                continue
+            error = self._relay_chunk(response, clock, sender)
+            if error is not None:
+                return error
+        return None
+
+    def _relay_chunk(self, response, clock: PlaybackClock, sender) -> str | None:
+        tokens = pb_utils.get_output_tensor_by_name(response, "tokens").as_numpy()  # [frames, K] int32
+        context = pb_utils.get_output_tensor_by_name(response, "context_frames").as_numpy()
+        index = int(pb_utils.get_output_tensor_by_name(response, "chunk_index").as_numpy()[0])
+        lane = self.router.route(clock, index, time.monotonic(), self.in_flight.peek(Lane.BACKGROUND)).lane
+        decoded = self._decode(lane, tokens, int(context[0]))
+        if isinstance(decoded, str):
+            return decoded
+        audio, sample_rate = decoded
+        sender.send(pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("audio", audio),
+            pb_utils.Tensor("sample_rate", np.array([sample_rate], dtype=np.int32)),
+            pb_utils.Tensor("chunk_index", np.array([index], dtype=np.int32)),
+            pb_utils.Tensor("lane", np.array([lane.value.encode()], dtype=np.object_)),
+        ]))
+        clock.on_sent(index, audio.size / sample_rate, time.monotonic())
+        return None
+
+    def _decode(self, lane: Lane, tokens: np.ndarray, context: int):
+        """Decode one window on `lane`; returns (audio [n] float32, sample_rate) or an error string."""
+        request = pb_utils.InferenceRequest(
+            model_name=LANE_MODELS[lane], requested_output_names=["audio", "sample_rate", "batch_size"],
+            inputs=[pb_utils.Tensor("codes", tokens[None].astype(np.int32)),
+                    pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32))])
+        self.in_flight.enter(lane)
+        started = time.monotonic()
+        try:
+            response = request.exec()
+        finally:
+            self.in_flight.leave(lane)
+        if response.has_error():
+            return f"{LANE_MODELS[lane]} failed: {response.error().message()}"
+        batch_size = int(pb_utils.get_output_tensor_by_name(response, "batch_size").as_numpy().reshape(-1)[0])
+        self.estimator.observe(lane, max(1, batch_size), time.monotonic() - started)
+        audio = pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)
+        sample_rate = int(pb_utils.get_output_tensor_by_name(response, "sample_rate").as_numpy().reshape(-1)[0])
+        return audio.astype(np.float32, copy=False), sample_rate
+
+
+def _as_numpy(request, name: str):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()

@@ -1,0 +1,128 @@
+"""The `voxlane` command line: serve, say, demo, doctor."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from clients.serve import MODES, ServeConfig, Server
+from clients.triton_launch import Ports, find_triton
+
+DEMO_TEXT = "VoxLane streams speech while the model is still talking."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="voxlane", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_serve(commands.add_parser("serve", help="run tritonserver with the VoxLane model repository"))
+    _add_say(commands.add_parser("say", help="speak TEXT through a running server into a WAV file"))
+    demo = commands.add_parser("demo", help="start a server, speak one sentence to a WAV file, stop")
+    _add_server_flags(demo)
+    demo.add_argument("-o", "--output", default="demo.wav")
+    demo.add_argument("--text", default=DEMO_TEXT)
+    commands.add_parser("doctor", help="check the Triton install and its Python backend stub")
+    args = parser.parse_args(argv)
+    try:
+        return {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor}[args.command](args)
+    except ValueError as exc:
+        print(f"voxlane: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="qwen3-tts-tiny", help="preset name, checkpoint dir or Hugging Face id")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--mode", choices=MODES, default="voxlane")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--max-slots", type=int, default=32, help="LM batch slots (live requests)")
+    parser.add_argument("--first-chunk-frames", type=int, default=2)
+    parser.add_argument("--chunk-frames", type=int, default=10)
+    parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
+
+
+def _serve_config(args: argparse.Namespace) -> ServeConfig:
+    return ServeConfig(model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
+                       ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
+                       max_slots=args.max_slots, first_chunk_frames=args.first_chunk_frames,
+                       chunk_frames=args.chunk_frames)
+
+
+def _add_serve(parser: argparse.ArgumentParser) -> None:
+    _add_server_flags(parser)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    server = Server(_serve_config(args), log_path=args.log_file)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    print(f"voxlane: ready (grpc {server.grpc_url}, http 127.0.0.1:{args.http_port}, "
+          f"model {args.model}, mode {args.mode}, device {args.device})", flush=True)
+    while not stop.wait(0.5):
+        if server.process.process.poll() is not None:
+            print("voxlane: tritonserver exited", file=sys.stderr)
+            return 1
+    server.stop()
+    print("voxlane: stopped", flush=True)
+    return 0
+
+
+def _add_say(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text")
+    parser.add_argument("-o", "--output", default="out.wav")
+    parser.add_argument("--url", default="localhost:8001")
+    parser.add_argument("--voice", default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--max-audio-seconds", type=float, default=None)
+
+
+def _say(args: argparse.Namespace) -> int:
+    from clients.stream import StreamError, synthesize
+    try:
+        result = synthesize(args.url, args.text, voice=args.voice, seed=args.seed,
+                            temperature=args.temperature, max_audio_seconds=args.max_audio_seconds)
+    except StreamError as exc:
+        print(f"voxlane: server error: {exc}", file=sys.stderr)
+        return 1
+    _report(result, args.output)
+    return 0
+
+
+def _report(result, output: str) -> None:
+    if not result.chunks:
+        print("voxlane: the model stopped before producing audio", file=sys.stderr)
+        return
+    result.write_wav(output)
+    wall = result.chunks[-1].arrival_s
+    lanes = ",".join(sorted({c.lane for c in result.chunks}))
+    print(f"wrote {output}: ttfa {result.ttfa_s * 1e3:.1f} ms, {len(result.chunks)} chunks, "
+          f"{result.audio_seconds:.2f} s of audio at {result.sample_rate} Hz, "
+          f"real-time factor {wall / max(result.audio_seconds, 1e-9):.3f}, lanes {lanes}")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from clients.stream import synthesize
+    with Server(_serve_config(args), log_path=args.log_file) as server:
+        print("voxlane: server ready", flush=True)
+        synthesize(server.grpc_url, "Warm up.", seed=1, max_audio_seconds=0.5)
+        result = synthesize(server.grpc_url, args.text, seed=0, max_audio_seconds=4.0, ignore_eos=True)
+        _report(result, args.output)
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    install = find_triton()
+    print(f"tritonserver: {install.binary}\npython backend stub: installed for Python "
+          f"{sys.version_info.major}.{sys.version_info.minor}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""`voxlane serve`: render a run copy of the model repository and run `tritonserver` on it."""
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clients.triton_launch import Ports, TritonProcess, find_triton
+
+REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
+MODES = ("voxlane", "timeshare", "colocate", "partition")
+SUPPORTED_MODES = ("voxlane", "colocate", "partition")
+LANE_MODELS = ("speechlm_lm", "codec", "codec_urgent")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything `voxlane serve` decides, built once from the command line."""
+
+    model: str = "qwen3-tts-tiny"
+    device: str = "cpu"
+    mode: str = "voxlane"
+    dtype: str | None = None  # None: float32 on cpu, bfloat16 on cuda
+    ports: Ports = field(default_factory=Ports)
+    max_slots: int = 32
+    first_chunk_frames: int = 2
+    chunk_frames: int = 10
+    num_threads: int | None = None  # torch threads per model process (cpu)
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"--device must be cpu or cuda, got {self.device!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode not in SUPPORTED_MODES:
+            raise ValueError(f"--mode {self.mode} is not available yet: the inline (time-sharing) lane is "
+                             f"not built; use one of {', '.join(SUPPORTED_MODES)}")
+        if self.first_chunk_frames < 1 or self.chunk_frames < 1 or self.max_slots < 1:
+            raise ValueError("chunk sizes and --max-slots must be >= 1")
+
+    @property
+    def resolved_dtype(self) -> str:
+        return self.dtype or ("bfloat16" if self.device == "cuda" else "float32")
+
+    def parameters(self, model_name: str) -> dict[str, str]:
+        """The config.pbtxt parameters this run sets on one model."""
+        if model_name == "vox_ensemble":
+            return {"mode": self.mode}
+        params = {"model": self.model, "device": self.device, "dtype": self.resolved_dtype}
+        if self.num_threads:
+            params["num_threads"] = str(self.num_threads)
+        if model_name == "speechlm_lm":
+            params.update(max_slots=str(self.max_slots), first_chunk_frames=str(self.first_chunk_frames),
+                          chunk_frames=str(self.chunk_frames))
+        return params
+
+
+def set_parameter(config_text: str, key: str, value: str) -> str:
+    """Set (or add) one `parameters { key: ... }` entry of a config.pbtxt."""
+    entry = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+    pattern = re.compile(r'parameters\s*\{\s*key:\s*"' + re.escape(key) + r'"\s*value:\s*\{[^}]*\}\s*\}')
+    if pattern.search(config_text):
+        return pattern.sub(lambda _: entry, config_text)
+    return config_text.rstrip("\n") + "\n" + entry + "\n"
+
+
+def set_instance_kind(config_text: str, device: str) -> str:
+    kind = "KIND_GPU count: 1 gpus: [ 0 ]" if device == "cuda" else "KIND_CPU count: 1"
+    return re.sub(r"instance_group\s*\[[^\]]*?\{[^}]*\}\s*\]", f"instance_group [ {{ {kind} }} ]", config_text)
+
+
+def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITORY) -> Path:
+    """Copy the model repository to `target` with this run's settings written into each config."""
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for model_dir in sorted(p for p in target.iterdir() if (p / "config.pbtxt").exists()):
+        path = model_dir / "config.pbtxt"
+        text = path.read_text()
+        for key, value in config.parameters(model_dir.name).items():
+            text = set_parameter(text, key, value)
+        if model_dir.name in LANE_MODELS:
+            text = set_instance_kind(text, config.device)
+        path.write_text(text)
+    return target
+
+
+class Server:
+    """A rendered repository plus the `tritonserver` serving it; a context manager."""
+
+    def __init__(self, config: ServeConfig, run_dir: Path | None = None, log_path: Path | None = None) -> None:
+        self.config = config
+        self._tmp = None if run_dir else tempfile.TemporaryDirectory(prefix="voxlane-run-")
+        self.run_dir = Path(run_dir or self._tmp.name)
+        self.log_path = log_path
+        self.process: TritonProcess | None = None
+
+    def start(self, timeout_s: float = 300.0) -> "Server":
+        repository = render_repository(self.config, self.run_dir / "model_repository")
+        self.process = TritonProcess(find_triton(), repository, self.config.ports, log_path=self.log_path)
+        try:
+            self.process.wait_ready(timeout_s)
+        except (RuntimeError, TimeoutError):
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> int | None:
+        code = self.process.stop() if self.process else None
+        if self._tmp:
+            self._tmp.cleanup()
+        return code
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.config.ports.grpc}"
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,120 @@
+"""A gRPC streaming client for `vox_ensemble`: one request, its chunks as they arrive."""
+from __future__ import annotations
+
+import queue
+import time
+import uuid
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+MODEL = "vox_ensemble"
+_DTYPES = {"temperature": ("FP32", np.float32), "top_p": ("FP32", np.float32), "top_k": ("INT32", np.int32),
+           "repetition_penalty": ("FP32", np.float32), "seed": ("INT64", np.int64),
+           "max_audio_seconds": ("FP32", np.float32), "ignore_eos": ("BOOL", np.bool_)}
+
+
+class StreamError(RuntimeError):
+    """The server ended the stream with an error; the message is the server's."""
+
+
+@dataclass
+class AudioChunk:
+    index: int
+    audio: np.ndarray  # [n] float32
+    sample_rate: int
+    lane: str
+    arrival_s: float  # seconds after the request was sent
+
+
+@dataclass
+class StreamResult:
+    chunks: list[AudioChunk] = field(default_factory=list)
+
+    @property
+    def ttfa_s(self) -> float:
+        return self.chunks[0].arrival_s
+
+    @property
+    def sample_rate(self) -> int:
+        return self.chunks[0].sample_rate
+
+    @property
+    def audio(self) -> np.ndarray:
+        return np.concatenate([c.audio for c in self.chunks]) if self.chunks else np.zeros(0, np.float32)
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.audio.size / self.sample_rate if self.chunks else 0.0
+
+    def write_wav(self, path: str | Path) -> None:
+        pcm = (np.clip(self.audio, -1.0, 1.0) * 32767.0).astype("<i2")
+        with wave.open(str(path), "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(self.sample_rate)
+            out.writeframes(pcm.tobytes())
+
+
+def build_inputs(text: str | bytes, voice: str | None = None, **params) -> list[grpcclient.InferInput]:
+    """The request tensors, each of shape [1]; `params` are the optional scalar inputs."""
+    raw = text if isinstance(text, bytes) else text.encode("utf-8")
+    inputs = [_input("text", "BYTES", np.array([raw], dtype=np.object_))]
+    if voice is not None:
+        inputs.append(_input("voice", "BYTES", np.array([voice.encode("utf-8")], dtype=np.object_)))
+    for name, value in params.items():
+        if value is None:
+            continue
+        if name not in _DTYPES:
+            raise ValueError(f"unknown request parameter {name!r}; known: {sorted(_DTYPES)}")
+        triton_type, dtype = _DTYPES[name]
+        inputs.append(_input(name, triton_type, np.array([value], dtype=dtype)))
+    return inputs
+
+
+def _input(name: str, triton_type: str, array: np.ndarray) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(array.shape), triton_type)
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def synthesize(url: str, text: str | bytes, voice: str | None = None, timeout_s: float = 120.0,
+               **params) -> StreamResult:
+    """Stream one request to the end; raises StreamError with the server's message on failure."""
+    inputs = build_inputs(text, voice, **params)
+    client = grpcclient.InferenceServerClient(url=url)
+    responses: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        started = time.perf_counter()
+        client.async_stream_infer(MODEL, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+        return _collect(responses, started, timeout_s)
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+
+
+def _collect(responses: queue.Queue, started: float, timeout_s: float) -> StreamResult:
+    result = StreamResult()
+    deadline = started + timeout_s
+    while True:
+        try:
+            item, error = responses.get(timeout=max(0.0, deadline - time.perf_counter()))
+        except queue.Empty:
+            raise TimeoutError(f"stream did not finish within {timeout_s:.0f} s") from None
+        if error is not None:
+            raise StreamError(error.message() if isinstance(error, InferenceServerException) else str(error))
+        if item.as_numpy("audio") is not None:
+            result.chunks.append(_chunk(item, time.perf_counter() - started))
+        if item.get_response().parameters["triton_final_response"].bool_param:
+            return result
+
+
+def _chunk(item, arrival_s: float) -> AudioChunk:
+    return AudioChunk(index=int(item.as_numpy("chunk_index")[0]), audio=item.as_numpy("audio"),
+                      sample_rate=int(item.as_numpy("sample_rate")[0]),
+                      lane=item.as_numpy("lane")[0].decode(), arrival_s=arrival_s)

@@ -1,0 +1,137 @@
+"""Find the `tritonserver` shipped in the nvidia-pytriton wheel and run it.
+
+The wheel carries the server, the Python backend and one backend stub per
+Python version. The stub matching our interpreter must sit in
+`backends/python/triton_python_backend_stub`, the wheel's bundled libraries must
+be on the library path, and the stub takes its `sys.path` from the first
+`python3` on `PATH`, so the venv's `bin/` goes first.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    root: Path  # .../site-packages/pytriton/tritonserver
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "tritonserver"
+
+    @property
+    def backends(self) -> Path:
+        return self.root / "backends"
+
+    @property
+    def libs(self) -> Path:
+        return self.root.parent.parent / "nvidia_pytriton.libs"
+
+
+def find_triton() -> TritonInstall:
+    """Locate the wheel's server and make sure the right Python stub is in place."""
+    try:
+        import pytriton
+    except ImportError as exc:
+        raise RuntimeError("nvidia-pytriton is not installed: run `make install`") from exc
+    install = TritonInstall(Path(pytriton.__file__).parent / "tritonserver")
+    if not install.binary.exists():
+        raise RuntimeError(f"no tritonserver binary in {install.root}")
+    _install_stub(install)
+    return install
+
+
+def _install_stub(install: TritonInstall) -> None:
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    source = install.root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    target = install.backends / "python" / "triton_python_backend_stub"
+    if not source.exists():
+        raise RuntimeError(f"the Triton wheel has no Python backend stub for Python {version}")
+    if not target.exists() or target.stat().st_size != source.stat().st_size:
+        shutil.copy2(source, target)
+    for path in (install.binary, target):
+        path.chmod(0o755)
+
+
+def server_env(install: TritonInstall, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for `tritonserver`: venv first on PATH, wheel libs on LD_LIBRARY_PATH."""
+    env = dict(os.environ)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(install.libs), env.get("LD_LIBRARY_PATH", "")) if p)
+    env.update(extra or {})
+    return env
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int = 8000
+    grpc: int = 8001
+    metrics: int = 8002
+
+
+def server_command(install: TritonInstall, repository: Path, ports: Ports) -> list[str]:
+    return [
+        str(install.binary),
+        f"--model-repository={repository}",
+        f"--backend-directory={install.backends}",
+        f"--http-port={ports.http}",
+        f"--grpc-port={ports.grpc}",
+        f"--metrics-port={ports.metrics}",
+        "--disable-auto-complete-config",
+        "--exit-on-error=true",
+        "--log-verbose=0",
+    ]
+
+
+class TritonProcess:
+    """A running `tritonserver`; `stop()` sends SIGTERM, then SIGKILL after a grace period."""
+
+    def __init__(self, install: TritonInstall, repository: Path, ports: Ports,
+                 env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
+        self.ports = ports
+        self._log = open(log_path, "wb") if log_path else None
+        self.process = subprocess.Popen(
+            server_command(install, repository, ports), env=server_env(install, env),
+            stdout=self._log or None, stderr=subprocess.STDOUT if self._log else None,
+            start_new_session=True)
+
+    def is_ready(self) -> bool:
+        url = f"http://127.0.0.1:{self.ports.http}/v2/health/ready"
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with code {self.process.returncode} before ready")
+            if self.is_ready():
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s")
+
+    def stop(self, grace_s: float = 20.0) -> int:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self._log:
+            self._log.close()
+        return self.process.returncode

@@ -1,0 +1,43 @@
+"""Routing and admission policy, playback clocks and latency estimates.
+
+Pure Python (standard library only): no torch, numpy or Triton import, and no
+clock of its own; every function that needs the time takes `now`.
+"""
+from .admission import (
+    AdmissionPolicy,
+    AdmissionState,
+    DeadlineAwarePolicy,
+    PrefillFirstPolicy,
+    StreamStatus,
+    WaitingRequest,
+    make_admission_policy,
+)
+from .chunking import ChunkingConfig, ChunkPlan, ChunkSpan
+from .config import AdmissionPolicyName, SchedulerConfig
+from .lanes import Lane, ServingMode
+from .latency import LatencyEstimator, LatencyStat
+from .playback import PlaybackClock
+from .routing import ChunkRouter, RouteDecision, RouteReason
+
+__all__ = [
+    "AdmissionPolicy",
+    "AdmissionPolicyName",
+    "AdmissionState",
+    "ChunkPlan",
+    "ChunkRouter",
+    "ChunkSpan",
+    "ChunkingConfig",
+    "DeadlineAwarePolicy",
+    "Lane",
+    "LatencyEstimator",
+    "LatencyStat",
+    "PlaybackClock",
+    "PrefillFirstPolicy",
+    "RouteDecision",
+    "RouteReason",
+    "SchedulerConfig",
+    "ServingMode",
+    "StreamStatus",
+    "WaitingRequest",
+    "make_admission_policy",
+]

@@ -1,0 +1,107 @@
+"""The one settings object of the scheduler layer, built once from Triton parameters."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, Mapping
+
+from .chunking import ChunkingConfig
+from .lanes import ServingMode
+
+
+class AdmissionPolicyName(str, Enum):
+    """How the LM engine lets waiting requests join the running batch."""
+
+    PREFILL_FIRST = "prefill-first"  # admit up to free slots, prefill before decoding
+    DEADLINE_AWARE = "deadline-aware"  # admit only while running streams keep enough audio
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Routing, admission and chunking settings (seconds unless named otherwise).
+
+    A chunk is urgent when its slack < margin, where
+    margin = margin_floor_s + safety_factor * expected background latency.
+    """
+
+    mode: ServingMode = ServingMode.VOXLANE
+    margin_floor_s: float = 0.05  # covers the BLS/gRPC hops and send jitter
+    safety_factor: float = 1.0  # in units of expected background decode latency
+    admission_policy: AdmissionPolicyName = AdmissionPolicyName.DEADLINE_AWARE
+    admission_margin_s: float = 0.1  # buffered audio kept on top of prefill + one step
+    max_wait_s: float = 2.0  # a request waiting this long is admitted regardless
+    latency_prior_s: float = 0.05  # expected decode latency before any observation
+    latency_alpha: float = 0.2  # EWMA weight of a new latency observation
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+
+    def __post_init__(self) -> None:
+        _check_type("mode", self.mode, ServingMode)
+        _check_type("admission_policy", self.admission_policy, AdmissionPolicyName)
+        _check_type("chunking", self.chunking, ChunkingConfig)
+        for name in ("margin_floor_s", "safety_factor", "admission_margin_s", "latency_prior_s"):
+            _check_finite_non_negative(name, getattr(self, name))
+        if not (isinstance(self.max_wait_s, (int, float)) and self.max_wait_s >= 0.0):
+            raise ValueError(f"max_wait_s must be >= 0 (inf disables it), got {self.max_wait_s!r}")
+        if not (isinstance(self.latency_alpha, (int, float)) and 0.0 < self.latency_alpha <= 1.0):
+            raise ValueError(f"latency_alpha must be in (0, 1], got {self.latency_alpha!r}")
+
+    @classmethod
+    def from_dict(cls, params: Mapping[str, Any], *, ignore_unknown: bool = False) -> SchedulerConfig:
+        """Build from Triton config parameters.
+
+        Values may be strings or Triton's `{"string_value": "..."}` form. Keys
+        are the field names, with `first_chunk_frames` and `chunk_frames` for
+        the chunking. Unknown keys raise unless `ignore_unknown` (pass the whole
+        model parameter map with it set).
+        """
+        values = {key: _unwrap(value) for key, value in params.items()}
+        unknown = sorted(set(values) - set(_PARSERS))
+        if unknown and not ignore_unknown:
+            raise ValueError(f"unknown scheduler parameters: {unknown}; known: {sorted(_PARSERS)}")
+        kwargs = {key: _parse(key, values[key]) for key in _PARSERS if key in values}
+        chunking = {key: kwargs.pop(key) for key in _CHUNKING_KEYS if key in kwargs}
+        if chunking:
+            kwargs["chunking"] = ChunkingConfig(**chunking)
+        return cls(**kwargs)
+
+
+_CHUNKING_KEYS = tuple(f.name for f in dataclasses.fields(ChunkingConfig))
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "mode": ServingMode,
+    "margin_floor_s": float,
+    "safety_factor": float,
+    "admission_policy": AdmissionPolicyName,
+    "admission_margin_s": float,
+    "max_wait_s": float,
+    "latency_prior_s": float,
+    "latency_alpha": float,
+    "first_chunk_frames": int,
+    "chunk_frames": int,
+}
+
+
+def _unwrap(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    if "string_value" not in value:
+        raise ValueError(f"parameter value {value!r} has no 'string_value'")
+    return value["string_value"]
+
+
+def _parse(key: str, value: Any) -> Any:
+    try:
+        return _PARSERS[key](value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"bad value for scheduler parameter {key!r}: {value!r} ({error})") from error
+
+
+def _check_type(name: str, value: Any, expected: type) -> None:
+    if not isinstance(value, expected):
+        raise ValueError(f"{name} must be a {expected.__name__}, got {value!r}")
+
+
+def _check_finite_non_negative(name: str, value: Any) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0.0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")

@@ -1,0 +1,86 @@
+"""The routing rule: which codec lane decodes a chunk.
+
+In `voxlane` mode, chunk 0 is urgent; a chunk whose slack is below the margin
+is urgent (strictly below: slack == margin goes to the background lane);
+everything else goes to the background lane. Other modes have one lane only.
+
+slack  = deadline - now - expected background latency at the batch size
+margin = margin_floor_s + safety_factor * that same expected latency
+
+While chunk 0 is still in flight the deadline is unknown, but playback cannot
+start before `now`, so `now + offset(i)` is a lower bound on the deadline; the
+rule is applied to the slack computed from that bound (`is_slack_bound`), which
+errs towards urgency without sending every early chunk to the urgent lane.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .config import SchedulerConfig
+from .lanes import Lane
+from .latency import LatencyEstimator
+from .playback import PlaybackClock
+
+
+class RouteReason(str, Enum):
+    """Why a chunk took its lane (for logs and metrics)."""
+
+    FIRST_CHUNK = "first_chunk"
+    LOW_SLACK = "low_slack"
+    SLACK_OK = "slack_ok"
+    MODE = "mode"  # the serving mode has only one lane
+
+
+@dataclass(frozen=True)
+class RouteDecision:
+    """Lane for one chunk; `slack_s`/`margin_s` are None when the rule did not need them."""
+
+    lane: Lane
+    reason: RouteReason
+    slack_s: float | None = None
+    margin_s: float | None = None
+    is_slack_bound: bool = False  # slack from a lower bound: chunk 0 still in flight
+
+
+class ChunkRouter:
+    """Applies the routing rule of `config.mode`; shared by all requests (stateless)."""
+
+    def __init__(self, config: SchedulerConfig, estimator: LatencyEstimator) -> None:
+        self._config = config
+        self._estimator = estimator
+
+    def margin(self, background_batch_size: int = 1) -> float:
+        """Slack below which a chunk is urgent."""
+        return self._margin_for(self._estimator.expected(Lane.BACKGROUND, background_batch_size))
+
+    def route(self, clock: PlaybackClock, chunk_index: int, now: float,
+              background_batch_size: int = 1) -> RouteDecision:
+        """Pick the lane for chunk `chunk_index` of the request whose clock is `clock`.
+
+        `background_batch_size` is the batch the chunk would join on the
+        background lane, itself included. Durations of all earlier chunks must
+        be known to the clock (`on_emitted` or `on_sent`).
+        """
+        lanes = self._config.mode.lanes
+        if len(lanes) == 1:
+            return RouteDecision(lanes[0], RouteReason.MODE)
+        if chunk_index == 0:
+            return RouteDecision(Lane.URGENT, RouteReason.FIRST_CHUNK)
+        return self._route_by_slack(clock, chunk_index, now, background_batch_size)
+
+    def _route_by_slack(self, clock: PlaybackClock, chunk_index: int, now: float,
+                        batch_size: int) -> RouteDecision:
+        expected = self._estimator.expected(Lane.BACKGROUND, batch_size)
+        deadline = clock.deadline(chunk_index)
+        is_bound = deadline is None
+        if deadline is None:
+            deadline = now + clock.offset(chunk_index)
+        slack = deadline - now - expected
+        margin = self._margin_for(expected)
+        if slack < margin:
+            return RouteDecision(Lane.URGENT, RouteReason.LOW_SLACK, slack, margin, is_bound)
+        return RouteDecision(Lane.BACKGROUND, RouteReason.SLACK_OK, slack, margin, is_bound)
+
+    def _margin_for(self, expected_latency: float) -> float:
+        return self._config.margin_floor_s + self._config.safety_factor * expected_latency

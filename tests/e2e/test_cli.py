@@ -1,0 +1,27 @@
+"""The `voxlane` command line against the test server."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import wave
+
+
+def test_say_writes_a_valid_wav(url, tmp_path):
+    out = tmp_path / "hello.wav"
+    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hello from the command line.",
+                           "-o", str(out), "--url", url, "--seed", "1", "--max-audio-seconds", "1.2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "ttfa" in done.stdout and "chunks" in done.stdout
+    with wave.open(str(out)) as wav:
+        assert wav.getframerate() == 24000 and wav.getnchannels() == 1 and wav.getsampwidth() == 2
+        assert 0 < wav.getnframes() <= 15 * 1920
+
+
+def test_say_reports_server_errors(url, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hi.", "--voice", "nobody",
+                           "-o", str(tmp_path / "x.wav"), "--url", url],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "nobody" in done.stderr
+    assert not (tmp_path / "x.wav").exists()

@@ -1,0 +1,41 @@
+"""The request contract's parser, without a server."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backend_python.triton.request_inputs import RequestError, RequestLimits, parse_speech_request
+
+LIMITS = RequestLimits(max_text_chars=50, max_audio_seconds=30.0, default_audio_seconds=10.0)
+
+
+def parse(**inputs):
+    arrays = {k: v if isinstance(v, np.ndarray) else np.array([v]) for k, v in inputs.items()}
+    return parse_speech_request(arrays.get, LIMITS)
+
+
+def test_defaults():
+    req = parse(text=np.array([b"  Hello there. "], dtype=object))
+    assert req.text == "Hello there." and req.voice is None and req.seed is None
+    assert req.max_audio_seconds == 10.0 and req.ignore_eos is False
+
+
+def test_values_pass_through():
+    req = parse(text=np.array([b"Hi"], dtype=object), voice=np.array([b"tiny"], dtype=object),
+                temperature=np.float32(0.5), top_k=np.int32(7), seed=np.int64(42), ignore_eos=np.bool_(True))
+    assert (req.voice, req.temperature, req.top_k, req.seed, req.ignore_eos) == ("tiny", 0.5, 7, 42, True)
+
+
+@pytest.mark.parametrize("inputs, message", [
+    (dict(), "missing required input 'text'"),
+    (dict(text=np.array([b"a", b"b"], dtype=object)), "exactly one string"),
+    (dict(text=np.array([b"\xff\xfe"], dtype=object)), "not valid UTF-8"),
+    (dict(text=np.array(["x" * 51], dtype=object)), "limit is 50"),
+    (dict(text=np.array([b"tab\tok\x1b"], dtype=object)), r"U\+001B"),
+    (dict(text=np.array([b"Hi"], dtype=object), top_p=np.float32(np.inf)), "top_p"),
+    (dict(text=np.array([b"Hi"], dtype=object), max_audio_seconds=np.float32(31)), "max_audio_seconds"),
+    (dict(text=np.array([b"Hi"], dtype=object), seed=np.array([1, 2])), "exactly one value"),
+])
+def test_rejections_name_the_problem(inputs, message):
+    with pytest.raises(RequestError, match=message):
+        parse(**inputs)

@@ -1,0 +1,52 @@
+"""ChunkPlan: a small first chunk, fixed later chunks, a short final chunk."""
+import pytest
+
+from scheduler import ChunkingConfig, ChunkPlan, ChunkSpan
+
+
+@pytest.fixture
+def plan():
+    return ChunkPlan(ChunkingConfig(first_chunk_frames=2, chunk_frames=5))
+
+
+def test_nothing_before_first_chunk_is_complete(plan):
+    assert plan.ready_chunks(num_frames=1, num_chunks_emitted=0, is_finished=False) == []
+
+
+def test_first_chunk_is_smaller(plan):
+    assert plan.ready_chunks(2, 0, False) == [ChunkSpan(0, 0, 2)]
+    assert plan.ready_chunks(6, 1, False) == []
+    assert plan.ready_chunks(7, 1, False) == [ChunkSpan(1, 2, 7)]
+
+
+def test_several_complete_chunks_at_once(plan):
+    spans = plan.ready_chunks(13, 0, False)
+    assert [(s.index, s.start, s.end) for s in spans] == [(0, 0, 2), (1, 2, 7), (2, 7, 12)]
+    assert [s.num_frames for s in spans] == [2, 5, 5]
+
+
+def test_short_last_chunk_when_finished(plan):
+    assert plan.ready_chunks(10, 2, True) == [ChunkSpan(2, 7, 10, is_last=True)]
+
+
+def test_finished_on_boundary_marks_last_complete_chunk(plan):
+    assert plan.ready_chunks(7, 1, True) == [ChunkSpan(1, 2, 7, is_last=True)]
+    assert plan.ready_chunks(7, 2, True) == []  # already emitted: no empty chunk
+
+
+def test_request_shorter_than_first_chunk(plan):
+    assert plan.ready_chunks(1, 0, True) == [ChunkSpan(0, 0, 1, is_last=True)]
+    assert plan.ready_chunks(0, 0, True) == []
+
+
+def test_inconsistent_counts_raise(plan):
+    with pytest.raises(ValueError):
+        plan.ready_chunks(3, 2, False)  # chunk 1 needs frames up to 7
+    with pytest.raises(ValueError):
+        plan.ready_chunks(-1, 0, False)
+
+
+@pytest.mark.parametrize("kwargs", [{"first_chunk_frames": 0}, {"chunk_frames": 0}, {"chunk_frames": 2.5}])
+def test_chunking_config_validation(kwargs):
+    with pytest.raises(ValueError):
+        ChunkingConfig(**kwargs)
