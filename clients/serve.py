@@ -67,7 +67,7 @@ def set_parameter(config_text: str, key: str, value: str) -> str:
 
 
 def set_instance_kind(config_text: str, device: str) -> str:
-    kind = "KIND_GPU count: 1 gpus: [ 0 ]" if device == "cuda" else "KIND_CPU count: 1"
+    kind = "kind: KIND_GPU count: 1 gpus: [ 0 ]" if device == "cuda" else "kind: KIND_CPU count: 1"
     return re.sub(r"instance_group\s*\[[^\]]*?\{[^}]*\}\s*\]", f"instance_group [ {{ {kind} }} ]", config_text)
 
 

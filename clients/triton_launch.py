@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.error
 import urllib.request
@@ -68,9 +69,21 @@ def server_env(install: TritonInstall, extra: dict[str, str] | None = None) -> d
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (str(install.libs), env.get("LD_LIBRARY_PATH", "")) if p)
+        p for p in (_libpython_dir(), str(install.libs), env.get("LD_LIBRARY_PATH", "")) if p)
     env.update(extra or {})
     return env
+
+
+def _libpython_dir() -> str:
+    """The directory of our interpreter's own libpython.
+
+    The stub links `libpython3.X.so`; without this the loader may pick a
+    system Python of the same minor version whose C API differs from ours (its
+    extension modules then fail with undefined symbols).
+    """
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    ldlibrary = sysconfig.get_config_var("LDLIBRARY") or ""
+    return libdir if libdir and (Path(libdir) / ldlibrary).exists() else ""
 
 
 @dataclass(frozen=True)

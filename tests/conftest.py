@@ -2,4 +2,4 @@
 import torch
 
 torch.set_flush_denormal(True)  # denormals made random-weight models ~10x slower on CPU
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # several processes share 2 cores; threads contend

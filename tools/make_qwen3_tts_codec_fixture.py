@@ -10,9 +10,10 @@ tiny checkpoint the LM side ships are the same decoder), saves it with the
 reference `save_pretrained` into tests/fixtures/qwen3_tts_tiny/speech_tokenizer/
 and writes codes plus the reference decoder's outputs to codec_golden.npz:
 
-    codes          [1, 30, 16] int64
-    audio          [1, 57600]  float32  reference decoder forward (one pass)
-    audio_chunked  [1, 57600]  float32  reference chunked_decode(chunk_size=10, left_context_size=25)
+    codes       [1, 40, 16] int64
+    audio       [1, 76800]  float32  reference decoder forward (one pass)
+    last_chunk  [1, 19200]  float32  frames 30..39 of the reference chunked_decode(chunk_size=10,
+                                     left_context_size=25): the one chunk whose context is cut
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from backend_python.models.qwen3_tts.codec import build_tiny_codec_checkpoint  # noqa: E402
 
 OUT_DIR = os.path.join(REPO, "tests", "fixtures", "qwen3_tts_tiny")
-NUM_FRAMES, SEED = 30, 0
+NUM_FRAMES, SEED = 40, 0
 CHUNK_FRAMES, CONTEXT_FRAMES = 10, 25
 
 # The smallest Mimi encoder the reference builds; our loader ignores encoder.* keys.
@@ -86,16 +87,17 @@ def main() -> None:
         audio = model.decoder(codes.transpose(1, 2))[:, 0]  # [1, T * 1920]
         chunked = model.decoder.chunked_decode(codes.transpose(1, 2), CHUNK_FRAMES, CONTEXT_FRAMES)[:, 0]
         via_decode = model.decode(codes, return_dict=True).audio_values[0]
-    assert torch.equal(via_decode, audio[0]), "model.decode must be one pass for 30 frames"
+    assert torch.equal(via_decode, audio[0]), "model.decode is one pass below 300 frames"
+    last_chunk = chunked[:, (NUM_FRAMES - CHUNK_FRAMES) * 1920:]
 
     folder = os.path.join(OUT_DIR, "speech_tokenizer")
     model.save_pretrained(folder)
     shrink_encoder(folder)
     np.savez(os.path.join(OUT_DIR, "codec_golden.npz"), codes=codes.numpy(), audio=audio.numpy(),
-             audio_chunked=chunked.numpy())
+             last_chunk=last_chunk.numpy())
     clipped = (audio.abs() >= 1).float().mean().item()
     print(f"saved {folder}: audio std {audio.std().item():.3f}, clipped {clipped:.4f}, "
-          f"chunk max err {(audio - chunked).abs().max().item():.2e}")
+          f"chunked vs full max err {(audio - chunked).abs().max().item():.2e}")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,11 @@ class Codec(nn.Module, ABC):
 
     @property
     @abstractmethod
+    def codebook_size(self) -> int:
+        """Valid codes are [0, codebook_size)."""
+
+    @property
+    @abstractmethod
     def sample_rate(self) -> int: ...
 
     @property

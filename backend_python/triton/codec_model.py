@@ -10,7 +10,6 @@ in the batch still decode.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -27,7 +26,7 @@ class CodecModel:
 
         from backend_python.models import registry
         torch.set_flush_denormal(True)
-        torch.set_num_threads(int(params.get("num_threads", os.cpu_count() or 1)))
+        torch.set_num_threads(int(params.get("num_threads", "1")))  # several model processes share the cores
         spec = registry.resolve(params.get("model", registry.DEFAULT_MODEL))
         self.device = lane.device_for(args.get("model_instance_device_id"))
         self.codec = registry.load_codec(spec, device=self.device, dtype=lane.dtype)

@@ -53,7 +53,7 @@ class LMModel:
         from backend_python.engine.engine import EngineConfig, LMEngine
         from backend_python.models import registry
         torch.set_flush_denormal(True)
-        torch.set_num_threads(int(params.get("num_threads", os.cpu_count() or 1)))
+        torch.set_num_threads(int(params.get("num_threads", "1")))  # several model processes share the cores
         spec = registry.resolve(params.get("model", registry.DEFAULT_MODEL))
         device = lane.device_for(args.get("model_instance_device_id"))
         self.model = registry.load_lm(spec, device=device, dtype=lane.dtype)

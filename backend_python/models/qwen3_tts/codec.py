@@ -133,6 +133,10 @@ class Qwen3TTSCodec(Codec):
         return self.cfg.num_quantizers
 
     @property
+    def codebook_size(self) -> int:
+        return self.cfg.codebook_size
+
+    @property
     def sample_rate(self) -> int:
         return self.cfg.sample_rate
 

@@ -64,9 +64,9 @@ class Qwen3TTSLM(SpeechLM):
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
                         dtype: torch.dtype = torch.float32, language: str = AUTO_LANGUAGE) -> "Qwen3TTSLM":
         """Load a checkpoint dir (config.json, model.safetensors[.index.json], tokenizer files)."""
-        config = checkpoint.read_config(path)
+        config, tokenizer = checkpoint.read_config(path), checkpoint.load_tokenizer(path)
         with torch.device("meta"):
-            lm = cls(config, checkpoint.load_tokenizer(path), language)
+            lm = cls(config, tokenizer, language)
         lm.load_state_dict(checkpoint.read_talker_state_dict(path), strict=True, assign=True)
         return lm.to(device=device, dtype=dtype).eval()
 
@@ -77,10 +77,10 @@ class Qwen3TTSLM(SpeechLM):
         """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
         tokenizer = tokenizer if tokenizer is not None else checkpoint.build_tiny_tokenizer()
         with torch.device("meta"):
-            lm = cls(config, tokenizer, language)
+            lm = cls(config, tokenizer, language).to(dtype=dtype)
         lm.to_empty(device=device)
         checkpoint.init_random_weights(lm, seed)
-        return lm.to(dtype=dtype).eval()
+        return lm.eval()
 
     # ---- SpeechLM properties -------------------------------------------------------------------
     @property

@@ -1,0 +1,53 @@
+"""Qwen3-TTS (12 Hz) as the registry sees it: presets, checkpoint detection, loaders.
+
+Checkpoint layout (the official one): `config.json` (model_type `qwen3_tts`),
+`model.safetensors`, the text tokenizer files, and `speech_tokenizer/` holding
+the 12 Hz codec (`config.json` + `model.safetensors`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec, Qwen3TTSCodecConfig, full_codec_config
+from backend_python.models.qwen3_tts.lm import Qwen3TTSLM
+from backend_python.models.qwen3_tts.presets import preset_config
+
+name = "qwen3-tts"
+tiny_presets = ("qwen3-tts-tiny",)
+random_presets = ("qwen3-tts-0.6b", "qwen3-tts-1.7b")
+CODEC_DIR = "speech_tokenizer"
+RANDOM_SEED = 0
+
+
+def is_checkpoint(path: Path) -> bool:
+    config = path / "config.json"
+    if not config.is_file() or not (path / CODEC_DIR).is_dir():
+        return False
+    return json.loads(config.read_text()).get("model_type") == "qwen3_tts"
+
+
+def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
+    from backend_python.models.qwen3_tts.checkpoint import build_tiny_checkpoint as build
+    build(out_dir, seed=RANDOM_SEED)
+
+
+def load_lm(spec, device: str, dtype: torch.dtype) -> Qwen3TTSLM:
+    if spec.checkpoint is not None:
+        return Qwen3TTSLM.from_pretrained(spec.checkpoint, device=device, dtype=dtype)
+    return Qwen3TTSLM.from_config(preset_config(spec.preset), device=device, dtype=dtype, seed=RANDOM_SEED)
+
+
+def load_codec(spec, device: str, dtype: torch.dtype) -> Qwen3TTSCodec:
+    if spec.checkpoint is not None:
+        return Qwen3TTSCodec.from_pretrained(spec.checkpoint / CODEC_DIR, device=device, dtype=dtype)
+    return Qwen3TTSCodec.from_config(full_codec_config(), device=device, dtype=dtype, seed=RANDOM_SEED)
+
+
+def codec_left_context_frames(spec) -> int:
+    if spec.checkpoint is None:
+        return full_codec_config().left_context_frames
+    official = json.loads((spec.checkpoint / CODEC_DIR / "config.json").read_text())
+    return Qwen3TTSCodecConfig.from_official(official).left_context_frames

@@ -1,0 +1,125 @@
+"""The LM engine's loop with the tiny Qwen3-TTS: chunk cutting, context windows, joining mid-flight."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from backend_python.engine.engine import EngineConfig, LMEngine
+from backend_python.engine.sequence import Chunk, Sequence
+from backend_python.models.base import SamplingParams
+from backend_python.models.qwen3_tts.lm import Qwen3TTSLM
+from backend_python.models.qwen3_tts.presets import preset_config
+from scheduler import ChunkingConfig
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.chunks: list[Chunk] = []
+        self.error: str | None = None
+        self.done = threading.Event()
+
+    def emit(self, chunk: Chunk) -> None:
+        self.chunks.append(chunk)
+
+    def finish(self, error: str | None) -> None:
+        self.error = error
+        self.done.set()
+
+
+@pytest.fixture(scope="module")
+def lm() -> Qwen3TTSLM:
+    return Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), seed=0)
+
+
+def make_engine(lm, **overrides) -> LMEngine:
+    config = EngineConfig(max_slots=4, max_seq_len=256, codec_left_context_frames=3,
+                          chunking=ChunkingConfig(first_chunk_frames=2, chunk_frames=5))
+    return LMEngine(lm, EngineConfig(**{**config.__dict__, **overrides}))
+
+
+def make_seq(lm, text: str, frames: int, seed: int = 0) -> tuple[Sequence, ListSink]:
+    sink = ListSink()
+    seq = Sequence(request_id=text, prompt=lm.encode_prompt(text, None), sampling=SamplingParams(seed=seed),
+                   ignore_eos=True, max_frames=frames, sink=sink, generator=torch.Generator().manual_seed(seed))
+    return seq, sink
+
+
+def run_until_done(engine: LMEngine, sinks: list[ListSink], max_steps: int = 500) -> None:
+    for _ in range(max_steps):
+        engine._collect(block=False)
+        engine.step()
+        if all(s.done.is_set() for s in sinks):
+            return
+    raise AssertionError("requests did not finish")
+
+
+def test_chunks_have_planned_sizes_and_left_context(lm):
+    engine = make_engine(lm)
+    seq, sink = make_seq(lm, "Hello there.", frames=13)
+    engine.add(seq)
+    run_until_done(engine, [sink])
+    assert sink.error is None
+    assert [c.chunk_index for c in sink.chunks] == [0, 1, 2, 3]
+    assert [c.num_new_frames for c in sink.chunks] == [2, 5, 5, 1]
+    assert [c.context_frames for c in sink.chunks] == [0, 2, 3, 3]
+    frames = torch.cat([c.tokens[c.context_frames:] for c in sink.chunks])
+    assert frames.shape == (13, 16)
+    for chunk in sink.chunks[1:]:  # the context is the request's own preceding frames
+        start = sum(c.num_new_frames for c in sink.chunks[: chunk.chunk_index])
+        torch.testing.assert_close(chunk.tokens[: chunk.context_frames], frames[start - chunk.context_frames: start])
+
+
+def test_request_joining_mid_flight_gets_the_same_tokens_as_alone(lm):
+    alone_engine = make_engine(lm)
+    alone, alone_sink = make_seq(lm, "Joining later.", frames=8, seed=7)
+    alone_engine.add(alone)
+    run_until_done(alone_engine, [alone_sink])
+
+    engine = make_engine(lm)
+    first, first_sink = make_seq(lm, "Already running for a while.", frames=12, seed=1)
+    engine.add(first)
+    for _ in range(4):
+        engine._collect(block=False)
+        engine.step()
+    late, late_sink = make_seq(lm, "Joining later.", frames=8, seed=7)
+    engine.add(late)
+    run_until_done(engine, [first_sink, late_sink])
+    tokens = lambda sink: torch.cat([c.tokens[c.context_frames:] for c in sink.chunks])
+    torch.testing.assert_close(tokens(late_sink), tokens(alone_sink), rtol=0, atol=0)
+    assert tokens(first_sink).shape[0] == 12
+
+
+def test_request_too_long_for_the_cache_fails_alone(lm):
+    engine = make_engine(lm, max_seq_len=64)
+    big, big_sink = make_seq(lm, "Too long.", frames=100)
+    ok, ok_sink = make_seq(lm, "Fine.", frames=3)
+    engine.add(big)
+    engine.add(ok)
+    run_until_done(engine, [big_sink, ok_sink])
+    assert "max_seq_len" in big_sink.error and not big_sink.chunks
+    assert ok_sink.error is None and sum(c.num_new_frames for c in ok_sink.chunks) == 3
+
+
+def test_more_requests_than_slots_wait_for_a_free_slot(lm):
+    engine = make_engine(lm, max_slots=2)
+    pairs = [make_seq(lm, f"Request {i}.", frames=3, seed=i) for i in range(5)]
+    for seq, _ in pairs:
+        engine.add(seq)
+    run_until_done(engine, [sink for _, sink in pairs])
+    assert all(sink.error is None and sum(c.num_new_frames for c in sink.chunks) == 3 for _, sink in pairs)
+
+
+def test_cancelled_request_frees_its_slot(lm):
+    engine = make_engine(lm, max_slots=1)
+    long, long_sink = make_seq(lm, "Long.", frames=200)
+    short, short_sink = make_seq(lm, "Short.", frames=2)
+    engine.add(long)
+    engine.add(short)
+    engine._collect(block=False)
+    engine.step()
+    engine.cancel(long)
+    run_until_done(engine, [long_sink, short_sink])
+    assert long_sink.error == "cancelled"
+    assert short_sink.error is None
