@@ -10,10 +10,11 @@ tiny checkpoint the LM side ships are the same decoder), saves it with the
 reference `save_pretrained` into tests/fixtures/qwen3_tts_tiny/speech_tokenizer/
 and writes codes plus the reference decoder's outputs to codec_golden.npz:
 
-    codes       [1, 40, 16] int64
-    audio       [1, 76800]  float32  reference decoder forward (one pass)
-    last_chunk  [1, 19200]  float32  frames 30..39 of the reference chunked_decode(chunk_size=10,
-                                     left_context_size=25): the one chunk whose context is cut
+    codes       [1, 100, 16] int64   longer than the sliding window (72), so the window binds
+    audio_head  [1, 19200]   float32 frames 0..9 of the reference decoder forward (one pass)
+    audio_tail  [1, 19200]   float32 frames 90..99 of the same pass
+    last_chunk  [1, 19200]   float32 frames 90..99 of the reference chunked_decode(chunk_size=10,
+                                     left_context_size=25), i.e. decoded from the window 65..99
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from backend_python.models.qwen3_tts.codec import build_tiny_codec_checkpoint  # noqa: E402
 
 OUT_DIR = os.path.join(REPO, "tests", "fixtures", "qwen3_tts_tiny")
-NUM_FRAMES, SEED = 40, 0
+NUM_FRAMES, SEED = 100, 0
 CHUNK_FRAMES, CONTEXT_FRAMES = 10, 25
 
 # The smallest Mimi encoder the reference builds; our loader ignores encoder.* keys.
@@ -88,13 +89,13 @@ def main() -> None:
         chunked = model.decoder.chunked_decode(codes.transpose(1, 2), CHUNK_FRAMES, CONTEXT_FRAMES)[:, 0]
         via_decode = model.decode(codes, return_dict=True).audio_values[0]
     assert torch.equal(via_decode, audio[0]), "model.decode is one pass below 300 frames"
-    last_chunk = chunked[:, (NUM_FRAMES - CHUNK_FRAMES) * 1920:]
+    tail = CHUNK_FRAMES * 1920  # samples of the last chunk
 
     folder = os.path.join(OUT_DIR, "speech_tokenizer")
     model.save_pretrained(folder)
     shrink_encoder(folder)
-    np.savez(os.path.join(OUT_DIR, "codec_golden.npz"), codes=codes.numpy(), audio=audio.numpy(),
-             last_chunk=last_chunk.numpy())
+    np.savez(os.path.join(OUT_DIR, "codec_golden.npz"), codes=codes.numpy(), audio_head=audio[:, :tail].numpy(),
+             audio_tail=audio[:, -tail:].numpy(), last_chunk=chunked[:, -tail:].numpy())
     clipped = (audio.abs() >= 1).float().mean().item()
     print(f"saved {folder}: audio std {audio.std().item():.3f}, clipped {clipped:.4f}, "
           f"chunked vs full max err {(audio - chunked).abs().max().item():.2e}")

@@ -22,7 +22,6 @@ WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 SPEECH_TOKENIZER_DIR = "speech_tokenizer"
 TALKER_PREFIX = "talker."
-INIT_STD = 0.02
 
 TINY_BPE_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|tts_pad|>", "<|tts_text_bos|>",
                      "<|tts_text_eod|>"]
@@ -70,12 +69,16 @@ def read_talker_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def init_random_weights(model: nn.Module, seed: int) -> None:
-    """Deterministic init in module order: N(0, 0.02) matrices/embeddings, zero biases, unit norms."""
+    """Deterministic init in module order: N(0, 1/fan_in) matrices, N(0, 1) embeddings, zero biases,
+    unit norms. Unit-scale activations (unlike HF's N(0, 0.02)) make a random model's output depend
+    on its prompt, so tests can tell requests apart."""
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     for module in model.modules():
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            module.weight.normal_(0.0, INIT_STD, generator=generator)
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(0.0, module.in_features ** -0.5, generator=generator)
+        if isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, 1.0, generator=generator)
         if isinstance(module, nn.Linear) and module.bias is not None:
             module.bias.zero_()
         if isinstance(module, RMSNorm):

@@ -41,23 +41,26 @@ class CodePredictor(nn.Module):
         return KVCache.allocate(c.num_hidden_layers, num_rows, c.num_key_value_heads, c.num_code_groups,
                                 c.head_dim, device, dtype)
 
-    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """embeds: [B, T, talker_hidden] at positions [B, T] -> last hidden [B, hidden] (normed)."""
-        rows = torch.arange(embeds.shape[0], device=embeds.device)
-        step = Step.build(rows, positions, self.cfg.head_dim, self.cfg.rope_theta, cache.max_seq_len, embeds.dtype)
+    def forward(self, embeds: torch.Tensor, step: Step, cache: KVCache) -> torch.Tensor:
+        """embeds: [B, T, talker_hidden] -> last hidden [B, hidden] (normed)."""
         return self.model(self.small_to_mtp_projection(embeds), step, cache)[:, -1]
+
+    def frame_step(self, batch_size: int, cache: KVCache, device: torch.device, dtype: torch.dtype) -> Step:
+        """RoPE and mask for all G positions of a frame, built once and windowed per step."""
+        rows = torch.arange(batch_size, device=device)
+        positions = torch.arange(self.cfg.num_code_groups, device=device).expand(batch_size, -1)  # [B, G]
+        return Step.build(rows, positions, self.cfg.head_dim, self.cfg.rope_theta, cache.max_seq_len, dtype)
 
     def generate(self, talker_hidden: torch.Tensor, code0_embed: torch.Tensor, cache: KVCache,
                  sampling: BatchSampling) -> tuple[torch.Tensor, torch.Tensor]:
         """talker_hidden, code0_embed: [B, talker_hidden] -> (codes [B, G-1] int64,
         their talker-width embeddings [B, G-1, talker_hidden])."""
-        b = talker_hidden.shape[0]
         x = torch.stack((talker_hidden, code0_embed), dim=1)  # [B, 2, talker_hidden]
-        positions = torch.arange(2, device=x.device).expand(b, 2)
-        codes, embeds = [], []
-        for head, table in zip(self.lm_head, self.model.codec_embedding):
-            code = sample(head(self(x, positions, cache)).float(), sampling)  # [B]
+        frame = self.frame_step(x.shape[0], cache, x.device, x.dtype)
+        step, codes, embeds = frame.window(0, 2), [], []
+        for i, (head, table) in enumerate(zip(self.lm_head, self.model.codec_embedding)):
+            code = sample(head(self(x, step, cache)).float(), sampling)  # [B]
             codes.append(code)
             embeds.append(table(code))
-            x, positions = embeds[-1][:, None], positions[:, -1:] + 1
+            x, step = embeds[-1][:, None], frame.window(i + 2, i + 3)
         return torch.stack(codes, dim=1), torch.stack(embeds, dim=1)

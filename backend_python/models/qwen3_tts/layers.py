@@ -50,6 +50,11 @@ class Step:
         mask = keys[None, None, None, :] <= positions[:, None, :, None]
         return cls(rows, positions, cos, sin, mask)
 
+    def window(self, start: int, end: int) -> "Step":
+        """The tokens start..end-1 of a step built over a whole (short) sequence."""
+        return Step(self.rows, self.positions[:, start:end], self.cos[:, :, start:end], self.sin[:, :, start:end],
+                    self.mask[:, :, start:end])
+
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

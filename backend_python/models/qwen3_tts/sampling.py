@@ -24,6 +24,10 @@ class BatchSampling:
     repetition_penalty: torch.Tensor  # [B, 1] float32
     is_greedy: torch.Tensor  # [B] bool
     generators: list[torch.Generator]
+    # host-side flags (from the params, no device sync) that skip work no row needs
+    any_sampled: bool = True
+    any_top_k: bool = True
+    any_top_p: bool = True
 
     @classmethod
     def build(cls, params: list[SamplingParams], generators: list[torch.Generator],
@@ -36,7 +40,10 @@ class BatchSampling:
                    top_p=col([[p.top_p] for p in params], torch.float32),
                    repetition_penalty=col([[p.repetition_penalty] for p in params], torch.float32),
                    is_greedy=col([p.is_greedy for p in params], torch.bool),
-                   generators=generators)
+                   generators=generators,
+                   any_sampled=not all(p.is_greedy for p in params),
+                   any_top_k=any(p.top_k > 0 for p in params),
+                   any_top_p=any(p.top_p < 1.0 for p in params))
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
@@ -48,14 +55,18 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: 
     return torch.where(seen, penalised, logits)
 
 
-def top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """logits: [B, V] (already divided by temperature) -> logits with filtered entries at -inf."""
+def top_k(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """logits: [B, V], k: [B, 1] (0 = off) -> logits below each row's k-th largest at -inf."""
     vocab = logits.shape[-1]
-    k = torch.where((top_k <= 0) | (top_k > vocab), vocab, top_k)  # [B, 1]
+    k = torch.where((k <= 0) | (k > vocab), vocab, k)
     descending = logits.sort(dim=-1, descending=True).values
-    logits = logits.masked_fill(logits < descending.gather(-1, k - 1), float("-inf"))
+    return logits.masked_fill(logits < descending.gather(-1, k - 1), float("-inf"))
+
+
+def top_p(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """logits: [B, V], p: [B, 1] -> logits outside each row's nucleus at -inf (HF's TopPLogitsWarper)."""
     ascending, order = logits.sort(dim=-1)
-    remove = ascending.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
+    remove = ascending.softmax(dim=-1).cumsum(dim=-1) <= (1 - p)
     remove[:, -1] = False  # always keep the most likely token
     return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
 
@@ -70,7 +81,11 @@ def exponential_noise(shape: torch.Size, generators: list[torch.Generator], devi
 def sample(logits: torch.Tensor, s: BatchSampling) -> torch.Tensor:
     """logits: [B, V] float32 (penalised and masked) -> tokens [B] int64."""
     greedy = logits.argmax(dim=-1)
-    warped = top_k_top_p(logits / s.temperature[:, None], s.top_k, s.top_p)
+    if not s.any_sampled:
+        return greedy
+    warped = logits / s.temperature[:, None]
+    warped = top_k(warped, s.top_k) if s.any_top_k else warped
+    warped = top_p(warped, s.top_p) if s.any_top_p else warped
     probs = warped.softmax(dim=-1)
     drawn = (probs / exponential_noise(probs.shape, s.generators, probs.device)).argmax(dim=-1)
     return torch.where(s.is_greedy, greedy, drawn)
