@@ -7,6 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
+from clients.mps import MpsError
 from clients.serve import MODES, ServeConfig, Server
 from clients.triton_launch import Ports, find_triton
 
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor}[args.command](args)
-    except ValueError as exc:
+    except (ValueError, MpsError) as exc:
         print(f"voxlane: error: {exc}", file=sys.stderr)
         return 2
 
@@ -42,6 +43,11 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-slots", type=int, default=32, help="LM batch slots (live requests)")
     parser.add_argument("--first-chunk-frames", type=int, default=2)
     parser.add_argument("--chunk-frames", type=int, default=10)
+    parser.add_argument("--partition", choices=("mps", "none"), default=None,
+                        help="SM partition of the lanes on cuda (default: mps on cuda)")
+    parser.add_argument("--lm-sm-pct", type=int, default=75, help="MPS active-thread %% of the LM lane")
+    parser.add_argument("--codec-sm-pct", type=int, default=25,
+                        help="MPS active-thread %% of the background codec lane (~32 of 132 SMs)")
     parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
 
 
@@ -49,7 +55,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
                        ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
                        max_slots=args.max_slots, first_chunk_frames=args.first_chunk_frames,
-                       chunk_frames=args.chunk_frames)
+                       chunk_frames=args.chunk_frames, partition=args.partition, lm_sm_pct=args.lm_sm_pct,
+                       codec_sm_pct=args.codec_sm_pct)
 
 
 def _add_serve(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +116,9 @@ def _report(result, output: str) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from clients.stream import synthesize
-    with Server(_serve_config(args), log_path=args.log_file) as server:
+    log_file = args.log_file or Path("tritonserver-demo.log")
+    print(f"voxlane: starting tritonserver (log: {log_file})", flush=True)
+    with Server(_serve_config(args), log_path=log_file) as server:
         print("voxlane: server ready", flush=True)
         synthesize(server.grpc_url, "Warm up.", seed=1, max_audio_seconds=0.5)
         result = synthesize(server.grpc_url, args.text, seed=0, max_audio_seconds=4.0, ignore_eos=True)

@@ -7,11 +7,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clients.mps import MpsDaemon
 from clients.triton_launch import Ports, TritonProcess, find_triton
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 MODES = ("voxlane", "timeshare", "colocate", "partition")
-SUPPORTED_MODES = ("voxlane", "colocate", "partition")
+PARTITIONED_MODES = ("partition", "voxlane")
 LANE_MODELS = ("speechlm_lm", "codec", "codec_urgent")
 
 
@@ -28,17 +29,39 @@ class ServeConfig:
     first_chunk_frames: int = 2
     chunk_frames: int = 10
     num_threads: int | None = None  # torch threads per model process (cpu)
+    partition: str | None = None  # None: "mps" on cuda, "none" on cpu
+    lm_sm_pct: int = 75  # MPS active-thread percentage of the LM lane
+    codec_sm_pct: int = 25  # of the background codec lane: ~32 of an H200's 132 SMs
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"--device must be cpu or cuda, got {self.device!r}")
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.mode not in SUPPORTED_MODES:
-            raise ValueError(f"--mode {self.mode} is not available yet: the inline (time-sharing) lane is "
-                             f"not built; use one of {', '.join(SUPPORTED_MODES)}")
+        if self.partition not in (None, "mps", "none"):
+            raise ValueError(f"--partition must be mps or none, got {self.partition!r}")
+        if self.device == "cpu" and self.partition == "mps":
+            raise ValueError("--partition mps needs --device cuda (MPS partitions GPU SMs)")
+        for name in ("lm_sm_pct", "codec_sm_pct"):
+            if not 1 <= getattr(self, name) <= 100:
+                raise ValueError(f"--{name.replace('_', '-')} must be in [1, 100], got {getattr(self, name)}")
         if self.first_chunk_frames < 1 or self.chunk_frames < 1 or self.max_slots < 1:
             raise ValueError("chunk sizes and --max-slots must be >= 1")
+
+    @property
+    def uses_mps(self) -> bool:
+        """The MPS daemon runs for every mode on cuda unless --partition none."""
+        return self.device == "cuda" and self.partition != "none"
+
+    @property
+    def is_partitioned(self) -> bool:
+        return self.uses_mps and self.mode in PARTITIONED_MODES
+
+    def sm_percentage(self, model_name: str) -> int:
+        """The MPS active-thread percentage of one lane; 100 (whole GPU) when not partitioned."""
+        if not self.is_partitioned:
+            return 100
+        return {"speechlm_lm": self.lm_sm_pct, "codec": self.codec_sm_pct}.get(model_name, 100)
 
     @property
     def resolved_dtype(self) -> str:
@@ -48,12 +71,13 @@ class ServeConfig:
         """The config.pbtxt parameters this run sets on one model."""
         if model_name == "vox_ensemble":
             return {"mode": self.mode}
-        params = {"model": self.model, "device": self.device, "dtype": self.resolved_dtype}
+        params = {"model": self.model, "device": self.device, "dtype": self.resolved_dtype,
+                  "mps_active_thread_percentage": str(self.sm_percentage(model_name))}
         if self.num_threads:
             params["num_threads"] = str(self.num_threads)
         if model_name == "speechlm_lm":
-            params.update(max_slots=str(self.max_slots), first_chunk_frames=str(self.first_chunk_frames),
-                          chunk_frames=str(self.chunk_frames))
+            params.update(mode=self.mode, max_slots=str(self.max_slots),
+                          first_chunk_frames=str(self.first_chunk_frames), chunk_frames=str(self.chunk_frames))
         return params
 
 
@@ -96,19 +120,31 @@ class Server:
         self.run_dir = Path(run_dir or self._tmp.name)
         self.log_path = log_path
         self.process: TritonProcess | None = None
+        self.mps: MpsDaemon | None = None
 
     def start(self, timeout_s: float = 300.0) -> "Server":
         repository = render_repository(self.config, self.run_dir / "model_repository")
-        self.process = TritonProcess(find_triton(), repository, self.config.ports, log_path=self.log_path)
         try:
+            env = self._start_mps()
+            self.process = TritonProcess(find_triton(), repository, self.config.ports, env=env,
+                                         log_path=self.log_path)
             self.process.wait_ready(timeout_s)
-        except (RuntimeError, TimeoutError):
+        except BaseException:  # a failed start (or Ctrl-C) must not leave MPS or triton behind
             self.stop()
             raise
         return self
 
+    def _start_mps(self) -> dict[str, str]:
+        if not self.config.uses_mps:
+            return {}
+        self.mps = MpsDaemon(self.run_dir)
+        self.mps.start()
+        return self.mps.env
+
     def stop(self) -> int | None:
         code = self.process.stop() if self.process else None
+        if self.mps is not None:
+            self.mps.stop()
         if self._tmp:
             self._tmp.cleanup()
         return code

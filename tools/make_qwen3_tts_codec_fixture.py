@@ -18,6 +18,7 @@ and writes codes plus the reference decoder's outputs to codec_golden.npz:
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -72,8 +73,6 @@ def shrink_encoder(folder: str) -> None:
 
 
 def main() -> None:
-    import json
-
     torch.manual_seed(SEED)
     with tempfile.TemporaryDirectory() as tiny_dir:
         build_tiny_codec_checkpoint(tiny_dir, seed=SEED)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
-from backend_python.models.base import DecodeBatch, SpeechLM
+from backend_python.models.base import Codec, DecodeBatch, SpeechLM
 from scheduler.chunking import ChunkingConfig, ChunkPlan
 
 log = logging.getLogger("voxlane.engine")
@@ -46,8 +46,10 @@ class EngineConfig:
 
 
 class LMEngine:
-    def __init__(self, model: SpeechLM, config: EngineConfig) -> None:
+    def __init__(self, model: SpeechLM, config: EngineConfig, codec: Codec | None = None) -> None:
+        """`codec` set: the time-sharing baseline, chunks are decoded inline in this loop."""
         self.model = model
+        self.codec = codec
         self.config = config
         self._inbox: queue.Queue[Sequence | None] = queue.Queue()
         self._waiting: list[Sequence] = []
@@ -134,23 +136,52 @@ class LMEngine:
                 self._finish(seq, f"decode failed: {exc}")
             return
         codes, is_eos = codes.cpu(), is_eos.cpu()  # the step's one device-to-host copy
+        ready, done = [], []
         for row, seq in enumerate(self._running):
-            self._advance(seq, codes[row], bool(is_eos[row]))
-
-    def _advance(self, seq: Sequence, frame: torch.Tensor, is_eos: bool) -> None:
-        if not is_eos:
-            seq.frames.append(frame)
-        is_done = is_eos or seq.is_length_capped
-        self._emit_chunks(seq, is_done)
-        if is_done:
+            is_done = self._advance(seq, codes[row], bool(is_eos[row]))
+            ready += [(seq, chunk) for chunk in self._cut_chunks(seq, is_done)]
+            if is_done:
+                done.append(seq)
+        self._deliver(ready)
+        for seq in done:
             self._finish(seq, None)
 
-    def _emit_chunks(self, seq: Sequence, is_done: bool) -> None:
+    def _advance(self, seq: Sequence, frame: torch.Tensor, is_eos: bool) -> bool:
+        """Append the step's frame; returns whether the request is done."""
+        if not is_eos:
+            seq.frames.append(frame)
+        return is_eos or seq.is_length_capped
+
+    def _cut_chunks(self, seq: Sequence, is_done: bool) -> list[Chunk]:
+        chunks = []
         for span in self._chunk_plan.ready_chunks(seq.num_frames, seq.num_chunks, is_done):
             context = min(self.config.codec_left_context_frames, span.start)
             tokens = torch.stack(seq.frames[span.start - context: span.end])  # [context + new, K]
-            seq.sink.emit(Chunk(span.index, tokens, context))
+            chunks.append(Chunk(span.index, tokens, context))
             seq.num_chunks = span.index + 1
+        return chunks
+
+    def _deliver(self, ready: list[tuple[Sequence, Chunk]]) -> None:
+        """Hand chunks to their sinks; with an inline codec, decode them first in one batch."""
+        if self.codec is not None and ready:
+            ready = self._decode_inline(ready)
+        for seq, chunk in ready:
+            try:
+                seq.sink.emit(chunk)
+            except Exception:  # the client is gone: stop generating for it, keep the others
+                log.exception("sending a chunk of %s failed", seq.request_id)
+                seq.is_cancelled = True
+
+    def _decode_inline(self, ready: list[tuple[Sequence, Chunk]]) -> list[tuple[Sequence, Chunk]]:
+        windows = [(chunk.tokens.to(self.model.device), chunk.context_frames) for _, chunk in ready]
+        try:
+            audio = self.codec.decode_windows(windows)
+        except (RuntimeError, ValueError) as exc:
+            log.exception("inline codec decode failed")
+            for seq, _ in ready:
+                self._finish(seq, f"codec failed: {exc}")
+            return []
+        return [(seq, replace(chunk, audio=pcm.float().cpu())) for (seq, chunk), pcm in zip(ready, audio)]
 
     def _finish(self, seq: Sequence, error: str | None) -> None:
         if seq.status is SeqStatus.FINISHED:

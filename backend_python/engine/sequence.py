@@ -23,6 +23,7 @@ class Chunk:
     chunk_index: int
     tokens: torch.Tensor  # [context_frames + new_frames, K] int64, cpu
     context_frames: int
+    audio: torch.Tensor | None = None  # [new_frames * samples_per_frame] float32, cpu; inline lane only
 
     @property
     def num_new_frames(self) -> int:

@@ -76,6 +76,10 @@ class SpeechLM(nn.Module, ABC):
     def num_codebooks(self) -> int: ...
 
     @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
     @abstractmethod
     def frame_rate(self) -> float:
         """Frames per second of audio."""

@@ -3,7 +3,8 @@
 `execute` parses each request, builds its prompt (a bad voice fails here, at
 once) and hands it to the engine thread; it returns None. The engine sends one
 response per chunk: `tokens` INT32 [context + new frames, K], `context_frames`
-INT32 [1], `chunk_index` INT32 [1]; then the final flag.
+INT32 [1], `chunk_index` INT32 [1] — plus `audio` FP32 [n] and `sample_rate`
+INT32 [1] in timeshare mode, where the codec runs inline — then the final flag.
 """
 from __future__ import annotations
 
@@ -26,15 +27,20 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 class ResponseSink:
     """Delivers one request's chunks through its Triton response sender."""
 
-    def __init__(self, sender) -> None:
+    def __init__(self, sender, sample_rate: int | None) -> None:
         self._sender = sender
+        self._sample_rate = sample_rate  # set when chunks carry inline-decoded audio
 
     def emit(self, chunk: Chunk) -> None:
-        self._sender.send(pb_utils.InferenceResponse(output_tensors=[
+        tensors = [
             pb_utils.Tensor("tokens", chunk.tokens.numpy().astype(np.int32)),
             pb_utils.Tensor("context_frames", np.array([chunk.context_frames], dtype=np.int32)),
             pb_utils.Tensor("chunk_index", np.array([chunk.chunk_index], dtype=np.int32)),
-        ]))
+        ]
+        if chunk.audio is not None:
+            tensors += [pb_utils.Tensor("audio", chunk.audio.numpy().astype(np.float32, copy=False)),
+                        pb_utils.Tensor("sample_rate", np.array([self._sample_rate], dtype=np.int32))]
+        self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
 
     def finish(self, error: str | None) -> None:
         if error is None:
@@ -59,9 +65,16 @@ class LMModel:
         self.model = registry.load_lm(spec, device=device, dtype=lane.dtype)
         self.limits = RequestLimits()
         context = registry.family_of(spec).codec_left_context_frames(spec)
-        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context))
+        # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
+        self.codec = (registry.load_codec(spec, device=device, dtype=lane.dtype)
+                      if params.get("mode") == "timeshare" else None)
+        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self.codec)
         self.device = device
         self.engine.start()
+
+    @property
+    def sample_rate(self) -> int | None:
+        return self.codec.sample_rate if self.codec is not None else None
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -71,9 +84,9 @@ class LMModel:
     def _submit(self, request) -> None:
         sender = request.get_response_sender()
         try:
-            seq = self._sequence(request, ResponseSink(sender))
+            seq = self._sequence(request, ResponseSink(sender, self.sample_rate))
         except RequestError as exc:
-            ResponseSink(sender).finish(str(exc))
+            ResponseSink(sender, None).finish(str(exc))
             return
         self.engine.add(seq)
 

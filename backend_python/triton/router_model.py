@@ -54,6 +54,9 @@ class RouterModel:
         self.estimator = LatencyEstimator.from_config(self.config)
         self.router = ChunkRouter(self.config, self.estimator)
         self.in_flight = _InFlight()
+        self._lm_outputs = ["tokens", "context_frames", "chunk_index"]
+        if Lane.INLINE in self.config.mode.lanes:
+            self._lm_outputs += ["audio", "sample_rate"]
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -82,7 +85,7 @@ class RouterModel:
         """Stream LM chunks through the codec lanes to the client; returns an error or None."""
         clock = PlaybackClock()
         lm_request = pb_utils.InferenceRequest(
-            model_name="speechlm_lm", requested_output_names=["tokens", "context_frames", "chunk_index"],
+            model_name="speechlm_lm", requested_output_names=self._lm_outputs,
             inputs=[t for t in (pb_utils.get_input_tensor_by_name(request, n) for n in INPUT_NAMES)
                     if t is not None])
         for response in lm_request.exec(decoupled=True):
@@ -100,7 +103,8 @@ class RouterModel:
         context = pb_utils.get_output_tensor_by_name(response, "context_frames").as_numpy()
         index = int(pb_utils.get_output_tensor_by_name(response, "chunk_index").as_numpy()[0])
         lane = self.router.route(clock, index, time.monotonic(), self.in_flight.peek(Lane.BACKGROUND)).lane
-        decoded = self._decode(lane, tokens, int(context[0]))
+        decoded = (_inline_audio(response) if lane is Lane.INLINE
+                   else self._decode(lane, tokens, int(context[0])))
         if isinstance(decoded, str):
             return decoded
         audio, sample_rate = decoded
@@ -132,6 +136,15 @@ class RouterModel:
         audio = pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)
         sample_rate = int(pb_utils.get_output_tensor_by_name(response, "sample_rate").as_numpy().reshape(-1)[0])
         return audio.astype(np.float32, copy=False), sample_rate
+
+
+def _inline_audio(response):
+    """(audio, sample_rate) that the LM decoded itself (timeshare), or an error string."""
+    audio = pb_utils.get_output_tensor_by_name(response, "audio")
+    if audio is None:
+        return "the LM lane sent no inline audio: is speechlm_lm in timeshare mode too?"
+    sample_rate = pb_utils.get_output_tensor_by_name(response, "sample_rate").as_numpy()
+    return audio.as_numpy().reshape(-1).astype(np.float32, copy=False), int(sample_rate.reshape(-1)[0])
 
 
 def _as_numpy(request, name: str):

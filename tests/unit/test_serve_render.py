@@ -26,6 +26,28 @@ def test_render_writes_settings_into_each_model(tmp_path):
     assert (REPOSITORY / "speechlm_lm" / "config.pbtxt").read_text().count("qwen3-tts-tiny") == 1
 
 
-def test_unbuilt_mode_is_refused_clearly():
-    with pytest.raises(ValueError, match="timeshare is not available yet"):
-        ServeConfig(mode="timeshare")
+@pytest.mark.parametrize("mode, lm, codec, urgent", [
+    ("voxlane", "70", "30", "100"), ("partition", "70", "30", "100"),
+    ("colocate", "100", "100", "100"), ("timeshare", "100", "100", "100")])
+def test_sm_percentages_follow_the_mode(tmp_path, mode, lm, codec, urgent):
+    config = ServeConfig(device="cuda", mode=mode, lm_sm_pct=70, codec_sm_pct=30)
+    repo = render_repository(config, tmp_path / "repo")
+    for model, pct in (("speechlm_lm", lm), ("codec", codec), ("codec_urgent", urgent)):
+        text = (repo / model / "config.pbtxt").read_text()
+        assert f'key: "mps_active_thread_percentage" value: {{ string_value: "{pct}" }}' in text, model
+    assert f'key: "mode" value: {{ string_value: "{mode}" }}' in (repo / "speechlm_lm" / "config.pbtxt").read_text()
+
+
+def test_no_partition_means_whole_gpu_everywhere():
+    config = ServeConfig(device="cuda", mode="voxlane", partition="none")
+    assert not config.uses_mps and config.sm_percentage("codec") == 100
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mode="fast"), "--mode must be one of"),
+    (dict(partition="mps"), "needs --device cuda"),
+    (dict(device="cuda", codec_sm_pct=0), "--codec-sm-pct must be in"),
+])
+def test_bad_serve_settings_are_refused_clearly(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ServeConfig(**kwargs)

@@ -100,6 +100,7 @@ class TalkerConfig:
         if "mrope_section" in rope:
             kwargs["mrope_section"] = tuple(rope["mrope_section"])
             kwargs["mrope_interleaved"] = bool(rope.get("interleaved", False))
+        kwargs["spk_id"] = {name: _single_id(name, v) for name, v in (d.get("spk_id") or {}).items()}
         kwargs["code_predictor"] = CodePredictorConfig.from_dict(d["code_predictor_config"])
         return cls(**kwargs)
 
@@ -154,6 +155,15 @@ def _check_attention(num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         raise ValueError(f"num_attention_heads {num_heads} not a multiple of num_key_value_heads {num_kv_heads}")
     if head_dim % 2:
         raise ValueError(f"head_dim must be even for RoPE, got {head_dim}")
+
+
+def _single_id(name: str, value: int | list[int]) -> int:
+    """Speaker ids are ints; some configs wrap them in a one-element list (the reference accepts both)."""
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise ValueError(f"speaker {name!r}: expected one codec id, got {value}")
+        value = value[0]
+    return int(value)
 
 
 def _check_full_attention(d: dict[str, Any], name: str) -> None:
