@@ -39,12 +39,15 @@ class TritonInstall:
 
 
 def find_triton() -> TritonInstall:
-    """Locate the wheel's server and make sure the right Python stub is in place."""
-    try:
-        import pytriton
-    except ImportError as exc:
-        raise RuntimeError("nvidia-pytriton is not installed: run `make install`") from exc
-    install = TritonInstall(Path(pytriton.__file__).parent / "tritonserver")
+    """Locate the server (`$TRITONSERVER`, else the wheel's) and put the right Python stub in place."""
+    if os.environ.get("TRITONSERVER"):  # an unpacked copy of the wheel's layout elsewhere
+        install = TritonInstall(Path(os.environ["TRITONSERVER"]).resolve().parent.parent)
+    else:
+        try:
+            import pytriton
+        except ImportError as exc:
+            raise RuntimeError("nvidia-pytriton is not installed: run `make install`") from exc
+        install = TritonInstall(Path(pytriton.__file__).parent / "tritonserver")
     if not install.binary.exists():
         raise RuntimeError(f"no tritonserver binary in {install.root}")
     _install_stub(install)

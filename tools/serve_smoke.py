@@ -1,0 +1,73 @@
+"""Serve a model in one or more modes and measure a few streams end to end.
+
+For each mode: start `tritonserver` through `voxlane serve`'s code, send
+`--sequential` requests one at a time (time to first audio with an idle
+server), then `--concurrent` requests at once, and stop. Prints one JSON line
+per mode and writes them all to `--out`.
+
+    python tools/serve_smoke.py --device cuda --model qwen3-tts-1.7b --modes voxlane timeshare
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from clients.serve import MODES, ServeConfig, Server
+from clients.stream import synthesize
+from clients.triton_launch import Ports
+
+TEXT = "VoxLane streams speech while the model is still talking."
+
+
+def measure(url: str, seconds: float, sequential: int, concurrent: int) -> dict:
+    synthesize(url, "Warm up.", seed=0, max_audio_seconds=seconds, ignore_eos=True)
+    alone = [synthesize(url, TEXT, seed=i, max_audio_seconds=seconds, ignore_eos=True) for i in range(sequential)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrent) as pool:
+        together = list(pool.map(lambda i: synthesize(url, f"{TEXT} {i}", seed=i, max_audio_seconds=seconds,
+                                                      ignore_eos=True), range(concurrent)))
+    wall = time.perf_counter() - started
+    return {
+        "ttfa_ms_idle": [round(r.ttfa_s * 1e3, 1) for r in alone],
+        "ttfa_ms_idle_p50": round(statistics.median(r.ttfa_s for r in alone) * 1e3, 1),
+        "rtf_idle": round(statistics.median(r.chunks[-1].arrival_s / r.audio_seconds for r in alone), 3),
+        "concurrent": concurrent,
+        "ttfa_ms_concurrent_p50": round(statistics.median(r.ttfa_s for r in together) * 1e3, 1),
+        "ttfa_ms_concurrent_max": round(max(r.ttfa_s for r in together) * 1e3, 1),
+        "audio_s_per_s_concurrent": round(sum(r.audio_seconds for r in together) / wall, 2),
+        "lanes": sorted({c.lane for r in alone + together for c in r.chunks}),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-tts-tiny")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--modes", nargs="+", default=["voxlane"], choices=MODES)
+    parser.add_argument("--seconds", type=float, default=1.6, help="audio per request")
+    parser.add_argument("--sequential", type=int, default=5)
+    parser.add_argument("--concurrent", type=int, default=8)
+    parser.add_argument("--log-dir", type=Path, default=Path("."))
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    rows = []
+    for offset, mode in enumerate(args.modes):
+        base = 18000 + 10 * offset
+        config = ServeConfig(model=args.model, device=args.device, mode=mode, ports=Ports(base, base + 1, base + 2))
+        started = time.perf_counter()
+        with Server(config, log_path=args.log_dir / f"triton-{mode}.log") as server:
+            row = {"mode": mode, "model": args.model, "device": args.device,
+                   "startup_s": round(time.perf_counter() - started, 1)}
+            row.update(measure(server.grpc_url, args.seconds, args.sequential, args.concurrent))
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    if args.out:
+        args.out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
