@@ -6,7 +6,7 @@
 set -uo pipefail
 out=${1:?OUT_DIR}; shift
 modes=${*:-voxlane timeshare}
-source .devpack/devpack-install.sh || exit 1
+source .devpack/devpack-install.sh .devpack || exit 1
 echo "$PWD" > /tmp/site/voxlane-checkout.pth   # the stubs take sys.path from /tmp/stubenv's python3
 export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
 nvidia-smi --query-gpu=name,memory.total,compute_mode --format=csv,noheader
