@@ -107,6 +107,7 @@ def server_command(install: TritonInstall, repository: Path, ports: Ports) -> li
         "--disable-auto-complete-config",
         "--exit-on-error=true",
         "--log-verbose=0",
+        *os.environ.get("VOXLANE_TRITON_ARGS", "").split(),  # extra server flags, e.g. for debugging
     ]
 
 
