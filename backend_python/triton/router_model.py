@@ -1,16 +1,19 @@
 """Triton glue of `vox_ensemble`: the decoupled BLS router.
 
 Per request: validate (a bad request fails here, before any model work), then
-one worker thread streams the LM's chunks (a decoupled BLS stream from
-`speechlm_lm`), routes each chunk to a codec lane by its playback deadline,
-and sends the audio back in order. BLS iterators block, so each request gets
-its own thread; `execute` returns None at once.
+a worker thread streams the LM's chunks (a decoupled BLS stream from
+`speechlm_lm`) and routes each chunk to a codec lane by its playback deadline,
+while a task on the stub's event loop sends the audio back in order. BLS
+iterators block, so they run in the thread; `execute` returns None at once.
 """
 from __future__ import annotations
 
+import asyncio
+import collections
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -45,6 +48,47 @@ class _InFlight:
             return self._counts[lane] + 1
 
 
+@dataclass(frozen=True)
+class _Chunk:
+    """A decoded chunk on its way from the worker thread to the sending event loop."""
+
+    index: int
+    lane: Lane
+    audio: np.ndarray  # [n] float32
+    sample_rate: int
+
+    @property
+    def duration_s(self) -> float:
+        return self.audio.size / self.sample_rate
+
+    def tensors(self) -> list:
+        return [pb_utils.Tensor("audio", self.audio),
+                pb_utils.Tensor("sample_rate", np.array([self.sample_rate], dtype=np.int32)),
+                pb_utils.Tensor("chunk_index", np.array([self.index], dtype=np.int32)),
+                pb_utils.Tensor("lane", np.array([self.lane.value.encode()], dtype=np.bytes_))]
+
+
+class _Graveyard:
+    """Keeps finished BLS response iterators alive for a grace period before they are freed.
+
+    With the Python 3.12 stub, freeing a decoupled BLS iterator right after its
+    final response corrupted the stub's memory now and then (a segfault a few
+    streams later); held a few seconds, they are freed safely.
+    """
+
+    def __init__(self, grace_s: float = 5.0) -> None:
+        self._grace_s = grace_s
+        self._lock = threading.Lock()
+        self._held: collections.deque = collections.deque()  # (time held, object)
+
+    def hold(self, obj: object) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._held.append((now, obj))
+            while self._held and now - self._held[0][0] > self._grace_s:
+                self._held.popleft()
+
+
 class RouterModel:
     def initialize(self, args: dict) -> None:
         params = model_parameters(args)
@@ -54,11 +98,13 @@ class RouterModel:
         self.estimator = LatencyEstimator.from_config(self.config)
         self.router = ChunkRouter(self.config, self.estimator)
         self.in_flight = _InFlight()
+        self._graveyard = _Graveyard()
+        self._tasks: set = set()  # running streams (the event loop holds tasks weakly)
         self._lm_outputs = ["tokens", "context_frames", "chunk_index"]
         if Lane.INLINE in self.config.mode.lanes:
             self._lm_outputs += ["audio", "sample_rate"]
 
-    def execute(self, requests: list) -> None:
+    async def execute(self, requests: list) -> None:
         for request in requests:
             sender = request.get_response_sender()
             try:
@@ -66,39 +112,61 @@ class RouterModel:
             except RequestError as exc:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))), flags=FINAL)
                 continue
-            threading.Thread(target=self._stream, args=(request, sender), daemon=True,
-                             name="voxlane-stream").start()
+            task = asyncio.get_running_loop().create_task(self._stream(_copied_inputs(request), sender))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return None
 
-    def _stream(self, request, sender) -> None:
+    async def _stream(self, inputs: list, sender) -> None:
+        """Sends happen here, on the stub's event loop; the blocking BLS calls run in a worker thread.
+
+        (Final sends from worker threads crashed the Python 3.12 stub now and then.)
+        """
+        loop = asyncio.get_running_loop()
+        outbox: asyncio.Queue = asyncio.Queue()
+        clock = PlaybackClock()
+        post = lambda item: loop.call_soon_threadsafe(outbox.put_nowait, item)  # noqa: E731
+        worker = threading.Thread(target=self._relay_in_thread, args=(inputs, clock, post), daemon=True,
+                                  name="voxlane-stream")
+        worker.start()
+        while True:
+            item = await outbox.get()
+            if isinstance(item, _Chunk):
+                sender.send(pb_utils.InferenceResponse(output_tensors=item.tensors()))
+                clock.on_sent(item.index, item.duration_s, time.monotonic())
+                continue
+            if item is None:
+                sender.send(flags=FINAL)
+            else:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(item)), flags=FINAL)
+            return
+
+    def _relay_in_thread(self, inputs: list, clock: PlaybackClock, post) -> None:
         try:
-            error = self._relay(request, sender)
+            post(self._relay(inputs, clock, post))
         except Exception as exc:  # one broken stream ends with an error, never the server
             log.exception("stream failed")
-            error = f"internal error: {exc}"
-        if error is None:
-            sender.send(flags=FINAL)
-        else:
-            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)), flags=FINAL)
+            post(f"internal error: {exc}")
 
-    def _relay(self, request, sender) -> str | None:
-        """Stream LM chunks through the codec lanes to the client; returns an error or None."""
-        clock = PlaybackClock()
+    def _relay(self, inputs: list, clock: PlaybackClock, post) -> str | None:
+        """Stream LM chunks through the codec lanes; returns an error or None when done."""
         lm_request = pb_utils.InferenceRequest(
-            model_name="speechlm_lm", requested_output_names=self._lm_outputs,
-            inputs=[t for t in (pb_utils.get_input_tensor_by_name(request, n) for n in INPUT_NAMES)
-                    if t is not None])
-        for response in lm_request.exec(decoupled=True):
+            model_name="speechlm_lm", requested_output_names=self._lm_outputs, inputs=inputs)
+        responses = lm_request.exec(decoupled=True)
+        self._graveyard.hold(responses)
+        for response in responses:
             if response.has_error():
                 return response.error().message()
             if not response.output_tensors():  # the LM's empty final response
                 continue
-            error = self._relay_chunk(response, clock, sender)
-            if error is not None:
-                return error
+            chunk = self._relay_chunk(response, clock)
+            if isinstance(chunk, str):
+                return chunk
+            post(chunk)
         return None
 
-    def _relay_chunk(self, response, clock: PlaybackClock, sender) -> str | None:
+    def _relay_chunk(self, response, clock: PlaybackClock):
+        """Route and decode one LM chunk; returns a _Chunk or an error string."""
         tokens = pb_utils.get_output_tensor_by_name(response, "tokens").as_numpy()  # [frames, K] int32
         context = pb_utils.get_output_tensor_by_name(response, "context_frames").as_numpy()
         index = int(pb_utils.get_output_tensor_by_name(response, "chunk_index").as_numpy()[0])
@@ -107,15 +175,9 @@ class RouterModel:
                    else self._decode(lane, tokens, int(context[0])))
         if isinstance(decoded, str):
             return decoded
-        audio, sample_rate = decoded
-        sender.send(pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("audio", audio),
-            pb_utils.Tensor("sample_rate", np.array([sample_rate], dtype=np.int32)),
-            pb_utils.Tensor("chunk_index", np.array([index], dtype=np.int32)),
-            pb_utils.Tensor("lane", np.array([lane.value.encode()], dtype=np.object_)),
-        ]))
-        clock.on_sent(index, audio.size / sample_rate, time.monotonic())
-        return None
+        chunk = _Chunk(index, lane, *decoded)
+        clock.on_emitted(index, chunk.duration_s)
+        return chunk
 
     def _decode(self, lane: Lane, tokens: np.ndarray, context: int):
         """Decode one window on `lane`; returns (audio [n] float32, sample_rate) or an error string."""
@@ -135,7 +197,7 @@ class RouterModel:
         self.estimator.observe(lane, max(1, batch_size), time.monotonic() - started)
         audio = pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)
         sample_rate = int(pb_utils.get_output_tensor_by_name(response, "sample_rate").as_numpy().reshape(-1)[0])
-        return audio.astype(np.float32, copy=False), sample_rate
+        return np.array(audio, dtype=np.float32), sample_rate  # a copy: see _inline_audio
 
 
 def _inline_audio(response):
@@ -144,7 +206,15 @@ def _inline_audio(response):
     if audio is None:
         return "the LM lane sent no inline audio: is speechlm_lm in timeshare mode too?"
     sample_rate = pb_utils.get_output_tensor_by_name(response, "sample_rate").as_numpy()
-    return audio.as_numpy().reshape(-1).astype(np.float32, copy=False), int(sample_rate.reshape(-1)[0])
+    # as_numpy() views the response's shared memory, which is freed with the response:
+    # keep a copy, never the view (a view sent later crashed the stub)
+    return np.array(audio.as_numpy().reshape(-1), dtype=np.float32), int(sample_rate.reshape(-1)[0])
+
+
+def _copied_inputs(request) -> list:
+    """The client's inputs as new tensors for the LM request (not the request's own tensors)."""
+    return [pb_utils.Tensor(name, array.copy()) for name in INPUT_NAMES
+            if (array := _as_numpy(request, name)) is not None]
 
 
 def _as_numpy(request, name: str):
