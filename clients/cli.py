@@ -7,6 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
+from clients.bench.cli import add_commands
 from clients.mps import MpsError
 from clients.serve import MODES, ServeConfig, Server
 from clients.triton_launch import Ports, find_triton
@@ -24,9 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("-o", "--output", default="demo.wav")
     demo.add_argument("--text", default=DEMO_TEXT)
     commands.add_parser("doctor", help="check the Triton install and its Python backend stub")
+    handlers = {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor, **add_commands(commands)}
     args = parser.parse_args(argv)
     try:
-        return {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor}[args.command](args)
+        return handlers[args.command](args)
     except (ValueError, MpsError) as exc:
         print(f"voxlane: error: {exc}", file=sys.stderr)
         return 2
@@ -48,6 +50,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lm-sm-pct", type=int, default=75, help="MPS active-thread %% of the LM lane")
     parser.add_argument("--codec-sm-pct", type=int, default=25,
                         help="MPS active-thread %% of the background codec lane (~32 of 132 SMs)")
+    parser.add_argument("--admission", choices=("deadline-aware", "prefill-first"), default="deadline-aware",
+                        help="how new requests join the LM's running batch")
     parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
 
 
@@ -56,7 +60,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
                        max_slots=args.max_slots, first_chunk_frames=args.first_chunk_frames,
                        chunk_frames=args.chunk_frames, partition=args.partition, lm_sm_pct=args.lm_sm_pct,
-                       codec_sm_pct=args.codec_sm_pct)
+                       codec_sm_pct=args.codec_sm_pct, admission=args.admission)
 
 
 def _add_serve(parser: argparse.ArgumentParser) -> None:

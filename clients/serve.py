@@ -32,12 +32,15 @@ class ServeConfig:
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
     lm_sm_pct: int = 75  # MPS active-thread percentage of the LM lane
     codec_sm_pct: int = 25  # of the background codec lane: ~32 of an H200's 132 SMs
+    admission: str = "deadline-aware"  # LM admission policy: deadline-aware | prefill-first
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"--device must be cpu or cuda, got {self.device!r}")
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.admission not in ("deadline-aware", "prefill-first"):
+            raise ValueError(f"--admission must be deadline-aware or prefill-first, got {self.admission!r}")
         if self.partition not in (None, "mps", "none"):
             raise ValueError(f"--partition must be mps or none, got {self.partition!r}")
         if self.device == "cpu" and self.partition == "mps":
@@ -76,7 +79,7 @@ class ServeConfig:
         if self.num_threads:
             params["num_threads"] = str(self.num_threads)
         if model_name == "speechlm_lm":
-            params.update(mode=self.mode, max_slots=str(self.max_slots),
+            params.update(mode=self.mode, max_slots=str(self.max_slots), admission_policy=self.admission,
                           first_chunk_frames=str(self.first_chunk_frames), chunk_frames=str(self.chunk_frames))
         return params
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from typing import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.models.base import Codec, DecodeBatch, SpeechLM
-from scheduler.chunking import ChunkingConfig, ChunkPlan
+from scheduler import (AdmissionState, ChunkPlan, SchedulerConfig, StreamStatus, WaitingRequest,
+                       make_admission_policy)
 
 log = logging.getLogger("voxlane.engine")
 
@@ -26,7 +29,7 @@ class EngineConfig:
     max_slots: int = 32
     max_seq_len: int = 2048
     codec_left_context_frames: int = 25
-    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # chunking and admission
 
     def __post_init__(self) -> None:
         if self.max_slots < 1:
@@ -39,24 +42,51 @@ class EngineConfig:
     @classmethod
     def from_parameters(cls, params: dict[str, str], codec_left_context_frames: int) -> "EngineConfig":
         """From the LM model's config.pbtxt parameters (strings)."""
-        chunking = ChunkingConfig(first_chunk_frames=int(params.get("first_chunk_frames", 2)),
-                                  chunk_frames=int(params.get("chunk_frames", 10)))
         return cls(max_slots=int(params.get("max_slots", 32)), max_seq_len=int(params.get("max_seq_len", 2048)),
-                   codec_left_context_frames=codec_left_context_frames, chunking=chunking)
+                   codec_left_context_frames=codec_left_context_frames,
+                   scheduler=SchedulerConfig.from_dict(params, ignore_unknown=True))
+
+
+class StepTiming:
+    """Running estimates of a decode step and of prefill per prompt token (EWMA, seconds)."""
+
+    def __init__(self, alpha: float = 0.1) -> None:
+        self._alpha = alpha
+        self.step_s = 0.0
+        self._prefill_per_token_s = 0.0
+
+    def observe_step(self, seconds: float) -> None:
+        self.step_s += self._alpha * (seconds - self.step_s) if self.step_s else seconds
+
+    def observe_prefill(self, num_tokens: int, seconds: float) -> None:
+        per_token = seconds / max(1, num_tokens)
+        old = self._prefill_per_token_s
+        self._prefill_per_token_s = old + self._alpha * (per_token - old) if old else per_token
+
+    def prefill_s(self, num_tokens: int) -> float:
+        return self._prefill_per_token_s * num_tokens
 
 
 class LMEngine:
-    def __init__(self, model: SpeechLM, config: EngineConfig, codec: Codec | None = None) -> None:
-        """`codec` set: the time-sharing baseline, chunks are decoded inline in this loop."""
+    def __init__(self, model: SpeechLM, config: EngineConfig, codec: Codec | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_step: Callable[[int], None] | None = None) -> None:
+        """`codec` set: the time-sharing baseline, chunks are decoded inline in this loop.
+
+        `on_step(batch_size)` is called after every decode step (metrics)."""
         self.model = model
         self.codec = codec
         self.config = config
+        self._clock = clock
+        self._on_step = on_step
+        self._admission = make_admission_policy(config.scheduler)
+        self._timing = StepTiming()
         self._inbox: queue.Queue[Sequence | None] = queue.Queue()
         self._waiting: list[Sequence] = []
         self._running: list[Sequence] = []
         self._free_slots = list(range(config.max_slots))
         self._stopped = threading.Event()
-        self._chunk_plan = ChunkPlan(config.chunking)
+        self._chunk_plan = ChunkPlan(config.scheduler.chunking)
         model.allocate_slots(config.max_slots, config.max_seq_len)
         self._thread = threading.Thread(target=self._loop, name="voxlane-lm-engine", daemon=True)
 
@@ -65,6 +95,7 @@ class LMEngine:
         self._thread.start()
 
     def add(self, seq: Sequence) -> None:
+        seq.arrival_time = self._clock()
         self._inbox.put(seq)
 
     def cancel(self, seq: Sequence) -> None:
@@ -104,18 +135,35 @@ class LMEngine:
         self._retire()
 
     def _admit(self) -> None:
-        while self._waiting and self._free_slots:
-            seq = self._waiting.pop(0)
-            seq.slot = self._free_slots.pop()
-            try:
-                self._check_fits(seq)
-                self.model.prefill(seq.slot, seq.prompt)
-            except (ValueError, RuntimeError) as exc:
-                log.warning("prefill of %s failed: %s", seq.request_id, exc)
-                self._finish(seq, str(exc))
-                continue
-            seq.status = SeqStatus.RUNNING
-            self._running.append(seq)
+        """Prefill the waiting requests the admission policy lets in, in arrival order."""
+        admitted = set(self._admission.admit(self._admission_state()))
+        for seq in [s for s in self._waiting if s.request_id in admitted]:
+            self._waiting.remove(seq)
+            self._prefill(seq)
+
+    def _admission_state(self) -> AdmissionState:
+        now = self._clock()
+        running = [StreamStatus(s.request_id, self._chunk_plan.start(s.num_chunks) / self.model.frame_rate,
+                                s.t_first_emitted) for s in self._running]
+        waiting = [WaitingRequest(s.request_id, s.arrival_time, self._timing.prefill_s(s.prompt.num_tokens))
+                   for s in self._waiting]
+        return AdmissionState(now=now, num_free_slots=len(self._free_slots), step_time_s=self._timing.step_s,
+                              running=running, waiting=waiting)
+
+    def _prefill(self, seq: Sequence) -> None:
+        seq.slot = self._free_slots.pop()
+        started = self._clock()
+        try:
+            self._check_fits(seq)
+            self.model.prefill(seq.slot, seq.prompt)
+        except (ValueError, RuntimeError) as exc:
+            log.warning("prefill of %s failed: %s", seq.request_id, exc)
+            self._free_slots.append(seq.slot)  # the next prefill overwrites whatever was written
+            self._finish(seq, str(exc))
+            return
+        self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
+        seq.status = SeqStatus.RUNNING
+        self._running.append(seq)
 
     def _check_fits(self, seq: Sequence) -> None:
         needed = seq.prompt.num_tokens + seq.max_frames + 1
@@ -128,14 +176,18 @@ class LMEngine:
                             sampling=[s.sampling for s in self._running],
                             generators=[s.generator for s in self._running],
                             ignore_eos=[s.ignore_eos for s in self._running])
+        started = self._clock()
         try:
             codes, is_eos = self.model.decode(batch)
+            codes, is_eos = codes.cpu(), is_eos.cpu()  # the step's one device-to-host copy
         except (RuntimeError, ValueError) as exc:  # a broken step must not kill the loop
             log.exception("decode step failed")
             for seq in self._running:
                 self._finish(seq, f"decode failed: {exc}")
             return
-        codes, is_eos = codes.cpu(), is_eos.cpu()  # the step's one device-to-host copy
+        self._timing.observe_step(self._clock() - started)
+        if self._on_step is not None:
+            self._on_step(len(batch.slots))
         ready, done = [], []
         for row, seq in enumerate(self._running):
             is_done = self._advance(seq, codes[row], bool(is_eos[row]))
@@ -166,6 +218,8 @@ class LMEngine:
         if self.codec is not None and ready:
             ready = self._decode_inline(ready)
         for seq, chunk in ready:
+            if seq.t_first_emitted is None:
+                seq.t_first_emitted = self._clock()
             try:
                 seq.sink.emit(chunk)
             except Exception:  # the client is gone: stop generating for it, keep the others

@@ -52,6 +52,8 @@ class Sequence:
     frames: list[torch.Tensor] = field(default_factory=list)  # each [K] int64, cpu
     num_chunks: int = 0
     is_cancelled: bool = False
+    arrival_time: float = 0.0  # engine clock, set by LMEngine.add
+    t_first_emitted: float | None = None  # engine clock, when chunk 0 left the engine
 
     @property
     def num_frames(self) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from backend_python.engine.sequence import Chunk, Sequence
+from backend_python.triton.metrics import LMMetrics
 from backend_python.triton.params import LaneSettings, model_parameters
 from backend_python.triton.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
@@ -68,7 +69,9 @@ class LMModel:
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
         self.codec = (registry.load_codec(spec, device=device, dtype=lane.dtype)
                       if params.get("mode") == "timeshare" else None)
-        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self.codec)
+        self.metrics = LMMetrics()
+        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self.codec,
+                               on_step=self.metrics.on_step)
         self.device = device
         self.engine.start()
 

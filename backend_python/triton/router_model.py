@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.triton.metrics import RouterMetrics
 from backend_python.triton.params import model_parameters
 from backend_python.triton.request_inputs import INPUT_NAMES, RequestError, RequestLimits, parse_speech_request
 from scheduler import ChunkRouter, Lane, LatencyEstimator, PlaybackClock, SchedulerConfig
@@ -99,6 +100,7 @@ class RouterModel:
         self.router = ChunkRouter(self.config, self.estimator)
         self.in_flight = _InFlight()
         self._graveyard = _Graveyard()
+        self.metrics = RouterMetrics()
         self._tasks: set = set()  # running streams (the event loop holds tasks weakly)
         self._lm_outputs = ["tokens", "context_frames", "chunk_index"]
         if Lane.INLINE in self.config.mode.lanes:
@@ -112,12 +114,20 @@ class RouterModel:
             except RequestError as exc:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))), flags=FINAL)
                 continue
-            task = asyncio.get_running_loop().create_task(self._stream(_copied_inputs(request), sender))
+            task = asyncio.get_running_loop().create_task(
+                self._stream(_copied_inputs(request), sender, time.monotonic()))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return None
 
-    async def _stream(self, inputs: list, sender) -> None:
+    async def _stream(self, inputs: list, sender, arrival: float) -> None:
+        self.metrics.add_live(1)
+        try:
+            await self._send_stream(inputs, sender, arrival)
+        finally:
+            self.metrics.add_live(-1)
+
+    async def _send_stream(self, inputs: list, sender, arrival: float) -> None:
         """Sends happen here, on the stub's event loop; the blocking BLS calls run in a worker thread.
 
         (Final sends from worker threads crashed the Python 3.12 stub now and then.)
@@ -133,13 +143,21 @@ class RouterModel:
             item = await outbox.get()
             if isinstance(item, _Chunk):
                 sender.send(pb_utils.InferenceResponse(output_tensors=item.tensors()))
-                clock.on_sent(item.index, item.duration_s, time.monotonic())
+                self._on_sent(item, clock, arrival)
                 continue
             if item is None:
                 sender.send(flags=FINAL)
             else:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(item)), flags=FINAL)
             return
+
+    def _on_sent(self, chunk: "_Chunk", clock: PlaybackClock, arrival: float) -> None:
+        now = time.monotonic()
+        deadline = clock.deadline(chunk.index) if chunk.index > 0 else None
+        self.metrics.on_chunk(chunk.lane, is_stall=deadline is not None and now > deadline)
+        if chunk.index == 0:
+            self.metrics.on_first_chunk(now - arrival)
+        clock.on_sent(chunk.index, chunk.duration_s, now)
 
     def _relay_in_thread(self, inputs: list, clock: PlaybackClock, post) -> None:
         try:

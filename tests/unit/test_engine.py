@@ -11,7 +11,7 @@ from backend_python.engine.sequence import Chunk, Sequence
 from backend_python.models.base import SamplingParams
 from backend_python.models.qwen3_tts.lm import Qwen3TTSLM
 from backend_python.models.qwen3_tts.presets import preset_config
-from scheduler import ChunkingConfig
+from scheduler import AdmissionPolicyName, ChunkingConfig, SchedulerConfig
 
 
 class ListSink:
@@ -35,7 +35,8 @@ def lm() -> Qwen3TTSLM:
 
 def make_engine(lm, **overrides) -> LMEngine:
     config = EngineConfig(max_slots=4, max_seq_len=256, codec_left_context_frames=3,
-                          chunking=ChunkingConfig(first_chunk_frames=2, chunk_frames=5))
+                          scheduler=SchedulerConfig(chunking=ChunkingConfig(first_chunk_frames=2, chunk_frames=5),
+                                                    admission_policy=AdmissionPolicyName.PREFILL_FIRST))
     return LMEngine(lm, EngineConfig(**{**config.__dict__, **overrides}))
 
 
@@ -123,3 +124,52 @@ def test_cancelled_request_frees_its_slot(lm):
     run_until_done(engine, [long_sink, short_sink])
     assert long_sink.error == "cancelled"
     assert short_sink.error is None
+
+
+class StepClock:
+    """A fake clock that the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_deadline_aware_admission_holds_new_requests_while_streams_starve(lm):
+    clock = StepClock()
+    config = EngineConfig(max_slots=4, max_seq_len=256, codec_left_context_frames=3,
+                          scheduler=SchedulerConfig(chunking=ChunkingConfig(first_chunk_frames=1, chunk_frames=2),
+                                                    admission_policy=AdmissionPolicyName.DEADLINE_AWARE,
+                                                    max_wait_s=5.0))
+    engine = LMEngine(lm, config, clock=clock)
+    playing, playing_sink = make_seq(lm, "Already playing.", frames=40)
+    engine.add(playing)
+    engine._collect(block=False)
+    engine.step()  # admitted at once (nothing is playing) and emits its first chunk
+    assert playing_sink.chunks and playing.t_first_emitted == 0.0
+    late, late_sink = make_seq(lm, "Arrives later.", frames=4)
+    engine.add(late)  # arrival at t=0
+    admitted_at = None
+    for step in range(1, 10):
+        clock.now = float(step)  # one second per step: the LM falls behind real time
+        engine._collect(block=False)
+        engine.step()
+        if late.slot is not None and admitted_at is None:
+            admitted_at = clock.now
+    # the playing stream has less buffered audio than a prefill + a step: the newcomer waits
+    # until the starvation guard (max_wait_s = 5) lets it in
+    assert admitted_at == 5.0
+
+
+def test_prefill_first_admits_at_once(lm):
+    engine = make_engine(lm)
+    playing, _ = make_seq(lm, "Already playing.", frames=40)
+    engine.add(playing)
+    engine._collect(block=False)
+    engine.step()
+    late, _ = make_seq(lm, "Arrives later.", frames=4)
+    engine.add(late)
+    engine._collect(block=False)
+    engine.step()
+    assert late.slot is not None

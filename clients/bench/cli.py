@@ -1,0 +1,90 @@
+"""The `bench`, `plot` and `compare` subcommands of `voxlane`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Callable
+
+from clients.bench.arrivals import ARRIVALS
+from clients.bench.config import BenchConfig, smoke_config
+from clients.serve import MODES
+
+
+def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Add bench, plot and compare to `voxlane`'s subparsers; return their handlers by name."""
+    bench = subparsers.add_parser("bench", help="open-loop streaming load: TTFA, stalls, SLO attainment, capacity")
+    bench.add_argument("--url", default="localhost:8001", help="gRPC HOST:PORT of a running server")
+    _add_bench_flags(bench)
+    plot = subparsers.add_parser("plot", help="plot attainment, p99 TTFA and goodput vs rate from results.json files")
+    plot.add_argument("results", nargs="+", type=Path, help="results.json files (or their directories)")
+    plot.add_argument("-o", "--output", type=Path, default=Path("bench.png"))
+    compare = subparsers.add_parser("compare", help="start the server in each mode, bench it, print capacity ratios")
+    compare.add_argument("--modes", nargs="+", choices=MODES, default=["timeshare", "voxlane"])
+    compare.add_argument("--model", default="qwen3-tts-tiny")
+    compare.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    _add_bench_flags(compare)
+    return {"bench": _bench, "plot": _plot, "compare": _compare}
+
+
+def _add_bench_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rates", nargs="+", type=float, default=None, help="requests/s (default 1 2 4 8)")
+    parser.add_argument("--duration", type=float, default=None, help="seconds of arrivals per run (default 60)")
+    parser.add_argument("--seeds", type=int, default=1, help="runs per rate, seeds 0..N-1")
+    parser.add_argument("--arrival", choices=ARRIVALS, default="poisson")
+    parser.add_argument("--burstiness", type=float, default=1.0, help="Gamma shape (< 1 burstier)")
+    parser.add_argument("--workload", type=Path, default=None, help="TSV: utterance_id, duration_s, text")
+    parser.add_argument("--ttfa-slo-ms", type=float, default=200.0)
+    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    parser.add_argument("--max-audio-seconds", type=float, default=None, help="cap on each request's audio")
+    parser.add_argument("--audio-scale", type=float, default=1.0, help="request duration × this")
+    parser.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                        help="let the model stop on its own (real weights)")
+    parser.add_argument("--voice", default=None)
+    parser.add_argument("--channels", type=int, default=4, help="gRPC connections the streams share")
+    parser.add_argument("--search", type=int, default=0, metavar="STEPS",
+                        help="bisection steps for the 90%% capacity after the sweep")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CPU smoke run: rates 1 2, 4 s each, 1.2 s requests (flags given still apply)")
+
+
+def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
+    base = smoke_config(url, args.out) if args.smoke else BenchConfig(url=url)
+    return BenchConfig(
+        url=url, rates=tuple(args.rates) if args.rates else base.rates,
+        duration_s=args.duration or base.duration_s, num_seeds=args.seeds, arrival=args.arrival,
+        burstiness=args.burstiness, workload=args.workload, ttfa_slo_ms=args.ttfa_slo_ms, out=args.out,
+        audio_scale=args.audio_scale, max_audio_seconds=args.max_audio_seconds or base.max_audio_seconds,
+        ignore_eos=args.ignore_eos, voice=args.voice,
+        num_channels=args.channels if not args.smoke else base.num_channels, search_steps=args.search)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from clients.bench.runner import run_bench
+    config = bench_config(args, args.url)
+    results = run_bench(config)
+    print(f"server mode {results['server']['mode']}; capacity at 90% "
+          f"{_capacity(results['capacity']['0.90'])}, at 99% {_capacity(results['capacity']['0.99'])} req/s; "
+          f"wrote {config.out / 'results.json'}")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from clients.bench.plot import plot_results
+    from clients.bench.runner import load_results
+    path = plot_results([load_results(p) for p in args.results], args.output)
+    print(f"wrote {path}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from clients.bench.compare import CompareConfig, run_compare
+    config = CompareConfig(bench=bench_config(args, "unused:0"), modes=tuple(args.modes), model=args.model,
+                           device=args.device)
+    run_compare(config)
+    return 0
+
+
+def _capacity(cap: dict) -> str:
+    if cap["rate"] is None:
+        return "unknown"
+    return (">= " if cap["is_lower_bound"] else "") + f"{cap['rate']:g}"

@@ -1,0 +1,98 @@
+"""`voxlane compare`: the same workload and rates against the server in each mode, one after another.
+
+The headline is each mode's capacity divided by `timeshare`'s, measured in one run on one machine.
+"""
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from clients.bench.config import BenchConfig
+from clients.bench.plot import plot_results
+from clients.bench.runner import run_bench
+from clients.bench.summary import ATTAINMENT_TARGETS
+from clients.serve import ServeConfig, Server
+from clients.triton_launch import Ports
+
+BASELINE = "timeshare"
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    bench: BenchConfig  # its url is replaced by each server's
+    modes: tuple[str, ...] = ("timeshare", "voxlane")
+    model: str = "qwen3-tts-tiny"
+    device: str = "cpu"
+    start_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not self.modes:
+            raise ValueError("--modes needs at least one mode")
+        for mode in self.modes:
+            ServeConfig(mode=mode)  # validates the name
+
+
+def run_compare(config: CompareConfig, log=print) -> dict:
+    """Serve and bench each mode in turn; write <out>/<mode>/results.json, compare.json and compare.png."""
+    results = {mode: _bench_mode(config, mode, log) for mode in config.modes}
+    report = compare_report(results)
+    out = config.bench.out
+    (out / "compare.json").write_text(json.dumps(report, indent=1))
+    plot_results(list(results.values()), out / "compare.png")
+    log(format_report(report))
+    return report
+
+
+def _bench_mode(config: CompareConfig, mode: str, log) -> dict:
+    http, grpc, metrics = _free_ports(3)
+    serve = ServeConfig(model=config.model, device=config.device, mode=mode, ports=Ports(http, grpc, metrics))
+    out = config.bench.out / mode
+    out.mkdir(parents=True, exist_ok=True)
+    log(f"compare: starting tritonserver in mode {mode} (log: {out / 'tritonserver.log'})")
+    with Server(serve, log_path=out / "tritonserver.log") as server:
+        return run_bench(replace(config.bench, url=server.grpc_url, out=out), log=log)
+
+
+def compare_report(results: dict[str, dict]) -> dict:
+    """Capacities per mode and their ratio to the baseline's (None where the baseline's is 0 or unknown)."""
+    report = {"baseline": BASELINE, "modes": {}}
+    for mode, result in results.items():
+        report["modes"][mode] = {"capacity": result["capacity"], "summaries": result["summaries"]}
+    for target in (f"{t:.2f}" for t in ATTAINMENT_TARGETS):
+        base = results.get(BASELINE, {}).get("capacity", {}).get(target, {}).get("rate")
+        for mode, result in results.items():
+            rate = result["capacity"][target]["rate"]
+            ratio = round(rate / base, 3) if base and rate is not None else None
+            report["modes"][mode].setdefault("ratio_to_baseline", {})[target] = ratio
+    return report
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{'mode':<10} {'cap@90%':>9} {'cap@99%':>9} {'ratio@90%':>10} {'ratio@99%':>10}"]
+    for mode, row in report["modes"].items():
+        cap, ratio = row["capacity"], row["ratio_to_baseline"]
+        lines.append(f"{mode:<10} {_rate(cap['0.90']):>9} {_rate(cap['0.99']):>9} "
+                     f"{_num(ratio['0.90']):>10} {_num(ratio['0.99']):>10}")
+    return "\n".join(lines)
+
+
+def _rate(cap: dict) -> str:
+    if cap["rate"] is None:
+        return "-"
+    return (">=" if cap["is_lower_bound"] else "") + f"{cap['rate']:g}"
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:g}x"
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports

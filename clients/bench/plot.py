@@ -1,0 +1,51 @@
+"""Figure-5 style plots: SLO attainment, p99 TTFA and goodput against request rate, one line per mode."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+PANELS = (("SLO attainment", lambda s: s["slo_attainment"]),
+          ("p99 TTFA (ms)", lambda s: s["ttfa_ms"]["p99"]),
+          ("goodput (req/s meeting SLO)", lambda s: s["goodput_rps"]))
+
+
+def plot_results(results: list[dict], path: Path) -> Path:
+    """One PNG with three panels; each results.json is one line, labelled by the server's mode."""
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
+    for result in results:
+        label = _label(result)
+        rates = [s["rate"] for s in result["summaries"]]
+        for ax, (_, value) in zip(axes, PANELS):
+            ax.plot(rates, [_nan(value(s)) for s in result["summaries"]], marker="o", label=label)
+    for ax, (title, _) in zip(axes, PANELS):
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    _mark_slo(axes, results[0] if results else None)
+    axes[0].legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _mark_slo(axes, result: dict | None) -> None:
+    axes[0].axhline(0.9, color="grey", linestyle="--", linewidth=0.8)
+    axes[0].set_ylim(-0.02, 1.02)
+    if result is not None:
+        axes[1].axhline(result["slo"]["ttfa_ms"], color="grey", linestyle="--", linewidth=0.8)
+
+
+def _label(result: dict) -> str:
+    mode = result.get("server", {}).get("mode") or "?"
+    return result.get("label") or mode
+
+
+def _nan(value):
+    return float("nan") if value is None else value

@@ -1,0 +1,96 @@
+"""`voxlane bench` end to end: workload, server settings, a sweep over rates (and a bisection), results.json."""
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from clients.bench.config import BenchConfig
+from clients.bench.loadgen import PlannedRequest, RunResult, plan_run, run_load
+from clients.bench.records import Slo
+from clients.bench.server_info import read_server_settings
+from clients.bench.summary import ATTAINMENT_TARGETS, RunWindow, capacities, next_search_rate, summarize_rate
+from clients.bench.workload import Utterance, load_workload
+
+RESULTS_FILE = "results.json"
+WARMUP_AUDIO_S = 0.5
+
+
+def run_bench(config: BenchConfig, log=print) -> dict:
+    """Run every rate (and the search steps), write `results.json` under `config.out`, return its content."""
+    utterances, source = load_workload(config.workload)
+    results = asyncio.run(_run_all(config, utterances, log))
+    results["workload"] = {"source": source, "num_utterances": len(utterances)}
+    config.out.mkdir(parents=True, exist_ok=True)
+    (config.out / RESULTS_FILE).write_text(json.dumps(results, indent=1))
+    return results
+
+
+async def _run_all(config: BenchConfig, utterances: list[Utterance], log) -> dict:
+    server = await read_server_settings(config.url)
+    if config.warmup:
+        await _warm_up(config, utterances)
+    runs: list[RunResult] = []
+    summaries: dict[float, dict] = {}
+    for rate in config.rates:
+        summaries[rate] = await _run_rate(config, utterances, rate, runs, log)
+    for _ in range(config.search_steps):
+        points = [(s["rate"], s["slo_attainment"]) for s in summaries.values()]
+        rate = round(next_search_rate(points, ATTAINMENT_TARGETS[0]), 4)
+        if rate in summaries:
+            break
+        summaries[rate] = await _run_rate(config, utterances, rate, runs, log)
+    ordered = [summaries[r] for r in sorted(summaries)]
+    return {"config": config.to_json(), "server": server, "client": _client_info(),
+            "slo": {"ttfa_ms": config.ttfa_slo_ms, "stalls": 0}, "summaries": ordered,
+            "capacity": capacities(ordered), "runs": [_run_json(run) for run in runs]}
+
+
+async def _run_rate(config: BenchConfig, utterances, rate: float, runs: list[RunResult], log) -> dict:
+    rate_runs = []
+    for seed in config.seeds:
+        plan = plan_run(config, utterances, rate, seed)
+        rate_runs.append(await run_load(config, plan, rate, seed))
+    runs.extend(rate_runs)
+    summary = summarize_rate(rate, [RunWindow(r.records, r.window_s, r.wall_s) for r in rate_runs],
+                             Slo(config.ttfa_slo_ms / 1e3))
+    summary["client_overhead"] = _worst_overhead(rate_runs)
+    log(format_summary(summary))
+    return summary
+
+
+async def _warm_up(config: BenchConfig, utterances: list[Utterance]) -> None:
+    """One short request first, so the first measured request does not pay for lazy start-up."""
+    warm = PlannedRequest("warmup", utterances[0], 0.0, WARMUP_AUDIO_S, 0)
+    await run_load(config, [warm], 0.0, 0)
+
+
+def _worst_overhead(runs: list[RunResult]) -> dict:
+    """The run with the largest loop lag speaks for the rate."""
+    return max((r.overhead for r in runs), key=lambda o: o["loop_lag_ms"]["p99"] or 0.0)
+
+
+def _run_json(run: RunResult) -> dict:
+    return {"rate": run.rate, "seed": run.seed, "window_s": run.window_s, "wall_s": round(run.wall_s, 4),
+            "overhead": run.overhead, "records": [r.to_json() for r in run.records]}
+
+
+def _client_info() -> dict:
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "started": time.strftime("%FT%T%z")}
+
+
+def format_summary(s: dict) -> str:
+    ttfa = s["ttfa_ms"]
+    lag = s["client_overhead"]["loop_lag_ms"]
+    return (f"rate {s['rate']:g}/s: {s['num_requests']} req, {s['num_errors']} err, "
+            f"TTFA p50/p90/p99 {ttfa['p50']}/{ttfa['p90']}/{ttfa['p99']} ms, stall rate {s['stall_rate']}, "
+            f"SLO {s['slo_attainment']}, goodput {s['goodput_rps']}/s, completed {s['completed_rps']}/s, "
+            f"client loop lag p99 {lag['p99']} ms")
+
+
+def load_results(path: Path) -> dict:
+    path = Path(path)
+    return json.loads((path / RESULTS_FILE if path.is_dir() else path).read_text())

@@ -1,0 +1,23 @@
+"""The server's serving mode and settings, read from its model configs (not guessed from flags)."""
+from __future__ import annotations
+
+import tritonclient.grpc.aio as grpcaio
+
+ROUTER, LM = "vox_ensemble", "speechlm_lm"
+
+
+async def read_server_settings(url: str) -> dict:
+    """`mode` from vox_ensemble's config parameters, plus every parameter of both models."""
+    client = grpcaio.InferenceServerClient(url=url)
+    try:
+        router = await client.get_model_config(ROUTER, as_json=True)
+        lm = await client.get_model_config(LM, as_json=True)
+    finally:
+        await client.close()
+    router_params = _parameters(router)
+    return {"mode": router_params.get("mode"), ROUTER: router_params, LM: _parameters(lm)}
+
+
+def _parameters(config: dict) -> dict[str, str]:
+    params = config.get("config", config).get("parameters", {})
+    return {key: value.get("string_value") for key, value in params.items()}

@@ -1,0 +1,34 @@
+"""Prometheus metrics on Triton's metrics port, and the lane mix of a long utterance."""
+from __future__ import annotations
+
+import re
+import urllib.request
+
+from clients.stream import synthesize
+from tests.e2e.test_streaming import TEXT
+
+
+def scrape(server) -> dict[str, float]:
+    url = f"http://127.0.0.1:{server.config.ports.metrics}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    values = {}
+    for line in text.splitlines():
+        match = re.match(r"^(voxlane_[a-z_]+(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
+        if match:
+            values[match.group(1)] = float(match.group(2))
+    return values
+
+
+def test_long_utterance_uses_both_codec_lanes_and_metrics_count_them(server, url):
+    before = scrape(server)
+    result = synthesize(url, TEXT, seed=17, max_audio_seconds=8.0, ignore_eos=True)
+    after = scrape(server)
+    lanes = [c.lane for c in result.chunks]
+    assert lanes[0] == "urgent" and "background" in lanes  # the LM runs ahead of playback on CPU
+    for lane in ("urgent", "background"):
+        key = f'voxlane_chunks_total{{lane="{lane}"}}'
+        assert after[key] - before.get(key, 0.0) == lanes.count(lane)
+    assert after["voxlane_ttfa_ms_count"] - before.get("voxlane_ttfa_ms_count", 0.0) == 1
+    assert after["voxlane_live_requests"] == 0
+    assert after["voxlane_lm_batch_size"] >= 1
+    assert "voxlane_stalls_total" in after
