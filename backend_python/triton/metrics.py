@@ -6,6 +6,7 @@
 | `voxlane_ttfa_ms` | histogram | | server-side time from request arrival to its first chunk sent |
 | `voxlane_stalls_total` | counter | | chunks sent after their playback deadline |
 | `voxlane_live_requests` | gauge | | streams in flight in the router |
+| `voxlane_codec_ms` | histogram | `lane` | a chunk's codec call as the router sees it (queueing + batch decode) |
 | `voxlane_lm_batch_size` | gauge | | requests in the LM lane's last decode step |
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import triton_python_backend_utils as pb_utils
 from scheduler import Lane
 
 TTFA_BUCKETS_MS = [10.0, 25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0, 2000.0, 5000.0]
+CODEC_BUCKETS_MS = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
 
 
 class RouterMetrics:
@@ -31,7 +33,11 @@ class RouterMetrics:
                                        pb_utils.MetricFamily.COUNTER)
         live = pb_utils.MetricFamily("voxlane_live_requests", "Streams in flight in the router",
                                      pb_utils.MetricFamily.GAUGE)
-        self._families = (chunks, ttfa, stalls, live)  # a family must outlive its metrics
+        codec = pb_utils.MetricFamily("voxlane_codec_ms", "Codec call latency per chunk as the router sees it",
+                                      pb_utils.MetricFamily.HISTOGRAM)
+        self._families = (chunks, ttfa, stalls, live, codec)  # a family must outlive its metrics
+        self._codec = {lane: codec.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)
+                       for lane in (Lane.URGENT, Lane.BACKGROUND)}
         self._chunks = {lane: chunks.Metric(labels={"lane": lane.value}) for lane in Lane}
         self._ttfa = ttfa.Metric(labels={}, buckets=TTFA_BUCKETS_MS)
         self._stalls = stalls.Metric(labels={})
@@ -41,6 +47,9 @@ class RouterMetrics:
         self._chunks[lane].increment(1)
         if is_stall:
             self._stalls.increment(1)
+
+    def on_codec_call(self, lane: Lane, seconds: float) -> None:
+        self._codec[lane].observe(seconds * 1e3)
 
     def on_first_chunk(self, ttfa_s: float) -> None:
         self._ttfa.observe(ttfa_s * 1e3)

@@ -212,7 +212,9 @@ class RouterModel:
         if response.has_error():
             return f"{LANE_MODELS[lane]} failed: {response.error().message()}"
         batch_size = int(pb_utils.get_output_tensor_by_name(response, "batch_size").as_numpy().reshape(-1)[0])
-        self.estimator.observe(lane, max(1, batch_size), time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        self.estimator.observe(lane, max(1, batch_size), elapsed)
+        self.metrics.on_codec_call(lane, elapsed)
         audio = pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)
         sample_rate = int(pb_utils.get_output_tensor_by_name(response, "sample_rate").as_numpy().reshape(-1)[0])
         return np.array(audio, dtype=np.float32), sample_rate  # a copy: see _inline_audio

@@ -44,21 +44,24 @@ def summarize_rate(rate: float, runs: list[RunWindow], slo: Slo) -> dict:
 
 
 def capacity(points: list[tuple[float, float]], target: float) -> dict:
-    """The highest rate with attainment >= target, interpolated linearly where attainment first drops below it.
+    """The highest rate with attainment >= target, interpolated towards the next measured rate above it.
 
-    `points` are (rate, attainment). `bracket` is the pair of measured rates the answer lies between;
-    `is_lower_bound` says every measured rate met the target (the capacity is at least the highest one).
+    `points` are (rate, attainment). The answer lies in `bracket`: the highest measured rate that met the
+    target and the next one, which did not; between them attainment is taken as linear in the rate.
+    `is_lower_bound` says the highest measured rate met the target (the capacity is at least that).
     """
     ordered = sorted((rate, att) for rate, att in points if att is not None)
-    if not ordered:
-        return {"target": target, "rate": None, "bracket": None, "is_lower_bound": False}
-    if ordered[0][1] < target:
-        return {"target": target, "rate": 0.0, "bracket": [0.0, ordered[0][0]], "is_lower_bound": False}
-    for (lo, att_lo), (hi, att_hi) in zip(ordered, ordered[1:]):
-        if att_hi < target:
-            rate = lo + (hi - lo) * (att_lo - target) / (att_lo - att_hi)
-            return {"target": target, "rate": round(rate, 4), "bracket": [lo, hi], "is_lower_bound": False}
-    return {"target": target, "rate": ordered[-1][0], "bracket": [ordered[-1][0], None], "is_lower_bound": True}
+    meeting = [i for i, (_, att) in enumerate(ordered) if att >= target]
+    if not meeting:
+        first = ordered[0][0] if ordered else None
+        return {"target": target, "rate": 0.0 if ordered else None, "bracket": [0.0, first] if ordered else None,
+                "is_lower_bound": False}
+    k = meeting[-1]
+    if k == len(ordered) - 1:
+        return {"target": target, "rate": ordered[k][0], "bracket": [ordered[k][0], None], "is_lower_bound": True}
+    (lo, att_lo), (hi, att_hi) = ordered[k], ordered[k + 1]
+    rate = lo + (hi - lo) * (att_lo - target) / (att_lo - att_hi)
+    return {"target": target, "rate": round(rate, 4), "bracket": [lo, hi], "is_lower_bound": False}
 
 
 def next_search_rate(points: list[tuple[float, float]], target: float) -> float:

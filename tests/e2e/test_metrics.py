@@ -28,6 +28,8 @@ def test_long_utterance_uses_both_codec_lanes_and_metrics_count_them(server, url
     for lane in ("urgent", "background"):
         key = f'voxlane_chunks_total{{lane="{lane}"}}'
         assert after[key] - before.get(key, 0.0) == lanes.count(lane)
+        codec_key = f'voxlane_codec_ms_count{{lane="{lane}"}}'
+        assert after[codec_key] - before.get(codec_key, 0.0) == lanes.count(lane)
     assert after["voxlane_ttfa_ms_count"] - before.get("voxlane_ttfa_ms_count", 0.0) == 1
     assert after["voxlane_live_requests"] == 0
     assert after["voxlane_lm_batch_size"] >= 1

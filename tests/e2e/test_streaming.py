@@ -51,12 +51,12 @@ def test_same_seed_same_audio(url):
     np.testing.assert_array_equal(first.audio, second.audio)
 
 
-def lm_tokens(url: str, seed: int) -> np.ndarray:
+def lm_tokens(url: str, seed: int, seconds: float = 1.6) -> np.ndarray:
     """Stream `speechlm_lm` directly (it is a decoupled model too) and stack its new frames."""
     client = grpcclient.InferenceServerClient(url=url)
     responses: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
-    client.async_stream_infer("speechlm_lm", build_inputs(TEXT, seed=seed, max_audio_seconds=1.6,
+    client.async_stream_infer("speechlm_lm", build_inputs(TEXT, seed=seed, max_audio_seconds=seconds,
                                                           ignore_eos=True), enable_empty_final_response=True)
     frames = []
     while True:
