@@ -74,7 +74,7 @@ def _worst_overhead(runs: list[RunResult]) -> dict:
 
 
 def _run_json(run: RunResult) -> dict:
-    return {"rate": run.rate, "seed": run.seed, "window_s": run.window_s, "wall_s": round(run.wall_s, 4),
+    return {"rate": run.rate, "seed": run.seed, "window_s": run.window_s, "wall_s": run.wall_s,
             "overhead": run.overhead, "records": [r.to_json() for r in run.records]}
 
 

@@ -55,9 +55,9 @@ def synthetic_workload(size: int = SYNTHETIC_SIZE, seed: int = 0) -> list[Uttera
 
 
 def _triangular_mode_for_median(low: float, median: float, high: float) -> float:
-    """The mode c of a triangular law on [low, high] whose median is `median` (median below the midpoint)."""
-    # P(X <= m) = (m - low)^2 / ((high - low)(c - low)) = 1/2 when m <= c
-    return low + 2 * (median - low) ** 2 / (high - low)
+    """The mode c of a triangular law on [low, high] whose median is `median` (below the midpoint, so c < median)."""
+    # P(X > m) = (high - m)^2 / ((high - low)(high - c)) = 1/2 when m >= c
+    return high - 2 * (high - median) ** 2 / (high - low)
 
 
 def request_seconds(utterance: Utterance, scale: float = 1.0, cap_s: float | None = None) -> float:

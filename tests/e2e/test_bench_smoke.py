@@ -1,0 +1,78 @@
+"""`voxlane bench --smoke` against the test server: every request accounted for, records and summaries agree."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from clients.bench.config import smoke_config
+from clients.bench.loadgen import plan_run
+from clients.bench.records import RequestRecord, Slo
+from clients.bench.summary import RunWindow, capacities, summarize_rate
+from clients.bench.workload import load_workload
+
+FRAME_RATE_HZ = 12.5  # Qwen3-TTS 12 Hz codec frames
+
+
+@pytest.fixture(scope="module")
+def results(url, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "--smoke", "--url", url, "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "capacity at 90%" in done.stdout
+    return json.loads((out / "results.json").read_text())
+
+
+def _records(run: dict) -> list[RequestRecord]:
+    return [RequestRecord.from_json(r) for r in run["records"]]
+
+
+def test_every_planned_request_is_recorded_once(results, url):
+    config = smoke_config(url, out=None)
+    utterances, _ = load_workload(None)
+    assert [run["rate"] for run in results["runs"]] == list(config.rates)
+    for run in results["runs"]:
+        planned = plan_run(config, utterances, run["rate"], run["seed"])
+        assert [r.request_id for r in _records(run)] == [p.request_id for p in planned]
+        assert [r.requested_audio_s for r in _records(run)] == [p.audio_s for p in planned]
+
+
+def test_streams_are_complete_in_order_and_as_long_as_requested(results):
+    for run in results["runs"]:
+        for r in _records(run):
+            assert r.error is None, r.error
+            assert [c.index for c in r.chunks] == list(range(len(r.chunks)))
+            arrivals = [c.arrival_s for c in r.chunks]
+            assert r.scheduled_s <= r.sent_s <= arrivals[0] and arrivals == sorted(arrivals) and arrivals[-1] <= r.done_s
+            expected = round(r.requested_audio_s * FRAME_RATE_HZ) / FRAME_RATE_HZ
+            assert r.audio_s == pytest.approx(expected, abs=1e-6)
+
+
+def test_summaries_agree_with_the_records(results):
+    slo = Slo(results["slo"]["ttfa_ms"] / 1e3)
+    for summary in results["summaries"]:
+        runs = [run for run in results["runs"] if run["rate"] == summary["rate"]]
+        windows = [RunWindow(tuple(_records(run)), run["window_s"], run["wall_s"]) for run in runs]
+        recomputed = summarize_rate(summary["rate"], windows, slo)
+        assert {k: v for k, v in summary.items() if k != "client_overhead"} == recomputed
+        assert summary["num_requests"] == summary["num_completed"] > 0
+        assert summary["client_overhead"]["num_responses"] >= summary["num_requests"]
+    assert results["capacity"] == capacities(results["summaries"])
+
+
+def test_server_mode_and_settings_come_from_the_server(results):
+    assert results["server"]["mode"] == "voxlane"
+    assert results["server"]["speechlm_lm"]["model"] == "qwen3-tts-tiny"
+    assert results["config"]["max_audio_seconds"] == 1.2
+
+
+def test_plot_writes_a_png(results, tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(results))
+    done = subprocess.run([sys.executable, "-m", "clients.cli", "plot", str(path), str(path), "-o",
+                           str(tmp_path / "fig.png")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
