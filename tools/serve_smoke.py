@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import urllib.request
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +45,18 @@ def measure(url: str, seconds: float, sequential: int, concurrent: int) -> dict:
     }
 
 
+def codec_latency(metrics_port: int) -> dict:
+    """Mean codec-call latency per lane over the run, from the server's voxlane_codec_ms histogram."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    totals: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        match = re.match(r'^voxlane_codec_ms_(sum|count)\{lane="(\w+)"\} ([0-9.e+-]+)$', line)
+        if match:
+            totals.setdefault(match.group(2), {})[match.group(1)] = float(match.group(3))
+    return {f"codec_ms_mean_{lane}": round(v["sum"] / v["count"], 2)
+            for lane, v in totals.items() if v.get("count")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-tts-tiny")
@@ -63,6 +77,7 @@ def main() -> None:
             row = {"mode": mode, "model": args.model, "device": args.device,
                    "startup_s": round(time.perf_counter() - started, 1)}
             row.update(measure(server.grpc_url, args.seconds, args.sequential, args.concurrent))
+            row.update(codec_latency(config.ports.metrics))
         print(json.dumps(row), flush=True)
         rows.append(row)
     if args.out:

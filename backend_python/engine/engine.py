@@ -115,7 +115,11 @@ class LMEngine:
         with torch.inference_mode():
             while not self._stopped.is_set():
                 self._collect(block=not (self._running or self._waiting))
-                self.step()
+                try:
+                    self.step()
+                except Exception as exc:  # a bug in a step ends the requests in it, never the loop
+                    log.exception("engine step failed")
+                    self._reset(f"internal error: {exc}")
         self._fail_all("server is shutting down")
 
     def _collect(self, block: bool) -> None:
@@ -156,7 +160,7 @@ class LMEngine:
         try:
             self._check_fits(seq)
             self.model.prefill(seq.slot, seq.prompt)
-        except (ValueError, RuntimeError) as exc:
+        except Exception as exc:  # one request's bad prefill ends that request only
             log.warning("prefill of %s failed: %s", seq.request_id, exc)
             self._free_slots.append(seq.slot)  # the next prefill overwrites whatever was written
             self._finish(seq, str(exc))
@@ -180,7 +184,7 @@ class LMEngine:
         try:
             codes, is_eos = self.model.decode(batch)
             codes, is_eos = codes.cpu(), is_eos.cpu()  # the step's one device-to-host copy
-        except (RuntimeError, ValueError) as exc:  # a broken step must not kill the loop
+        except Exception as exc:  # a broken step ends the requests in it, not the loop
             log.exception("decode step failed")
             for seq in self._running:
                 self._finish(seq, f"decode failed: {exc}")
@@ -249,7 +253,7 @@ class LMEngine:
     def _retire(self) -> None:
         for seq in [s for s in self._running if s.status is SeqStatus.FINISHED]:
             self._running.remove(seq)
-            self.model.release(seq.slot)
+            self._release(seq.slot)
             self._free_slots.append(seq.slot)
 
     def _drop_cancelled(self) -> None:
@@ -257,6 +261,20 @@ class LMEngine:
             self._finish(seq, "cancelled")
             if seq in self._waiting:
                 self._waiting.remove(seq)
+
+    def _reset(self, reason: str) -> None:
+        """End every live request with `reason` and free all slots."""
+        self._fail_all(reason)
+        for seq in self._running:
+            self._release(seq.slot)
+        self._running, self._waiting = [], []
+        self._free_slots = list(range(self.config.max_slots))
+
+    def _release(self, slot: int) -> None:
+        try:
+            self.model.release(slot)
+        except Exception:  # the slot is reset anyway; its next prefill overwrites it
+            log.exception("releasing slot %d failed", slot)
 
     def _fail_all(self, reason: str) -> None:
         for seq in self._running + self._waiting:

@@ -173,3 +173,45 @@ def test_prefill_first_admits_at_once(lm):
     engine._collect(block=False)
     engine.step()
     assert late.slot is not None
+
+
+def test_a_failing_decode_ends_its_batch_and_the_loop_serves_on(lm, monkeypatch):
+    engine = make_engine(lm)
+    broken, broken_sink = make_seq(lm, "Broken step.", frames=5)
+    engine.add(broken)
+    real_decode = lm.decode
+    calls = []
+
+    def decode_once_broken(batch):
+        calls.append(len(batch.slots))
+        if len(calls) == 1:
+            raise AttributeError("injected bug")
+        return real_decode(batch)
+
+    monkeypatch.setattr(lm, "decode", decode_once_broken)
+    run_until_done(engine, [broken_sink])
+    assert "injected bug" in broken_sink.error
+    after, after_sink = make_seq(lm, "After the failure.", frames=3)
+    engine.add(after)
+    run_until_done(engine, [after_sink])
+    assert after_sink.error is None and sum(c.num_new_frames for c in after_sink.chunks) == 3
+
+
+def test_a_failing_prefill_ends_only_its_request(lm, monkeypatch):
+    engine = make_engine(lm)
+    real_prefill = lm.prefill
+
+    def prefill(slot, prompt):
+        if prompt is bad.prompt:
+            raise TypeError("injected prefill bug")
+        return real_prefill(slot, prompt)
+
+    bad, bad_sink = make_seq(lm, "This prompt is the broken one, longer.", frames=3)
+    good, good_sink = make_seq(lm, "Fine.", frames=3)
+    monkeypatch.setattr(lm, "prefill", prefill)
+    engine.add(bad)
+    engine.add(good)
+    run_until_done(engine, [bad_sink, good_sink])
+    assert "injected prefill bug" in bad_sink.error
+    assert good_sink.error is None
+    assert sorted(engine._free_slots) == [0, 1, 2, 3]

@@ -49,17 +49,20 @@ class CodePredictor(nn.Module):
         """RoPE and mask for all G positions of a frame, built once and windowed per step."""
         rows = torch.arange(batch_size, device=device)
         positions = torch.arange(self.cfg.num_code_groups, device=device).expand(batch_size, -1)  # [B, G]
-        return Step.build(rows, positions, self.cfg.head_dim, self.cfg.rope_theta, cache.max_seq_len, dtype)
+        return Step.build(rows, positions, self.cfg.head_dim, self.cfg.rope_theta, cache, dtype)
 
     def generate(self, talker_hidden: torch.Tensor, code0_embed: torch.Tensor, cache: KVCache,
-                 sampling: BatchSampling) -> tuple[torch.Tensor, torch.Tensor]:
-        """talker_hidden, code0_embed: [B, talker_hidden] -> (codes [B, G-1] int64,
-        their talker-width embeddings [B, G-1, talker_hidden])."""
+                 sampling: BatchSampling, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """talker_hidden, code0_embed: [B, talker_hidden], noise: [B, G-1, vocab] Exp(1) ->
+        (codes [B, G-1] int64, their talker-width embeddings [B, G-1, talker_hidden]).
+
+        Batch row b uses cache row b (the cache is rewritten every frame). No host sync: the
+        whole loop is one CUDA graph on the GPU path."""
         x = torch.stack((talker_hidden, code0_embed), dim=1)  # [B, 2, talker_hidden]
         frame = self.frame_step(x.shape[0], cache, x.device, x.dtype)
         step, codes, embeds = frame.window(0, 2), [], []
         for i, (head, table) in enumerate(zip(self.lm_head, self.model.codec_embedding)):
-            code = sample(head(self(x, step, cache)).float(), sampling)  # [B]
+            code = sample(head(self(x, step, cache)).float(), sampling, noise[:, i])  # [B]
             codes.append(code)
             embeds.append(table(code))
             x, step = embeds[-1][:, None], frame.window(i + 2, i + 3)

@@ -1,35 +1,52 @@
 """Qwen3 decoder building blocks shared by the talker and the code predictor.
 
 Attention reads and writes a static KV cache in batch slots (gpt-fast style): one write path,
-`cache.k[layer][rows, :, positions] = k`, for prefill (B=1, T=prompt) and decode (B rows, T=1)
-alike; each query attends to the keys of its own row at positions <= its own position.
+`cache.k[layer][rows[:, None], positions] = k`, for prefill (B=1, T=prompt) and decode (B rows, T=1)
+alike; each query attends to the keys of its own row at positions <= its own position. A row's
+queries are always the last T positions written to it (prefill from 0, decode appends), which lets
+the CUDA path read only the used prefix of each row (`varlen`, see `attend`).
+
+The CUDA path computes the same function with fewer, larger kernels: fused
+q/k/v and gate/up projections (`DecoderStack.fuse_projections`; parameters stay views of the fused
+weight), one-kernel RMSNorm, and flash attention over each row's used keys (`KVCache.is_varlen`). The CPU path is the plain reference code.
 """
 from __future__ import annotations
 
+import functools
+import logging
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+log = logging.getLogger("voxlane.qwen3_tts")
+VARLEN_DTYPES = (torch.float16, torch.bfloat16)
+
 
 @dataclass
 class KVCache:
-    """Static K/V memory: k, v: [layers, rows, kv_heads, max_seq_len, head_dim]."""
+    """Static K/V memory: k, v: [layers, rows, max_seq_len, kv_heads, head_dim].
+
+    A row's keys are contiguous ([max_seq_len, kv_heads, head_dim]), so flash attention can read
+    them in place; `is_varlen` says whether attention takes that path (CUDA, half types).
+    """
 
     k: torch.Tensor
     v: torch.Tensor
+    is_varlen: bool = False
 
     @classmethod
     def allocate(cls, num_layers: int, num_rows: int, num_kv_heads: int, max_seq_len: int, head_dim: int,
                  device: torch.device, dtype: torch.dtype) -> "KVCache":
-        shape = (num_layers, num_rows, num_kv_heads, max_seq_len, head_dim)
+        shape = (num_layers, num_rows, max_seq_len, num_kv_heads, head_dim)
         # zeros, not empty: masked keys get weight 0, and 0 * NaN garbage would still be NaN
-        return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+        return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
+                   is_varlen=varlen_attention_works(torch.device(device), dtype))
 
     @property
     def max_seq_len(self) -> int:
-        return self.k.shape[3]
+        return self.k.shape[2]
 
 
 @dataclass
@@ -37,44 +54,65 @@ class Step:
     """Where a forward pass reads and writes: rows of the cache and absolute positions."""
 
     rows: torch.Tensor  # [B] int64, cache row of each batch row
-    positions: torch.Tensor  # [B, T] int64, absolute position of each token
-    cos: torch.Tensor  # [B, 1, T, head_dim]
-    sin: torch.Tensor  # [B, 1, T, head_dim]
-    mask: torch.Tensor  # [B, 1, T, max_seq_len] bool, True = attend
+    positions: torch.Tensor  # [B, T] int64, absolute position of each token (the last T of its row)
+    cos: torch.Tensor  # [B, T, 1, head_dim]
+    sin: torch.Tensor  # [B, T, 1, head_dim], sign-folded for rotate-half (see `apply_rope`)
+    mask: torch.Tensor | None  # [B, 1, T, max_seq_len] bool, True = attend; None on the varlen path
+    key_starts: torch.Tensor | None = None  # varlen: [B + 1] int32, first flat key index of each row
+    num_keys: torch.Tensor | None = None  # varlen: [B] int32, keys each row attends to (last position + 1)
+    query_starts: torch.Tensor | None = None  # varlen: [B + 1] int32, b * T
 
     @classmethod
     def build(cls, rows: torch.Tensor, positions: torch.Tensor, head_dim: int, rope_theta: float,
-              max_seq_len: int, dtype: torch.dtype) -> "Step":
+              cache: KVCache, dtype: torch.dtype) -> "Step":
         cos, sin = rope_cos_sin(positions, head_dim, rope_theta, dtype)
-        keys = torch.arange(max_seq_len, device=positions.device)
+        if cache.is_varlen:
+            key_starts = torch.zeros(rows.shape[0] + 1, dtype=torch.int32, device=rows.device)
+            key_starts[:-1] = rows * cache.max_seq_len
+            return cls(rows, positions, cos, sin, None, key_starts, _num_keys(positions), _query_starts(positions))
+        keys = torch.arange(cache.max_seq_len, device=positions.device)
         mask = keys[None, None, None, :] <= positions[:, None, :, None]
         return cls(rows, positions, cos, sin, mask)
 
     def window(self, start: int, end: int) -> "Step":
         """The tokens start..end-1 of a step built over a whole (short) sequence."""
-        return Step(self.rows, self.positions[:, start:end], self.cos[:, :, start:end], self.sin[:, :, start:end],
-                    self.mask[:, :, start:end])
+        positions = self.positions[:, start:end]
+        mask = None if self.mask is None else self.mask[:, :, start:end]
+        if self.key_starts is None:
+            return Step(self.rows, positions, self.cos[:, start:end], self.sin[:, start:end], mask)
+        return Step(self.rows, positions, self.cos[:, start:end], self.sin[:, start:end], mask,
+                    self.key_starts, _num_keys(positions), _query_starts(positions))
+
+
+def _num_keys(positions: torch.Tensor) -> torch.Tensor:
+    return (positions[:, -1] + 1).to(torch.int32)
+
+
+def _query_starts(positions: torch.Tensor) -> torch.Tensor:
+    b, t = positions.shape
+    return torch.arange(0, (b + 1) * t, t, dtype=torch.int32, device=positions.device)
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions: [B, T] -> cos, sin: [B, 1, T, head_dim] (fp32 math, like the reference).
+    """positions: [B, T] -> cos, sin: [B, T, 1, head_dim] (fp32 math, like the reference).
 
     The talker's interleaved MRoPE takes each frequency from one of three position streams
     (temporal/height/width); for text-only prompts the three coincide, so it is ordinary RoPE.
+    sin's first half is negated so that rotate-half is a plain `roll` (exact: only signs move).
     """
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
                                              dtype=torch.int64).float() / head_dim))
     freqs = positions[..., None].float() * inv_freq  # [B, T, head_dim/2]
-    emb = torch.cat((freqs, freqs), dim=-1)[:, None]
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    emb = torch.cat((freqs, freqs), dim=-1)[:, :, None]
+    sin = emb.sin()
+    sin[..., : head_dim // 2] *= -1
+    return emb.cos().to(dtype), sin.to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, heads, T, head_dim], rotate-half convention."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    """x: [B, T, heads, head_dim], rotate-half convention: x*cos + cat(-x2, x1)*sin."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 class RMSNorm(nn.Module):
@@ -84,10 +122,23 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:  # one fused kernel; rounds once where the reference rounds before the weight
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
+
+
+def fuse_linears(*linears: nn.Linear) -> torch.Tensor:
+    """One weight [sum(out), in] for several bias-free projections of the same input; each module's
+    weight becomes a view of it (state_dict names unchanged, no extra memory)."""
+    fused = torch.cat([m.weight.detach() for m in linears])
+    start = 0
+    for m in linears:
+        m.weight = nn.Parameter(fused[start:start + m.out_features], requires_grad=False)
+        start += m.out_features
+    return fused
 
 
 class MLP(nn.Module):
@@ -98,9 +149,17 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_up: torch.Tensor | None = None  # fused [2 * intermediate, hidden], set by `fuse`
+
+    def fuse(self) -> None:
+        if self.gate_up is None:
+            self.gate_up = fuse_linears(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Attention(nn.Module):
@@ -115,20 +174,86 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
+        self.qkv: torch.Tensor | None = None  # fused [(heads + 2 * kv_heads) * head_dim, hidden], set by `fuse`
+
+    def fuse(self) -> None:
+        if self.qkv is None:
+            self.qkv = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: [B, T, hidden] -> q [B, T, heads, head_dim], k, v [B, T, kv_heads, head_dim]."""
+        b, t, _ = x.shape
+        if self.qkv is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            q, k, v = F.linear(x, self.qkv).split(
+                (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim,
+                 self.num_kv_heads * self.head_dim), dim=-1)
+        return (q.view(b, t, self.num_heads, self.head_dim), k.view(b, t, self.num_kv_heads, self.head_dim),
+                v.view(b, t, self.num_kv_heads, self.head_dim))
 
     def forward(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        """x: [B, T, hidden]; k_cache, v_cache: [rows, kv_heads, max_seq_len, head_dim] (written in place)."""
+        """x: [B, T, hidden]; k_cache, v_cache: [rows, max_seq_len, kv_heads, head_dim] (written in place)."""
         b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
-        q, k = apply_rope(q, step.cos, step.sin), apply_rope(k, step.cos, step.sin)
-        index = (step.rows[:, None], slice(None), step.positions)  # selects [B, T, kv_heads, head_dim]
-        k_cache[index] = k.transpose(1, 2)
-        v_cache[index] = v
-        keys, values = k_cache[step.rows], v_cache[step.rows]  # [B, kv_heads, max_seq_len, head_dim]
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=step.mask, enable_gqa=True)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        q, k, v = self.project(x)
+        q = apply_rope(self.q_norm(q), step.cos, step.sin)
+        k = apply_rope(self.k_norm(k), step.cos, step.sin)
+        k_cache[step.rows[:, None], step.positions] = k
+        v_cache[step.rows[:, None], step.positions] = v
+        return self.o_proj(attend(q, k_cache, v_cache, step).reshape(b, t, -1))
+
+
+def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: Step) -> torch.Tensor:
+    """q: [B, T, heads, head_dim] -> [B, T, heads, head_dim], over each row's keys <= its positions."""
+    if step.key_starts is not None:
+        return varlen_attention(q, k_cache, v_cache, step)
+    keys, values = k_cache[step.rows].transpose(1, 2), v_cache[step.rows].transpose(1, 2)  # [B, kv_heads, S, D]
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=step.mask, enable_gqa=True)
+    return out.transpose(1, 2)
+
+
+def varlen_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: Step) -> torch.Tensor:
+    """Flash attention reading row r's first num_keys[r] keys in place (no gather, no mask).
+
+    Causal with bottom-right alignment: query i of T attends keys < num_keys - (T - 1 - i), which is
+    "keys <= own position" because a row's queries are its last T positions.
+    """
+    b, t, heads, dim = q.shape
+    rows, seq, kv_heads, _ = k_cache.shape
+    out = torch.ops.aten._flash_attention_forward(
+        q.reshape(b * t, heads, dim), k_cache.view(rows * seq, kv_heads, dim),
+        v_cache.view(rows * seq, kv_heads, dim), step.query_starts, step.key_starts, t, seq, 0.0, True, False,
+        seqused_k=step.num_keys)[0]
+    return out.view(b, t, heads, dim)
+
+
+@functools.cache
+def varlen_attention_works(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `varlen_attention` runs here and matches masked SDPA (probed once per device/dtype)."""
+    if device.type != "cuda" or dtype not in VARLEN_DTYPES:
+        return False
+    try:
+        return _probe_varlen(device, dtype)
+    except RuntimeError as exc:  # no flash kernel for this GPU/build: fall back to gather + SDPA
+        log.warning("varlen flash attention unavailable, using gather + SDPA: %s", exc)
+        return False
+
+
+def _probe_varlen(device: torch.device, dtype: torch.dtype) -> bool:
+    gen = torch.Generator(device=device).manual_seed(0)
+    k_cache, v_cache = (torch.randn(4, 32, 2, 128, generator=gen, device=device, dtype=dtype) for _ in range(2))
+    q = torch.randn(3, 2, 4, 128, generator=gen, device=device, dtype=dtype)
+    rows = torch.tensor([2, 0, 3], device=device)
+    positions = torch.tensor([[5, 6], [19, 20], [0, 1]], device=device)
+    cache = KVCache(k_cache[None], v_cache[None], is_varlen=True)
+    step = Step.build(rows, positions, 128, 10000.0, cache, dtype)
+    fast = varlen_attention(q, k_cache, v_cache, step)
+    mask = torch.arange(32, device=device)[None, None, None, :] <= positions[:, None, :, None]
+    reference = attend(q, k_cache, v_cache, Step(rows, positions, step.cos, step.sin, mask))
+    error = (fast.float() - reference.float()).abs().max().item()
+    if error > 2e-2:
+        log.warning("varlen flash attention disagrees with SDPA (max error %.3g): not used", error)
+    return error <= 2e-2
 
 
 class DecoderLayer(nn.Module):
@@ -155,6 +280,12 @@ class DecoderStack(nn.Module):
             DecoderLayer(hidden_size, intermediate_size, num_heads, num_kv_heads, head_dim, eps)
             for _ in range(num_layers))
         self.norm = RMSNorm(hidden_size, eps)
+
+    def fuse_projections(self) -> None:
+        """Fuse q/k/v and gate/up weights (CUDA: fewer, larger GEMMs); the math is unchanged."""
+        for layer in self.layers:
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
 
     def forward(self, x: torch.Tensor, step: Step, cache: KVCache) -> torch.Tensor:
         """x: [B, T, hidden] -> final-normed hidden states [B, T, hidden]."""

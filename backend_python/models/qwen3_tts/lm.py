@@ -3,6 +3,8 @@
 One decode step per frame, batched over slots: sample codebook 0 from each slot's stored logits,
 run the code predictor for codebooks 1..15, then one talker step on the sum of the 16 codebook
 embeddings plus the slot's next trailing text embedding (tts_pad once the text is used up).
+On CUDA the frame runs as two CUDA graphs per batch-size bucket (`graphs.py`), captured in
+`allocate_slots`; on the CPU it runs eagerly on the unpadded batch. Both run `_predict` and `_talk`.
 """
 from __future__ import annotations
 
@@ -14,17 +16,20 @@ import torch
 from ..base import DecodeBatch, Prompt, SpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
+from .graphs import FrameGraphs, FrameInputs, batch_buckets
 from .layers import KVCache
 from .prompt import AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prompt_embeddings, resolve_language
-from .sampling import BatchSampling, apply_repetition_penalty, sample
+from .sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
 from .talker import Talker
 
 MIN_FRAMES_BEFORE_EOS = 2  # the reference generates with min_new_tokens=2
+DEFAULT_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)  # capped by num_slots, which is always a bucket
 
 
 @dataclass
 class SlotMemory:
-    """Device tensors for all slots (row s = slot s)."""
+    """Device tensors for all slots (row s = slot s) plus one scratch row, the last, that the
+    padding rows of a CUDA-graph bucket read and write."""
 
     kv: KVCache  # talker: [layers, slots, kv_heads, max_seq_len, head_dim]
     predictor_kv: KVCache  # code predictor: [layers, slots, kv_heads, num_code_groups, head_dim]
@@ -33,6 +38,10 @@ class SlotMemory:
     seen: torch.Tensor  # [slots, vocab] bool, codebook-0 tokens emitted so far (repetition penalty)
     suppressed: torch.Tensor  # [vocab] bool, special ids never sampled (all but EOS)
     pad_embed: torch.Tensor  # [hidden], tts_pad text embedding
+
+    @property
+    def scratch_row(self) -> int:
+        return self.logits.shape[0] - 1
 
 
 @dataclass
@@ -56,7 +65,10 @@ class Qwen3TTSLM(SpeechLM):
         self.tokenizer = tokenizer
         self.language = language
         self.talker = Talker(config.talker)
+        self.graph_batch_sizes = DEFAULT_GRAPH_BATCH_SIZES  # read by allocate_slots
+        self.use_cuda_graphs = True  # False: the same padded frame, run eagerly (benchmarks, tests)
         self._memory: SlotMemory | None = None
+        self._graphs: FrameGraphs | None = None  # CUDA only
         self._states: dict[int, SlotState] = {}
 
     # ---- loading -------------------------------------------------------------------------------
@@ -108,18 +120,39 @@ class Qwen3TTSLM(SpeechLM):
         return make_prompt(self.config, list(ids), self.config.talker.spk_id[voice], language_id)
 
     def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
+        """Slot memory (+ the scratch row); on CUDA also fuse projections and capture every bucket's graphs."""
         t, device, dtype = self.config.talker, self.device, self.talker.codec_head.weight.dtype
+        if device.type == "cuda":
+            self.talker.fuse_projections()
         suppressed = torch.zeros(t.vocab_size, dtype=torch.bool, device=device)
         suppressed[t.vocab_size - NUM_SPECIAL_CODEC_IDS:] = True
         suppressed[t.codec_eos_token_id] = False
+        num_rows = num_slots + 1
         self._memory = SlotMemory(
-            kv=self.talker.allocate_cache(num_slots, max_seq_len, device, dtype),
+            kv=self.talker.allocate_cache(num_rows, max_seq_len, device, dtype),
             predictor_kv=self.talker.code_predictor.allocate_cache(num_slots, device, dtype),
-            logits=torch.zeros(num_slots, t.vocab_size, device=device),
-            hidden=torch.zeros(num_slots, t.hidden_size, device=device, dtype=dtype),
-            seen=torch.zeros(num_slots, t.vocab_size, device=device, dtype=torch.bool),
+            logits=torch.zeros(num_rows, t.vocab_size, device=device),
+            hidden=torch.zeros(num_rows, t.hidden_size, device=device, dtype=dtype),
+            seen=torch.zeros(num_rows, t.vocab_size, device=device, dtype=torch.bool),
             suppressed=suppressed, pad_embed=pad_embedding(self.config, self.talker, device))
         self._states = {}
+        self._graphs = self._build_graphs(num_slots) if device.type == "cuda" else None
+
+    def _build_graphs(self, num_slots: int) -> FrameGraphs:
+        t, mem = self.config.talker, self._require_memory()
+        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, num_slots),
+                             mem.scratch_row, self.noise_width, t.hidden_size, self.num_codebooks, self.device,
+                             mem.hidden.dtype)
+        if self.use_cuda_graphs:
+            with torch.no_grad():
+                graphs.capture_all()
+        return graphs
+
+    @property
+    def noise_width(self) -> int:
+        """Exp(1) draws per sampled row and frame: codebook 0, then each predictor step."""
+        t = self.config.talker
+        return t.vocab_size + (t.num_code_groups - 1) * t.codebook_size
 
     @torch.no_grad()
     def prefill(self, slot: int, prompt: Prompt) -> None:
@@ -137,16 +170,16 @@ class Qwen3TTSLM(SpeechLM):
     @torch.no_grad()
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
         mem, states = self._require_memory(), [self._live_state(slot) for slot in batch.slots]
-        rows = torch.tensor(batch.slots, device=self.device)  # [B]
-        sampling = BatchSampling.build(batch.sampling, batch.generators, self.device)
-        code0 = self._sample_code0(mem, rows, states, batch.ignore_eos, sampling)  # [B]
-        code0_embed = self.talker.embed_codec(code0)  # [B, H]
-        rest, rest_embeds = self.talker.code_predictor.generate(
-            mem.hidden[rows], code0_embed, mem.predictor_kv, sampling)  # [B, G-1], [B, G-1, H]
-        frame_embed = torch.cat((code0_embed[:, None], rest_embeds), dim=1).sum(dim=1)  # [B, H]
-        self._talker_step(mem, rows, states, frame_embed + self._trailing_text(mem, states))
-        codes = torch.cat((code0[:, None], rest), dim=1)  # [B, G] int64
-        return codes, code0 == self.config.talker.codec_eos_token_id
+        floats, ints = self._host_columns(batch, states)
+        texts = self._trailing_text(mem, states)
+        if self._graphs is not None:
+            codes = self._graphs.run(floats, ints, texts, batch.sampling, batch.generators, self.use_cuda_graphs)
+        else:
+            codes = self._decode_eager(batch, floats, ints, texts)
+        for s in states:
+            s.position += 1
+            s.num_frames += 1
+        return codes, codes[:, 0] == self.config.talker.codec_eos_token_id
 
     def release(self, slot: int) -> None:
         self._states.pop(slot, None)
@@ -172,28 +205,53 @@ class Qwen3TTSLM(SpeechLM):
             raise ValueError(f"slot {slot} is full ({state.position} positions)")
         return state
 
-    def _sample_code0(self, mem: SlotMemory, rows: torch.Tensor, states: list[SlotState],
-                      ignore_eos: list[bool], sampling: BatchSampling) -> torch.Tensor:
-        eos = self.config.talker.codec_eos_token_id
-        logits = apply_repetition_penalty(mem.logits[rows], mem.seen[rows], sampling.repetition_penalty)
-        block_eos = [ign or s.num_frames < MIN_FRAMES_BEFORE_EOS for ign, s in zip(ignore_eos, states)]
-        blocked = mem.suppressed.repeat(len(states), 1)  # [B, V]
-        blocked[:, eos] = torch.tensor(block_eos, device=self.device)
-        code0 = sample(logits.masked_fill(blocked, float("-inf")), sampling)
+    def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns`."""
+        floats, sampling_ints = host_columns(batch.sampling)
+        frame_ints = torch.tensor([[slot, s.position, int(ignore or s.num_frames < MIN_FRAMES_BEFORE_EOS)]
+                                   for slot, s, ignore in zip(batch.slots, states, batch.ignore_eos)])
+        return floats, torch.cat((frame_ints, sampling_ints), dim=1)
+
+    def _trailing_text(self, mem: SlotMemory, states: list[SlotState]) -> list[torch.Tensor]:
+        """The text embedding each row adds to its next input: B tensors [H]."""
+        return [s.trailing[s.num_frames] if s.num_frames < s.trailing.shape[0] else mem.pad_embed for s in states]
+
+    def _decode_eager(self, batch: DecodeBatch, floats: torch.Tensor, ints: torch.Tensor,
+                      texts: list[torch.Tensor]) -> torch.Tensor:
+        """The unpadded, ungraphed frame (CPU): skips the sampling work no row needs."""
+        device = self.device
+        noise = torch.ones(len(texts), self.noise_width, device=device)
+        draw_noise(noise, batch.sampling, batch.generators)
+        inputs = FrameInputs.from_columns(floats.to(device, non_blocking=True), ints.to(device, non_blocking=True),
+                                          noise, torch.stack(texts), **host_flags(batch.sampling))
+        codes, frame_embed = self._predict(inputs)
+        self._talk(inputs, frame_embed)
+        return codes
+
+    def _predict(self, inputs: FrameInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Codebook 0 from the stored logits, then codebooks 1..G-1 -> (codes [B, G] int64, frame_embed [B, H])."""
+        mem, t = self._require_memory(), self.config.talker
+        noise = inputs.noise.clamp_min(TINY)  # a zero draw would turn a zero-probability token into 0/0 = NaN
+        code0 = self._sample_code0(mem, inputs, noise[:, :t.vocab_size])  # [B]
+        code0_embed = self.talker.embed_codec(code0)  # [B, H]
+        step_noise = noise[:, t.vocab_size:].view(-1, t.num_code_groups - 1, t.codebook_size)
+        rest, rest_embeds = self.talker.code_predictor.generate(
+            mem.hidden[inputs.rows], code0_embed, mem.predictor_kv, inputs.sampling, step_noise)
+        frame_embed = torch.cat((code0_embed[:, None], rest_embeds), dim=1).sum(dim=1)  # [B, H]
+        return torch.cat((code0[:, None], rest), dim=1), frame_embed
+
+    def _sample_code0(self, mem: SlotMemory, inputs: FrameInputs, noise: torch.Tensor) -> torch.Tensor:
+        rows, s = inputs.rows, inputs.sampling
+        logits = apply_repetition_penalty(mem.logits[rows], mem.seen[rows], s.repetition_penalty)
+        blocked = mem.suppressed.expand(rows.shape[0], -1).clone()  # [B, V]
+        blocked[:, self.config.talker.codec_eos_token_id] = inputs.is_eos_blocked
+        code0 = sample(logits.masked_fill(blocked, float("-inf")), s, noise)
         mem.seen[rows, code0] = True
         return code0
 
-    def _trailing_text(self, mem: SlotMemory, states: list[SlotState]) -> torch.Tensor:
-        """The text embedding each row adds to its next input: [B, H]."""
-        return torch.stack([s.trailing[s.num_frames] if s.num_frames < s.trailing.shape[0] else mem.pad_embed
-                            for s in states])
-
-    def _talker_step(self, mem: SlotMemory, rows: torch.Tensor, states: list[SlotState],
-                     inputs: torch.Tensor) -> None:
-        """inputs: [B, H], one new talker token per row; stores the next logits and hidden state."""
-        positions = torch.tensor([[s.position] for s in states], device=self.device)  # [B, 1]
-        hidden = self.talker(inputs[:, None], rows, positions, mem.kv)  # [B, H]
+    def _talk(self, inputs: FrameInputs, frame_embed: torch.Tensor) -> None:
+        """One talker token per row (frame_embed + text_embed: [B, H]); stores the next logits and hidden state."""
+        mem, rows = self._require_memory(), inputs.rows
+        x = (frame_embed + inputs.text_embed)[:, None]  # [B, 1, H]
+        hidden = self.talker(x, rows, inputs.positions[:, None], mem.kv)  # [B, H]
         mem.hidden[rows], mem.logits[rows] = hidden, self.talker.logits(hidden)
-        for s in states:
-            s.position += 1
-            s.num_frames += 1

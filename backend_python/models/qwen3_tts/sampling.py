@@ -2,8 +2,10 @@
 
 Order as in HF generate: repetition penalty and masks, then (sampling only) temperature, top-k,
 top-p. Rows with temperature 0 take the argmax of the penalised, masked logits. Sampling uses the
-exponential-race trick (argmax of p / Exp(1) noise, equal in law to multinomial) so each row draws
-its noise from its own generator and its tokens do not depend on its batch neighbours.
+exponential-race trick (argmax of p / Exp(1) noise, equal in law to multinomial). The noise of a
+whole frame (codebook 0 and every predictor step) is drawn up front, one block per sampled row
+from that row's own generator (`draw_noise`), so a row's tokens do not depend on its batch
+neighbours and the sampling itself needs no generator (it runs inside a CUDA graph).
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from ..base import SamplingParams
+
+TINY = torch.finfo(torch.float32).tiny
 
 
 @dataclass
@@ -23,27 +27,45 @@ class BatchSampling:
     top_p: torch.Tensor  # [B, 1] float32
     repetition_penalty: torch.Tensor  # [B, 1] float32
     is_greedy: torch.Tensor  # [B] bool
-    generators: list[torch.Generator]
-    # host-side flags (from the params, no device sync) that skip work no row needs
+    # host-side flags (from the params, no device sync) that skip work no row needs; a CUDA graph
+    # keeps them all True (the skipped steps are exact identities for the rows that skip them)
     any_sampled: bool = True
     any_top_k: bool = True
     any_top_p: bool = True
 
     @classmethod
-    def build(cls, params: list[SamplingParams], generators: list[torch.Generator],
-              device: torch.device) -> "BatchSampling":
-        def col(values: list, dtype: torch.dtype) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+    def build(cls, params: list[SamplingParams], device: torch.device) -> "BatchSampling":
+        floats, ints = host_columns(params)
+        return cls.from_columns(floats.to(device, non_blocking=True), ints.to(device, non_blocking=True),
+                                **host_flags(params))
 
-        return cls(temperature=col([p.temperature if not p.is_greedy else 1.0 for p in params], torch.float32),
-                   top_k=col([[p.top_k] for p in params], torch.int64),
-                   top_p=col([[p.top_p] for p in params], torch.float32),
-                   repetition_penalty=col([[p.repetition_penalty] for p in params], torch.float32),
-                   is_greedy=col([p.is_greedy for p in params], torch.bool),
-                   generators=generators,
-                   any_sampled=not all(p.is_greedy for p in params),
-                   any_top_k=any(p.top_k > 0 for p in params),
-                   any_top_p=any(p.top_p < 1.0 for p in params))
+    @classmethod
+    def from_columns(cls, floats: torch.Tensor, ints: torch.Tensor, any_sampled: bool = True,
+                     any_top_k: bool = True, any_top_p: bool = True) -> "BatchSampling":
+        """floats: [B, 3] (temperature, top_p, penalty), ints: [B, 2] (top_k, is_greedy), see `host_columns`."""
+        return cls(temperature=floats[:, 0], top_p=floats[:, 1:2], repetition_penalty=floats[:, 2:3],
+                   top_k=ints[:, 0:1], is_greedy=ints[:, 1] != 0, any_sampled=any_sampled,
+                   any_top_k=any_top_k, any_top_p=any_top_p)
+
+
+def host_columns(params: list[SamplingParams]) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> floats [B, 3] float32, ints [B, 2] int64 on the CPU (one copy each to the device)."""
+    floats = [[p.temperature if not p.is_greedy else 1.0, p.top_p, p.repetition_penalty] for p in params]
+    ints = [[p.top_k, int(p.is_greedy)] for p in params]
+    return torch.tensor(floats, dtype=torch.float32), torch.tensor(ints, dtype=torch.int64)
+
+
+def host_flags(params: list[SamplingParams]) -> dict[str, bool]:
+    return dict(any_sampled=not all(p.is_greedy for p in params), any_top_k=any(p.top_k > 0 for p in params),
+                any_top_p=any(p.top_p < 1.0 for p in params))
+
+
+def draw_noise(out: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> None:
+    """Fill row b of out ([>= B, N] float32) with Exp(1) noise from generators[b], for sampled rows only
+    (greedy rows keep whatever they hold: `sample` ignores it). One kernel per sampled row."""
+    for row, (p, generator) in enumerate(zip(params, generators)):
+        if not p.is_greedy:
+            out[row].exponential_(generator=generator)
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
@@ -71,21 +93,13 @@ def top_p(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
 
 
-def exponential_noise(shape: torch.Size, generators: list[torch.Generator], device: torch.device) -> torch.Tensor:
-    """One row of Exp(1) noise per generator: [B, V] float32."""
-    rows = [torch.empty(shape[-1], device=device).exponential_(generator=g) for g in generators]
-    # a zero draw would turn a zero-probability token into 0/0 = NaN, which argmax picks
-    return torch.stack(rows).clamp_min_(torch.finfo(torch.float32).tiny)
-
-
-def sample(logits: torch.Tensor, s: BatchSampling) -> torch.Tensor:
-    """logits: [B, V] float32 (penalised and masked) -> tokens [B] int64."""
+def sample(logits: torch.Tensor, s: BatchSampling, noise: torch.Tensor) -> torch.Tensor:
+    """logits: [B, V] float32 (penalised and masked), noise: [B, V] Exp(1) (>= TINY) -> tokens [B] int64."""
     greedy = logits.argmax(dim=-1)
     if not s.any_sampled:
         return greedy
     warped = logits / s.temperature[:, None]
     warped = top_k(warped, s.top_k) if s.any_top_k else warped
     warped = top_p(warped, s.top_p) if s.any_top_p else warped
-    probs = warped.softmax(dim=-1)
-    drawn = (probs / exponential_noise(probs.shape, s.generators, probs.device)).argmax(dim=-1)
+    drawn = (warped.softmax(dim=-1) / noise).argmax(dim=-1)
     return torch.where(s.is_greedy, greedy, drawn)

@@ -60,8 +60,13 @@ class Talker(nn.Module):
     def forward(self, embeds: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
                 cache: KVCache) -> torch.Tensor:
         """embeds: [B, T, hidden], rows: [B], positions: [B, T] -> last hidden state [B, hidden] (normed)."""
-        step = Step.build(rows, positions, self.cfg.head_dim, self.cfg.rope_theta, cache.max_seq_len, embeds.dtype)
+        step = Step.build(rows, positions, self.cfg.head_dim, self.cfg.rope_theta, cache, embeds.dtype)
         return self.model(embeds, step, cache)[:, -1]
+
+    def fuse_projections(self) -> None:
+        """Fused q/k/v and gate/up weights in the talker and the predictor (the CUDA layout)."""
+        self.model.fuse_projections()
+        self.code_predictor.model.fuse_projections()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [B, hidden] -> codebook-0 logits [B, vocab] float32."""
