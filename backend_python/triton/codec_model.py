@@ -14,22 +14,15 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.triton.params import LaneSettings, model_parameters
+from backend_python.triton.params import set_up_lane
 
 
 class CodecModel:
     def initialize(self, args: dict) -> None:
-        params = model_parameters(args)
-        lane = LaneSettings.from_parameters(params)
-        lane.apply_mps_limit()
-        import torch  # after the MPS limit is set
-
+        setup = set_up_lane(args)
         from backend_python.models import registry
-        torch.set_flush_denormal(True)
-        torch.set_num_threads(int(params.get("num_threads", "1")))  # several model processes share the cores
-        spec = registry.resolve(params.get("model", registry.DEFAULT_MODEL))
-        self.device = lane.device_for(args.get("model_instance_device_id"))
-        self.codec = registry.load_codec(spec, device=self.device, dtype=lane.dtype)
+        self.device = setup.device
+        self.codec = registry.load_codec(setup.spec, device=setup.device, dtype=setup.lane.dtype)
         self._warm_up()
 
     def _warm_up(self) -> None:

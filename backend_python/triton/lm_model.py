@@ -17,7 +17,7 @@ import triton_python_backend_utils as pb_utils
 
 from backend_python.engine.sequence import Chunk, Sequence
 from backend_python.triton.metrics import LMMetrics
-from backend_python.triton.params import LaneSettings, model_parameters
+from backend_python.triton.params import set_up_lane
 from backend_python.triton.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 
@@ -52,22 +52,15 @@ class ResponseSink:
 
 class LMModel:
     def initialize(self, args: dict) -> None:
-        params = model_parameters(args)
-        lane = LaneSettings.from_parameters(params)
-        lane.apply_mps_limit()
-        import torch  # after the MPS limit is set
-
+        setup = set_up_lane(args)
         from backend_python.engine.engine import EngineConfig, LMEngine
         from backend_python.models import registry
-        torch.set_flush_denormal(True)
-        torch.set_num_threads(int(params.get("num_threads", "1")))  # several model processes share the cores
-        spec = registry.resolve(params.get("model", registry.DEFAULT_MODEL))
-        device = lane.device_for(args.get("model_instance_device_id"))
-        self.model = registry.load_lm(spec, device=device, dtype=lane.dtype)
+        params, spec, device, dtype = setup.params, setup.spec, setup.device, setup.lane.dtype
+        self.model = registry.load_lm(spec, device=device, dtype=dtype)
         self.limits = RequestLimits()
         context = registry.family_of(spec).codec_left_context_frames(spec)
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
-        self.codec = (registry.load_codec(spec, device=device, dtype=lane.dtype)
+        self.codec = (registry.load_codec(spec, device=device, dtype=dtype)
                       if params.get("mode") == "timeshare" else None)
         self.metrics = LMMetrics()
         self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self.codec,

@@ -22,6 +22,9 @@ CODEC_BUCKETS_MS = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0
 
 
 class RouterMetrics:
+    """Thread-safe: every update holds one lock. Concurrent metric calls from several
+    threads crashed the stub (they share its message queue to the server)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._num_live = 0
@@ -44,15 +47,18 @@ class RouterMetrics:
         self._live = live.Metric(labels={})
 
     def on_chunk(self, lane: Lane, is_stall: bool) -> None:
-        self._chunks[lane].increment(1)
-        if is_stall:
-            self._stalls.increment(1)
+        with self._lock:
+            self._chunks[lane].increment(1)
+            if is_stall:
+                self._stalls.increment(1)
 
     def on_codec_call(self, lane: Lane, seconds: float) -> None:
-        self._codec[lane].observe(seconds * 1e3)
+        with self._lock:
+            self._codec[lane].observe(seconds * 1e3)
 
     def on_first_chunk(self, ttfa_s: float) -> None:
-        self._ttfa.observe(ttfa_s * 1e3)
+        with self._lock:
+            self._ttfa.observe(ttfa_s * 1e3)
 
     def add_live(self, delta: int) -> None:
         with self._lock:

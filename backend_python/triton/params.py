@@ -40,3 +40,27 @@ class LaneSettings:
 
     def device_for(self, instance_device_id: str | None) -> str:
         return f"cuda:{instance_device_id or 0}" if self.device == "cuda" else "cpu"
+
+
+@dataclass(frozen=True)
+class LaneSetup:
+    """What every model process of a lane starts from: its parameters, settings, model and device."""
+
+    params: dict[str, str]
+    lane: LaneSettings
+    spec: object  # registry.ModelSpec
+    device: str
+
+
+def set_up_lane(args: dict) -> LaneSetup:
+    """Apply the lane's MPS limit, then import torch and resolve the model (in that order)."""
+    params = model_parameters(args)
+    lane = LaneSettings.from_parameters(params)
+    lane.apply_mps_limit()
+    import torch  # only after the MPS limit is in the environment
+
+    from backend_python.models import registry
+    torch.set_flush_denormal(True)  # random-weight models hit denormals on CPU
+    torch.set_num_threads(int(params.get("num_threads", "1")))  # several model processes share the cores
+    spec = registry.resolve(params.get("model", registry.DEFAULT_MODEL))
+    return LaneSetup(params, lane, spec, lane.device_for(args.get("model_instance_device_id")))

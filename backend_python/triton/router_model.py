@@ -1,14 +1,13 @@
 """Triton glue of `vox_ensemble`: the decoupled BLS router.
 
 Per request: validate (a bad request fails here, before any model work), then
-a worker thread streams the LM's chunks (a decoupled BLS stream from
-`speechlm_lm`) and routes each chunk to a codec lane by its playback deadline,
-while a task on the stub's event loop sends the audio back in order. BLS
-iterators block, so they run in the thread; `execute` returns None at once.
+one worker thread streams the LM's chunks (a decoupled BLS stream from
+`speechlm_lm`), routes each chunk to a codec lane by its playback deadline,
+and sends the audio back in order. BLS iterators block, so each request gets
+its own thread; `execute` returns None at once.
 """
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import threading
@@ -51,7 +50,7 @@ class _InFlight:
 
 @dataclass(frozen=True)
 class _Chunk:
-    """A decoded chunk on its way from the worker thread to the sending event loop."""
+    """A decoded chunk, ready to send."""
 
     index: int
     lane: Lane
@@ -101,12 +100,11 @@ class RouterModel:
         self.in_flight = _InFlight()
         self._graveyard = _Graveyard()
         self.metrics = RouterMetrics()
-        self._tasks: set = set()  # running streams (the event loop holds tasks weakly)
         self._lm_outputs = ["tokens", "context_frames", "chunk_index"]
         if Lane.INLINE in self.config.mode.lanes:
             self._lm_outputs += ["audio", "sample_rate"]
 
-    async def execute(self, requests: list) -> None:
+    def execute(self, requests: list) -> None:
         for request in requests:
             sender = request.get_response_sender()
             try:
@@ -114,44 +112,28 @@ class RouterModel:
             except RequestError as exc:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))), flags=FINAL)
                 continue
-            task = asyncio.get_running_loop().create_task(
-                self._stream(_copied_inputs(request), sender, time.monotonic()))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            # the thread gets copies of the inputs, not the request object
+            threading.Thread(target=self._stream, args=(_copied_inputs(request), sender, time.monotonic()),
+                             daemon=True, name="voxlane-stream").start()
         return None
 
-    async def _stream(self, inputs: list, sender, arrival: float) -> None:
+    def _stream(self, inputs: list, sender, arrival: float) -> None:
+        clock = PlaybackClock()
         self.metrics.add_live(1)
         try:
-            await self._send_stream(inputs, sender, arrival)
+            error = self._relay(inputs, clock, lambda chunk: self._send(sender, chunk, clock, arrival))
+        except Exception as exc:  # one broken stream ends with an error, never the server
+            log.exception("stream failed")
+            error = f"internal error: {exc}"
         finally:
             self.metrics.add_live(-1)
+        if error is None:
+            sender.send(flags=FINAL)
+        else:
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)), flags=FINAL)
 
-    async def _send_stream(self, inputs: list, sender, arrival: float) -> None:
-        """Sends happen here, on the stub's event loop; the blocking BLS calls run in a worker thread.
-
-        (Final sends from worker threads crashed the Python 3.12 stub now and then.)
-        """
-        loop = asyncio.get_running_loop()
-        outbox: asyncio.Queue = asyncio.Queue()
-        clock = PlaybackClock()
-        post = lambda item: loop.call_soon_threadsafe(outbox.put_nowait, item)  # noqa: E731
-        worker = threading.Thread(target=self._relay_in_thread, args=(inputs, clock, post), daemon=True,
-                                  name="voxlane-stream")
-        worker.start()
-        while True:
-            item = await outbox.get()
-            if isinstance(item, _Chunk):
-                sender.send(pb_utils.InferenceResponse(output_tensors=item.tensors()))
-                self._on_sent(item, clock, arrival)
-                continue
-            if item is None:
-                sender.send(flags=FINAL)
-            else:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(item)), flags=FINAL)
-            return
-
-    def _on_sent(self, chunk: "_Chunk", clock: PlaybackClock, arrival: float) -> None:
+    def _send(self, sender, chunk: "_Chunk", clock: PlaybackClock, arrival: float) -> None:
+        sender.send(pb_utils.InferenceResponse(output_tensors=chunk.tensors()))
         now = time.monotonic()
         deadline = clock.deadline(chunk.index) if chunk.index > 0 else None
         self.metrics.on_chunk(chunk.lane, is_stall=deadline is not None and now > deadline)
@@ -159,14 +141,7 @@ class RouterModel:
             self.metrics.on_first_chunk(now - arrival)
         clock.on_sent(chunk.index, chunk.duration_s, now)
 
-    def _relay_in_thread(self, inputs: list, clock: PlaybackClock, post) -> None:
-        try:
-            post(self._relay(inputs, clock, post))
-        except Exception as exc:  # one broken stream ends with an error, never the server
-            log.exception("stream failed")
-            post(f"internal error: {exc}")
-
-    def _relay(self, inputs: list, clock: PlaybackClock, post) -> str | None:
+    def _relay(self, inputs: list, clock: PlaybackClock, send) -> str | None:
         """Stream LM chunks through the codec lanes; returns an error or None when done."""
         lm_request = pb_utils.InferenceRequest(
             model_name="speechlm_lm", requested_output_names=self._lm_outputs, inputs=inputs)
@@ -180,7 +155,7 @@ class RouterModel:
             chunk = self._relay_chunk(response, clock)
             if isinstance(chunk, str):
                 return chunk
-            post(chunk)
+            send(chunk)
         return None
 
     def _relay_chunk(self, response, clock: PlaybackClock):

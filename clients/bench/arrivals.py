@@ -21,9 +21,8 @@ def arrival_times(rate: float, duration_s: float, seed: int, arrival: str = "poi
         raise ValueError(f"burstiness must be > 0, got {burstiness}")
     shape = 1.0 if arrival == "poisson" else burstiness
     rng = np.random.default_rng(seed)
-    expected = int(rate * duration_s)
-    gaps = rng.gamma(shape, 1.0 / (rate * shape), size=expected + 10 * int(np.sqrt(expected + 1)) + 10)
-    times = np.cumsum(gaps)
-    while times[-1] < duration_s:  # rare: draw more until the window is covered
-        times = np.concatenate([times, times[-1] + np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=expected + 10))])
+    draw = int(rate * duration_s + 10 * np.sqrt(rate * duration_s) + 10)  # almost always covers the window
+    times = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=draw))
+    while times[-1] < duration_s:
+        times = np.concatenate([times, times[-1] + np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=draw))])
     return [float(t) for t in times[times < duration_s]]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -59,9 +60,13 @@ def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from clients.bench.runner import run_bench
+    from clients.bench.runner import BenchError, run_bench
     config = bench_config(args, args.url)
-    results = run_bench(config)
+    try:
+        results = run_bench(config)
+    except BenchError as exc:
+        print(f"voxlane: bench: {exc}", file=sys.stderr)
+        return 1
     print(f"server mode {results['server']['mode']}; capacity at 90% "
           f"{_capacity(results['capacity']['0.90'])}, at 99% {_capacity(results['capacity']['0.99'])} req/s; "
           f"wrote {config.out / 'results.json'}")

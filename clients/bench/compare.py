@@ -36,11 +36,20 @@ class CompareConfig:
 
 def run_compare(config: CompareConfig, log=print) -> dict:
     """Serve and bench each mode in turn; write <out>/<mode>/results.json, compare.json and compare.png."""
-    results = {mode: _bench_mode(config, mode, log) for mode in config.modes}
+    results, failures = {}, {}
+    for mode in config.modes:
+        try:
+            results[mode] = _bench_mode(config, mode, log)
+        except (RuntimeError, TimeoutError) as exc:  # BenchError, a start-up failure: keep the other modes
+            failures[mode] = str(exc)
+            log(f"compare: mode {mode} failed: {exc}")
     report = compare_report(results)
+    report["failed_modes"] = failures
     out = config.bench.out
+    out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(report, indent=1))
-    plot_results(list(results.values()), out / "compare.png")
+    if results:
+        plot_results(list(results.values()), out / "compare.png")
     log(format_report(report))
     return report
 
@@ -52,7 +61,10 @@ def _bench_mode(config: CompareConfig, mode: str, log) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     log(f"compare: starting tritonserver in mode {mode} (log: {out / 'tritonserver.log'})")
     with Server(serve, log_path=out / "tritonserver.log") as server:
-        return run_bench(replace(config.bench, url=server.grpc_url, out=out), log=log)
+        result = run_bench(replace(config.bench, url=server.grpc_url, out=out), log=log)
+        if server.process.process.poll() is not None:
+            raise RuntimeError(f"tritonserver exited during the run (see {out / 'tritonserver.log'})")
+    return result
 
 
 def compare_report(results: dict[str, dict]) -> dict:

@@ -6,6 +6,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from clients.bench.config import BenchConfig
@@ -17,6 +18,11 @@ from clients.bench.workload import Utterance, load_workload
 
 RESULTS_FILE = "results.json"
 WARMUP_AUDIO_S = 0.5
+WARMUP_TIMEOUT_S = 60.0
+
+
+class BenchError(RuntimeError):
+    """The server could not serve the warm-up request; nothing was measured."""
 
 
 def run_bench(config: BenchConfig, log=print) -> dict:
@@ -65,7 +71,9 @@ async def _run_rate(config: BenchConfig, utterances, rate: float, runs: list[Run
 async def _warm_up(config: BenchConfig, utterances: list[Utterance]) -> None:
     """One short request first, so the first measured request does not pay for lazy start-up."""
     warm = PlannedRequest("warmup", utterances[0], 0.0, WARMUP_AUDIO_S, 0)
-    await run_load(config, [warm], 0.0, 0)
+    result = await run_load(replace(config, request_timeout_s=WARMUP_TIMEOUT_S), [warm], 0.0, 0)
+    if result.records[0].error:
+        raise BenchError(f"warm-up request to {config.url} failed: {result.records[0].error}")
 
 
 def _worst_overhead(runs: list[RunResult]) -> dict:

@@ -60,10 +60,11 @@ class CodePredictor(nn.Module):
         whole loop is one CUDA graph on the GPU path."""
         x = torch.stack((talker_hidden, code0_embed), dim=1)  # [B, 2, talker_hidden]
         frame = self.frame_step(x.shape[0], cache, x.device, x.dtype)
-        step, codes, embeds = frame.window(0, 2), [], []
+        codes, embeds = [], []
         for i, (head, table) in enumerate(zip(self.lm_head, self.model.codec_embedding)):
+            step = frame.window(0, 2) if i == 0 else frame.window(i + 1, i + 2)
             code = sample(head(self(x, step, cache)).float(), sampling, noise[:, i])  # [B]
             codes.append(code)
             embeds.append(table(code))
-            x, step = embeds[-1][:, None], frame.window(i + 2, i + 3)
+            x = embeds[-1][:, None]
         return torch.stack(codes, dim=1), torch.stack(embeds, dim=1)

@@ -240,17 +240,19 @@ def varlen_attention_works(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def _probe_varlen(device: torch.device, dtype: torch.dtype) -> bool:
+    """Prefill-like (T=2, causal) and decode-like (T=1) steps over unordered rows with gaps."""
     gen = torch.Generator(device=device).manual_seed(0)
     k_cache, v_cache = (torch.randn(4, 32, 2, 128, generator=gen, device=device, dtype=dtype) for _ in range(2))
-    q = torch.randn(3, 2, 4, 128, generator=gen, device=device, dtype=dtype)
-    rows = torch.tensor([2, 0, 3], device=device)
-    positions = torch.tensor([[5, 6], [19, 20], [0, 1]], device=device)
-    cache = KVCache(k_cache[None], v_cache[None], is_varlen=True)
-    step = Step.build(rows, positions, 128, 10000.0, cache, dtype)
-    fast = varlen_attention(q, k_cache, v_cache, step)
-    mask = torch.arange(32, device=device)[None, None, None, :] <= positions[:, None, :, None]
-    reference = attend(q, k_cache, v_cache, Step(rows, positions, step.cos, step.sin, mask))
-    error = (fast.float() - reference.float()).abs().max().item()
+    cache, rows = KVCache(k_cache[None], v_cache[None], is_varlen=True), torch.tensor([2, 0, 3], device=device)
+    error = 0.0
+    for positions in ([[5, 6], [19, 20], [0, 1]], [[6], [31], [0]]):
+        positions = torch.tensor(positions, device=device)
+        q = torch.randn(3, positions.shape[1], 4, 128, generator=gen, device=device, dtype=dtype)
+        step = Step.build(rows, positions, 128, 10000.0, cache, dtype)
+        mask = torch.arange(32, device=device)[None, None, None, :] <= positions[:, None, :, None]
+        reference = attend(q, k_cache, v_cache, Step(rows, positions, step.cos, step.sin, mask))
+        fast = varlen_attention(q, k_cache, v_cache, step)
+        error = max(error, (fast.float() - reference.float()).abs().max().item())
     if error > 2e-2:
         log.warning("varlen flash attention disagrees with SDPA (max error %.3g): not used", error)
     return error <= 2e-2

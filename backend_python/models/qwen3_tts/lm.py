@@ -122,6 +122,7 @@ class Qwen3TTSLM(SpeechLM):
     def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
         """Slot memory (+ the scratch row); on CUDA also fuse projections and capture every bucket's graphs."""
         t, device, dtype = self.config.talker, self.device, self.talker.codec_head.weight.dtype
+        self._graphs, self._memory = None, None  # free the old graphs and slots before allocating anew
         if device.type == "cuda":
             self.talker.fuse_projections()
         suppressed = torch.zeros(t.vocab_size, dtype=torch.bool, device=device)
@@ -147,6 +148,11 @@ class Qwen3TTSLM(SpeechLM):
             with torch.no_grad():
                 graphs.capture_all()
         return graphs
+
+    @property
+    def frame_graphs(self) -> FrameGraphs | None:
+        """The CUDA frame runner (buckets, static buffers, graphs) once slots are allocated on CUDA."""
+        return self._graphs
 
     @property
     def noise_width(self) -> int:
@@ -246,7 +252,8 @@ class Qwen3TTSLM(SpeechLM):
         blocked = mem.suppressed.expand(rows.shape[0], -1).clone()  # [B, V]
         blocked[:, self.config.talker.codec_eos_token_id] = inputs.is_eos_blocked
         code0 = sample(logits.masked_fill(blocked, float("-inf")), s, noise)
-        mem.seen[rows, code0] = True
+        # a device value: `seen[rows, code0] = True` would copy a CPU scalar, which graph capture forbids
+        mem.seen.index_put_((rows, code0), torch.ones_like(code0, dtype=torch.bool))
         return code0
 
     def _talk(self, inputs: FrameInputs, frame_embed: torch.Tensor) -> None:

@@ -89,7 +89,7 @@ def top_p(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """logits: [B, V], p: [B, 1] -> logits outside each row's nucleus at -inf (HF's TopPLogitsWarper)."""
     ascending, order = logits.sort(dim=-1)
     remove = ascending.softmax(dim=-1).cumsum(dim=-1) <= (1 - p)
-    remove[:, -1] = False  # always keep the most likely token
+    remove[:, -1].fill_(False)  # always keep the most likely token (a device fill: graph-safe)
     return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
 
 
