@@ -45,6 +45,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-slots", type=int, default=32, help="LM batch slots (live requests)")
     parser.add_argument("--first-chunk-frames", type=int, default=2)
     parser.add_argument("--chunk-frames", type=int, default=10)
+    parser.add_argument("--chunk-growth", type=_growth, default=2.0,
+                        help="chunk sizes grow by this factor up to --chunk-frames (2, 4, 8, 10, …); 'none': no ramp")
     parser.add_argument("--partition", choices=("mps", "none"), default=None,
                         help="SM partition of the lanes on cuda (default: mps on cuda)")
     parser.add_argument("--lm-sm-pct", type=int, default=75, help="MPS active-thread %% of the LM lane")
@@ -59,8 +61,13 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
                        ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
                        max_slots=args.max_slots, first_chunk_frames=args.first_chunk_frames,
-                       chunk_frames=args.chunk_frames, partition=args.partition, lm_sm_pct=args.lm_sm_pct,
+                       chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
+                       lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, admission=args.admission)
+
+
+def _growth(value: str) -> float | None:
+    return None if value.lower() == "none" else float(value)
 
 
 def _add_serve(parser: argparse.ArgumentParser) -> None:

@@ -28,6 +28,7 @@ class ServeConfig:
     max_slots: int = 32
     first_chunk_frames: int = 2
     chunk_frames: int = 10
+    chunk_growth: float | None = 2.0  # chunk sizes ramp 2, 4, 8, 10, …; None: 2, 10, 10, …
     num_threads: int | None = None  # torch threads per model process (cpu)
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
     lm_sm_pct: int = 75  # MPS active-thread percentage of the LM lane
@@ -50,6 +51,8 @@ class ServeConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [1, 100], got {getattr(self, name)}")
         if self.first_chunk_frames < 1 or self.chunk_frames < 1 or self.max_slots < 1:
             raise ValueError("chunk sizes and --max-slots must be >= 1")
+        if self.chunk_growth is not None and self.chunk_growth <= 1.0:
+            raise ValueError(f"--chunk-growth must be > 1 (or none), got {self.chunk_growth}")
 
     @property
     def uses_mps(self) -> bool:
@@ -81,6 +84,8 @@ class ServeConfig:
         if model_name == "speechlm_lm":
             params.update(mode=self.mode, max_slots=str(self.max_slots), admission_policy=self.admission,
                           first_chunk_frames=str(self.first_chunk_frames), chunk_frames=str(self.chunk_frames))
+            if self.chunk_growth is not None:
+                params["chunk_growth"] = str(self.chunk_growth)
         return params
 
 

@@ -1,12 +1,16 @@
 """Which frames of a request form the chunks that are sent to the codec.
 
-Chunk 0 holds `first_chunk_frames` frames (small, to cut time-to-first-audio);
-every later chunk holds `chunk_frames`. Chunk k >= 1 covers frames
-[first + (k-1)*chunk, first + k*chunk). When the request finishes, the frames
-left after the last complete chunk form one shorter final chunk.
+Chunk 0 holds `first_chunk_frames` frames (small, to cut time-to-first-audio).
+Without `chunk_growth`, every later chunk holds `chunk_frames`. With `chunk_growth` g,
+chunk k holds min(chunk_frames, ceil(first * g**k)) frames: sizes ramp up (2,
+4, 8, 10, 10, … for first 2, g 2, chunk 10), so each chunk's audio lasts long
+enough to cover generating and decoding the next one. When the request
+finishes, the frames left after the last complete chunk form one shorter final
+chunk.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -16,12 +20,24 @@ class ChunkingConfig:
 
     first_chunk_frames: int = 4
     chunk_frames: int = 10
+    chunk_growth: float | None = None  # None: straight to chunk_frames after chunk 0
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_frames", "chunk_frames"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        growth = self.chunk_growth
+        if growth is not None and not (isinstance(growth, (int, float)) and growth > 1.0):
+            raise ValueError(f"chunk_growth must be > 1 (or None for no ramp), got {self.chunk_growth!r}")
+
+    def size(self, index: int) -> int:
+        """Frames in complete chunk `index`."""
+        if index == 0:
+            return self.first_chunk_frames
+        if self.chunk_growth is None:
+            return self.chunk_frames
+        return min(self.chunk_frames, math.ceil(self.first_chunk_frames * self.chunk_growth ** index))
 
 
 @dataclass(frozen=True)
@@ -43,14 +59,18 @@ class ChunkPlan:
 
     def __init__(self, config: ChunkingConfig) -> None:
         self._config = config
+        self._ramp_starts = [0]  # starts of the chunks while sizes still grow, then one full-size chunk
+        while config.size(len(self._ramp_starts) - 1) < config.chunk_frames:
+            self._ramp_starts.append(self._ramp_starts[-1] + config.size(len(self._ramp_starts) - 1))
 
     def start(self, index: int) -> int:
         """First frame of chunk `index`."""
         if index < 0:
             raise ValueError(f"chunk index must be >= 0, got {index}")
-        if index == 0:
-            return 0
-        return self._config.first_chunk_frames + (index - 1) * self._config.chunk_frames
+        last = len(self._ramp_starts) - 1  # from this chunk on, every chunk is full-size
+        if index <= last:
+            return self._ramp_starts[index]
+        return self._ramp_starts[last] + (index - last) * self._config.chunk_frames
 
     def end(self, index: int) -> int:
         """One past the last frame of chunk `index` when the chunk is complete."""

@@ -52,7 +52,7 @@ class SchedulerConfig:
         """Build from Triton config parameters.
 
         Values may be strings or Triton's `{"string_value": "..."}` form. Keys
-        are the field names, with `first_chunk_frames` and `chunk_frames` for
+        are the field names, with `first_chunk_frames`, `chunk_frames` and `chunk_growth` for
         the chunking. Unknown keys raise unless `ignore_unknown` (pass the whole
         model parameter map with it set).
         """
@@ -79,6 +79,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "latency_alpha": float,
     "first_chunk_frames": int,
     "chunk_frames": int,
+    "chunk_growth": float,
 }
 
 

@@ -119,6 +119,10 @@ class Codec(nn.Module, ABC):
     """A causal neural codec decoder: frames of K codebook tokens -> mono waveform."""
 
     @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
     @abstractmethod
     def num_codebooks(self) -> int: ...
 

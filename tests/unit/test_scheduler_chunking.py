@@ -1,6 +1,7 @@
 """ChunkPlan: a small first chunk, fixed later chunks, a short final chunk."""
 import pytest
 
+from scheduler import SchedulerConfig
 from scheduler import ChunkingConfig, ChunkPlan, ChunkSpan
 
 
@@ -50,3 +51,29 @@ def test_inconsistent_counts_raise(plan):
 def test_chunking_config_validation(kwargs):
     with pytest.raises(ValueError):
         ChunkingConfig(**kwargs)
+
+
+def test_growing_chunks_ramp_up_to_the_full_size():
+    config = ChunkingConfig(first_chunk_frames=2, chunk_frames=10, chunk_growth=2.0)
+    plan = ChunkPlan(config)
+    assert [config.size(i) for i in range(6)] == [2, 4, 8, 10, 10, 10]
+    assert [plan.start(i) for i in range(7)] == [0, 2, 6, 14, 24, 34, 44]
+    spans = plan.ready_chunks(num_frames=17, num_chunks_emitted=0, is_finished=True)
+    assert [(s.start, s.end) for s in spans] == [(0, 2), (2, 6), (6, 14), (14, 17)]
+    assert spans[-1].is_last
+
+
+def test_growth_that_overshoots_jumps_straight_to_the_full_size():
+    plan = ChunkPlan(ChunkingConfig(first_chunk_frames=4, chunk_frames=10, chunk_growth=3.0))
+    assert [plan.start(i) for i in range(4)] == [0, 4, 14, 24]
+
+
+@pytest.mark.parametrize("growth", [1.0, 0.5, -2.0])
+def test_growth_must_grow(growth):
+    with pytest.raises(ValueError, match="chunk_growth"):
+        ChunkingConfig(chunk_growth=growth)
+
+
+def test_growth_from_triton_parameters():
+    config = SchedulerConfig.from_dict({"first_chunk_frames": "2", "chunk_frames": "10", "chunk_growth": "2"})
+    assert config.chunking.chunk_growth == 2.0
