@@ -55,7 +55,7 @@ def run_compare(config: CompareConfig, log=print) -> dict:
 
 
 def _bench_mode(config: CompareConfig, mode: str, log) -> dict:
-    http, grpc, metrics = _free_ports(3)
+    http, grpc, metrics = free_ports(3)
     serve = ServeConfig(model=config.model, device=config.device, mode=mode, ports=Ports(http, grpc, metrics))
     out = config.bench.out / mode
     out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +100,8 @@ def _num(value) -> str:
     return "-" if value is None else f"{value:g}x"
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free TCP ports on the loopback interface."""
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:
         s.bind(("127.0.0.1", 0))

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .layers import RMSNorm  # the LM's norm: same math on CPU, one fused kernel on CUDA
+
 if TYPE_CHECKING:
     from backend_python.models.qwen3_tts.codec import Qwen3TTSCodecConfig
 
@@ -175,18 +177,6 @@ class SplitResidualVectorQuantizer(nn.Module):
 
 
 # ---------------------------------------------------------------- transformer
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
 
 
 class LayerScale(nn.Module):
