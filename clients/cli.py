@@ -43,6 +43,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--max-slots", type=int, default=32, help="LM batch slots (live requests)")
+    parser.add_argument("--max-queued", type=int, default=128,
+                        help="requests waiting for a slot; beyond it new requests get an 'overloaded' error")
     parser.add_argument("--first-chunk-frames", type=int, default=2)
     parser.add_argument("--chunk-frames", type=int, default=10)
     parser.add_argument("--chunk-growth", type=_growth, default=2.0,
@@ -60,7 +62,7 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
 def _serve_config(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
                        ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
-                       max_slots=args.max_slots, first_chunk_frames=args.first_chunk_frames,
+                       max_slots=args.max_slots, max_queued=args.max_queued, first_chunk_frames=args.first_chunk_frames,
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, admission=args.admission)

@@ -26,6 +26,7 @@ class ServeConfig:
     dtype: str | None = None  # None: float32 on cpu, bfloat16 on cuda
     ports: Ports = field(default_factory=Ports)
     max_slots: int = 32
+    max_queued: int = 128  # requests waiting for an LM slot before new ones are refused
     first_chunk_frames: int = 2
     chunk_frames: int = 10
     chunk_growth: float | None = 2.0  # chunk sizes ramp 2, 4, 8, 10, …; None: 2, 10, 10, …
@@ -49,8 +50,8 @@ class ServeConfig:
         for name in ("lm_sm_pct", "codec_sm_pct"):
             if not 1 <= getattr(self, name) <= 100:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [1, 100], got {getattr(self, name)}")
-        if self.first_chunk_frames < 1 or self.chunk_frames < 1 or self.max_slots < 1:
-            raise ValueError("chunk sizes and --max-slots must be >= 1")
+        if min(self.first_chunk_frames, self.chunk_frames, self.max_slots, self.max_queued) < 1:
+            raise ValueError("chunk sizes, --max-slots and --max-queued must be >= 1")
         if self.chunk_growth is not None and self.chunk_growth <= 1.0:
             raise ValueError(f"--chunk-growth must be > 1 (or none), got {self.chunk_growth}")
 
@@ -82,7 +83,8 @@ class ServeConfig:
         if self.num_threads:
             params["num_threads"] = str(self.num_threads)
         if model_name == "speechlm_lm":
-            params.update(mode=self.mode, max_slots=str(self.max_slots), admission_policy=self.admission,
+            params.update(mode=self.mode, max_slots=str(self.max_slots), max_queued=str(self.max_queued),
+                          admission_policy=self.admission,
                           first_chunk_frames=str(self.first_chunk_frames), chunk_frames=str(self.chunk_frames))
             if self.chunk_growth is not None:
                 params["chunk_growth"] = str(self.chunk_growth)

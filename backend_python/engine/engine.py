@@ -28,12 +28,15 @@ log = logging.getLogger("voxlane.engine")
 class EngineConfig:
     max_slots: int = 32
     max_seq_len: int = 2048
+    max_queued: int = 128  # requests waiting for a slot; beyond it new ones are refused at once
     codec_left_context_frames: int = 25
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # chunking and admission
 
     def __post_init__(self) -> None:
         if self.max_slots < 1:
             raise ValueError(f"max_slots must be >= 1, got {self.max_slots}")
+        if self.max_queued < 1:
+            raise ValueError(f"max_queued must be >= 1, got {self.max_queued}")
         if self.max_seq_len < 16:
             raise ValueError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
         if self.codec_left_context_frames < 0:
@@ -43,6 +46,7 @@ class EngineConfig:
     def from_parameters(cls, params: dict[str, str], codec_left_context_frames: int) -> "EngineConfig":
         """From the LM model's config.pbtxt parameters (strings)."""
         return cls(max_slots=int(params.get("max_slots", 32)), max_seq_len=int(params.get("max_seq_len", 2048)),
+                   max_queued=int(params.get("max_queued", 128)),
                    codec_left_context_frames=codec_left_context_frames,
                    scheduler=SchedulerConfig.from_dict(params, ignore_unknown=True))
 
@@ -97,6 +101,18 @@ class LMEngine:
     def add(self, seq: Sequence) -> None:
         seq.arrival_time = self._clock()
         self._inbox.put(seq)
+
+    def try_add(self, seq: Sequence) -> bool:
+        """Queue `seq` unless `max_queued` requests already wait for a slot (then False, nothing queued)."""
+        if self.num_queued >= self.config.max_queued:
+            return False
+        self.add(seq)
+        return True
+
+    @property
+    def num_queued(self) -> int:
+        """Requests not yet admitted (approximate when read from another thread)."""
+        return self._inbox.qsize() + len(self._waiting)
 
     def cancel(self, seq: Sequence) -> None:
         seq.is_cancelled = True  # read by the loop between steps

@@ -84,7 +84,10 @@ class LMModel:
         except RequestError as exc:
             ResponseSink(sender, None).finish(str(exc))
             return
-        self.engine.add(seq)
+        if not self.engine.try_add(seq):
+            limit = self.engine.config.max_queued
+            ResponseSink(sender, None).finish(f"server overloaded: {limit} requests already wait for the LM lane; "
+                                              f"retry later")
 
     def _sequence(self, request, sink: ResponseSink) -> Sequence:
         import torch

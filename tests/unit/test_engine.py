@@ -215,3 +215,11 @@ def test_a_failing_prefill_ends_only_its_request(lm, monkeypatch):
     assert "injected prefill bug" in bad_sink.error
     assert good_sink.error is None
     assert sorted(engine._free_slots) == [0, 1, 2, 3]
+
+
+def test_a_full_queue_refuses_new_requests_at_once(lm):
+    engine = make_engine(lm, max_queued=2)
+    pairs = [make_seq(lm, f"Queued {i}.", frames=2, seed=i) for i in range(3)]
+    assert [engine.try_add(seq) for seq, _ in pairs] == [True, True, False]
+    run_until_done(engine, [sink for _, sink in pairs[:2]])
+    assert engine.try_add(make_seq(lm, "Room again.", frames=2)[0])  # the queue drained
