@@ -23,6 +23,7 @@ from scheduler import (AdmissionState, ChunkPlan, SchedulerConfig, StreamStatus,
                        make_admission_policy)
 
 log = logging.getLogger("voxlane.engine")
+CANCELLED = "cancelled"  # the finish reason of a cancelled request
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class LMEngine:
                  on_step: Callable[[int], None] | None = None) -> None:
         """`codec` set: the time-sharing baseline, chunks are decoded inline in this loop.
 
-        `on_step(batch_size)` is called after every decode step (metrics)."""
+        `on_step(num_running)` is called after every step (metrics)."""
         self.model = model
         self.codec = codec
         self.config = config
@@ -71,6 +72,8 @@ class LMEngine:
         self._running: list[Sequence] = []
         self._free_slots = list(range(config.max_slots))
         self._stopped = threading.Event()
+        self._cancel_ids: set[str] = set()
+        self._cancel_lock = threading.Lock()
         self._chunk_plan = ChunkPlan(config.scheduler.chunking)
         model.allocate_slots(config.max_slots, config.max_seq_len)
         self._thread = threading.Thread(target=self._loop, name="voxlane-lm-engine", daemon=True)
@@ -97,6 +100,12 @@ class LMEngine:
 
     def cancel(self, seq: Sequence) -> None:
         seq.is_cancelled = True  # read by the loop between steps
+
+    def cancel_id(self, request_id: str) -> None:
+        """Cancel the live request with this id (from any thread); unknown ids are ignored."""
+        with self._cancel_lock:
+            self._cancel_ids.add(request_id)  # read and cleared by the loop between steps
+        self._inbox.put(None)  # wake the loop if it waits for work
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopped.set()
@@ -130,10 +139,13 @@ class LMEngine:
 
     def step(self) -> None:
         self._drop_cancelled()
+        self._retire()
         self._admit()
         if self._running:
             self._decode()
         self._retire()
+        if self._on_step is not None:
+            self._on_step(len(self._running))
 
     def _admit(self) -> None:
         """Prefill the waiting requests the admission policy lets in, in arrival order."""
@@ -187,8 +199,6 @@ class LMEngine:
                 self._finish(seq, f"decode failed: {exc}")
             return
         self._timing.observe_step(self._clock() - started)
-        if self._on_step is not None:
-            self._on_step(len(batch.slots))
         ready, done = [], []
         for row, seq in enumerate(self._running):
             is_done = self._advance(seq, codes[row], bool(is_eos[row]))
@@ -223,8 +233,8 @@ class LMEngine:
                 seq.t_first_emitted = self._clock()
             try:
                 seq.sink.emit(chunk)
-            except Exception:  # the client is gone: stop generating for it, keep the others
-                log.exception("sending a chunk of %s failed", seq.request_id)
+            except Exception as exc:  # the client is gone: stop generating for it, keep the others
+                log.warning("sending a chunk of %s failed, dropping it: %s", seq.request_id, exc)
                 seq.is_cancelled = True
 
     def _decode_inline(self, ready: list[tuple[Sequence, Chunk]]) -> list[tuple[Sequence, Chunk]]:
@@ -254,8 +264,13 @@ class LMEngine:
             self._free_slots.append(seq.slot)
 
     def _drop_cancelled(self) -> None:
+        with self._cancel_lock:
+            ids, self._cancel_ids = self._cancel_ids, set()
+        if ids:
+            for seq in self._running + self._waiting:
+                seq.is_cancelled = seq.is_cancelled or seq.request_id in ids
         for seq in [s for s in self._running + self._waiting if s.is_cancelled]:
-            self._finish(seq, "cancelled")
+            self._finish(seq, CANCELLED)
             if seq in self._waiting:
                 self._waiting.remove(seq)
 

@@ -15,6 +15,7 @@ import uuid
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.engine.engine import CANCELLED
 from backend_python.engine.sequence import Chunk, Sequence
 from backend_python.triton.metrics import LMMetrics
 from backend_python.triton.params import set_up_lane
@@ -25,6 +26,15 @@ log = logging.getLogger("voxlane.lm")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
+def _is_cancel(request) -> bool:
+    tensor = pb_utils.get_input_tensor_by_name(request, "cancel")
+    return tensor is not None and bool(tensor.as_numpy().reshape(-1)[0])
+
+
+class ClientGone(RuntimeError):
+    """The request was cancelled: stop generating for it."""
+
+
 class ResponseSink:
     """Delivers one request's chunks through its Triton response sender."""
 
@@ -33,6 +43,8 @@ class ResponseSink:
         self._sample_rate = sample_rate  # set when chunks carry inline-decoded audio
 
     def emit(self, chunk: Chunk) -> None:
+        if self._sender.is_cancelled():  # the engine then drops the request and frees its slot
+            raise ClientGone("the client cancelled the request")
         tensors = [
             pb_utils.Tensor("tokens", chunk.tokens.numpy().astype(np.int32)),
             pb_utils.Tensor("context_frames", np.array([chunk.context_frames], dtype=np.int32)),
@@ -44,7 +56,9 @@ class ResponseSink:
         self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
 
     def finish(self, error: str | None) -> None:
-        if error is None:
+        # a cancelled request ends with a plain final flag: through BLS in Triton 2.51 a final
+        # *error* response did not end the router's response iterator
+        if error is None or error == CANCELLED:
             self._sender.send(flags=FINAL)
         else:
             self._sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)), flags=FINAL)
@@ -79,6 +93,10 @@ class LMModel:
 
     def _submit(self, request) -> None:
         sender = request.get_response_sender()
+        if _is_cancel(request):  # a control request from the router: its client went away
+            self.engine.cancel_id(request.request_id())
+            sender.send(flags=FINAL)
+            return
         try:
             seq = self._sequence(request, ResponseSink(sender, self.sample_rate))
         except RequestError as exc:

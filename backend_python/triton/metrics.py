@@ -7,7 +7,7 @@
 | `voxlane_stalls_total` | counter | | chunks sent after their playback deadline |
 | `voxlane_live_requests` | gauge | | streams in flight in the router |
 | `voxlane_codec_ms` | histogram | `lane` | a chunk's codec call as the router sees it (queueing + batch decode) |
-| `voxlane_lm_batch_size` | gauge | | requests in the LM lane's last decode step |
+| `voxlane_lm_batch_size` | gauge | | requests in the LM lane's running batch after its last step |
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import collections
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,7 +122,8 @@ class RouterModel:
         clock = PlaybackClock()
         self.metrics.add_live(1)
         try:
-            error = self._relay(inputs, clock, lambda chunk: self._send(sender, chunk, clock, arrival))
+            error = self._relay(inputs, clock, lambda chunk: self._send(sender, chunk, clock, arrival),
+                                sender.is_cancelled)
         except Exception as exc:  # one broken stream ends with an error, never the server
             log.exception("stream failed")
             error = f"internal error: {exc}"
@@ -141,10 +143,12 @@ class RouterModel:
             self.metrics.on_first_chunk(now - arrival)
         clock.on_sent(chunk.index, chunk.duration_s, now)
 
-    def _relay(self, inputs: list, clock: PlaybackClock, send) -> str | None:
+    def _relay(self, inputs: list, clock: PlaybackClock, send, is_cancelled) -> str | None:
         """Stream LM chunks through the codec lanes; returns an error or None when done."""
+        stream_id = uuid.uuid4().hex
         lm_request = pb_utils.InferenceRequest(
-            model_name="speechlm_lm", requested_output_names=self._lm_outputs, inputs=inputs)
+            model_name="speechlm_lm", requested_output_names=self._lm_outputs, inputs=inputs,
+            request_id=stream_id)
         responses = lm_request.exec(decoupled=True)
         self._graveyard.hold(responses)
         for response in responses:
@@ -152,6 +156,9 @@ class RouterModel:
                 return response.error().message()
             if not response.output_tensors():  # the LM's empty final response
                 continue
+            if is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
+                _cancel(responses, stream_id)
+                return "cancelled by the client"
             chunk = self._relay_chunk(response, clock)
             if isinstance(chunk, str):
                 return chunk
@@ -193,6 +200,22 @@ class RouterModel:
         audio = pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)
         sample_rate = int(pb_utils.get_output_tensor_by_name(response, "sample_rate").as_numpy().reshape(-1)[0])
         return np.array(audio, dtype=np.float32), sample_rate  # a copy: see _inline_audio
+
+
+def _cancel(responses, stream_id: str) -> None:
+    """End the LM's stream for a cancelled client and drain it to its final response.
+
+    Triton 2.51 cannot cancel a BLS stream, so the LM gets a control request
+    (`cancel` = true, the stream's request id) that frees the slot at its next step.
+    """
+    control = pb_utils.InferenceRequest(
+        model_name="speechlm_lm", requested_output_names=[], request_id=stream_id,
+        inputs=[pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_))])
+    for _ in control.exec(decoupled=True):
+        pass
+    for response in responses:  # until the LM's final flag (an error response ends it too)
+        if response.has_error():
+            break
 
 
 def _inline_audio(response):

@@ -223,3 +223,15 @@ def test_a_full_queue_refuses_new_requests_at_once(lm):
     assert [engine.try_add(seq) for seq, _ in pairs] == [True, True, False]
     run_until_done(engine, [sink for _, sink in pairs[:2]])
     assert engine.try_add(make_seq(lm, "Room again.", frames=2)[0])  # the queue drained
+
+
+def test_cancel_by_request_id_frees_the_slot(lm):
+    engine = make_engine(lm, max_slots=1)
+    long, long_sink = make_seq(lm, "Long.", frames=200)
+    engine.add(long)
+    engine._collect(block=False)
+    engine.step()
+    engine.cancel_id(long.request_id)
+    engine.cancel_id("no-such-request")  # ignored
+    run_until_done(engine, [long_sink])
+    assert long_sink.error == "cancelled" and sorted(engine._free_slots) == [0]
