@@ -71,7 +71,7 @@ class LMModel:
         from backend_python.models import registry
         params, spec, device, dtype = setup.params, setup.spec, setup.device, setup.lane.dtype
         self.model = registry.load_lm(spec, device=device, dtype=dtype)
-        self.limits = RequestLimits()
+        self.limits = RequestLimits.from_parameters(params)
         context = registry.family_of(spec).codec_left_context_frames(spec)
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
         self.codec = (registry.load_codec(spec, device=device, dtype=dtype)

@@ -41,6 +41,13 @@ class RequestLimits:
         if self.max_text_chars < 1 or not 0 < self.default_audio_seconds <= self.max_audio_seconds:
             raise ValueError(f"inconsistent request limits: {self}")
 
+    @classmethod
+    def from_parameters(cls, params: dict[str, str]) -> "RequestLimits":
+        """From a model's config.pbtxt parameters; the router and the LM read the same keys."""
+        defaults = cls()
+        return cls(max_text_chars=int(params.get("max_text_chars", defaults.max_text_chars)),
+                   max_audio_seconds=float(params.get("max_audio_seconds", defaults.max_audio_seconds)))
+
 
 @dataclass(frozen=True)
 class SpeechRequest:

@@ -35,10 +35,9 @@ class _InFlight:
         self._lock = threading.Lock()
         self._counts = {lane: 0 for lane in Lane}
 
-    def enter(self, lane: Lane) -> int:
+    def enter(self, lane: Lane) -> None:
         with self._lock:
             self._counts[lane] += 1
-            return self._counts[lane]
 
     def leave(self, lane: Lane) -> None:
         with self._lock:
@@ -94,8 +93,7 @@ class RouterModel:
     def initialize(self, args: dict) -> None:
         params = model_parameters(args)
         self.config = SchedulerConfig.from_dict(params, ignore_unknown=True)
-        self.limits = RequestLimits(max_text_chars=int(params.get("max_text_chars", 2000)),
-                                    max_audio_seconds=float(params.get("max_audio_seconds", 120.0)))
+        self.limits = RequestLimits.from_parameters(params)
         self.estimator = LatencyEstimator.from_config(self.config)
         self.router = ChunkRouter(self.config, self.estimator)
         self.in_flight = _InFlight()

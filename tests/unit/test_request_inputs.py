@@ -39,3 +39,9 @@ def test_values_pass_through():
 def test_rejections_name_the_problem(inputs, message):
     with pytest.raises(RequestError, match=message):
         parse(**inputs)
+
+
+def test_limits_from_model_parameters():
+    limits = RequestLimits.from_parameters({"max_text_chars": "10", "max_audio_seconds": "90"})
+    assert (limits.max_text_chars, limits.max_audio_seconds) == (10, 90.0)
+    assert RequestLimits.from_parameters({}) == RequestLimits()
