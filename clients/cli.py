@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from clients.bench.cli import add_commands
+from clients.microbench.cli import add_command as add_microbench
 from clients.mps import MpsError
 from clients.serve import MODES, ServeConfig, Server
 from clients.triton_launch import Ports, find_triton
@@ -25,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("-o", "--output", default="demo.wav")
     demo.add_argument("--text", default=DEMO_TEXT)
     commands.add_parser("doctor", help="check the Triton install and its Python backend stub")
-    handlers = {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor, **add_commands(commands)}
+    add_microbench(commands)
+    handlers = {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor, "microbench": _microbench,
+                **add_commands(commands)}
     args = parser.parse_args(argv)
     try:
         return handlers[args.command](args)
@@ -137,6 +140,11 @@ def _demo(args: argparse.Namespace) -> int:
         result = synthesize(server.grpc_url, args.text, seed=0, max_audio_seconds=4.0, ignore_eos=True)
         _report(result, args.output)
     return 0
+
+
+def _microbench(args: argparse.Namespace) -> int:
+    from clients.microbench.cli import run
+    return run(args)
 
 
 def _doctor(args: argparse.Namespace) -> int:

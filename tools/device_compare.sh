@@ -13,7 +13,7 @@ mkdir -p /tmp/mps-pipe /tmp/mps-log
 env $mps_env nvidia-cuda-mps-control -d
 for pct in 100 25; do
   env $mps_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct timeout 60 \
-    python3 -m tools.codec_microbench --model $model --batch-sizes 1 8 16 --repeats 5 2>&1 | tail -3
+    python3 -m clients.microbench.codec --model $model --batch-sizes 1 8 16 --repeats 5 2>&1 | tail -3
 done | tee "$out/codec_mps.jsonl"
 echo quit | env $mps_env nvidia-cuda-mps-control
 python3 -m clients.cli compare --modes timeshare voxlane --model $model --device cuda \

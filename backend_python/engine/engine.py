@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from backend_python.engine.codec_runner import CodecRunner
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.timing import StepTiming
 from backend_python.models.base import Codec, DecodeBatch, SpeechLM
@@ -54,10 +55,11 @@ class EngineConfig:
 
 
 class LMEngine:
-    def __init__(self, model: SpeechLM, config: EngineConfig, codec: Codec | None = None,
+    def __init__(self, model: SpeechLM, config: EngineConfig, codec: Codec | CodecRunner | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  on_step: Callable[[int], None] | None = None) -> None:
-        """`codec` set: the time-sharing baseline, chunks are decoded inline in this loop.
+        """`codec` set (anything with `decode_windows`): the time-sharing baseline, chunks are decoded
+        inline in this loop.
 
         `on_step(num_running)` is called after every step (metrics)."""
         self.model = model

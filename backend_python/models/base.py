@@ -148,6 +148,8 @@ class Codec(nn.Module, ABC):
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes: [B, T, K] int64 -> audio: [B, T * samples_per_frame] float32 in [-1, 1]."""
 
+    supports_cuda_graphs = False  # True where `decode` is capturable (no host syncs, static shapes per call)
+
     def decode_windows(self, windows: list[tuple[torch.Tensor, int]]) -> list[torch.Tensor]:
         """Decode several requests' windows in one batch.
 
@@ -156,12 +158,18 @@ class Codec(nn.Module, ABC):
         [(T_i - c_i) * samples_per_frame] float32. Windows are right-padded to a
         common length, which is exact because the decoder is causal.
         """
+        return self.new_samples(self.decode(self.pad_windows(windows)), windows)
+
+    def pad_windows(self, windows: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
+        """The windows' codes right-padded with code 0 into one batch: [B, max T_i, K] int64."""
         lengths = [codes.shape[0] for codes, _ in windows]
         padded = torch.zeros(len(windows), max(lengths), self.num_codebooks, dtype=torch.long,
                              device=windows[0][0].device)
         for row, (codes, _) in enumerate(windows):
             padded[row, : codes.shape[0]] = codes
-        audio = self.decode(padded)  # [B, T_max * spf]
+        return padded
+
+    def new_samples(self, audio: torch.Tensor, windows: list[tuple[torch.Tensor, int]]) -> list[torch.Tensor]:
+        """Each window's samples after its left context, out of a padded batch's audio [B', T' * spf]."""
         spf = self.samples_per_frame
-        return [audio[row, context * spf: length * spf]
-                for row, (length, (_, context)) in enumerate(zip(lengths, windows))]
+        return [audio[row, context * spf: codes.shape[0] * spf] for row, (codes, context) in enumerate(windows)]

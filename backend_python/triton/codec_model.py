@@ -22,14 +22,10 @@ class CodecModel:
         setup = set_up_lane(args)
         from backend_python.models import registry
         self.device = setup.device
+        from backend_python.engine.codec_runner import CodecRunner
         self.codec = registry.load_codec(setup.spec, device=setup.device, dtype=setup.lane.dtype)
-        self._warm_up()
-
-    def _warm_up(self) -> None:
-        import torch
-        codes = torch.zeros(2, self.codec.num_codebooks, dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            self.codec.decode_windows([(codes, 0)])
+        self.runner = CodecRunner(self.codec, use_cuda_graphs=setup.params.get("cuda_graphs", "true") == "true")
+        self.runner.warm_up()
 
     def execute(self, requests: list) -> list:
         windows, errors = [], []
@@ -57,11 +53,9 @@ class CodecModel:
         return torch.from_numpy(codes[0].astype(np.int64)).to(self.device), context
 
     def _decode(self, windows: list) -> list[np.ndarray]:
-        import torch
         if not windows:
             return []
-        with torch.inference_mode():
-            audio = self.codec.decode_windows(windows)
+        audio = self.runner.decode_windows(windows)
         return [a.float().cpu().numpy() for a in audio]
 
     def _response(self, error: str | None, audio: np.ndarray | None, batch_size: int):

@@ -77,10 +77,19 @@ class LMModel:
         self.codec = (registry.load_codec(spec, device=device, dtype=dtype)
                       if params.get("mode") == "timeshare" else None)
         self.metrics = LMMetrics()
-        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self.codec,
+        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self._inline_codec(params),
                                on_step=self.metrics.on_step)
         self.device = device
         self.engine.start()
+
+    def _inline_codec(self, params: dict[str, str]):
+        """The timeshare codec behind the same runner (and CUDA graphs) as the codec lanes: a fair baseline."""
+        if self.codec is None:
+            return None
+        from backend_python.engine.codec_runner import CodecRunner
+        runner = CodecRunner(self.codec, use_cuda_graphs=params.get("cuda_graphs", "true") == "true")
+        runner.warm_up()
+        return runner
 
     @property
     def sample_rate(self) -> int | None:

@@ -23,6 +23,8 @@ def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
     compare.add_argument("--modes", nargs="+", choices=MODES, default=["timeshare", "voxlane"])
     compare.add_argument("--model", default="qwen3-tts-tiny")
     compare.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    compare.add_argument("--codec-sm-pcts", nargs="+", type=int, default=[], metavar="PCT",
+                         help="run partition/voxlane once per codec MPS share, the LM lane at 100-PCT")
     _add_bench_flags(compare)
     return {"bench": _bench, "plot": _plot, "compare": _compare}
 
@@ -84,7 +86,7 @@ def _plot(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from clients.bench.compare import CompareConfig, run_compare
     config = CompareConfig(bench=bench_config(args, "unused:0"), modes=tuple(args.modes), model=args.model,
-                           device=args.device)
+                           device=args.device, codec_sm_pcts=tuple(args.codec_sm_pcts))
     run_compare(config)
     return 0
 

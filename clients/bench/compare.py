@@ -26,23 +26,39 @@ class CompareConfig:
     model: str = "qwen3-tts-tiny"
     device: str = "cpu"
     start_timeout_s: float = 300.0
+    codec_sm_pcts: tuple[int, ...] = ()  # partitioned modes once per codec share (LM gets the rest); () = defaults
 
     def __post_init__(self) -> None:
         if not self.modes:
             raise ValueError("--modes needs at least one mode")
         for mode in self.modes:
             ServeConfig(mode=mode)  # validates the name
+        for pct in self.codec_sm_pcts:
+            if not 1 <= pct <= 99:
+                raise ValueError(f"--codec-sm-pcts must be in [1, 99], got {pct}")
+
+    def runs(self) -> list[tuple[str, ServeConfig]]:
+        """(label, server config) per run: a partitioned mode once per codec share, as `voxlane@c25`."""
+        runs = []
+        for mode in self.modes:
+            base = ServeConfig(model=self.model, device=self.device, mode=mode)
+            if not (self.codec_sm_pcts and base.is_partitioned):
+                runs.append((mode, base))
+                continue
+            runs += [(f"{mode}@c{pct}", replace(base, codec_sm_pct=pct, lm_sm_pct=100 - pct))
+                     for pct in self.codec_sm_pcts]
+        return runs
 
 
 def run_compare(config: CompareConfig, log=print) -> dict:
     """Serve and bench each mode in turn; write <out>/<mode>/results.json, compare.json and compare.png."""
     results, failures = {}, {}
-    for mode in config.modes:
+    for label, serve in config.runs():
         try:
-            results[mode] = _bench_mode(config, mode, log)
+            results[label] = _bench_mode(config, label, serve, log)
         except (RuntimeError, TimeoutError) as exc:  # BenchError, a start-up failure: keep the other modes
-            failures[mode] = str(exc)
-            log(f"compare: mode {mode} failed: {exc}")
+            failures[label] = str(exc)
+            log(f"compare: {label} failed: {exc}")
     report = compare_report(results)
     report["failed_modes"] = failures
     out = config.bench.out
@@ -54,16 +70,16 @@ def run_compare(config: CompareConfig, log=print) -> dict:
     return report
 
 
-def _bench_mode(config: CompareConfig, mode: str, log) -> dict:
-    http, grpc, metrics = free_ports(3)
-    serve = ServeConfig(model=config.model, device=config.device, mode=mode, ports=Ports(http, grpc, metrics))
-    out = config.bench.out / mode
+def _bench_mode(config: CompareConfig, label: str, serve: ServeConfig, log) -> dict:
+    serve = replace(serve, ports=Ports(*free_ports(3)))
+    out = config.bench.out / label
     out.mkdir(parents=True, exist_ok=True)
-    log(f"compare: starting tritonserver in mode {mode} (log: {out / 'tritonserver.log'})")
+    log(f"compare: starting tritonserver for {label} (log: {out / 'tritonserver.log'})")
     with Server(serve, log_path=out / "tritonserver.log") as server:
         result = run_bench(replace(config.bench, url=server.grpc_url, out=out), log=log)
         if server.process.process.poll() is not None:
             raise RuntimeError(f"tritonserver exited during the run (see {out / 'tritonserver.log'})")
+    result["label"] = label
     return result
 
 
@@ -82,10 +98,10 @@ def compare_report(results: dict[str, dict]) -> dict:
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{'mode':<10} {'cap@90%':>9} {'cap@99%':>9} {'ratio@90%':>10} {'ratio@99%':>10}"]
+    lines = [f"{'mode':<16} {'cap@90%':>9} {'cap@99%':>9} {'ratio@90%':>10} {'ratio@99%':>10}"]
     for mode, row in report["modes"].items():
         cap, ratio = row["capacity"], row["ratio_to_baseline"]
-        lines.append(f"{mode:<10} {_rate(cap['0.90']):>9} {_rate(cap['0.99']):>9} "
+        lines.append(f"{mode:<16} {_rate(cap['0.90']):>9} {_rate(cap['0.99']):>9} "
                      f"{_num(ratio['0.90']):>10} {_num(ratio['0.99']):>10}")
     return "\n".join(lines)
 

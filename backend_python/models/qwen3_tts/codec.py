@@ -123,6 +123,8 @@ def full_codec_config() -> Qwen3TTSCodecConfig:
 class Qwen3TTSCodec(Codec):
     """The Qwen3-TTS 12 Hz codec decoder behind the `Codec` interface."""
 
+    supports_cuda_graphs = True  # shape checks only on the host; masks and positions built on the device
+
     def __init__(self, cfg: Qwen3TTSCodecConfig) -> None:
         super().__init__()
         self.cfg = cfg

@@ -1,6 +1,6 @@
 """LM decode microbenchmark: one frame (talker + 15-step predictor) eager vs CUDA graphs, per batch size.
 
-    python3 -m tools.lm_microbench --model qwen3-tts-1.7b --batch-sizes 1 8 32 64
+    python3 -m clients.microbench.lm --model qwen3-tts-1.7b --batch-sizes 1 8 32 64
 
 Random weights, every row sampling (temperature 0.9, top-k 50). Columns (ms):
   eager, graphs   a whole `decode` step as the engine sees it (host packing, noise draws, the
@@ -27,7 +27,7 @@ SAMPLING = SamplingParams(temperature=0.9, top_k=50, top_p=1.0, repetition_penal
 TEXT = "Get the trust fund to the bank early, and call me when you are back home tonight."
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-tts-1.7b")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
@@ -37,7 +37,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-seq-len", type=int, default=1024)
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument("--profile", action="store_true", help="kernel counts and top kernels of each eager half")
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def talker_floor_ms(lm: Qwen3TTSLM) -> float:
@@ -102,8 +102,8 @@ def bench_batch(lm: Qwen3TTSLM, size: int, args: argparse.Namespace, can_graph: 
             "predictor_ms": gpu_ms(lambda: graphs.run_predictor(bucket, True), args.replays)}
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} model {args.model} bf16 | "
           f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', 'unset')}")
     lm = Qwen3TTSLM.from_config(preset_config(args.model), device="cuda", dtype=torch.bfloat16, seed=0)
@@ -145,8 +145,10 @@ def main() -> None:
         print(f"{size} | {row['bucket']} | {row['eager_ms']:.2f} | {row['graphs_ms']:.2f} | {row['talker_ms']:.3f} | "
               f"{row['predictor_ms']:.2f} | {row['talker_eager_ms']:.2f} | {row['predictor_eager_ms']:.2f} | "
               f"{floor:.3f} | {row['talker_ms'] / floor:.2f}", flush=True)
+    pct = int(os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100"))
     for row in rows:
-        print(row)
+        print(json.dumps({"bench": "lm", "model": args.model, "mps_pct": pct,
+                          **{k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}}), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
