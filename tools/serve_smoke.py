@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from clients.bench.compare import free_ports
 from clients.serve import MODES, ServeConfig, Server
 from clients.stream import synthesize
 from clients.triton_launch import Ports
@@ -65,16 +66,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.6, help="audio per request")
     parser.add_argument("--sequential", type=int, default=5)
     parser.add_argument("--concurrent", type=int, default=8)
+    parser.add_argument("--first-chunk-frames", type=int, nargs="+", default=[2],
+                        help="run each mode once per first-chunk size")
     parser.add_argument("--log-dir", type=Path, default=Path("."))
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     rows = []
-    for offset, mode in enumerate(args.modes):
-        base = 18000 + 10 * offset
-        config = ServeConfig(model=args.model, device=args.device, mode=mode, ports=Ports(base, base + 1, base + 2))
+    for mode, first in ((m, f) for m in args.modes for f in args.first_chunk_frames):
+        config = ServeConfig(model=args.model, device=args.device, mode=mode, ports=Ports(*free_ports(3)),
+                             first_chunk_frames=first)
         started = time.perf_counter()
-        with Server(config, log_path=args.log_dir / f"triton-{mode}.log") as server:
-            row = {"mode": mode, "model": args.model, "device": args.device,
+        with Server(config, log_path=args.log_dir / f"triton-{mode}-fc{first}.log") as server:
+            row = {"mode": mode, "first_chunk_frames": first, "model": args.model, "device": args.device,
                    "startup_s": round(time.perf_counter() - started, 1)}
             row.update(measure(server.grpc_url, args.seconds, args.sequential, args.concurrent))
             row.update(codec_latency(config.ports.metrics))

@@ -13,7 +13,9 @@ import torch
 from backend_python.models.base import Codec
 
 DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
-DEFAULT_FRAME_BUCKETS = (8, 16, 24, 40)  # left context (25 for Qwen3-TTS) + a chunk of up to 10 frames fits 40
+# window lengths of the default chunk ramp (2, 4, 8, 10 frames) behind up to 25 frames of context:
+# 2, 6, 14, 24, then 35 for every later chunk
+DEFAULT_FRAME_BUCKETS = (4, 8, 16, 24, 36)
 WARMUP_RUNS = 2
 
 
@@ -36,6 +38,7 @@ class CodecGraphs:
                                  dtype=torch.long, device=codec.device)
         self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle()
+        torch.backends.cudnn.benchmark = True  # every bucket is a fixed shape: tune its convs once, at capture
 
     def bucket_for(self, num_rows: int, num_frames: int) -> tuple[int, int] | None:
         rows, frames = smallest_at_least(self.batch_buckets, num_rows), smallest_at_least(self.frame_buckets, num_frames)

@@ -1,0 +1,1 @@
+"""Fused GPU kernels (Triton language) for hot elementwise paths; every one has a torch fallback."""
