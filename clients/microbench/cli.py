@@ -52,8 +52,10 @@ def add_command(subparsers) -> None:
     parser = subparsers.add_parser("microbench", help="GPU: lane latency per batch size and MPS share; overlap")
     defaults = MicrobenchConfig()
     parser.add_argument("--model", default=defaults.model)
-    parser.add_argument("--lm-pcts", nargs="+", type=int, default=list(defaults.lm_pcts))
-    parser.add_argument("--codec-pcts", nargs="+", type=int, default=list(defaults.codec_pcts))
+    parser.add_argument("--lm-pcts", nargs="*", type=int, default=list(defaults.lm_pcts),
+                        help="MPS shares for the LM table (none: skip it)")
+    parser.add_argument("--codec-pcts", nargs="*", type=int, default=list(defaults.codec_pcts),
+                        help="MPS shares for the codec table (none: skip it)")
     parser.add_argument("--lm-batch-sizes", nargs="+", type=int, default=list(defaults.lm_batch_sizes))
     parser.add_argument("--codec-batch-sizes", nargs="+", type=int, default=list(defaults.codec_batch_sizes))
     parser.add_argument("--splits", nargs="*", type=parse_split, default=list(defaults.splits),
