@@ -13,19 +13,23 @@ source .devpack/devpack-install.sh .devpack || exit 1
 echo "$PWD" > /tmp/site/voxlane-checkout.pth
 export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
 model=qwen3-tts-1.7b
-CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/unit/test_codec_runner.py \
+# GPUs by UUID: an MPS daemon renumbers the GPUs it is given from 0, so an index would name
+# another GPU (or none) for its clients
+uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
+gpu0=$(uuid 0) gpu1=$(uuid 1)
+CUDA_VISIBLE_DEVICES=$gpu0 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/unit/test_codec_runner.py \
   tests/unit/test_qwen3_tts_graphs.py 2>&1 | tail -4 | tee "$out/cuda_tests.txt"
 grep -q failed "$out/cuda_tests.txt" && exit 1
 common="--model $model --device cuda --duration 6 --max-audio-seconds 6"
 (
-  export CUDA_VISIBLE_DEVICES=0
+  export CUDA_VISIBLE_DEVICES=$gpu0
   timeout 330 python3 -m clients.cli compare --modes timeshare voxlane $common --rates 1 2 4 8 16 \
     --out /tmp/cmp0 2>&1 | tail -4
   timeout 230 python3 -m clients.cli compare --modes voxlane --codec-sm-pcts 15 40 $common --rates 4 8 16 \
     --out /tmp/sweep 2>&1 | tail -4
 ) > "$out/gpu0.txt" 2>&1 &
 (
-  export CUDA_VISIBLE_DEVICES=1
+  export CUDA_VISIBLE_DEVICES=$gpu1
   timeout 330 python3 -m clients.cli compare --modes colocate partition $common --rates 1 2 4 8 16 \
     --out /tmp/cmp1 2>&1 | tail -4
   timeout 150 python3 -m tools.serve_smoke --device cuda --model $model --modes voxlane \

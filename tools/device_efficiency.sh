@@ -11,13 +11,13 @@ echo "$PWD" > /tmp/site/voxlane-checkout.pth
 export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
 model=qwen3-tts-1.7b
 (
-  export CUDA_VISIBLE_DEVICES=0
+  export CUDA_VISIBLE_DEVICES=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
   timeout 560 python3 -m clients.cli microbench --model $model --lm-batch-sizes 1 8 32 64 \
     --codec-batch-sizes 1 4 16 32 --codec-pcts 100 40 25 --splits 75:25 60:40 --seconds 5 \
     --out "$out/microbench.json" > "$out/microbench.md" 2> "$out/microbench.err"
 ) &
 (
-  export CUDA_VISIBLE_DEVICES=1
+  export CUDA_VISIBLE_DEVICES=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 1)
   timeout 200 python3 -m pytest -q -p no:cacheprovider tests/unit/test_codec_runner.py \
     tests/unit/test_qwen3_tts_graphs.py 2>&1 | tail -15
   timeout 330 python3 -m tools.serve_smoke --device cuda --model $model --modes voxlane timeshare \
