@@ -1,4 +1,4 @@
-"""The `voxlane` command line: serve, say, demo, doctor."""
+"""The `voxlane` command line: serve, say, demo, doctor, gateway."""
 from __future__ import annotations
 
 import argparse
@@ -8,9 +8,10 @@ import threading
 from pathlib import Path
 
 from clients.bench.cli import add_commands
+from clients.gateway.cli import add_gateway_command
 from clients.microbench.cli import add_command as add_microbench
 from clients.mps import MpsError
-from clients.serve import MODES, ServeConfig, Server
+from clients.serve import LAYOUTS, MODES, Fleet, FleetConfig, ServeConfig, Server
 from clients.triton_launch import Ports, find_triton
 
 DEMO_TEXT = "VoxLane streams speech while the model is still talking."
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("doctor", help="check the Triton install and its Python backend stub")
     add_microbench(commands)
     handlers = {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor, "microbench": _microbench,
-                **add_commands(commands)}
+                **add_commands(commands), **add_gateway_command(commands)}
     args = parser.parse_args(argv)
     try:
         return handlers[args.command](args)
@@ -77,21 +78,44 @@ def _growth(value: str) -> float | None:
 
 def _add_serve(parser: argparse.ArgumentParser) -> None:
     _add_server_flags(parser)
+    parser.add_argument("--gpus", type=_gpu_list, default=(),
+                        help="GPUs to serve on, e.g. 0,1 (one server per GPU, or see --layout)")
+    parser.add_argument("--layout", choices=LAYOUTS, default="replicate",
+                        help="replicate: one whole VoxLane per GPU; disaggregate: LM lane on the first GPU, "
+                             "codec lanes on the second (one server)")
+    parser.add_argument("--replicas", type=int, default=1, help="servers on cpu (ports step by 10)")
+    parser.add_argument("--gateway-port", type=int, default=None,
+                        help="also run the OpenAI-compatible gateway on this port in front of the servers")
+    parser.add_argument("--gateway-host", default="127.0.0.1")
+
+
+def _gpu_list(value: str) -> tuple[str, ...]:
+    return tuple(g.strip() for g in value.split(",") if g.strip())
+
+
+def _fleet_config(args: argparse.Namespace) -> FleetConfig:
+    return FleetConfig(server=_serve_config(args), gpus=args.gpus, layout=args.layout, replicas=args.replicas,
+                       gateway_port=args.gateway_port, gateway_host=args.gateway_host)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    server = Server(_serve_config(args), log_path=args.log_file)
+    fleet = Fleet(_fleet_config(args), log_path=args.log_file)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    server.start()
-    print(f"voxlane: ready (grpc {server.grpc_url}, http 127.0.0.1:{args.http_port}, "
-          f"model {args.model}, mode {args.mode}, device {args.device})", flush=True)
+    fleet.start()
+    for server in fleet.servers:
+        gpus = f", gpus {','.join(server.config.gpus)}" if server.config.gpus else ""
+        print(f"voxlane: ready (grpc {server.grpc_url}, http 127.0.0.1:{server.config.ports.http}, "
+              f"model {args.model}, mode {args.mode}, device {args.device}{gpus})", flush=True)
+    if fleet.gateway is not None:
+        print(f"voxlane: gateway ready ({fleet.gateway.url}/v1/audio/speech)", flush=True)
     while not stop.wait(0.5):
-        if server.process.process.poll() is not None:
-            print("voxlane: tritonserver exited", file=sys.stderr)
+        if not fleet.is_running():
+            print("voxlane: a server or the gateway exited", file=sys.stderr)
+            fleet.stop()
             return 1
-    server.stop()
+    fleet.stop()
     print("voxlane: stopped", flush=True)
     return 0
 

@@ -23,9 +23,11 @@ class MpsError(RuntimeError):
 
 
 class MpsDaemon:
-    def __init__(self, base_dir: Path) -> None:
+    def __init__(self, base_dir: Path, visible_devices: str | None = None) -> None:
         self.pipe_dir = base_dir / "mps-pipe"
         self.log_dir = base_dir / "mps-log"
+        # the GPUs this daemon's MPS server drives; its clients see them renumbered from 0
+        self.visible_devices = visible_devices
         self._running = False
 
     @property
@@ -62,4 +64,5 @@ class MpsDaemon:
         self._running = False
 
     def _environ(self) -> dict[str, str]:
-        return {**os.environ, **self.env}
+        pinned = {"CUDA_VISIBLE_DEVICES": self.visible_devices} if self.visible_devices is not None else {}
+        return {**os.environ, **self.env, **pinned}

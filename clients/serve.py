@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import sysconfig
 import tempfile
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clients.mps import MpsDaemon
@@ -14,6 +16,8 @@ REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 MODES = ("voxlane", "timeshare", "colocate", "partition")
 PARTITIONED_MODES = ("partition", "voxlane")
 LANE_MODELS = ("speechlm_lm", "codec", "codec_urgent")
+LAYOUTS = ("replicate", "disaggregate")
+PORT_STRIDE = 10  # server i listens on the base ports + 10 * i
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class ServeConfig:
     lm_sm_pct: int = 75  # MPS active-thread percentage of the LM lane
     codec_sm_pct: int = 25  # of the background codec lane: ~32 of an H200's 132 SMs
     admission: str = "deadline-aware"  # LM admission policy: deadline-aware | prefill-first
+    gpus: tuple[str, ...] = ()  # physical GPUs of this server (CUDA_VISIBLE_DEVICES); (): inherit
+    codec_gpu: int = 0  # which of this server's GPUs runs the codec lanes (the LM runs on its first)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -54,6 +60,10 @@ class ServeConfig:
             raise ValueError("chunk sizes, --max-slots and --max-queued must be >= 1")
         if self.chunk_growth is not None and self.chunk_growth <= 1.0:
             raise ValueError(f"--chunk-growth must be > 1 (or none), got {self.chunk_growth}")
+        if self.gpus and self.device != "cuda":
+            raise ValueError("--gpus needs --device cuda")
+        if not 0 <= self.codec_gpu < max(1, len(self.gpus)) or (self.codec_gpu and self.device != "cuda"):
+            raise ValueError(f"the codec lanes' GPU {self.codec_gpu} is not one of this server's GPUs")
 
     @property
     def uses_mps(self) -> bool:
@@ -64,9 +74,25 @@ class ServeConfig:
     def is_partitioned(self) -> bool:
         return self.uses_mps and self.mode in PARTITIONED_MODES
 
+    @property
+    def is_disaggregated(self) -> bool:
+        """The LM lane has a GPU of its own; the codec lanes share another."""
+        return self.codec_gpu != 0
+
+    def gpu_of(self, model_name: str) -> int:
+        """The device index (among this server's visible GPUs) of one lane's instance."""
+        return self.codec_gpu if model_name in ("codec", "codec_urgent") else 0
+
+    def server_env(self, has_mps: bool) -> dict[str, str]:
+        """CUDA_VISIBLE_DEVICES of `tritonserver`: its GPUs, or, through MPS, the daemon's renumbered ones."""
+        if not self.gpus:
+            return {}
+        visible = range(len(self.gpus)) if has_mps else self.gpus
+        return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in visible)}
+
     def sm_percentage(self, model_name: str) -> int:
         """The MPS active-thread percentage of one lane; 100 (whole GPU) when not partitioned."""
-        if not self.is_partitioned:
+        if not self.is_partitioned or (self.is_disaggregated and model_name == "speechlm_lm"):
             return 100
         return {"speechlm_lm": self.lm_sm_pct, "codec": self.codec_sm_pct}.get(model_name, 100)
 
@@ -82,6 +108,8 @@ class ServeConfig:
                   "mps_active_thread_percentage": str(self.sm_percentage(model_name))}
         if self.num_threads:
             params["num_threads"] = str(self.num_threads)
+        if self.is_disaggregated:  # each lane's stub sees only its own GPU
+            params["pin_gpu"] = "true"
         if model_name == "speechlm_lm":
             params.update(mode=self.mode, max_slots=str(self.max_slots), max_queued=str(self.max_queued),
                           admission_policy=self.admission,
@@ -100,8 +128,8 @@ def set_parameter(config_text: str, key: str, value: str) -> str:
     return config_text.rstrip("\n") + "\n" + entry + "\n"
 
 
-def set_instance_kind(config_text: str, device: str) -> str:
-    kind = "kind: KIND_GPU count: 1 gpus: [ 0 ]" if device == "cuda" else "kind: KIND_CPU count: 1"
+def set_instance_kind(config_text: str, device: str, gpu: int = 0) -> str:
+    kind = f"kind: KIND_GPU count: 1 gpus: [ {gpu} ]" if device == "cuda" else "kind: KIND_CPU count: 1"
     return re.sub(r"instance_group\s*\[[^\]]*?\{[^}]*\}\s*\]", f"instance_group [ {{ {kind} }} ]", config_text)
 
 
@@ -116,7 +144,7 @@ def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITO
         for key, value in config.parameters(model_dir.name).items():
             text = set_parameter(text, key, value)
         if model_dir.name in LANE_MODELS:
-            text = set_instance_kind(text, config.device)
+            text = set_instance_kind(text, config.device, config.gpu_of(model_dir.name))
         path.write_text(text)
     return target
 
@@ -135,7 +163,7 @@ class Server:
     def start(self, timeout_s: float = 300.0) -> "Server":
         repository = render_repository(self.config, self.run_dir / "model_repository")
         try:
-            env = self._start_mps()
+            env = {**self._start_mps(), **self.config.server_env(has_mps=self.mps is not None)}
             self.process = TritonProcess(find_triton(), repository, self.config.ports, env=env,
                                          log_path=self.log_path)
             self.process.wait_ready(timeout_s)
@@ -147,7 +175,7 @@ class Server:
     def _start_mps(self) -> dict[str, str]:
         if not self.config.uses_mps:
             return {}
-        self.mps = MpsDaemon(self.run_dir)
+        self.mps = MpsDaemon(self.run_dir, ",".join(self.config.gpus) or None)
         self.mps.start()
         return self.mps.env
 
@@ -163,8 +191,111 @@ class Server:
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.config.ports.grpc}"
 
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.config.ports.metrics}/metrics"
+
     def __enter__(self) -> "Server":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Several servers on one host and, optionally, the gateway in front of them.
+
+    `replicate`: one whole VoxLane (its lanes, its MPS daemon) per GPU, or `replicas` of them on cpu.
+    `disaggregate`: one server on two GPUs, the LM lane on the first and both codec lanes on the second.
+    """
+
+    server: ServeConfig  # the settings every server shares; its ports are the first server's
+    gpus: tuple[str, ...] = ()  # physical GPU ids (--gpus 0,1)
+    layout: str = "replicate"
+    replicas: int = 1  # servers without --gpus (cpu)
+    gateway_port: int | None = None
+    gateway_host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.gpus and self.server.device != "cuda":
+            raise ValueError("--gpus needs --device cuda")
+        if self.layout == "disaggregate" and len(self.gpus) != 2:
+            raise ValueError("--layout disaggregate needs exactly two GPUs (--gpus A,B)")
+        if self.replicas < 1 or (self.replicas > 1 and (self.gpus or self.server.device != "cpu")):
+            raise ValueError("--replicas N is for --device cpu without --gpus (on GPUs: --gpus)")
+        if len(set(self.gpus)) != len(self.gpus):
+            raise ValueError(f"--gpus lists a GPU twice: {','.join(self.gpus)}")
+
+    def server_configs(self) -> list[ServeConfig]:
+        if self.layout == "disaggregate":
+            return [replace(self.server, gpus=self.gpus, codec_gpu=1)]
+        groups = [(gpu,) for gpu in self.gpus] or [()] * self.replicas
+        return [replace(self.server, gpus=group, ports=_offset(self.server.ports, i)) for i, group in enumerate(groups)]
+
+
+def _offset(ports: Ports, index: int) -> Ports:
+    step = PORT_STRIDE * index
+    return Ports(http=ports.http + step, grpc=ports.grpc + step, metrics=ports.metrics + step)
+
+
+class Fleet:
+    """The servers of a FleetConfig (started side by side) and the gateway process; a context manager."""
+
+    def __init__(self, config: FleetConfig, log_path: Path | None = None) -> None:
+        self.config = config
+        configs = config.server_configs()
+        self.servers = [Server(c, log_path=_numbered(log_path, i, len(configs))) for i, c in enumerate(configs)]
+        self.gateway = None
+        self._log_path = log_path
+
+    def start(self, timeout_s: float = 300.0) -> "Fleet":
+        # Python 3.11 fills sysconfig's cache lazily without a lock: a thread could read LIBDIR as None
+        # and start tritonserver without our libpython first on the library path
+        sysconfig.get_config_vars()
+        try:
+            with ThreadPoolExecutor(len(self.servers)) as pool:
+                for started in [pool.submit(s.start, timeout_s) for s in self.servers]:
+                    started.result()
+            if self.config.gateway_port is not None:
+                self._start_gateway(timeout_s)
+        except BaseException:  # one failure stops everything already running
+            self.stop()
+            raise
+        return self
+
+    def _start_gateway(self, timeout_s: float) -> None:
+        from clients.gateway.config import GatewayConfig
+        from clients.gateway.server import GatewayProcess
+        config = GatewayConfig(tritons=tuple(s.grpc_url for s in self.servers),
+                               metrics_urls=tuple(s.metrics_url for s in self.servers),
+                               host=self.config.gateway_host, port=self.config.gateway_port)
+        self.gateway = GatewayProcess(config, log_path=_numbered(self._log_path, "gateway", 2))
+        self.gateway.wait_ready(timeout_s)
+
+    def stop(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
+        with ThreadPoolExecutor(len(self.servers)) as pool:  # each waits for its tritonserver to drain
+            list(pool.map(Server.stop, self.servers))
+
+    def is_running(self) -> bool:
+        processes = [s.process.process for s in self.servers if s.process]
+        if self.gateway is not None:
+            processes.append(self.gateway.process)
+        return all(p.poll() is None for p in processes)
+
+    def __enter__(self) -> "Fleet":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _numbered(path: Path | None, tag, count: int) -> Path | None:
+    """`triton.log` → `triton.1.log` for the second of several servers; one server keeps the name."""
+    if path is None or count == 1:
+        return path
+    return path.with_name(f"{path.stem}.{tag}{path.suffix}")

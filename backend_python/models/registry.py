@@ -56,7 +56,9 @@ class Family(Protocol):
 
 def families() -> list[Family]:
     from backend_python.models.qwen3_tts import family as qwen3_tts
-    return [qwen3_tts]
+    from backend_python.models.csm import family as csm
+    from backend_python.models.orpheus import family as orpheus
+    return [qwen3_tts, csm, orpheus]
 
 
 def cache_dir() -> Path:

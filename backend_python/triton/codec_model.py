@@ -6,15 +6,20 @@ one `decode_windows` call. Inputs per request: `codes` INT32 [1, frames, K]
 [1, new_frames * samples_per_frame], `sample_rate` INT32 [1, 1], `batch_size`
 INT32 [1, 1] (how many chunks shared the call: the router's latency estimate
 keys on it). A malformed request is answered with its own error; the others
-in the batch still decode.
+in the batch still decode. So is a request whose decode raises: when a batched
+decode fails, each window is decoded alone and only the failing ones get an error.
 """
 from __future__ import annotations
 
+import logging
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.triton import fault_inject
 from backend_python.triton.params import set_up_lane
+
+log = logging.getLogger("voxlane.codec")
 
 
 class CodecModel:
@@ -26,9 +31,10 @@ class CodecModel:
         self.codec = registry.load_codec(setup.spec, device=setup.device, dtype=setup.lane.dtype)
         self.runner = CodecRunner(self.codec, use_cuda_graphs=setup.params.get("cuda_graphs", "true") == "true")
         self.runner.warm_up()
+        self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
 
     def execute(self, requests: list) -> list:
-        windows, errors = [], []
+        windows, errors, faulty = [], [], []
         for request in requests:
             try:
                 windows.append(self._window(request))
@@ -36,9 +42,26 @@ class CodecModel:
             except ValueError as exc:
                 windows.append(None)
                 errors.append(str(exc))
-        audio = self._decode([w for w in windows if w is not None])
-        return [self._response(err, audio.pop(0) if err is None else None, len(windows))
-                for err in errors]
+            faulty.append(fault_inject.is_tagged(self._fault_marker, request.parameters()))
+        valid = [i for i, w in enumerate(windows) if w is not None]
+        decoded = dict(zip(valid, self._decode_isolated([windows[i] for i in valid], [faulty[i] for i in valid])))
+        for i, audio in decoded.items():
+            if isinstance(audio, str):
+                errors[i] = audio
+        return [self._response(err, decoded.get(i) if err is None else None, len(windows))
+                for i, err in enumerate(errors)]
+
+    def _decode_isolated(self, windows: list, faulty: list[bool]) -> list:
+        """Audio per window, or an error string for each window whose decode raises."""
+        try:
+            if any(faulty):
+                raise fault_inject.InjectedFault("injected codec fault (VOXLANE_FAULT_INJECT)")
+            return self._decode(windows)
+        except Exception as exc:  # one bad window must not fail the whole batch: decode each alone
+            if len(windows) == 1:
+                log.error("codec decode failed: %s", exc)
+                return [f"codec decode failed: {exc}"]
+        return [self._decode_isolated([w], [f])[0] for w, f in zip(windows, faulty)]
 
     def _window(self, request):
         import torch

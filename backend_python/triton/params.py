@@ -19,6 +19,7 @@ class LaneSettings:
     device: str = "cpu"
     dtype: str = "float32"
     mps_active_thread_percentage: int = 100
+    pin_gpu: bool = False  # the stub sees only its instance's GPU (disaggregated layouts: lanes on different GPUs)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -31,12 +32,26 @@ class LaneSettings:
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> "LaneSettings":
         return cls(device=params.get("device", "cpu"), dtype=params.get("dtype", "float32"),
-                   mps_active_thread_percentage=int(params.get("mps_active_thread_percentage", "100")))
+                   mps_active_thread_percentage=int(params.get("mps_active_thread_percentage", "100")),
+                   pin_gpu=params.get("pin_gpu", "false") == "true")
 
     def apply_mps_limit(self) -> None:
         """Must run before anything initialises CUDA in this stub process."""
         if self.device == "cuda" and self.mps_active_thread_percentage < 100:
             os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(self.mps_active_thread_percentage)
+
+    def pin_instance_gpu(self, instance_device_id: str | None) -> str | None:
+        """With `pin_gpu`, narrow CUDA_VISIBLE_DEVICES to the instance's GPU, which becomes device 0.
+
+        Must run before CUDA initialises. Code that uses the current device (streams, CUDA graphs)
+        then lands on the instance's GPU in every thread of the stub.
+        """
+        if self.device != "cuda" or not self.pin_gpu or instance_device_id is None:
+            return instance_device_id
+        inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = inherited.split(",") if inherited else None
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(instance_device_id)] if ids else instance_device_id
+        return "0"
 
     def device_for(self, instance_device_id: str | None) -> str:
         return f"cuda:{instance_device_id or 0}" if self.device == "cuda" else "cpu"
@@ -57,10 +72,11 @@ def set_up_lane(args: dict) -> LaneSetup:
     params = model_parameters(args)
     lane = LaneSettings.from_parameters(params)
     lane.apply_mps_limit()
-    import torch  # only after the MPS limit is in the environment
+    instance_gpu = lane.pin_instance_gpu(args.get("model_instance_device_id"))
+    import torch  # only after the MPS limit and the visible GPU are in the environment
 
     from backend_python.models import registry
     torch.set_flush_denormal(True)  # random-weight models hit denormals on CPU
     torch.set_num_threads(int(params.get("num_threads", "1")))  # several model processes share the cores
     spec = registry.resolve(params.get("model", registry.DEFAULT_MODEL))
-    return LaneSetup(params, lane, spec, lane.device_for(args.get("model_instance_device_id")))
+    return LaneSetup(params, lane, spec, lane.device_for(instance_gpu))

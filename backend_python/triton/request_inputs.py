@@ -6,6 +6,7 @@ tensors to `speechlm_lm`, which parses them again with this code.
 """
 from __future__ import annotations
 
+import json
 import math
 import unicodedata
 from dataclasses import dataclass
@@ -81,6 +82,15 @@ def parse_speech_request(get: GetInput, limits: RequestLimits) -> SpeechRequest:
                                   limits.max_audio_seconds),
         ignore_eos=bool(_scalar(get, "ignore_eos") or False),
     )
+
+
+def check_request_parameters(parameters_json: str) -> None:
+    """Refuse request parameters: every setting is an input, so a parameter (say a misspelt
+    field of an HTTP `generate` body, which Triton passes on as one) would be silently ignored."""
+    names = sorted(json.loads(parameters_json or "{}"))
+    if names:
+        raise RequestError(f"unknown request parameter '{names[0]}'; the settings of this model are its "
+                           f"inputs: {', '.join(INPUT_NAMES)}")
 
 
 def _parse_text(array: np.ndarray | None, limits: RequestLimits) -> str:

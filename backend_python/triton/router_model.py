@@ -18,9 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.triton import fault_inject
+from backend_python.triton.cancel_watch import CancelWatch
+from backend_python.triton.lane_health import LaneHealth
 from backend_python.triton.metrics import RouterMetrics
 from backend_python.triton.params import model_parameters
-from backend_python.triton.request_inputs import INPUT_NAMES, RequestError, RequestLimits, parse_speech_request
+from backend_python.triton.request_inputs import (INPUT_NAMES, RequestError, RequestLimits, SpeechRequest,
+                                                  check_request_parameters, parse_speech_request)
 from scheduler import ChunkRouter, Lane, LatencyEstimator, PlaybackClock, SchedulerConfig
 
 log = logging.getLogger("voxlane.router")
@@ -46,6 +50,17 @@ class _InFlight:
     def peek(self, lane: Lane) -> int:
         with self._lock:
             return self._counts[lane] + 1
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One admitted request as its worker thread sees it (copies, never the request object)."""
+
+    stream_id: str  # the LM request's id: the cancel control request names it
+    inputs: list  # the client's tensors, copied
+    sender: object  # the request's response sender
+    arrival: float  # time.monotonic() when execute saw it
+    codec_parameters: dict  # BLS parameters of its codec calls (the test-only fault tag, or empty)
 
 
 @dataclass(frozen=True)
@@ -99,6 +114,10 @@ class RouterModel:
         self.in_flight = _InFlight()
         self._graveyard = _Graveyard()
         self.metrics = RouterMetrics()
+        self.lane_health = LaneHealth(pb_utils.unload_model, pb_utils.is_model_ready)
+        self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
+        self.cancel_watch = CancelWatch(self._cancel_lm)
+        self.cancel_watch.start()
         self._lm_outputs = ["tokens", "context_frames", "chunk_index"]
         if Lane.INLINE in self.config.mode.lanes:
             self._lm_outputs += ["audio", "sample_rate"]
@@ -107,30 +126,40 @@ class RouterModel:
         for request in requests:
             sender = request.get_response_sender()
             try:
-                parse_speech_request(lambda name: _as_numpy(request, name), self.limits)
+                job = self._admit(request, sender)
             except RequestError as exc:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))), flags=FINAL)
                 continue
-            # the thread gets copies of the inputs, not the request object
-            threading.Thread(target=self._stream, args=(_copied_inputs(request), sender, time.monotonic()),
-                             daemon=True, name="voxlane-stream").start()
+            threading.Thread(target=self._stream, args=(job,), daemon=True, name="voxlane-stream").start()
         return None
 
-    def _stream(self, inputs: list, sender, arrival: float) -> None:
+    def finalize(self) -> None:
+        self.cancel_watch.stop()
+
+    def _admit(self, request, sender) -> _Job:
+        """Validate a request (raises RequestError) and copy what its worker thread needs."""
+        check_request_parameters(request.parameters())
+        req: SpeechRequest = parse_speech_request(lambda name: _as_numpy(request, name), self.limits)
+        return _Job(stream_id=uuid.uuid4().hex, inputs=_copied_inputs(request), sender=sender,
+                    arrival=time.monotonic(),
+                    codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text))
+
+    def _stream(self, job: _Job) -> None:
         clock = PlaybackClock()
         self.metrics.add_live(1)
+        self.cancel_watch.add(job.stream_id, job.sender.is_cancelled)
         try:
-            error = self._relay(inputs, clock, lambda chunk: self._send(sender, chunk, clock, arrival),
-                                sender.is_cancelled)
+            error = self._relay(job, clock, lambda chunk: self._send(job.sender, chunk, clock, job.arrival))
         except Exception as exc:  # one broken stream ends with an error, never the server
             log.exception("stream failed")
             error = f"internal error: {exc}"
         finally:
+            self.cancel_watch.remove(job.stream_id)
             self.metrics.add_live(-1)
         if error is None:
-            sender.send(flags=FINAL)
+            job.sender.send(flags=FINAL)
         else:
-            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)), flags=FINAL)
+            job.sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)), flags=FINAL)
 
     def _send(self, sender, chunk: "_Chunk", clock: PlaybackClock, arrival: float) -> None:
         sender.send(pb_utils.InferenceResponse(output_tensors=chunk.tensors()))
@@ -141,12 +170,11 @@ class RouterModel:
             self.metrics.on_first_chunk(now - arrival)
         clock.on_sent(chunk.index, chunk.duration_s, now)
 
-    def _relay(self, inputs: list, clock: PlaybackClock, send, is_cancelled) -> str | None:
+    def _relay(self, job: _Job, clock: PlaybackClock, send) -> str | None:
         """Stream LM chunks through the codec lanes; returns an error or None when done."""
-        stream_id = uuid.uuid4().hex
         lm_request = pb_utils.InferenceRequest(
-            model_name="speechlm_lm", requested_output_names=self._lm_outputs, inputs=inputs,
-            request_id=stream_id)
+            model_name="speechlm_lm", requested_output_names=self._lm_outputs, inputs=job.inputs,
+            request_id=job.stream_id)
         responses = lm_request.exec(decoupled=True)
         self._graveyard.hold(responses)
         for response in responses:
@@ -154,35 +182,55 @@ class RouterModel:
                 return response.error().message()
             if not response.output_tensors():  # the LM's empty final response
                 continue
-            if is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
-                _cancel(responses, stream_id)
+            if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
+                self._cancel_lm(job.stream_id)
+                _drain(responses)
                 return "cancelled by the client"
-            chunk = self._relay_chunk(response, clock)
+            chunk = self._relay_chunk(response, clock, job.codec_parameters)
             if isinstance(chunk, str):
                 return chunk
             send(chunk)
-        return None
+        # the cancel watch ended the LM stream early: the client is gone
+        return "cancelled by the client" if job.sender.is_cancelled() else None
 
-    def _relay_chunk(self, response, clock: PlaybackClock):
+    def _cancel_lm(self, stream_id: str) -> None:
+        """End the LM's stream `stream_id` (its client went away); its slot frees at the LM's next step.
+
+        Triton 2.51 cannot cancel a BLS stream, so the LM gets a control request
+        (`cancel` = true, the stream's request id). Unknown ids are ignored there.
+        """
+        control = pb_utils.InferenceRequest(
+            model_name="speechlm_lm", requested_output_names=[], request_id=stream_id,
+            inputs=[pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_))])
+        responses = control.exec(decoupled=True)
+        self._graveyard.hold(responses)
+        for _ in responses:
+            pass
+
+    def _relay_chunk(self, response, clock: PlaybackClock, codec_parameters: dict):
         """Route and decode one LM chunk; returns a _Chunk or an error string."""
         tokens = pb_utils.get_output_tensor_by_name(response, "tokens").as_numpy()  # [frames, K] int32
         context = pb_utils.get_output_tensor_by_name(response, "context_frames").as_numpy()
         index = int(pb_utils.get_output_tensor_by_name(response, "chunk_index").as_numpy()[0])
         lane = self.router.route(clock, index, time.monotonic(), self.in_flight.peek(Lane.BACKGROUND)).lane
         decoded = (_inline_audio(response) if lane is Lane.INLINE
-                   else self._decode(lane, tokens, int(context[0])))
+                   else self._decode(lane, tokens, int(context[0]), codec_parameters))
         if isinstance(decoded, str):
             return decoded
         chunk = _Chunk(index, lane, *decoded)
         clock.on_emitted(index, chunk.duration_s)
         return chunk
 
-    def _decode(self, lane: Lane, tokens: np.ndarray, context: int):
+    def _decode(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict):
         """Decode one window on `lane`; returns (audio [n] float32, sample_rate) or an error string."""
+        model = LANE_MODELS[lane]
+        if (unavailable := self.lane_health.unavailable(model)) is not None:
+            return unavailable
         request = pb_utils.InferenceRequest(
-            model_name=LANE_MODELS[lane], requested_output_names=["audio", "sample_rate", "batch_size"],
+            model_name=model, requested_output_names=["audio", "sample_rate", "batch_size"],
             inputs=[pb_utils.Tensor("codes", tokens[None].astype(np.int32)),
-                    pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32))])
+                    pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32))],
+            parameters=parameters)
         self.in_flight.enter(lane)
         started = time.monotonic()
         try:
@@ -190,7 +238,7 @@ class RouterModel:
         finally:
             self.in_flight.leave(lane)
         if response.has_error():
-            return f"{LANE_MODELS[lane]} failed: {response.error().message()}"
+            return self.lane_health.on_error(model, response.error().message())
         batch_size = int(pb_utils.get_output_tensor_by_name(response, "batch_size").as_numpy().reshape(-1)[0])
         elapsed = time.monotonic() - started
         self.estimator.observe(lane, max(1, batch_size), elapsed)
@@ -200,18 +248,9 @@ class RouterModel:
         return np.array(audio, dtype=np.float32), sample_rate  # a copy: see _inline_audio
 
 
-def _cancel(responses, stream_id: str) -> None:
-    """End the LM's stream for a cancelled client and drain it to its final response.
-
-    Triton 2.51 cannot cancel a BLS stream, so the LM gets a control request
-    (`cancel` = true, the stream's request id) that frees the slot at its next step.
-    """
-    control = pb_utils.InferenceRequest(
-        model_name="speechlm_lm", requested_output_names=[], request_id=stream_id,
-        inputs=[pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_))])
-    for _ in control.exec(decoupled=True):
-        pass
-    for response in responses:  # until the LM's final flag (an error response ends it too)
+def _drain(responses) -> None:
+    """Read a cancelled LM stream to its final response (an error response ends it too)."""
+    for response in responses:
         if response.has_error():
             break
 

@@ -7,14 +7,17 @@ from pathlib import Path
 from typing import Callable
 
 from clients.bench.arrivals import ARRIVALS
-from clients.bench.config import BenchConfig, smoke_config
+from clients.bench.config import PROTOCOLS, BenchConfig, smoke_config
 from clients.serve import MODES
 
 
 def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add bench, plot and compare to `voxlane`'s subparsers; return their handlers by name."""
     bench = subparsers.add_parser("bench", help="open-loop streaming load: TTFA, stalls, SLO attainment, capacity")
-    bench.add_argument("--url", default="localhost:8001", help="gRPC HOST:PORT of a running server")
+    bench.add_argument("--url", default="localhost:8001",
+                       help="gRPC HOST:PORT of a running server (the gateway's HOST:PORT with --protocol openai)")
+    bench.add_argument("--protocol", choices=PROTOCOLS, default="grpc",
+                       help="grpc: Triton's stream; openai: POST /v1/audio/speech to the gateway (raw PCM)")
     _add_bench_flags(bench)
     plot = subparsers.add_parser("plot", help="plot attainment, p99 TTFA and goodput vs rate from results.json files")
     plot.add_argument("results", nargs="+", type=Path, help="results.json files (or their directories)")
@@ -58,7 +61,8 @@ def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
         burstiness=args.burstiness, workload=args.workload, ttfa_slo_ms=args.ttfa_slo_ms, out=args.out,
         audio_scale=args.audio_scale, max_audio_seconds=args.max_audio_seconds or base.max_audio_seconds,
         ignore_eos=args.ignore_eos, voice=args.voice,
-        num_channels=args.channels if not args.smoke else base.num_channels, search_steps=args.search)
+        num_channels=args.channels if not args.smoke else base.num_channels, search_steps=args.search,
+        protocol=getattr(args, "protocol", "grpc"))
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 from clients.bench.arrivals import ARRIVALS
 
 MAX_AUDIO_SECONDS = 120.0  # the server's limit on max_audio_seconds
+PROTOCOLS = ("grpc", "openai")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class BenchConfig:
     request_timeout_s: float = 300.0
     search_steps: int = 0  # bisection steps after the sweep (--search)
     warmup: bool = True
+    protocol: str = "grpc"  # grpc: Triton's stream; openai: the gateway's /v1/audio/speech at `url`
 
     def __post_init__(self) -> None:
         if not self.rates or min(self.rates) <= 0:
@@ -42,6 +44,8 @@ class BenchConfig:
             raise ValueError(f"--max-audio-seconds must be in (0, {MAX_AUDIO_SECONDS:g}]")
         if self.search_steps < 0:
             raise ValueError("--search must be >= 0")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
 
     @property
     def seeds(self) -> range:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import grpc
@@ -79,20 +80,17 @@ _DATATYPES = {"O": "BYTES", "i": "INT64", "f": "FP32", "b": "BOOL"}
 
 async def run_load(config: BenchConfig, plan: list[PlannedRequest], rate: float, seed: int) -> RunResult:
     """Send the plan open-loop and wait until every stream has ended."""
-    channels = [grpc.aio.insecure_channel(config.url, options=_CHANNEL_OPTIONS) for _ in range(config.num_channels)]
-    stubs = [service_pb2_grpc.GRPCInferenceServiceStub(c) for c in channels]
     monitor = LoopLagMonitor()
     lag_task = asyncio.create_task(monitor.run())
     cpu0, t0 = time.process_time(), time.perf_counter()
-    streams = _Streams(config, stubs, t0, [])
-    try:
-        tasks = await _dispatch(streams, plan)
-        records = tuple(await asyncio.gather(*tasks))
-    finally:
-        monitor.stop()
-        await lag_task
-        for channel in channels:
-            await channel.close()
+    async with _connections(config) as stubs:
+        streams = _Streams(config, stubs, t0, [])
+        try:
+            tasks = await _dispatch(streams, plan)
+            records = tuple(await asyncio.gather(*tasks))
+        finally:
+            monitor.stop()
+            await lag_task
     wall = time.perf_counter() - t0
     overhead = overhead_summary(monitor.lags_s, [r.sent_s - r.scheduled_s for r in records],
                                 (time.process_time() - cpu0) / wall, streams.handling_s)
@@ -100,6 +98,22 @@ async def run_load(config: BenchConfig, plan: list[PlannedRequest], rate: float,
 
 
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+
+
+@asynccontextmanager
+async def _connections(config: BenchConfig):
+    """What the streams are sent over: gRPC stubs, or one HTTP session for `--protocol openai`."""
+    if config.protocol == "openai":
+        from clients.bench.openai_stream import openai_session
+        async with openai_session() as session:
+            yield [session]
+        return
+    channels = [grpc.aio.insecure_channel(config.url, options=_CHANNEL_OPTIONS) for _ in range(config.num_channels)]
+    try:
+        yield [service_pb2_grpc.GRPCInferenceServiceStub(c) for c in channels]
+    finally:
+        for channel in channels:
+            await channel.close()
 
 
 @dataclass(frozen=True)
@@ -121,8 +135,15 @@ async def _dispatch(streams: _Streams, plan: list[PlannedRequest]) -> list[async
         delay = planned.scheduled_s - streams.now()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(_stream(streams, streams.stubs[i % len(streams.stubs)], planned)))
+        tasks.append(asyncio.create_task(_open(streams)(streams, streams.stubs[i % len(streams.stubs)], planned)))
     return tasks
+
+
+def _open(streams: _Streams):
+    if streams.config.protocol == "openai":
+        from clients.bench.openai_stream import http_stream
+        return http_stream
+    return _stream
 
 
 async def _stream(streams: _Streams, stub, planned: PlannedRequest) -> RequestRecord:

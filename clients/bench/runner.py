@@ -12,7 +12,7 @@ from pathlib import Path
 from clients.bench.config import BenchConfig
 from clients.bench.loadgen import PlannedRequest, RunResult, plan_run, run_load
 from clients.bench.records import Slo
-from clients.bench.server_info import read_server_settings
+from clients.bench.server_info import read_gateway_settings, read_server_settings
 from clients.bench.summary import ATTAINMENT_TARGETS, RunWindow, capacities, next_search_rate, summarize_rate
 from clients.bench.workload import Utterance, load_workload
 
@@ -36,7 +36,8 @@ def run_bench(config: BenchConfig, log=print) -> dict:
 
 
 async def _run_all(config: BenchConfig, utterances: list[Utterance], log) -> dict:
-    server = await read_server_settings(config.url)
+    read = read_gateway_settings if config.protocol == "openai" else read_server_settings
+    server = await read(config.url)
     if config.warmup:
         await _warm_up(config, utterances)
     runs: list[RunResult] = []

@@ -1,6 +1,9 @@
 """The server's serving mode and settings, read from its model configs (not guessed from flags)."""
 from __future__ import annotations
 
+import json
+import urllib.request
+
 import tritonclient.grpc.aio as grpcaio
 
 ROUTER, LM = "vox_ensemble", "speechlm_lm"
@@ -21,3 +24,10 @@ async def read_server_settings(url: str) -> dict:
 def _parameters(config: dict) -> dict[str, str]:
     params = config.get("config", config).get("parameters", {})
     return {key: value.get("string_value") for key, value in params.items()}
+
+
+async def read_gateway_settings(url: str) -> dict:
+    """Through the gateway (`--protocol openai`): its /health (model, mode, each server's state)."""
+    with urllib.request.urlopen(f"http://{url}/health", timeout=10) as response:
+        health = json.load(response)
+    return {"mode": health.get("mode"), "gateway": health}

@@ -1,7 +1,14 @@
-"""A real `tritonserver` on free ports, started once for the end-to-end tests."""
+"""A real `tritonserver` on free ports, started once for the end-to-end tests.
+
+`server`/`url` serve the default preset. `family` serves each preset of `FAMILY_PRESETS` in turn
+(one server per family, the default preset reusing `server`); the streaming contract tests take
+`family` and run once per model family, at that family's sample rate and frame rate. A new family
+adds its tiny preset to the list.
+"""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -9,6 +16,22 @@ import pytest
 from clients.bench.compare import free_ports
 from clients.serve import ServeConfig, Server
 from clients.triton_launch import Ports
+
+DEFAULT_PRESET = "qwen3-tts-tiny"
+FAMILY_PRESETS = ["qwen3-tts-tiny", "csm-tiny", "orpheus-tiny"]
+
+
+@dataclass(frozen=True)
+class FamilyServer:
+    """A running server of one family's tiny preset, and the facts the contract tests check against."""
+
+    preset: str
+    url: str
+    num_codebooks: int
+    frame_rate: float  # frames per second
+    sample_rate: int
+    samples_per_frame: int
+    voices: tuple[str, ...]
 
 
 @pytest.fixture(scope="session")
@@ -19,16 +42,21 @@ def model_cache(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def server(model_cache, tmp_path_factory) -> Server:
+def start_server(preset: str, tmp_path_factory) -> Server:
     http, grpc, metrics = free_ports(3)
     log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    srv = Server(ServeConfig(ports=Ports(http=http, grpc=grpc, metrics=metrics)), log_path=log)
+    srv = Server(ServeConfig(model=preset, ports=Ports(http=http, grpc=grpc, metrics=metrics)), log_path=log)
     try:
         srv.start(timeout_s=240)
     except (RuntimeError, TimeoutError):
         print(log.read_text()[-5000:])
         raise
+    return srv
+
+
+@pytest.fixture(scope="session")
+def server(model_cache, tmp_path_factory) -> Server:
+    srv = start_server(DEFAULT_PRESET, tmp_path_factory)
     yield srv
     srv.stop()
 
@@ -36,3 +64,28 @@ def server(model_cache, tmp_path_factory) -> Server:
 @pytest.fixture(scope="session")
 def url(server) -> str:
     return server.grpc_url
+
+
+@pytest.fixture(scope="session", params=FAMILY_PRESETS)
+def family(request, model_cache, tmp_path_factory) -> FamilyServer:
+    """Session-scoped per preset: pytest groups the tests by preset, so one family server runs at a time."""
+    preset = request.param
+    if preset == DEFAULT_PRESET:
+        yield family_facts(preset, request.getfixturevalue("server").grpc_url)
+        return
+    srv = start_server(preset, tmp_path_factory)
+    try:
+        yield family_facts(preset, srv.grpc_url)
+    finally:
+        srv.stop()
+
+
+def family_facts(preset: str, url: str) -> FamilyServer:
+    """Read the shapes off the preset's own LM and codec (tiny: a moment on the CPU)."""
+    from backend_python.models import registry
+
+    spec = registry.resolve(preset)
+    lm = registry.load_lm(spec, device="cpu", dtype="float32")
+    codec = registry.load_codec(spec, device="cpu", dtype="float32")
+    return FamilyServer(preset, url, codec.num_codebooks, lm.frame_rate, codec.sample_rate,
+                        codec.samples_per_frame, lm.voices)

@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import queue
+import random
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import tritonclient.grpc as grpcclient
 
+from clients.live_stream import LiveStream, Outcome
 from clients.stream import build_inputs, synthesize
 from tests.e2e.test_metrics import scrape
 from tests.e2e.test_streaming import TEXT
@@ -43,4 +48,59 @@ def test_cancelled_stream_frees_its_lm_slot_and_others_finish(server, url):
     assert result.audio.size == 50 * 1920
     # 60 s of audio would take the tiny LM many seconds more: the slot must free long before
     assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == 0, timeout_s=5)
+    assert wait_for(lambda: scrape(server)["voxlane_lm_batch_size"] == 0, timeout_s=5)
+
+
+def run_stream(url: str, index: int, cancel_after: int | None) -> Outcome:
+    """A 2 s stream read to its end, or a 60 s one abandoned after `cancel_after` responses."""
+    seconds = 2.0 if cancel_after is None else 60.0
+    with LiveStream(url, build_inputs(f"Stream number {index}.", seed=index, max_audio_seconds=seconds,
+                                      ignore_eos=True)) as stream:
+        if cancel_after is None:
+            return stream.read(timeout_s=120)
+        outcome = stream.read(max_responses=cancel_after, timeout_s=60)
+        stream.cancel()
+        return outcome
+
+
+def test_fifty_streams_ten_cancelled_at_random_points(server, url):
+    rng = random.Random(50)
+    before = scrape(server)["voxlane_live_requests"]
+    # responses each cancelled stream reads before its client goes away; 0: before its first chunk
+    cancel_after = {i: rng.randint(0, 4) for i in rng.sample(range(50), 10)}
+    with ThreadPoolExecutor(50) as pool:
+        outcomes = list(pool.map(lambda i: run_stream(url, i, cancel_after.get(i)), range(50)))
+    for i, outcome in enumerate(outcomes):
+        assert not outcome.is_timed_out and outcome.error is None, (i, outcome)
+        assert outcome.is_in_order, (i, outcome.chunk_indices)
+        if i not in cancel_after:
+            assert outcome.is_final and outcome.num_samples == 25 * 1920, (i, outcome)
+    # a cancelled 60 s stream left running would hold its slot for many seconds more
+    assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == before, timeout_s=5)
+    assert wait_for(lambda: scrape(server)["voxlane_lm_batch_size"] == 0, timeout_s=5)
+
+
+CLIENT = """
+import sys
+from clients.live_stream import LiveStream
+from clients.stream import build_inputs
+stream = LiveStream(sys.argv[1], build_inputs("A client that dies.", seed=5, max_audio_seconds=60.0,
+                                              ignore_eos=True))
+outcome = stream.read(max_responses=2, timeout_s=60)
+print("streaming" if outcome.chunk_indices == [0, 1] else f"failed: {outcome}", flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_client_killed_mid_stream_frees_its_request(server, url):
+    before = scrape(server)["voxlane_live_requests"]
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert client.stdout.readline().strip() == "streaming"
+        assert scrape(server)["voxlane_live_requests"] == before + 1
+    finally:
+        client.kill()  # no cancel, no goodbye: the connection just drops
+        client.wait()
+    assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == before, timeout_s=5)
     assert wait_for(lambda: scrape(server)["voxlane_lm_batch_size"] == 0, timeout_s=5)

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import time
+import urllib.error
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from clients.stream import StreamError, synthesize
+from clients.live_stream import LiveStream, tensor
+from clients.stream import StreamError, build_inputs, synthesize
+from tests.e2e.test_http import generate_stream
 
 GOOD = "A good request right after."
 
@@ -26,6 +29,10 @@ BAD_REQUESTS = [
     pytest.param(dict(text="Hi.", repetition_penalty=0.0), "repetition_penalty", id="zero-penalty"),
     pytest.param(dict(text="Hi.", max_audio_seconds=0.0), "max_audio_seconds", id="zero-length"),
     pytest.param(dict(text="Hi.", max_audio_seconds=1e6), "max_audio_seconds", id="too-much-audio"),
+    pytest.param(dict(text="Hi.", max_audio_seconds=-2.0), "max_audio_seconds", id="negative-length"),
+    pytest.param(dict(text="Hi.", top_p=float("inf")), "top_p", id="inf-top-p"),
+    pytest.param(dict(text="Hi.", top_k=10**9), "top_k", id="huge-top-k"),
+    pytest.param(dict(text="Hi.", repetition_penalty=float("-inf")), "repetition_penalty", id="inf-penalty"),
     pytest.param(dict(text="Hi.", voice="nobody"), "nobody", id="unknown-voice"),
 ]
 
@@ -64,3 +71,50 @@ def test_bad_request_does_not_disturb_a_running_stream(url):
         result = good.result()
     assert [c.index for c in result.chunks] == list(range(len(result.chunks)))
     assert result.audio.size == 30 * 1920
+
+
+def first_answer(url: str, inputs: list, parameters: dict | None = None):
+    with LiveStream(url, inputs, parameters) as stream:
+        return stream.read(max_responses=1, timeout_s=5)
+
+
+def text_input():
+    return tensor("text", "BYTES", np.array([b"Hi."], dtype=np.object_))
+
+
+MALFORMED = [  # what Triton itself refuses against the model config, before the router runs
+    pytest.param(lambda: [text_input(), tensor("speed", "FP32", np.array([1.5], np.float32))],
+                 "unexpected inference input 'speed'", id="unknown-input"),
+    pytest.param(lambda: [text_input(), tensor("temperature", "FP64", np.array([0.5]))],
+                 "data-type is 'FP64'", id="wrong-dtype"),
+    pytest.param(lambda: [tensor("text", "INT32", np.array([7], np.int32))], "data-type is 'INT32'",
+                 id="text-not-bytes"),
+    pytest.param(lambda: [tensor("text", "BYTES", np.array([b"a", b"b"], dtype=np.object_))],
+                 "unexpected shape for input 'text'", id="two-texts"),
+    pytest.param(lambda: [text_input(), tensor("seed", "INT64", np.zeros([1, 1], np.int64))],
+                 "unexpected shape for input 'seed'", id="seed-1x1"),
+]
+
+
+@pytest.mark.parametrize("make_inputs, message", MALFORMED)
+def test_malformed_tensors_are_refused(url, make_inputs, message):
+    outcome = first_answer(url, make_inputs())
+    assert outcome.error is not None and message in outcome.error and not outcome.chunk_indices
+
+
+def test_unknown_request_parameter_is_refused(url):
+    outcome = first_answer(url, build_inputs("Hi.", max_audio_seconds=0.4, ignore_eos=True), {"speed": 2})
+    assert outcome.error is not None and "unknown request parameter 'speed'" in outcome.error
+    assert not outcome.chunk_indices
+
+
+def test_unknown_http_field_is_refused_not_ignored(server):
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        generate_stream(server, {"text": "Hello.", "max_audio_seconds": 0.4, "sped": 2})
+    assert "unknown request parameter 'sped'" in caught.value.read().decode()
+
+
+def test_invalid_utf8_voice_is_refused(url):
+    inputs = [text_input(), tensor("voice", "BYTES", np.array([b"\xff\xfe"], dtype=np.object_))]
+    outcome = first_answer(url, inputs)
+    assert outcome.error is not None and "input 'voice' is not valid UTF-8" in outcome.error

@@ -1,4 +1,5 @@
-"""End-to-end streaming through a real tritonserver: order, concurrency, reproducibility."""
+"""End-to-end streaming contract through a real tritonserver, once per model family (`family`,
+see conftest.FAMILY_PRESETS): order, chunk sizes, sample rate, concurrency, reproducibility."""
 from __future__ import annotations
 
 import queue
@@ -11,42 +12,62 @@ import tritonclient.grpc as grpcclient
 from clients.stream import build_inputs, synthesize
 
 TEXT = "Get the trust fund to the bank early."
-FRAME_RATE = 12.5  # Qwen3-TTS 12 Hz codec frames per second
+CHUNK_PLAN = (2, 4, 8, 10)  # the default chunk sizes in frames (2, growth 2, up to 10), then 10, 10, …
 
 
-def test_one_stream_arrives_in_order(url):
-    result = synthesize(url, TEXT, seed=3, max_audio_seconds=3.2, ignore_eos=True)
+def chunk_frames(num_frames: int) -> list[int]:
+    """The frames of each chunk of a `num_frames` stream under the default chunk plan."""
+    sizes, left = [], num_frames
+    while left > 0:
+        sizes.append(min(CHUNK_PLAN[min(len(sizes), len(CHUNK_PLAN) - 1)], left))
+        left -= sizes[-1]
+    return sizes
+
+
+def num_frames(family, seconds: float) -> int:
+    return max(1, round(seconds * family.frame_rate))
+
+
+def test_one_stream_arrives_in_order(family):
+    result = synthesize(family.url, TEXT, seed=3, max_audio_seconds=3.2, ignore_eos=True)
     indices = [c.index for c in result.chunks]
     assert indices == list(range(len(result.chunks)))
     assert all(c.audio.size > 0 and c.audio.dtype == np.float32 for c in result.chunks)
-    assert {c.sample_rate for c in result.chunks} == {24000}
+    assert {c.sample_rate for c in result.chunks} == {family.sample_rate}
     assert all(np.all(np.abs(c.audio) <= 1.0) for c in result.chunks)
-    num_frames = round(3.2 * FRAME_RATE)  # ignore_eos: exactly the requested length
-    assert result.audio.size == num_frames * 24000 / FRAME_RATE
-    assert [c.audio.size // 1920 for c in result.chunks] == [2, 4, 8, 10, 10, 6]  # 40 frames
+    frames = num_frames(family, 3.2)  # ignore_eos: exactly the requested length
+    assert result.audio.size == frames * family.samples_per_frame
+    assert [c.audio.size // family.samples_per_frame for c in result.chunks] == chunk_frames(frames)
+    assert np.abs(result.audio).max() > 1e-3  # not silence
 
 
-def test_lanes_first_chunk_urgent(url):
-    result = synthesize(url, TEXT, seed=4, max_audio_seconds=2.0, ignore_eos=True)
+def test_lanes_first_chunk_urgent(family):
+    result = synthesize(family.url, TEXT, seed=4, max_audio_seconds=2.0, ignore_eos=True)
     assert result.chunks[0].lane == "urgent"
     assert {c.lane for c in result.chunks} <= {"urgent", "background"}
 
 
-def test_eight_concurrent_streams_complete_in_order(url):
+def test_eight_concurrent_streams_complete_in_order(family):
     lengths = [1.0, 1.6, 2.4, 3.2, 1.2, 2.0, 2.8, 0.8]
     with ThreadPoolExecutor(len(lengths)) as pool:
         results = list(pool.map(
-            lambda i: synthesize(url, f"{TEXT} Stream {i}.", seed=i, max_audio_seconds=lengths[i],
+            lambda i: synthesize(family.url, f"{TEXT} Stream {i}.", seed=i, max_audio_seconds=lengths[i],
                                  ignore_eos=True), range(len(lengths))))
     for seconds, result in zip(lengths, results):
         assert [c.index for c in result.chunks] == list(range(len(result.chunks)))
-        assert result.audio.size == round(seconds * FRAME_RATE) * 1920
+        assert result.audio.size == num_frames(family, seconds) * family.samples_per_frame
 
 
-def test_same_seed_same_audio(url):
-    first = synthesize(url, TEXT, seed=11, max_audio_seconds=1.6, ignore_eos=True)
-    second = synthesize(url, TEXT, seed=11, max_audio_seconds=1.6, ignore_eos=True)
+def test_same_seed_same_audio(family):
+    first = synthesize(family.url, TEXT, seed=11, max_audio_seconds=1.6, ignore_eos=True)
+    second = synthesize(family.url, TEXT, seed=11, max_audio_seconds=1.6, ignore_eos=True)
     np.testing.assert_array_equal(first.audio, second.audio)
+
+
+def test_every_voice_is_served(family):
+    for voice in family.voices[:2]:
+        result = synthesize(family.url, TEXT, voice=voice, seed=1, max_audio_seconds=0.4, ignore_eos=True)
+        assert result.audio.size == num_frames(family, 0.4) * family.samples_per_frame
 
 
 def lm_tokens(url: str, seed: int, seconds: float = 1.6) -> np.ndarray:
@@ -70,15 +91,15 @@ def lm_tokens(url: str, seed: int, seconds: float = 1.6) -> np.ndarray:
     return np.concatenate(frames)
 
 
-def test_seed_controls_tokens(url):
-    first, again, other = lm_tokens(url, 5), lm_tokens(url, 5), lm_tokens(url, 6)
-    assert first.shape == (20, 16) and first.dtype == np.int32
+def test_seed_controls_tokens(family):
+    first, again, other = lm_tokens(family.url, 5), lm_tokens(family.url, 5), lm_tokens(family.url, 6)
+    assert first.shape == (num_frames(family, 1.6), family.num_codebooks) and first.dtype == np.int32
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other)
 
 
 @pytest.mark.parametrize("seconds", [0.08, 0.16])
-def test_very_short_request(url, seconds):
-    result = synthesize(url, TEXT, seed=1, max_audio_seconds=seconds, ignore_eos=True)
+def test_very_short_request(family, seconds):
+    result = synthesize(family.url, TEXT, seed=1, max_audio_seconds=seconds, ignore_eos=True)
     assert [c.index for c in result.chunks] == [0]
-    assert result.audio.size == round(seconds * FRAME_RATE) * 1920
+    assert result.audio.size == num_frames(family, seconds) * family.samples_per_frame

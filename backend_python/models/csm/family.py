@@ -1,0 +1,48 @@
+"""CSM-1B as the registry sees it: presets, checkpoint detection, loaders.
+
+Checkpoint layout (the official transformers one, e.g. `sesame/csm-1b`): `config.json` (model_type
+`csm`), `model.safetensors` (LM at the root, Mimi under `codec_model.*`) and the tokenizer files.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .codec import LEFT_CONTEXT_FRAMES, MimiCodec
+from .lm import CsmLM
+from .presets import preset_config
+
+name = "csm"
+tiny_presets = ("csm-tiny",)
+random_presets = ("csm-1b",)
+RANDOM_SEED = 0
+
+
+def is_checkpoint(path: Path) -> bool:
+    config = path / "config.json"
+    return config.is_file() and json.loads(config.read_text()).get("model_type") == "csm"
+
+
+def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
+    from .checkpoint import build_tiny_checkpoint as build
+    build(out_dir, seed=RANDOM_SEED)
+
+
+def load_lm(spec, device: str, dtype: torch.dtype) -> CsmLM:
+    if spec.checkpoint is not None:
+        return CsmLM.from_pretrained(spec.checkpoint, device=device, dtype=dtype)
+    return CsmLM.from_config(preset_config(spec.preset), device=device, dtype=dtype, seed=RANDOM_SEED)
+
+
+def load_codec(spec, device: str, dtype: torch.dtype) -> MimiCodec:
+    if spec.checkpoint is not None:
+        from .checkpoint import read_config
+        return MimiCodec.from_pretrained(spec.checkpoint, read_config(spec.checkpoint).codec, device=device,
+                                         dtype=dtype)
+    return MimiCodec.from_config(preset_config(spec.preset).codec, device=device, dtype=dtype, seed=RANDOM_SEED)
+
+
+def codec_left_context_frames(spec) -> int:
+    return LEFT_CONTEXT_FRAMES

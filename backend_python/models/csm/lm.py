@@ -1,0 +1,252 @@
+"""`CsmLM`: the CSM backbone + depth decoder behind the `SpeechLM` interface.
+
+One decode step per frame, batched over slots: sample codebook 0 from each slot's stored backbone
+logits, run the depth decoder for codebooks 1..K-1, then one backbone step on the sum of the K
+codebook embeddings. Ids from the codec's codebook size up (2048..2050 for the real model) are
+masked everywhere: they are not audio and crash Mimi. A frame whose codebooks 0..K-2 are all
+`codebook_eos_token_id` ends the audio, as in transformers' CSM generate. On CUDA the frame runs
+as two CUDA graphs per batch-size bucket (`qwen3_tts.graphs.FrameGraphs`), captured in
+`allocate_slots`; on the CPU it runs eagerly on the unpadded batch. Both run `_predict` and `_talk`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..base import DecodeBatch, Prompt, SpeechLM
+from ..qwen3_tts.graphs import FrameGraphs, FrameInputs, batch_buckets
+from ..qwen3_tts.layers import KVCache
+from ..qwen3_tts.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
+from . import checkpoint
+from .backbone import BackboneModel
+from .config import CsmConfig
+from .depth_decoder import DepthDecoder
+from .prompt import make_prompt, resolve_speaker
+
+DEFAULT_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)  # capped by num_slots, which is always a bucket
+
+
+@dataclass
+class SlotMemory:
+    """Device tensors for all slots (row s = slot s) plus one scratch row, the last, that the
+    padding rows of a CUDA-graph bucket read and write."""
+
+    kv: KVCache  # backbone: [layers, slots, max_seq_len, kv_heads, head_dim]
+    depth_kv: KVCache  # depth decoder: [layers, slots, num_codebooks, kv_heads, head_dim]
+    logits: torch.Tensor  # [slots, vocab] float32, next codebook-0 logits
+    hidden: torch.Tensor  # [slots, hidden], last backbone hidden state (input of the depth decoder)
+    seen: torch.Tensor  # [slots, vocab] bool, codebook-0 codes emitted so far (repetition penalty)
+    blocked: torch.Tensor  # [vocab] bool, ids that are not audio codes (never sampled)
+    no_text: torch.Tensor  # [hidden] zeros: CSM adds no text to decode inputs (FrameInputs.text_embed)
+
+    @property
+    def scratch_row(self) -> int:
+        return self.logits.shape[0] - 1
+
+
+@dataclass
+class SlotState:
+    """Host-side bookkeeping of one live slot."""
+
+    position: int  # next backbone position to write
+
+
+class CsmLM(SpeechLM):
+    """Parameters carry the official `CsmForConditionalGeneration` names (without `codec_model.*`)."""
+
+    def __init__(self, config: CsmConfig, tokenizer) -> None:
+        super().__init__()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.lm_head = nn.Linear(config.backbone.hidden_size, config.vocab_size, bias=False)
+        self.embed_text_tokens = nn.Embedding(config.text_vocab_size, config.backbone.hidden_size)
+        self.backbone_model = BackboneModel(config)
+        self.depth_decoder = DepthDecoder(config.depth_decoder)
+        self.graph_batch_sizes = DEFAULT_GRAPH_BATCH_SIZES  # read by allocate_slots
+        self.use_cuda_graphs = True  # False: the same padded frame, run eagerly (benchmarks, tests)
+        self._memory: SlotMemory | None = None
+        self._graphs: FrameGraphs | None = None  # CUDA only
+        self._states: dict[int, SlotState] = {}
+
+    # ---- loading -------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
+                        dtype: torch.dtype = torch.float32) -> "CsmLM":
+        """Load a checkpoint dir (config.json, model.safetensors[.index.json], tokenizer files)."""
+        config, tokenizer = checkpoint.read_config(path), checkpoint.load_tokenizer(path)
+        with torch.device("meta"):
+            lm = cls(config, tokenizer)
+        lm.load_state_dict(checkpoint.read_lm_state_dict(path, config), strict=True, assign=True)
+        lm.tie_codebook_embeddings()
+        return lm.to(device=device, dtype=dtype).eval()
+
+    @classmethod
+    def from_config(cls, config: CsmConfig, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                    seed: int = 0, tokenizer=None) -> "CsmLM":
+        """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
+        tokenizer = tokenizer if tokenizer is not None else checkpoint.build_tiny_tokenizer()
+        with torch.device("meta"):
+            lm = cls(config, tokenizer).to(dtype=dtype)
+        lm.to_empty(device=device)
+        checkpoint.init_random_weights(lm, seed)
+        lm.tie_codebook_embeddings()
+        return lm.eval()
+
+    def tie_codebook_embeddings(self) -> None:
+        """One audio table for the backbone and the depth decoder, as transformers ties them."""
+        if self.config.tie_codebooks_embeddings:
+            self.depth_decoder.model.embed_tokens.weight = self.backbone_model.embed_tokens.embed_audio_tokens.weight
+
+    # ---- SpeechLM properties -------------------------------------------------------------------
+    @property
+    def num_codebooks(self) -> int:
+        return self.config.num_codebooks
+
+    @property
+    def frame_rate(self) -> float:
+        return self.config.frame_rate
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return self.config.speakers
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    # ---- phases --------------------------------------------------------------------------------
+    def encode_prompt(self, text: str, voice: str | None) -> Prompt:
+        """voice None -> the first speaker; the prompt is "[{speaker}]{text}" with the checkpoint's specials."""
+        return make_prompt(self.tokenizer, resolve_speaker(self.voices, voice), text)
+
+    def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
+        """Slot memory (+ the scratch row); on CUDA also fuse projections and capture every bucket's graphs."""
+        c, device, dtype = self.config, self.device, self.lm_head.weight.dtype
+        self._graphs, self._memory = None, None  # free the old graphs and slots before allocating anew
+        if device.type == "cuda":
+            self.backbone_model.fuse_projections()
+            self.depth_decoder.model.fuse_projections()
+        blocked = torch.zeros(c.vocab_size, dtype=torch.bool, device=device)
+        blocked[c.codebook_size:] = True
+        num_rows = num_slots + 1
+        self._memory = SlotMemory(
+            kv=self.backbone_model.allocate_cache(num_rows, max_seq_len, device, dtype),
+            depth_kv=self.depth_decoder.allocate_cache(num_slots, device, dtype),
+            logits=torch.zeros(num_rows, c.vocab_size, device=device),
+            hidden=torch.zeros(num_rows, c.backbone.hidden_size, device=device, dtype=dtype),
+            seen=torch.zeros(num_rows, c.vocab_size, device=device, dtype=torch.bool),
+            blocked=blocked, no_text=torch.zeros(c.backbone.hidden_size, device=device, dtype=dtype))
+        self._states = {}
+        self._graphs = self._build_graphs(num_slots) if device.type == "cuda" else None
+
+    def _build_graphs(self, num_slots: int) -> FrameGraphs:
+        mem = self._require_memory()
+        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, num_slots),
+                             mem.scratch_row, self.noise_width, self.config.backbone.hidden_size, self.num_codebooks,
+                             self.device, mem.hidden.dtype)
+        if self.use_cuda_graphs:
+            with torch.no_grad():
+                graphs.capture_all()
+        return graphs
+
+    @property
+    def frame_graphs(self) -> FrameGraphs | None:
+        """The CUDA frame runner (buckets, static buffers, graphs) once slots are allocated on CUDA."""
+        return self._graphs
+
+    @property
+    def noise_width(self) -> int:
+        """Exp(1) draws per sampled row and frame: codebook 0, then each depth-decoder step."""
+        return self.config.num_codebooks * self.config.vocab_size
+
+    @torch.no_grad()
+    def prefill(self, slot: int, prompt: Prompt) -> None:
+        mem = self._require_memory()
+        if prompt.num_tokens > mem.kv.max_seq_len:
+            raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds max_seq_len {mem.kv.max_seq_len}")
+        ids = prompt.tensors["text_ids"].to(self.device)
+        embeds = self.embed_text_tokens(ids)[None]  # [1, L, H]
+        rows = torch.tensor([slot], device=self.device)
+        positions = torch.arange(ids.shape[0], device=self.device)[None]  # [1, L]
+        hidden = self.backbone_model.run(embeds, rows, positions, mem.kv)  # [1, H]
+        mem.hidden[slot], mem.logits[slot] = hidden[0], self.lm_head(hidden)[0].float()
+        mem.seen[slot] = False
+        self._states[slot] = SlotState(position=ids.shape[0])
+
+    @torch.no_grad()
+    def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        mem, states = self._require_memory(), [self._live_state(slot) for slot in batch.slots]
+        floats, ints = self._host_columns(batch, states)
+        no_text = [mem.no_text] * len(states)
+        if self._graphs is not None:
+            codes = self._graphs.run(floats, ints, no_text, batch.sampling, batch.generators, self.use_cuda_graphs)
+        else:
+            codes = self._decode_eager(batch, floats, ints, no_text)
+        for s in states:
+            s.position += 1
+        is_eos = (codes[:, :-1] == self.config.codebook_eos_token_id).all(dim=1)
+        return codes, is_eos & ~torch.tensor(batch.ignore_eos, device=codes.device)
+
+    def release(self, slot: int) -> None:
+        self._states.pop(slot, None)
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _require_memory(self) -> SlotMemory:
+        if self._memory is None:
+            raise RuntimeError("allocate_slots must be called before prefill/decode")
+        return self._memory
+
+    def _live_state(self, slot: int) -> SlotState:
+        state = self._states.get(slot)
+        if state is None:
+            raise KeyError(f"slot {slot} has no prefilled request")
+        if state.position >= self._require_memory().kv.max_seq_len:
+            raise ValueError(f"slot {slot} is full ({state.position} positions)")
+        return state
+
+    def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns` (EOS is a
+        whole frame here, never a blocked id: its column stays 0)."""
+        floats, sampling_ints = host_columns(batch.sampling)
+        frame_ints = torch.tensor([[slot, s.position, 0] for slot, s in zip(batch.slots, states)])
+        return floats, torch.cat((frame_ints, sampling_ints), dim=1)
+
+    def _decode_eager(self, batch: DecodeBatch, floats: torch.Tensor, ints: torch.Tensor,
+                      no_text: list[torch.Tensor]) -> torch.Tensor:
+        """The unpadded, ungraphed frame (CPU): skips the sampling work no row needs."""
+        device = self.device
+        noise = torch.ones(len(no_text), self.noise_width, device=device)
+        draw_noise(noise, batch.sampling, batch.generators)
+        inputs = FrameInputs.from_columns(floats.to(device, non_blocking=True), ints.to(device, non_blocking=True),
+                                          noise, torch.stack(no_text), **host_flags(batch.sampling))
+        codes, frame_embed = self._predict(inputs)
+        self._talk(inputs, frame_embed)
+        return codes
+
+    def _predict(self, inputs: FrameInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Codebook 0 from the stored logits, then codebooks 1..K-1 -> (codes [B, K] int64, frame_embed [B, H])."""
+        mem, c = self._require_memory(), self.config
+        noise = inputs.noise.clamp_min(TINY)  # a zero draw would turn a zero-probability token into 0/0 = NaN
+        code0 = self._sample_code0(mem, inputs, noise[:, :c.vocab_size])  # [B]
+        step_noise = noise[:, c.vocab_size:].view(-1, c.num_codebooks - 1, c.vocab_size)
+        rest = self.depth_decoder.generate(mem.hidden[inputs.rows], code0, mem.depth_kv, inputs.sampling,
+                                           step_noise, mem.blocked)
+        codes = torch.cat((code0[:, None], rest), dim=1)
+        return codes, self.backbone_model.embed_tokens(codes)
+
+    def _sample_code0(self, mem: SlotMemory, inputs: FrameInputs, noise: torch.Tensor) -> torch.Tensor:
+        rows, s = inputs.rows, inputs.sampling
+        logits = apply_repetition_penalty(mem.logits[rows], mem.seen[rows], s.repetition_penalty)
+        code0 = sample(logits.masked_fill(mem.blocked, float("-inf")), s, noise)
+        # a device value: `seen[rows, code0] = True` would copy a CPU scalar, which graph capture forbids
+        mem.seen.index_put_((rows, code0), torch.ones_like(code0, dtype=torch.bool))
+        return code0
+
+    def _talk(self, inputs: FrameInputs, frame_embed: torch.Tensor) -> None:
+        """One backbone token per row (frame_embed: [B, H]); stores the next logits and hidden state."""
+        mem, rows = self._require_memory(), inputs.rows
+        hidden = self.backbone_model.run(frame_embed[:, None], rows, inputs.positions[:, None], mem.kv)  # [B, H]
+        mem.hidden[rows], mem.logits[rows] = hidden, self.lm_head(hidden).float()

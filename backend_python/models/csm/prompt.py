@@ -1,0 +1,27 @@
+"""CSM's text prompt: "[{speaker}]{text}", tokenized by the checkpoint's Llama-3 tokenizer with its
+own special tokens (`<|begin_of_text|>` ... `<|end_of_text|>`), prefilled as text embeddings.
+Voices are speaker ids ("0", "1", ...)."""
+from __future__ import annotations
+
+import torch
+
+from ..base import Prompt
+
+
+def speaker_text(speaker: str, text: str) -> str:
+    return f"[{speaker}]{text}"
+
+
+def resolve_speaker(speakers: tuple[str, ...], voice: str | None) -> str:
+    if voice is None:
+        return speakers[0]
+    if voice not in speakers:
+        raise ValueError(f"unknown voice {voice!r}; known voices: {list(speakers)}")
+    return voice
+
+
+def make_prompt(tokenizer, speaker: str, text: str) -> Prompt:
+    if not text.strip():
+        raise ValueError("text must not be empty")
+    ids = tokenizer(speaker_text(speaker, text), add_special_tokens=True)["input_ids"]
+    return Prompt(num_tokens=len(ids), tensors={"text_ids": torch.tensor(ids, dtype=torch.int64)})  # [L]

@@ -1,0 +1,67 @@
+"""Orpheus (Llama-3B + SNAC 24 kHz) as the registry sees it: presets, checkpoint detection, loaders.
+
+Checkpoint layout: a transformers Llama checkpoint whose vocabulary holds the Orpheus audio
+tokens (canopylabs/orpheus-3b-0.1-ft and its fine-tunes), optionally with the codec in `snac/`;
+without it the codec is SNAC 24 kHz from the local Hugging Face cache.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .codec import SNAC_DIR, SNAC_HF_ID, SnacCodec, SnacConfig
+from .config import MODEL_TYPE
+from .frames import MIN_VOCAB_SIZE
+from .lm import OrpheusLM
+from .presets import full_snac, preset_config
+
+name = "orpheus"
+tiny_presets = ("orpheus-tiny",)
+random_presets = ("orpheus-3b",)
+RANDOM_SEED = 0
+
+
+def is_checkpoint(path: Path) -> bool:
+    config = path / "config.json"
+    if not config.is_file():
+        return False
+    d = json.loads(config.read_text())
+    return d.get("model_type") == MODEL_TYPE and d.get("vocab_size", 0) >= MIN_VOCAB_SIZE
+
+
+def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
+    from .checkpoint import build_tiny_checkpoint as build
+    build(out_dir, seed=RANDOM_SEED)
+
+
+def load_lm(spec, device: str, dtype: torch.dtype) -> OrpheusLM:
+    if spec.checkpoint is not None:
+        return OrpheusLM.from_pretrained(spec.checkpoint, device=device, dtype=dtype)
+    return OrpheusLM.from_config(preset_config(spec.preset), device=device, dtype=dtype, seed=RANDOM_SEED)
+
+
+def load_codec(spec, device: str, dtype: torch.dtype) -> SnacCodec:
+    """SNAC always runs in float32 (see `SnacCodec.prepare`); `dtype` is the lane's LM dtype."""
+    if spec.checkpoint is None:
+        return SnacCodec.from_config(full_snac(), device=device, seed=RANDOM_SEED)
+    return SnacCodec.from_pretrained(snac_dir(spec.checkpoint), device=device)
+
+
+def codec_left_context_frames(spec) -> int:
+    if spec.checkpoint is None:
+        return full_snac().left_context_frames
+    return SnacConfig.from_dict(json.loads((snac_dir(spec.checkpoint) / "config.json").read_text())).left_context_frames
+
+
+def snac_dir(checkpoint: Path) -> Path:
+    """The checkpoint's own `snac/`, else SNAC 24 kHz from the local Hugging Face cache (no downloads)."""
+    if (checkpoint / SNAC_DIR).is_dir():
+        return checkpoint / SNAC_DIR
+    from huggingface_hub import snapshot_download
+    try:
+        return Path(snapshot_download(SNAC_HF_ID, local_files_only=True))
+    except Exception as exc:
+        raise ValueError(f"{checkpoint} has no {SNAC_DIR}/ and {SNAC_HF_ID} is not in the Hugging Face cache "
+                         f"(download it once, or copy it to {checkpoint / SNAC_DIR}): {exc}") from None

@@ -1,0 +1,251 @@
+"""`OrpheusLM`: the Orpheus Llama backbone behind the `SpeechLM` interface, one 7-token frame per decode.
+
+A decode call runs 7 Llama steps for every row of the batch. Step k samples slot k of the frame
+from that slot's band of the vocabulary only (4096 audio tokens, plus END_OF_SPEECH at slot 0),
+so the head is computed for the band's rows instead of all 156940 (the same distribution as
+masking the full logits). The sampled token is fed back and the next step reads its hidden
+state. On CUDA the whole frame runs as one CUDA graph per batch-size bucket (`graphs.py`),
+captured in `allocate_slots`; on the CPU it runs eagerly on the unpadded batch over the used part
+of the cache. Both run `_frame`.
+
+KV positions: the engine counts a slot's length as prompt tokens + frames (`max_seq_len`); a frame
+here takes 7 positions, so each slot holds 7 * max_seq_len.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..base import DecodeBatch, Prompt, SpeechLM
+from ..qwen3_tts.layers import KVCache
+from ..qwen3_tts.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
+from . import checkpoint
+from .config import OrpheusConfig
+from .frames import CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS, slot_token_base
+from .graphs import FrameGraphs, FrameInputs, batch_buckets
+from .llama import LlamaForCausalLM
+from .prompt import VOICES, make_prompt, voice_text
+
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 2048  # SNAC 24 kHz: hop 512 x the coarsest level's stride 4
+BAND_WIDTH = CODES_PER_SLOT + 1  # a slot's sampled columns: its 4096 codes, then END_OF_SPEECH
+DEFAULT_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)  # capped by num_slots, which is always a bucket
+
+
+@dataclass
+class SlotMemory:
+    """Device tensors for all slots (row s = slot s) plus one scratch row, the last, that the
+    padding rows of a CUDA-graph bucket read and write."""
+
+    kv: KVCache  # [layers, slots + 1, 7 * max_seq_len, kv_heads, head_dim]
+    hidden: torch.Tensor  # [slots + 1, hidden], normed hidden state of the last token (predicts the next)
+    seen: torch.Tensor  # [slots + 1, 7 * 4096] bool, codes emitted so far in each slot band (repetition penalty)
+
+    @property
+    def scratch_row(self) -> int:
+        return self.hidden.shape[0] - 1
+
+
+@dataclass
+class SlotState:
+    """Host-side bookkeeping of one live slot."""
+
+    position: int  # next position to write
+
+
+class OrpheusLM(SpeechLM):
+    """Parameters live under `backbone.*`; the backbone itself carries the official Llama names."""
+
+    def __init__(self, config: OrpheusConfig, tokenizer) -> None:
+        super().__init__()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.backbone = LlamaForCausalLM(config)
+        self.graph_batch_sizes = DEFAULT_GRAPH_BATCH_SIZES  # read by allocate_slots
+        self.use_cuda_graphs = True  # False: the same padded frame, run eagerly (benchmarks, tests)
+        self._memory: SlotMemory | None = None
+        self._graphs: FrameGraphs | None = None  # CUDA only
+        self._states: dict[int, SlotState] = {}
+
+    # ---- loading -------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
+                        dtype: torch.dtype = torch.float32) -> "OrpheusLM":
+        """Load a checkpoint dir (config.json, model.safetensors[.index.json], tokenizer.json)."""
+        config, tokenizer = checkpoint.read_config(path), checkpoint.load_tokenizer(path)
+        with torch.device("meta"):
+            lm = cls(config, tokenizer)
+        lm.backbone.load_state_dict(checkpoint.read_state_dict(path, config), strict=True, assign=True)
+        return lm.to(device=device, dtype=dtype).eval()
+
+    @classmethod
+    def from_config(cls, config: OrpheusConfig, device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32, seed: int = 0, tokenizer=None) -> "OrpheusLM":
+        """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
+        tokenizer = tokenizer if tokenizer is not None else checkpoint.build_tiny_tokenizer()
+        with torch.device("meta"):
+            lm = cls(config, tokenizer).to(dtype=dtype)
+        lm.to_empty(device=device)
+        checkpoint.init_random_weights(lm.backbone, seed)
+        return lm.eval()
+
+    # ---- SpeechLM properties -------------------------------------------------------------------
+    @property
+    def num_codebooks(self) -> int:
+        return FRAME_TOKENS
+
+    @property
+    def frame_rate(self) -> float:
+        return SAMPLE_RATE / SAMPLES_PER_FRAME
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return VOICES
+
+    @property
+    def device(self) -> torch.device:
+        return self.backbone.head_weight.device
+
+    # ---- phases --------------------------------------------------------------------------------
+    def encode_prompt(self, text: str, voice: str | None) -> Prompt:
+        """voice None -> the first voice ("tara")."""
+        ids = self.tokenizer(voice_text(text, self._resolve_voice(voice)))["input_ids"]
+        return make_prompt(list(ids))
+
+    def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
+        """Slot memory (+ the scratch row); on CUDA also fuse projections and capture every bucket's graph."""
+        device, dtype = self.device, self.backbone.head_weight.dtype
+        self._graphs, self._memory = None, None  # free the old graphs and slots before allocating anew
+        if device.type == "cuda":
+            self.backbone.fuse_projections()
+        num_rows = num_slots + 1
+        self._memory = SlotMemory(
+            kv=self.backbone.allocate_cache(num_rows, FRAME_TOKENS * max_seq_len, device, dtype),
+            hidden=torch.zeros(num_rows, self.config.hidden_size, device=device, dtype=dtype),
+            seen=torch.zeros(num_rows, FRAME_TOKENS * CODES_PER_SLOT, device=device, dtype=torch.bool))
+        self._states = {}
+        self._graphs = self._build_graphs(num_slots) if device.type == "cuda" else None
+
+    def _build_graphs(self, num_slots: int) -> FrameGraphs:
+        mem = self._require_memory()
+        buckets = batch_buckets(self.graph_batch_sizes, num_slots)
+        graphs = FrameGraphs(lambda inputs: self._frame(inputs, mem.kv), buckets, mem.scratch_row, self.noise_width,
+                             FRAME_TOKENS, self.device)
+        if self.use_cuda_graphs:
+            with torch.no_grad():
+                graphs.capture_all()
+        return graphs
+
+    @property
+    def frame_graphs(self) -> FrameGraphs | None:
+        """The CUDA frame runner (buckets, static buffers, graphs) once slots are allocated on CUDA."""
+        return self._graphs
+
+    @property
+    def noise_width(self) -> int:
+        """Exp(1) draws per sampled row and frame: one band per slot."""
+        return FRAME_TOKENS * BAND_WIDTH
+
+    @torch.no_grad()
+    def prefill(self, slot: int, prompt: Prompt) -> None:
+        mem = self._require_memory()
+        if prompt.num_tokens > mem.kv.max_seq_len:
+            raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds the cache's {mem.kv.max_seq_len}")
+        ids = prompt.tensors["input_ids"].to(self.device)[None]  # [1, L]
+        rows = torch.tensor([slot], device=self.device)
+        positions = torch.arange(ids.shape[1], device=self.device)[None]
+        mem.hidden[slot] = self.backbone(ids, rows, positions, self._cache_upto(ids.shape[1]))[0]
+        mem.seen[slot] = False
+        self._states[slot] = SlotState(position=ids.shape[1])
+
+    @torch.no_grad()
+    def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        states = [self._live_state(slot) for slot in batch.slots]
+        floats, ints = self._host_columns(batch, states)
+        if self._graphs is not None:
+            codes = self._graphs.run(floats, ints, batch.sampling, batch.generators, self.use_cuda_graphs)
+        else:
+            codes = self._decode_eager(batch, floats, ints, max(s.position for s in states) + FRAME_TOKENS)
+        for s in states:
+            s.position += FRAME_TOKENS
+        is_eos = codes[:, 0] == CODES_PER_SLOT
+        return codes.clamp(max=CODES_PER_SLOT - 1), is_eos  # an EOS row's codes are meaningless
+
+    def release(self, slot: int) -> None:
+        self._states.pop(slot, None)
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _resolve_voice(self, voice: str | None) -> str:
+        if voice is None:
+            return self.voices[0]
+        if voice.lower() not in self.voices:
+            raise ValueError(f"unknown voice {voice!r}; known voices: {list(self.voices)}")
+        return voice.lower()
+
+    def _require_memory(self) -> SlotMemory:
+        if self._memory is None:
+            raise RuntimeError("allocate_slots must be called before prefill/decode")
+        return self._memory
+
+    def _live_state(self, slot: int) -> SlotState:
+        state = self._states.get(slot)
+        if state is None:
+            raise KeyError(f"slot {slot} has no prefilled request")
+        if state.position + FRAME_TOKENS > self._require_memory().kv.max_seq_len:
+            raise ValueError(f"slot {slot} is full ({state.position} positions)")
+        return state
+
+    def _cache_upto(self, num_positions: int) -> KVCache:
+        """The first num_positions of every row, a view (writes land in the cache): masked attention
+        then reads only the used keys instead of all 7 * max_seq_len. Varlen flash attention reads
+        only the used keys anyway, and needs the whole contiguous cache."""
+        kv = self._require_memory().kv
+        if kv.is_varlen:
+            return kv
+        return KVCache(kv.k[:, :, :num_positions], kv.v[:, :, :num_positions])
+
+    def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns`."""
+        floats, sampling_ints = host_columns(batch.sampling)
+        frame_ints = torch.tensor([[slot, s.position, int(ignore)]
+                                   for slot, s, ignore in zip(batch.slots, states, batch.ignore_eos)])
+        return floats, torch.cat((frame_ints, sampling_ints), dim=1)
+
+    def _decode_eager(self, batch: DecodeBatch, floats: torch.Tensor, ints: torch.Tensor,
+                      num_positions: int) -> torch.Tensor:
+        """The unpadded, ungraphed frame (CPU): skips the sampling work no row needs."""
+        noise = torch.ones(floats.shape[0], self.noise_width, device=self.device)
+        draw_noise(noise, batch.sampling, batch.generators)
+        inputs = FrameInputs.from_columns(floats.to(self.device, non_blocking=True),
+                                          ints.to(self.device, non_blocking=True), noise, **host_flags(batch.sampling))
+        return self._frame(inputs, self._cache_upto(num_positions))
+
+    def _frame(self, inputs: FrameInputs, cache: KVCache) -> torch.Tensor:
+        """Seven Llama steps -> codes [B, 7] int64 (CODES_PER_SLOT at slot 0 = end of speech). No host sync."""
+        mem, rows = self._require_memory(), inputs.rows
+        noise = inputs.noise.clamp_min(TINY).view(-1, FRAME_TOKENS, BAND_WIDTH)  # a zero draw would give 0/0
+        hidden, codes = mem.hidden[rows], []
+        for slot in range(FRAME_TOKENS):
+            code = sample(self._band_logits(hidden, slot, inputs), inputs.sampling, noise[:, slot])  # [B]
+            # a device value: `seen[rows, i] = True` would copy a CPU scalar, which graph capture forbids
+            seen_index = slot * CODES_PER_SLOT + code.clamp(max=CODES_PER_SLOT - 1)  # EOS rows end anyway
+            mem.seen.index_put_((rows, seen_index), torch.ones_like(code, dtype=torch.bool))
+            token = torch.where(code == CODES_PER_SLOT, END_OF_SPEECH, slot_token_base(slot) + code)
+            hidden = self.backbone(token[:, None], rows, (inputs.positions + slot)[:, None], cache)  # [B, H]
+            codes.append(code)
+        mem.hidden[rows] = hidden
+        return torch.stack(codes, dim=1)
+
+    def _band_logits(self, hidden: torch.Tensor, slot: int, inputs: FrameInputs) -> torch.Tensor:
+        """hidden [B, H] -> [B, 4097] float32: slot's 4096 codes (repetition-penalised), then END_OF_SPEECH
+        (allowed at slot 0 only, unless the row ignores EOS)."""
+        base, weight = slot_token_base(slot), self.backbone.head_weight
+        band = F.linear(hidden, weight[base:base + CODES_PER_SLOT]).float()
+        seen = self._require_memory().seen[inputs.rows, slot * CODES_PER_SLOT:(slot + 1) * CODES_PER_SLOT]
+        band = apply_repetition_penalty(band, seen, inputs.sampling.repetition_penalty)
+        eos = F.linear(hidden, weight[END_OF_SPEECH:END_OF_SPEECH + 1]).float()  # [B, 1]
+        blocked = inputs.is_eos_blocked[:, None] if slot == 0 else torch.ones_like(eos, dtype=torch.bool)
+        return torch.cat((band, eos.masked_fill(blocked, float("-inf"))), dim=1)

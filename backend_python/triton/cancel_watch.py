@@ -1,0 +1,63 @@
+"""Notices cancelled streams between chunks and has the LM drop them at once.
+
+A stream's own thread blocks on the LM's BLS response iterator, so it sees a
+cancellation only when the LM sends its next chunk: a request still waiting
+for an LM slot would keep its place in the queue, and be prefilled, before
+anyone noticed its client had gone. This one thread polls every live stream's
+sender instead and calls `on_cancel(stream_id)` once for each that was cancelled.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+log = logging.getLogger("voxlane.router")
+
+
+class CancelWatch:
+    def __init__(self, on_cancel: Callable[[str], None], period_s: float = 0.2) -> None:
+        self._on_cancel = on_cancel
+        self._period_s = period_s
+        self._lock = threading.Lock()
+        self._live: dict[str, Callable[[], bool]] = {}  # stream id -> its sender's is_cancelled
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="voxlane-cancel-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=2 * self._period_s + 1.0)
+
+    def add(self, stream_id: str, is_cancelled: Callable[[], bool]) -> None:
+        with self._lock:
+            self._live[stream_id] = is_cancelled
+
+    def remove(self, stream_id: str) -> None:
+        with self._lock:
+            self._live.pop(stream_id, None)
+
+    @property
+    def num_watched(self) -> int:
+        with self._lock:
+            return len(self._live)
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._period_s):
+            for stream_id in self._cancelled_now():
+                try:
+                    self._on_cancel(stream_id)
+                except Exception:  # one failed cancel must not stop the watch for the others
+                    log.exception("cancelling stream %s failed", stream_id)
+
+    def _cancelled_now(self) -> list[str]:
+        """Cancelled streams, removed from the watch (each is reported once)."""
+        with self._lock:
+            live = list(self._live.items())
+        cancelled = [stream_id for stream_id, is_cancelled in live if is_cancelled()]
+        with self._lock:
+            for stream_id in cancelled:
+                self._live.pop(stream_id, None)
+        return cancelled

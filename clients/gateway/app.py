@@ -1,0 +1,137 @@
+"""The HTTP side: OpenAI's routes on aiohttp, each speech request streamed as its chunks arrive.
+
+The status line waits for the stream's first chunk: Triton answers a bad or refused request at
+once, so errors still get their own status code (400, 503, …) while audio starts with no delay.
+An error after the first chunk ends an SSE stream with an `error` event and aborts a raw audio
+stream (the client sees a truncated transfer, never a short file that looks complete).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextlib import aclosing
+
+from aiohttp import web
+
+from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event, pcm16, wav_header
+from clients.gateway.errors import ApiError, bad_request
+from clients.gateway.service import Gateway
+from clients.gateway.speech import SpeechRequest, parse_speech
+from clients.gateway.triton_stream import AudioChunk, StreamFailure
+
+log = logging.getLogger("voxlane.gateway")
+GATEWAY = web.AppKey("gateway", Gateway)
+CONTENT_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
+MAX_BODY_BYTES = 1 << 20
+
+
+def build_app(gateway: Gateway) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[GATEWAY] = gateway
+    app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/models", models),
+                    web.get("/v1/models/{model}", model), web.get("/health", health), web.get("/metrics", metrics)])
+    return app
+
+
+def error_response(gateway: Gateway, error: ApiError) -> web.Response:
+    gateway.stats.num_errors[error.status] += 1
+    return web.json_response(error.to_json(), status=error.status)
+
+
+async def speech(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return error_response(gateway, bad_request("the request body is not valid JSON"))
+    parsed = parse_speech(body, gateway.model_ids)
+    if isinstance(parsed, ApiError):
+        return error_response(gateway, parsed)
+    gateway.stats.num_streams += 1
+    async with aclosing(gateway.stream_speech(parsed)) as chunks:
+        try:
+            first = await anext(chunks, None)
+        except StreamFailure as exc:
+            return error_response(gateway, exc.error)
+        return await _relay(request, gateway, parsed, first, chunks)
+
+
+async def _relay(request: web.Request, gateway: Gateway, speech_request: SpeechRequest,
+                 first: AudioChunk | None, chunks) -> web.StreamResponse:
+    sample_rate = first.sample_rate if first else DEFAULT_SAMPLE_RATE
+    writer = _Writer(request, gateway, speech_request, sample_rate)
+    await writer.start()
+    num_chunks = 0
+    chunk = first
+    try:
+        while chunk is not None:
+            await writer.write_chunk(chunk)
+            num_chunks += 1
+            chunk = await anext(chunks, None)
+    except StreamFailure as exc:
+        gateway.stats.num_errors[exc.error.status] += 1
+        if speech_request.stream_format != "sse":
+            raise  # aborts the connection: a raw audio stream has no way to say "error"
+        await writer.response.write(error_event(exc.error.to_json()))
+        return writer.response
+    await writer.finish(num_chunks)
+    return writer.response
+
+
+class _Writer:
+    """One response in the request's format: WAV header first, PCM after; raw or as SSE events."""
+
+    def __init__(self, request: web.Request, gateway: Gateway, speech_request: SpeechRequest, sample_rate: int):
+        self.request, self.gateway, self.speech_request = request, gateway, speech_request
+        is_sse = speech_request.stream_format == "sse"
+        content_type = "text/event-stream" if is_sse else CONTENT_TYPES[speech_request.response_format]
+        self.response = web.StreamResponse(headers={"Content-Type": content_type, "Cache-Control": "no-cache",
+                                                    "X-Sample-Rate": str(sample_rate)})
+        self.response.enable_chunked_encoding()
+        self._prefix = wav_header(sample_rate) if speech_request.response_format == "wav" else b""
+
+    async def start(self) -> None:
+        await self.response.prepare(self.request)
+
+    async def write_chunk(self, chunk: AudioChunk) -> None:
+        data, self._prefix = self._prefix + pcm16(chunk.audio), b""
+        await self.response.write(audio_delta(data) if self.speech_request.stream_format == "sse" else data)
+        self.gateway.stats.on_chunk_written(time.perf_counter() - chunk.arrived_s)
+
+    async def finish(self, num_chunks: int) -> None:
+        is_sse = self.speech_request.stream_format == "sse"
+        if self._prefix:  # no audio at all: the WAV header alone
+            await self.response.write(audio_delta(self._prefix) if is_sse else self._prefix)
+        if is_sse:
+            await self.response.write(audio_done(len(self.speech_request.text), num_chunks))
+        await self.response.write_eof()
+
+
+async def models(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    return web.json_response({"object": "list", "data": [_model_json(m) for m in gateway.model_ids]})
+
+
+async def model(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    name = request.match_info["model"]
+    if name not in gateway.model_ids:
+        return error_response(gateway, ApiError(404, f"the model '{name}' does not exist", param="model",
+                                                code="model_not_found"))
+    return web.json_response(_model_json(name))
+
+
+def _model_json(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "voxlane"}
+
+
+async def health(request: web.Request) -> web.Response:
+    report = await request.app[GATEWAY].health()
+    return web.json_response(report, status=200 if report["status"] == "ok" else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    live = {b.url: b.num_live for b in gateway.balancer.backends}
+    return web.Response(text=gateway.stats.prometheus(live), content_type="text/plain")

@@ -1,0 +1,61 @@
+"""Which Triton server takes a new stream: the one with the fewest live streams.
+
+Pure Python with an injected clock. The gateway counts the streams it has open on each server;
+when a server's metrics are scraped, its own `voxlane_live_requests` (streams from every client)
+is taken into account too, so traffic that bypasses the gateway is seen within a scrape interval.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(eq=False)  # identity: two entries are two servers
+class Backend:
+    """One Triton server as the balancer sees it."""
+
+    url: str  # gRPC HOST:PORT
+    metrics_url: str | None = None  # its Prometheus endpoint, for the cross-check
+    num_live: int = 0  # streams this gateway has open on it
+    reported_live: int = 0  # voxlane_live_requests at the last scrape
+    num_started: int = 0  # streams sent to it so far (the tie-break)
+    down_until: float = 0.0  # not chosen before this time (it refused a connection)
+
+    @property
+    def load(self) -> int:
+        return max(self.num_live, self.reported_live)
+
+
+class Balancer:
+    def __init__(self, backends: list[Backend], down_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not backends:
+            raise ValueError("the gateway needs at least one Triton server")
+        self.backends = backends
+        self.down_s = down_s
+        self._clock = clock
+
+    def acquire(self, exclude: tuple[Backend, ...] = ()) -> Backend | None:
+        """The least loaded server that is up and not in `exclude` (ties: the one used least); None if none."""
+        now = self._clock()
+        candidates = [b for b in self.backends if b not in exclude and b.down_until <= now]
+        if not candidates:
+            return None
+        backend = min(candidates, key=lambda b: (b.load, b.num_started))
+        backend.num_live += 1
+        backend.num_started += 1
+        return backend
+
+    def release(self, backend: Backend) -> None:
+        backend.num_live -= 1
+
+    def mark_down(self, backend: Backend) -> None:
+        backend.down_until = self._clock() + self.down_s
+
+    def on_scrape(self, backend: Backend, live_requests: int) -> None:
+        backend.reported_live = live_requests
+
+    @property
+    def num_live(self) -> int:
+        return sum(b.num_live for b in self.backends)

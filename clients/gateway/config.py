@@ -1,0 +1,28 @@
+"""The gateway's settings, built once from the command line."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    tritons: tuple[str, ...] = ("localhost:8001",)  # gRPC HOST:PORT of each Triton server
+    metrics_urls: tuple[str, ...] = ()  # each server's metrics URL (same order), for the live-stream cross-check
+    host: str = "127.0.0.1"
+    port: int = 9000
+    model_name: str | None = None  # the id in /v1/models; None: the servers' model parameter
+    channels_per_server: int = 4  # gRPC connections the streams to one server share
+    request_timeout_s: float = 600.0  # a whole stream
+    scrape_interval_s: float = 0.5
+    down_s: float = 2.0  # a server that refused a connection is skipped this long
+    startup_timeout_s: float = 60.0  # for a first server to answer
+
+    def __post_init__(self) -> None:
+        if not self.tritons or not all(self.tritons):
+            raise ValueError("--triton needs at least one HOST:PORT")
+        if self.metrics_urls and len(self.metrics_urls) != len(self.tritons):
+            raise ValueError(f"--triton-metrics has {len(self.metrics_urls)} URLs for {len(self.tritons)} servers")
+        if not 0 <= self.port <= 65535 or self.channels_per_server < 1:
+            raise ValueError("--port must be in [0, 65535] and channels per server >= 1")
+        if min(self.request_timeout_s, self.scrape_interval_s, self.down_s, self.startup_timeout_s) <= 0:
+            raise ValueError("timeouts and intervals must be > 0")

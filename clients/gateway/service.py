@@ -1,0 +1,162 @@
+"""The gateway's state: its Triton servers, their gRPC channels, the balancer and the streams it relays."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from pathlib import Path
+
+import aiohttp
+import grpc
+import tritonclient.grpc.aio as grpcaio
+from tritonclient.grpc import service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from clients.gateway.balancer import Backend, Balancer
+from clients.gateway.config import GatewayConfig
+from clients.gateway.errors import ApiError, unavailable
+from clients.gateway.speech import SpeechRequest
+from clients.gateway.stats import GatewayStats
+from clients.gateway.triton_stream import AudioChunk, StreamFailure, stream_chunks
+
+log = logging.getLogger("voxlane.gateway")
+LIVE_METRIC = "voxlane_live_requests"
+PROBE_TIMEOUT_S = 2.0  # a server that does not answer a health or config call in this time is not ready
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        metrics = config.metrics_urls or (None,) * len(config.tritons)
+        self.balancer = Balancer([Backend(url, m) for url, m in zip(config.tritons, metrics)], config.down_s)
+        self.stats = GatewayStats()
+        self.model_ids: tuple[str, ...] = ()
+        self.server_info: dict = {}
+        self._channels: dict[str, list[grpc.aio.Channel]] = {}
+        self._turn = itertools.count()
+        self._scraper: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Open the channels, learn the served model from a first server that answers, start scraping."""
+        for backend in self.balancer.backends:
+            self._channels[backend.url] = [grpc.aio.insecure_channel(backend.url, options=_CHANNEL_OPTIONS)
+                                           for _ in range(self.config.channels_per_server)]
+        self.server_info = await self._discover()
+        model = self.config.model_name or Path(self.server_info["model"]).name
+        self.model_ids = (model,)
+        if any(b.metrics_url for b in self.balancer.backends):
+            self._scraper = asyncio.create_task(self._scrape_forever())
+
+    async def close(self) -> None:
+        if self._scraper:
+            self._scraper.cancel()
+        for channels in self._channels.values():
+            for channel in channels:
+                await channel.close()
+
+    async def stream_speech(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
+        """The request's chunks from the least loaded server; before any audio, a refusal (503) tries the next."""
+        tried: tuple[Backend, ...] = ()
+        last_error: ApiError = unavailable("no Triton server is available")
+        while (backend := self.balancer.acquire(exclude=tried)) is not None:
+            tried += (backend,)
+            has_audio = False
+            try:
+                chunks = stream_chunks(self._stub(backend), request, self.config.request_timeout_s)
+                async with aclosing(chunks):
+                    async for chunk in chunks:
+                        has_audio = True
+                        yield chunk
+                return
+            except StreamFailure as exc:
+                if has_audio or exc.error.status != 503:
+                    raise
+                if exc.is_connection:
+                    self.balancer.mark_down(backend)
+                last_error = exc.error
+                log.warning("server %s refused a stream: %s", backend.url, exc.error.message)
+            finally:
+                self.balancer.release(backend)
+        raise StreamFailure(last_error)
+
+    def _stub(self, backend: Backend) -> service_pb2_grpc.GRPCInferenceServiceStub:
+        channels = self._channels[backend.url]
+        return service_pb2_grpc.GRPCInferenceServiceStub(channels[next(self._turn) % len(channels)])
+
+    async def _discover(self) -> dict:
+        deadline = asyncio.get_running_loop().time() + self.config.startup_timeout_s
+        while True:
+            for backend in self.balancer.backends:
+                info = await server_settings(backend.url)
+                if info is not None:
+                    return info
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"no Triton server answered within {self.config.startup_timeout_s:g} s: "
+                                   f"{', '.join(self.config.tritons)}")
+            await asyncio.sleep(0.5)
+
+    async def health(self) -> dict:
+        """Each server's readiness and load; `ok` when at least one is ready."""
+        ready = await asyncio.gather(*(is_ready(b.url) for b in self.balancer.backends))
+        servers = [{"url": b.url, "ready": r, "live_streams": b.num_live, "reported_live": b.reported_live,
+                    "streams_started": b.num_started} for b, r in zip(self.balancer.backends, ready)]
+        return {"status": "ok" if any(ready) else "unavailable", "model": self.model_ids[0],
+                "mode": self.server_info.get("mode"), "servers": servers}
+
+    async def _scrape_forever(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=max(1.0, self.config.scrape_interval_s))
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                for backend in self.balancer.backends:
+                    if backend.metrics_url:
+                        live = await scrape_live(session, backend.metrics_url)
+                        if live is not None:
+                            self.balancer.on_scrape(backend, live)
+                await asyncio.sleep(self.config.scrape_interval_s)
+
+
+async def server_settings(url: str) -> dict | None:
+    """The served model and mode from the server's model configs; None if it does not answer yet."""
+    client = grpcaio.InferenceServerClient(url=url)
+    try:
+        router = await client.get_model_config("vox_ensemble", as_json=True, client_timeout=PROBE_TIMEOUT_S)
+        lm = await client.get_model_config("speechlm_lm", as_json=True, client_timeout=PROBE_TIMEOUT_S)
+    except InferenceServerException:
+        return None
+    finally:
+        await client.close()
+    return {"model": _parameter(lm, "model") or "voxlane", "mode": _parameter(router, "mode"),
+            "device": _parameter(lm, "device")}
+
+
+def _parameter(config: dict, key: str) -> str | None:
+    return config.get("config", config).get("parameters", {}).get(key, {}).get("string_value")
+
+
+async def is_ready(url: str) -> bool:
+    client = grpcaio.InferenceServerClient(url=url)
+    try:
+        return await client.is_server_ready(client_timeout=PROBE_TIMEOUT_S)
+    except InferenceServerException:
+        return False
+    finally:
+        await client.close()
+
+
+async def scrape_live(session: aiohttp.ClientSession, url: str) -> int | None:
+    """The server's `voxlane_live_requests`; None if it cannot be read."""
+    try:
+        async with session.get(url) as response:
+            text = await response.text()
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return None
+    return parse_live(text)
+
+
+def parse_live(text: str) -> int | None:
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith(LIVE_METRIC) and not line.startswith(LIVE_METRIC + "_")]
+    return int(sum(values)) if values else None

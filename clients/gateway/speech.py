@@ -1,0 +1,129 @@
+"""`POST /v1/audio/speech` bodies: OpenAI's fields plus VoxLane's sampling fields, checked at the door."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from clients.gateway.errors import ApiError, bad_request
+
+RESPONSE_FORMATS = ("wav", "pcm")
+UNSUPPORTED_FORMATS = ("mp3", "opus", "aac", "flac")  # OpenAI's other formats: no encoder in the gateway
+STREAM_FORMATS = ("audio", "sse")
+# OpenAI's built-in voices: the model's default voice, so unchanged OpenAI client code runs
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
+                 "verse", "marin", "cedar")
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+# VoxLane's own request fields (the router's optional inputs), by JSON type
+EXTRA_FIELDS = {"seed": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
+                "max_audio_seconds": float, "ignore_eos": bool}
+OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "stream_format", "instructions")
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """One checked request; `params` are the Triton inputs beside `text` and `voice`."""
+
+    model: str
+    text: str
+    voice: str | None  # None: the model's default voice
+    response_format: str = "wav"
+    stream_format: str = "audio"
+    params: dict = field(default_factory=dict)
+
+
+def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | ApiError:
+    """The request, or the first thing wrong with it (OpenAI's error shape)."""
+    if not isinstance(body, dict):
+        return bad_request("the request body must be a JSON object")
+    unknown = sorted(set(body) - set(OPENAI_FIELDS) - set(EXTRA_FIELDS))
+    if unknown:
+        return bad_request(f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
+    checks = (_check_model(body, model_ids), _check_input(body), _check_formats(body), _check_unsupported(body))
+    for error in checks:
+        if error is not None:
+            return error
+    voice = _voice(body.get("voice"))
+    if isinstance(voice, ApiError):
+        return voice
+    params = _extra_params(body)
+    if isinstance(params, ApiError):
+        return params
+    return SpeechRequest(body["model"], body["input"], voice, body.get("response_format", "wav"),
+                         body.get("stream_format", "audio"), params)
+
+
+def _check_model(body: dict, model_ids: tuple[str, ...]) -> ApiError | None:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return bad_request("'model' is required (a string)", param="model")
+    if model not in model_ids and not model.startswith(OPENAI_MODELS):
+        return ApiError(404, f"the model '{model}' does not exist; this server has {', '.join(model_ids)}",
+                        param="model", code="model_not_found")
+    return None
+
+
+def _check_input(body: dict) -> ApiError | None:
+    if not isinstance(body.get("input"), str):
+        return bad_request("'input' is required (the text to speak)", param="input")
+    return None  # length and content are the server's to judge: it names the limit
+
+
+def _check_formats(body: dict) -> ApiError | None:
+    fmt = body.get("response_format", "wav")
+    if fmt in UNSUPPORTED_FORMATS:
+        return bad_request(f"response_format '{fmt}' is not supported here; use one of {', '.join(RESPONSE_FORMATS)}",
+                           param="response_format", code="unsupported_value")
+    if fmt not in RESPONSE_FORMATS:
+        return bad_request(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {fmt!r}",
+                           param="response_format")
+    stream = body.get("stream_format", "audio")
+    if stream not in STREAM_FORMATS:
+        return bad_request(f"stream_format must be one of {', '.join(STREAM_FORMATS)}, got {stream!r}",
+                           param="stream_format")
+    return None
+
+
+def _check_unsupported(body: dict) -> ApiError | None:
+    speed = body.get("speed", 1.0)
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed != 1.0:
+        return bad_request(f"speed {speed!r} is not supported: VoxLane speaks at speed 1.0 only",
+                           param="speed", code="unsupported_value")
+    if body.get("instructions"):
+        return bad_request("instructions are not supported by this model", param="instructions",
+                           code="unsupported_value")
+    return None
+
+
+def _voice(voice: object) -> str | None | ApiError:
+    if isinstance(voice, dict):  # OpenAI's custom-voice form: {"id": "..."}
+        voice = voice.get("id")
+    if voice is None or voice in OPENAI_VOICES:
+        return None
+    if not isinstance(voice, str) or not voice:
+        return bad_request("'voice' must be a voice name or {\"id\": name}", param="voice")
+    return voice
+
+
+def _extra_params(body: dict) -> dict | ApiError:
+    params = {}
+    for name, kind in EXTRA_FIELDS.items():
+        if name not in body or body[name] is None:
+            continue
+        value = _typed(body[name], kind)
+        if value is None:
+            return bad_request(f"'{name}' must be {_KIND_NAMES[kind]}, got {body[name]!r}", param=name)
+        params[name] = value
+    return params
+
+
+_KIND_NAMES = {int: "an integer", float: "a finite number", bool: "true or false"}
+
+
+def _typed(value: object, kind: type) -> object | None:
+    if kind is bool:
+        return value if isinstance(value, bool) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if kind is int:
+        return value if isinstance(value, int) else None
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,105 @@
+"""One speech request as a Triton gRPC stream: its audio chunks as they arrive, cancelled when dropped.
+
+The stream is a raw `ModelStreamInfer` call on a `grpc.aio` channel so that the request can ask for
+Triton's empty final response (a reserved `triton_` parameter that `tritonclient.grpc.aio`'s
+`stream_infer` refuses): that response is how the end of a decoupled stream is known. Closing the
+generator early (the HTTP client went away) cancels the call; the router then frees the LM slot.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+from tritonclient.grpc import InferResult, service_pb2
+from tritonclient.utils import serialize_byte_tensor
+
+from clients.gateway.errors import ApiError, from_grpc_error, from_triton_message, unavailable
+from clients.gateway.speech import SpeechRequest
+
+MODEL = "vox_ensemble"
+FINAL = "triton_final_response"
+# Triton datatype and numpy dtype of each optional router input
+_TENSOR_TYPES = {"temperature": ("FP32", np.float32), "top_p": ("FP32", np.float32), "top_k": ("INT32", np.int32),
+                 "repetition_penalty": ("FP32", np.float32), "seed": ("INT64", np.int64),
+                 "max_audio_seconds": ("FP32", np.float32), "ignore_eos": ("BOOL", np.bool_)}
+
+
+class StreamFailure(Exception):
+    """The stream ended with an error; `error` is what the HTTP client is told."""
+
+    def __init__(self, error: ApiError, is_connection: bool = False) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.is_connection = is_connection  # the server could not be reached (not a refusal)
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    index: int
+    audio: np.ndarray  # [n] float32, mono in [-1, 1]
+    sample_rate: int
+    lane: str
+    arrived_s: float  # perf_counter when the gateway received it
+
+
+def infer_request(request: SpeechRequest, request_id: str | None = None) -> service_pb2.ModelInferRequest:
+    """The router's request tensors, each of shape [1]."""
+    proto = service_pb2.ModelInferRequest(model_name=MODEL, id=request_id or uuid.uuid4().hex)
+    _add_bytes(proto, "text", request.text)
+    if request.voice is not None:
+        _add_bytes(proto, "voice", request.voice)
+    for name, value in request.params.items():
+        datatype, dtype = _TENSOR_TYPES[name]
+        proto.inputs.add(name=name, datatype=datatype, shape=[1])
+        proto.raw_input_contents.append(np.array([value], dtype=dtype).tobytes())
+    proto.parameters["triton_enable_empty_final_response"].bool_param = True
+    return proto
+
+
+def _add_bytes(proto: service_pb2.ModelInferRequest, name: str, text: str) -> None:
+    proto.inputs.add(name=name, datatype="BYTES", shape=[1])
+    array = np.array([text.encode("utf-8")], dtype=np.object_)
+    proto.raw_input_contents.append(serialize_byte_tensor(array).item())
+
+
+async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> AsyncIterator[AudioChunk]:
+    """Yield each audio chunk as Triton sends it; raise StreamFailure on an error response or RPC failure."""
+    finished = asyncio.Event()
+    proto = infer_request(request)
+
+    async def requests():
+        yield proto
+        await finished.wait()  # keep our half of the stream open until the final response
+
+    call = stub.ModelStreamInfer(requests(), timeout=timeout_s)
+    try:
+        async for response in call:
+            chunk, is_final = _parse(response, time.perf_counter())
+            if chunk is not None:
+                yield chunk
+            if is_final:
+                return
+        raise StreamFailure(unavailable("the Triton stream closed before its final response"), is_connection=True)
+    except grpc.aio.AioRpcError as exc:
+        raise StreamFailure(from_grpc_error(exc), is_connection=exc.code() == grpc.StatusCode.UNAVAILABLE) from None
+    finally:
+        finished.set()
+        call.cancel()  # a no-op after the final response; otherwise the client left: stop the server's work
+
+
+def _parse(response, arrived_s: float) -> tuple[AudioChunk | None, bool]:
+    """(the response's audio chunk or None, whether it ends the stream)."""
+    if response.error_message:
+        raise StreamFailure(from_triton_message(response.error_message))
+    result = InferResult(response.infer_response)
+    is_final = response.infer_response.parameters[FINAL].bool_param
+    if result.get_output("audio") is None:
+        return None, is_final
+    chunk = AudioChunk(int(result.as_numpy("chunk_index")[0]), result.as_numpy("audio"),
+                       int(result.as_numpy("sample_rate")[0]), result.as_numpy("lane")[0].decode(), arrived_s)
+    return chunk, is_final

@@ -1,0 +1,111 @@
+"""Fault isolation on a server of its own (these tests break it on purpose).
+
+- A request whose codec call raises ends with an error; the streams beside it, in the same
+  codec batches, finish untouched. The failure comes from the test-only hook
+  (`VOXLANE_FAULT_INJECT`, backend_python/triton/fault_inject.py).
+- A codec stub process that dies: the requests that need it get a clear error at once instead of
+  hanging, readiness says the lane is down (the router unloads it: explicit model control), and
+  loading it again through the repository API brings it back.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from clients.bench.compare import free_ports
+from clients.serve import ServeConfig, Server
+from clients.stream import StreamError, synthesize
+from clients.triton_launch import Ports
+from tests.e2e.test_cancel import wait_for
+from tests.e2e.test_metrics import scrape
+from tools.procstats import server_processes
+
+MARKER = "FAULTY"
+FAULT_ENV = {"VOXLANE_FAULT_INJECT": MARKER,
+             "VOXLANE_TRITON_ARGS": "--model-control-mode=explicit --load-model=*"}
+
+
+@pytest.fixture(scope="module")
+def faulty_server(model_cache, tmp_path_factory):
+    http, grpc, metrics = free_ports(3)
+    server = Server(ServeConfig(ports=Ports(http, grpc, metrics)),
+                    log_path=tmp_path_factory.mktemp("triton-faults") / "tritonserver.log")
+    saved = {key: os.environ.get(key) for key in FAULT_ENV}
+    os.environ.update(FAULT_ENV)  # tritonserver inherits them; nothing else in this process reads them
+    try:
+        server.start(timeout_s=240)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    yield server
+    server.stop()
+
+
+def is_ready(server, path: str = "/v2/health/ready") -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.config.ports.http}{path}", timeout=2) as response:
+            return response.status == 200
+    except urllib.error.HTTPError:
+        return False
+
+
+def request(url: str, text: str, seed: int, seconds: float = 2.0):
+    started = time.perf_counter()
+    try:
+        result = synthesize(url, text, seed=seed, max_audio_seconds=seconds, ignore_eos=True, timeout_s=60)
+        return result, time.perf_counter() - started
+    except StreamError as exc:
+        return str(exc), time.perf_counter() - started
+
+
+def test_a_failing_codec_call_ends_only_its_own_request(faulty_server):
+    url = faulty_server.grpc_url
+    texts = [f"A {MARKER} request {i}." if i % 4 == 0 else f"A good request {i}." for i in range(12)]
+    with ThreadPoolExecutor(12) as pool:  # together, so the faulty windows share codec batches
+        outcomes = list(pool.map(lambda i: request(url, texts[i], seed=i), range(12)))
+    for text, (result, _) in zip(texts, outcomes):
+        if MARKER in text:
+            assert isinstance(result, str) and "injected codec fault" in result, result
+        else:
+            assert not isinstance(result, str), f"{text}: {result}"
+            assert [c.index for c in result.chunks] == list(range(len(result.chunks)))
+            assert result.audio.size == 25 * 1920
+    assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 0, timeout_s=5)
+    assert is_ready(faulty_server)
+
+
+def load_model(server, model: str) -> None:
+    url = f"http://127.0.0.1:{server.config.ports.http}/v2/repository/models/{model}/load"
+    urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=120).close()
+
+
+def test_a_killed_codec_stub_fails_requests_fast_and_shows_in_readiness(faulty_server):
+    url = faulty_server.grpc_url
+    stub = server_processes(faulty_server.process.process.pid)["codec"]
+    os.kill(stub, signal.SIGKILL)
+    # chunk 0 goes to the urgent lane; later chunks of a long stream reach the dead background lane
+    result, seconds = request(url, "After the crash.", seed=1, seconds=6.0)
+    assert isinstance(result, str) and "codec failed" in result and "process died" in result, result
+    assert seconds < 10.0
+    assert not is_ready(faulty_server, "/v2/models/codec/ready")
+    assert not is_ready(faulty_server)  # strict readiness: the server is not ready without a lane
+    assert is_ready(faulty_server, "/v2/models/codec_urgent/ready")
+    result, seconds = request(url, "While it is down.", seed=2, seconds=6.0)
+    assert isinstance(result, str) and "codec lane is down" in result and "/load" in result, result
+    assert seconds < 5.0
+    assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 0, timeout_s=5)
+
+
+def test_the_lane_serves_again_once_loaded(faulty_server):
+    load_model(faulty_server, "codec")
+    assert wait_for(lambda: is_ready(faulty_server), timeout_s=60)
+    result, _ = request(faulty_server.grpc_url, "After the reload.", seed=3, seconds=6.0)
+    assert not isinstance(result, str), result
+    assert [c.index for c in result.chunks] == list(range(len(result.chunks)))
+    assert "background" in [c.lane for c in result.chunks]

@@ -1,0 +1,153 @@
+"""The OpenAI-compatible gateway, driven by the `openai` SDK, in front of a real tritonserver."""
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import time
+import urllib.request
+from dataclasses import replace
+
+import numpy as np
+import openai
+import pytest
+
+from clients.bench.compare import free_ports
+from clients.bench.config import smoke_config
+from clients.bench.runner import run_bench
+from clients.gateway.config import GatewayConfig
+from clients.gateway.server import GatewayProcess
+from clients.stream import synthesize
+from tests.e2e.test_cancel import wait_for
+from tests.e2e.test_metrics import scrape
+
+TEXT = "The gateway speaks OpenAI."
+EXTRA = {"seed": 5, "max_audio_seconds": 1.6, "ignore_eos": True}  # 20 frames: chunks of 2, 4, 8, 6
+
+
+@pytest.fixture(scope="module")
+def gateway(server, tmp_path_factory):
+    dead = f"127.0.0.1:{free_ports(1)[0]}"  # a second server that is down: streams must go around it
+    config = GatewayConfig(tritons=(server.grpc_url, dead), port=free_ports(1)[0])
+    process = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
+    process.wait_ready(60)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(gateway) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def grpc_pcm(url) -> np.ndarray:
+    """The same request over Triton's gRPC stream, quantised as the gateway does."""
+    result = synthesize(url, TEXT, **EXTRA)
+    return (np.clip(result.audio, -1.0, 1.0) * 32767.0).astype("<i2")
+
+
+def speak(client, **fields) -> tuple[bytes, list[float], str]:
+    """(the body, the arrival time of each piece, the content type)."""
+    request = {"model": "qwen3-tts-tiny", "input": TEXT, "voice": "alloy", **fields}
+    pieces, times = [], []
+    with client.audio.speech.with_streaming_response.create(**request, extra_body=EXTRA) as response:
+        for piece in response.iter_bytes():
+            pieces.append(piece)
+            times.append(time.perf_counter())
+        content_type = response.headers["content-type"]
+    return b"".join(pieces), times, content_type
+
+
+def test_wav_stream_is_a_valid_wav_of_the_grpc_audio(client, grpc_pcm):
+    body, times, content_type = speak(client, response_format="wav")
+    assert content_type == "audio/wav"
+    riff, _, wave, fmt, _, audio_format, channels, rate, _, _, bits, data, size = struct.unpack(
+        "<4sI4s4sIHHIIHH4sI", body[:44])
+    assert (riff, wave, fmt, data) == (b"RIFF", b"WAVE", b"fmt ", b"data")
+    assert (audio_format, channels, rate, bits) == (1, 1, 24000, 16)
+    assert size == 0xFFFFFFFF  # streamed: the length is not known when the header goes out
+    np.testing.assert_array_equal(np.frombuffer(body[44:], "<i2"), grpc_pcm)
+    assert len(times) > 1  # chunk by chunk, not one buffered body
+
+
+def test_pcm_stream_matches_the_grpc_audio(client, grpc_pcm):
+    body, _, content_type = speak(client, response_format="pcm", stream_format="audio")
+    assert content_type == "audio/pcm"
+    np.testing.assert_array_equal(np.frombuffer(body, "<i2"), grpc_pcm)
+
+
+def test_sse_stream_has_one_delta_per_chunk_then_done(client, grpc_pcm):
+    body, _, content_type = speak(client, response_format="pcm", stream_format="sse")
+    assert content_type.startswith("text/event-stream")
+    events = [json.loads(line[len("data: "):]) for line in body.decode().split("\n\n") if line]
+    assert [e["type"] for e in events] == ["speech.audio.delta"] * 4 + ["speech.audio.done"]
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    np.testing.assert_array_equal(np.frombuffer(pcm, "<i2"), grpc_pcm)
+    assert events[-1]["usage"]["output_tokens"] == 4
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"speed": 1.5}, "speed"),
+    ({"response_format": "mp3"}, "response_format"),
+    ({"stream_format": "chunks"}, "stream_format"),
+    ({"input": "   "}, "input"),  # the server's own check, mapped onto OpenAI's shape
+    ({"voice": "nobody"}, "voice"),
+])
+def test_bad_input_is_an_openai_bad_request(client, fields, param):
+    request = {"model": "qwen3-tts-tiny", "input": TEXT, "voice": "alloy", **fields}
+    with pytest.raises(openai.BadRequestError) as caught:
+        with client.audio.speech.with_streaming_response.create(**request, extra_body=EXTRA):
+            pass
+    assert caught.value.status_code == 400
+    assert caught.value.body["param"] == param and caught.value.body["type"] == "invalid_request_error"
+    assert caught.value.body["message"]
+
+
+def test_unknown_model_and_wrong_extra_field_types(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.audio.speech.create(model="tts-9000", input=TEXT, voice="alloy", response_format="wav")
+    assert caught.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.audio.speech.create(model="tts-1", input=TEXT, voice="alloy", extra_body={"seed": "five"})
+    assert caught.value.body["param"] == "seed"
+
+
+def test_models_lists_the_served_model(client):
+    assert [m.id for m in client.models.list().data] == ["qwen3-tts-tiny"]
+
+
+def test_client_that_disconnects_cancels_its_triton_stream(client, gateway, server):
+    request = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "pcm"}
+    idle = scrape(server)["voxlane_live_requests"]
+    with client.audio.speech.with_streaming_response.create(
+            **request, extra_body={"seed": 3, "max_audio_seconds": 60.0, "ignore_eos": True}) as response:
+        next(response.iter_bytes())  # the first chunk: the request is live in the LM
+        assert scrape(server)["voxlane_live_requests"] == idle + 1
+    # 60 s of audio would take the tiny LM much longer: the stream must end within a step or two
+    assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == idle, timeout_s=5)
+    assert wait_for(lambda: _health(gateway)["servers"][0]["live_streams"] == 0, timeout_s=5)
+
+
+def test_health_reports_the_down_server_and_metrics_the_write_overhead(gateway):
+    report = _health(gateway)
+    assert report["status"] == "ok" and [s["ready"] for s in report["servers"]] == [True, False]
+    text = urllib.request.urlopen(gateway.url + "/metrics", timeout=5).read().decode()
+    p50 = next(line for line in text.splitlines() if line.startswith('voxlane_gateway_chunk_write_ms{quantile="0.5"}'))
+    assert 0 < float(p50.split()[-1]) < 100
+
+
+def test_bench_through_the_gateway_counts_all_the_audio(gateway, tmp_path):
+    config = replace(smoke_config(gateway.url.removeprefix("http://"), tmp_path), rates=(2.0,), duration_s=2.0,
+                     max_audio_seconds=0.8, protocol="openai")
+    results = run_bench(config, log=lambda line: None)
+    records = results["runs"][0]["records"]
+    assert records and all(r["error"] is None and r["done_s"] is not None for r in records)
+    for record in records:  # the server makes whole 80 ms frames of the requested seconds
+        expected = round(record["requested_audio_s"] * 12.5) / 12.5
+        assert abs(sum(c["duration_s"] for c in record["chunks"]) - expected) < 1e-6
+    assert results["server"]["mode"] == "voxlane"
+
+
+def _health(gateway) -> dict:
+    return json.load(urllib.request.urlopen(gateway.url + "/health", timeout=5))

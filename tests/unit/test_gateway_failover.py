@@ -1,0 +1,71 @@
+"""Before its first chunk, a stream that a server refuses (503) goes to the next server; nothing else is retried."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from clients.gateway import service
+from clients.gateway.config import GatewayConfig
+from clients.gateway.errors import bad_request, unavailable
+from clients.gateway.speech import SpeechRequest
+from clients.gateway.triton_stream import AudioChunk, StreamFailure
+
+REQUEST = SpeechRequest("m", "Hello.", None)
+
+
+def fake_streams(monkeypatch, behaviour: dict[str, object]) -> list[str]:
+    """Replace the Triton stream: each server URL either fails with a StreamFailure or yields two chunks."""
+    calls = []
+
+    async def stream_chunks(stub, request, timeout_s):
+        calls.append(stub)
+        outcome = behaviour[stub]
+        if isinstance(outcome, StreamFailure):
+            raise outcome
+        for i in range(2):
+            yield AudioChunk(i, np.zeros(4, np.float32), 24000, "urgent", 0.0)
+
+    monkeypatch.setattr(service, "stream_chunks", stream_chunks)
+    monkeypatch.setattr(service.Gateway, "_stub", lambda self, backend: backend.url)
+    return calls
+
+
+async def collect(gateway: service.Gateway) -> list[int]:
+    return [chunk.index async for chunk in gateway.stream_speech(REQUEST)]
+
+
+def test_an_overloaded_server_passes_the_stream_to_the_next(monkeypatch):
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1")))
+    calls = fake_streams(monkeypatch, {"a:1": StreamFailure(unavailable("server overloaded", "overloaded")),
+                                       "b:1": "ok"})
+    assert asyncio.run(collect(gateway)) == [0, 1]
+    assert calls == ["a:1", "b:1"]
+    assert [b.num_live for b in gateway.balancer.backends] == [0, 0]
+    assert gateway.balancer.backends[0].down_until == 0.0  # refused, not unreachable: still chosen later
+
+
+def test_an_unreachable_server_is_marked_down(monkeypatch):
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1")))
+    fake_streams(monkeypatch, {"a:1": StreamFailure(unavailable("triton UNAVAILABLE"), is_connection=True),
+                               "b:1": "ok"})
+    assert asyncio.run(collect(gateway)) == [0, 1]
+    assert gateway.balancer.backends[0].down_until > 0
+
+
+def test_when_every_server_refuses_the_client_gets_503(monkeypatch):
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1")))
+    refused = StreamFailure(unavailable("server overloaded", "overloaded"))
+    fake_streams(monkeypatch, {"a:1": refused, "b:1": refused})
+    with pytest.raises(StreamFailure) as caught:
+        asyncio.run(collect(gateway))
+    assert caught.value.error.status == 503 and caught.value.error.code == "overloaded"
+
+
+def test_a_bad_request_is_not_retried(monkeypatch):
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1")))
+    calls = fake_streams(monkeypatch, {"a:1": StreamFailure(bad_request("input 'text' is empty")), "b:1": "ok"})
+    with pytest.raises(StreamFailure) as caught:
+        asyncio.run(collect(gateway))
+    assert caught.value.error.status == 400 and calls == ["a:1"]

@@ -1,0 +1,85 @@
+"""The gateway's request checks, error mapping and bytes on the wire (no server)."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import wave
+
+import numpy as np
+import pytest
+
+from clients.gateway.audio import audio_delta, audio_done, pcm16, wav_header
+from clients.gateway.errors import ApiError, from_triton_message
+from clients.gateway.speech import SpeechRequest, parse_speech
+
+MODELS = ("qwen3-tts-tiny",)
+
+
+def body(**fields) -> dict:
+    return {"model": "qwen3-tts-tiny", "input": "Hello.", "voice": "alloy", **fields}
+
+
+def test_openai_voice_is_the_default_voice_and_extras_become_router_inputs():
+    parsed = parse_speech(body(seed=7, temperature=0, ignore_eos=True, max_audio_seconds=2), MODELS)
+    assert parsed == SpeechRequest("qwen3-tts-tiny", "Hello.", None, "wav", "audio",
+                                   {"seed": 7, "temperature": 0.0, "ignore_eos": True, "max_audio_seconds": 2.0})
+    assert parse_speech(body(voice={"id": "tiny"}), MODELS).voice == "tiny"
+    assert parse_speech(body(model="gpt-4o-mini-tts", response_format="pcm", stream_format="sse"), MODELS).model
+
+
+@pytest.mark.parametrize("fields, status, param", [
+    ({"speed": 1.25}, 400, "speed"),
+    ({"speed": "fast"}, 400, "speed"),
+    ({"response_format": "opus"}, 400, "response_format"),
+    ({"response_format": "ogg"}, 400, "response_format"),
+    ({"stream_format": "chunks"}, 400, "stream_format"),
+    ({"instructions": "whisper"}, 400, "instructions"),
+    ({"input": None}, 400, "input"),
+    ({"model": "tts-42"}, 404, "model"),
+    ({"voice": 3}, 400, "voice"),
+    ({"seed": 1.5}, 400, "seed"),
+    ({"ignore_eos": 1}, 400, "ignore_eos"),
+    ({"temperature": float("nan")}, 400, "temperature"),
+    ({"max_audio_second": 2}, 400, "max_audio_second"),  # a typo is named, not ignored
+])
+def test_bad_fields_are_named(fields, status, param):
+    error = parse_speech(body(**fields), MODELS)
+    assert isinstance(error, ApiError) and (error.status, error.param) == (status, param)
+    assert set(error.to_json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_speed_one_is_accepted():
+    assert isinstance(parse_speech(body(speed=1), MODELS), SpeechRequest)
+    assert isinstance(parse_speech([1, 2], MODELS), ApiError)
+
+
+@pytest.mark.parametrize("message, status, param", [
+    ("server overloaded: 128 requests already wait for the LM lane; retry later", 503, None),
+    ("input 'text' is empty or whitespace only", 400, "input"),
+    ("input 'top_p' must be in [0, 1], got 2.0", 400, "top_p"),
+    ("unknown voice 'x'; known voices: ['tiny']", 400, "voice"),
+    ("internal error: boom", 500, None),
+])
+def test_triton_errors_map_to_status_and_param(message, status, param):
+    error = from_triton_message(message)
+    assert (error.status, error.param, error.message) == (status, param, message)
+
+
+def test_pcm16_quantises_like_the_grpc_client_and_clips():
+    audio = np.array([0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -3.0], dtype=np.float32)
+    assert np.frombuffer(pcm16(audio), "<i2").tolist() == [0, 16383, -16383, 32767, -32767, 32767, -32767]
+
+
+def test_streaming_wav_header_reads_back_with_the_wave_module():
+    pcm = pcm16(np.linspace(-1, 1, 480, dtype=np.float32))
+    with wave.open(io.BytesIO(wav_header(24000) + pcm)) as reader:
+        assert (reader.getnchannels(), reader.getsampwidth(), reader.getframerate()) == (1, 2, 24000)
+        assert reader.readframes(10_000) == pcm  # the unknown length reads to the end of the data
+
+
+def test_sse_events_carry_base64_audio_and_usage():
+    delta = json.loads(audio_delta(b"\x01\x02")[len(b"data: "):])
+    assert delta == {"type": "speech.audio.delta", "audio": base64.b64encode(b"\x01\x02").decode()}
+    done = json.loads(audio_done(6, 3)[len(b"data: "):])
+    assert done["type"] == "speech.audio.done" and done["usage"]["total_tokens"] == 9

@@ -1,0 +1,170 @@
+"""A soak run: mixed valid, invalid and cancelled requests against one server, with resource figures.
+
+    python -m tools.soak --minutes 30              # starts its own server (tiny preset, cpu)
+    python -m tools.soak --minutes 30 --url HOST:8001 --server-pid PID
+
+Each worker loops: a valid request (ignore_eos, so its chunk count and sample
+count are known), an invalid one, or one it cancels after a random number of
+chunks. After a warm-up, it prints the RSS and thread count of tritonserver
+and of each Python-backend stub, again at the end once the server is idle, and
+every chunk sequence that was not 0, 1, 2, … without gaps or duplicates.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from clients.live_stream import LiveStream, tensor
+from clients.stream import build_inputs
+from tools.procstats import ProcStat, snapshot
+
+FRAME_RATE = 12.5  # the Qwen3-TTS 12 Hz codec: 80 ms frames of 1920 samples at 24 kHz
+SAMPLES_PER_FRAME = 1920
+INVALID = [  # (inputs, a word the error must contain)
+    (lambda: build_inputs(""), "empty"),
+    (lambda: build_inputs(b"caf\xc3\x28"), "UTF-8"),
+    (lambda: build_inputs("bell\x07"), "control character"),
+    (lambda: build_inputs("Hi.", top_p=float("nan")), "top_p"),
+    (lambda: build_inputs("Hi.", max_audio_seconds=-1.0), "max_audio_seconds"),
+    (lambda: build_inputs("Hi.", voice="nobody"), "nobody"),
+    (lambda: [tensor("text", "BYTES", np.array([b"a", b"b"], dtype=np.object_))], "shape"),
+]
+
+
+@dataclass
+class SoakTally:
+    """What the workers saw; `problems` lists every stream that broke the contract."""
+
+    counts: Counter = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, kind: str, problem: str | None = None) -> None:
+        with self._lock:
+            self.counts[kind] += 1
+            if problem is not None:
+                self.problems.append(f"{kind}: {problem}")
+
+
+def run_valid(url: str, rng: random.Random, tally: SoakTally) -> None:
+    frames = rng.randint(5, 25)
+    with LiveStream(url, build_inputs(f"Soak request {rng.random():.6f}.", seed=rng.randrange(1 << 30),
+                                      max_audio_seconds=frames / FRAME_RATE, ignore_eos=True)) as stream:
+        outcome = stream.read(timeout_s=120)
+    problem = None
+    if outcome.error is not None or not outcome.is_final:
+        problem = f"ended with error={outcome.error!r}, timed out={outcome.is_timed_out}"
+    elif not outcome.is_in_order or outcome.num_samples != frames * SAMPLES_PER_FRAME:
+        problem = f"chunks {outcome.chunk_indices}, {outcome.num_samples} samples for {frames} frames"
+    tally.add("valid", problem)
+
+
+def run_invalid(url: str, rng: random.Random, tally: SoakTally) -> None:
+    make_inputs, word = rng.choice(INVALID)
+    with LiveStream(url, make_inputs()) as stream:
+        outcome = stream.read(timeout_s=30)
+    ok = outcome.error is not None and word in outcome.error and not outcome.chunk_indices
+    tally.add("invalid", None if ok else f"expected an error naming {word!r}, got {outcome}")
+
+
+def run_cancelled(url: str, rng: random.Random, tally: SoakTally) -> None:
+    num_chunks = rng.randint(0, 3)  # 0: the client goes away before its first chunk
+    with LiveStream(url, build_inputs("A stream its client abandons.", seed=rng.randrange(1 << 30),
+                                      max_audio_seconds=8.0, ignore_eos=True)) as stream:
+        outcome = stream.read(max_responses=num_chunks, timeout_s=60)
+        stream.cancel()
+    ok = outcome.is_in_order and outcome.error is None and not outcome.is_timed_out
+    tally.add("cancelled", None if ok else f"before cancelling: {outcome}")
+
+
+KINDS = [(run_valid, 0.6), (run_invalid, 0.2), (run_cancelled, 0.2)]
+
+
+def run_workers(url: str, seconds: float, num_workers: int, seed: int, tally: SoakTally) -> None:
+    """`num_workers` closed-loop clients for `seconds`; every request has ended when this returns."""
+    stop_at = time.monotonic() + seconds
+
+    def worker(index: int) -> None:
+        rng = random.Random(seed * 1000 + index)
+        while time.monotonic() < stop_at:
+            run = rng.choices([k for k, _ in KINDS], weights=[w for _, w in KINDS])[0]
+            try:
+                run(url, rng, tally)
+            except Exception as exc:  # a client-side failure is a finding, not a reason to stop
+                tally.add("client-error", f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(num_workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def format_figures(before: dict[str, ProcStat], after: dict[str, ProcStat]) -> str:
+    lines = [f"{'process':<14} {'pid':>7} {'RSS before MB':>14} {'RSS after MB':>13} {'growth MB':>10} "
+             f"{'threads before':>15} {'threads after':>14}"]
+    for name, first in before.items():
+        last = after.get(name)
+        if last is None:
+            lines.append(f"{name:<14} {first.pid:>7} gone")
+            continue
+        lines.append(f"{name:<14} {first.pid:>7} {first.rss_kb / 1024:>14.1f} {last.rss_kb / 1024:>13.1f} "
+                     f"{(last.rss_kb - first.rss_kb) / 1024:>10.1f} {first.num_threads:>15} {last.num_threads:>14}")
+    return "\n".join(lines)
+
+
+def soak(url: str, server_pid: int, minutes: float, warm_up_s: float, num_workers: int, seed: int,
+         settle_s: float = 8.0, log=print) -> tuple[dict, dict, SoakTally]:
+    """Warm up, take figures, soak, let the server settle, take figures again."""
+    run_workers(url, warm_up_s, num_workers, seed, SoakTally())
+    time.sleep(settle_s)  # finished streams' BLS iterators are held a few seconds before they are freed
+    before = snapshot(server_pid)
+    tally = SoakTally()
+    run_workers(url, minutes * 60, num_workers, seed + 1, tally)
+    time.sleep(settle_s)
+    after = snapshot(server_pid)
+    log(format_figures(before, after))
+    log(f"requests: {dict(tally.counts)}; problems: {len(tally.problems)}")
+    for problem in tally.problems[:20]:
+        log(f"  {problem}")
+    return before, after, tally
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--warm-up", type=float, default=30.0, help="seconds of load before the first figures")
+    parser.add_argument("--workers", type=int, default=4, help="concurrent closed-loop clients")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--url", help="gRPC HOST:PORT of a running server (default: start one)")
+    parser.add_argument("--server-pid", type=int, help="tritonserver's pid, with --url")
+    args = parser.parse_args(argv)
+    if (args.url is None) != (args.server_pid is None):
+        parser.error("--url and --server-pid go together")
+    if args.url:
+        tally = soak(args.url, args.server_pid, args.minutes, args.warm_up, args.workers, args.seed)[2]
+        return 1 if tally.problems else 0
+    return _soak_own_server(args)
+
+
+def _soak_own_server(args) -> int:
+    from clients.bench.compare import free_ports
+    from clients.serve import ServeConfig, Server
+    from clients.triton_launch import Ports
+    http, grpc, metrics = free_ports(3)
+    with Server(ServeConfig(ports=Ports(http, grpc, metrics))) as server:
+        print(f"server ready on {server.grpc_url}", flush=True)
+        tally = soak(server.grpc_url, server.process.process.pid, args.minutes, args.warm_up, args.workers,
+                     args.seed)[2]
+    return 1 if tally.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
