@@ -75,7 +75,11 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.out, "w") if args.out else contextlib.nullcontext() as out:
         for offset, model in enumerate(args.models):
-            for row in measure_model(args, model, 18100 + 10 * offset):
+            try:
+                rows = measure_model(args, model, 18100 + 10 * offset)
+            except (RuntimeError, TimeoutError) as exc:  # a model that fails to serve: report, go on
+                rows = [{"model": model, "mode": args.mode, "device": args.device, "error": str(exc)}]
+            for row in rows:
                 print(json.dumps(row), flush=True)
                 if out:  # row by row: a timeout keeps the models measured so far
                     out.write(json.dumps(row) + "\n")

@@ -187,7 +187,9 @@ class RouterModel:
                 _drain(responses)
                 return "cancelled by the client"
             chunk = self._relay_chunk(response, clock, job.codec_parameters)
-            if isinstance(chunk, str):
+            if isinstance(chunk, str):  # this stream cannot go on: free its LM slot too
+                self._cancel_lm(job.stream_id)
+                _drain(responses)
                 return chunk
             send(chunk)
         # the cancel watch ended the LM stream early: the client is gone

@@ -1,8 +1,10 @@
 """Which Triton server takes a new stream: the one with the fewest live streams.
 
-Pure Python with an injected clock. The gateway counts the streams it has open on each server;
-when a server's metrics are scraped, its own `voxlane_live_requests` (streams from every client)
-is taken into account too, so traffic that bypasses the gateway is seen within a scrape interval.
+Pure Python with an injected clock. The gateway counts the streams it has open on each server, at
+once. When a server's metrics are scraped, its `voxlane_live_requests` (streams from every client)
+less the gateway's own count at that moment estimates the streams of other clients, so traffic
+that bypasses the gateway is seen within a scrape interval, while the gateway's own streams, which
+the scrape sees late, are never counted twice or after they ended.
 """
 from __future__ import annotations
 
@@ -19,12 +21,13 @@ class Backend:
     metrics_url: str | None = None  # its Prometheus endpoint, for the cross-check
     num_live: int = 0  # streams this gateway has open on it
     reported_live: int = 0  # voxlane_live_requests at the last scrape
+    external_live: int = 0  # of those, the streams of other clients (estimated at the scrape)
     num_started: int = 0  # streams sent to it so far (the tie-break)
     down_until: float = 0.0  # not chosen before this time (it refused a connection)
 
     @property
     def load(self) -> int:
-        return max(self.num_live, self.reported_live)
+        return self.num_live + self.external_live
 
 
 class Balancer:
@@ -55,6 +58,7 @@ class Balancer:
 
     def on_scrape(self, backend: Backend, live_requests: int) -> None:
         backend.reported_live = live_requests
+        backend.external_live = max(0, live_requests - backend.num_live)
 
     @property
     def num_live(self) -> int:

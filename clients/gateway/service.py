@@ -102,7 +102,8 @@ class Gateway:
         """Each server's readiness and load; `ok` when at least one is ready."""
         ready = await asyncio.gather(*(is_ready(b.url) for b in self.balancer.backends))
         servers = [{"url": b.url, "ready": r, "live_streams": b.num_live, "reported_live": b.reported_live,
-                    "streams_started": b.num_started} for b, r in zip(self.balancer.backends, ready)]
+                    "external_live": b.external_live, "streams_started": b.num_started}
+                   for b, r in zip(self.balancer.backends, ready)]
         return {"status": "ok" if any(ready) else "unavailable", "model": self.model_ids[0],
                 "mode": self.server_info.get("mode"), "servers": servers}
 

@@ -43,6 +43,15 @@ def test_scraped_live_requests_count_streams_that_bypass_the_gateway():
     assert b.acquire() is b.backends[1]  # 2 live here vs 5 there
 
 
+def test_the_gateways_own_streams_in_a_scrape_are_not_counted_twice_or_late():
+    b = balancer(2)
+    mine = b.acquire()
+    b.on_scrape(mine, 1)  # the server sees our one stream
+    assert mine.load == 1
+    b.release(mine)  # it ended; the next scrape has not come yet
+    assert mine.load == 0
+
+
 def test_a_server_marked_down_is_skipped_until_its_time_is_up():
     clock = Clock()
     b = balancer(2, clock)

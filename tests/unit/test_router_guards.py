@@ -1,6 +1,7 @@
 """The router's guards without a server: request parameters, the cancel watch, lane health, the fault hook."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -101,3 +102,34 @@ def test_fault_hook_is_off_unless_the_environment_turns_it_on(monkeypatch):
     assert fault_inject.codec_parameters(marker, "plain text") == {}
     tag = fault_inject.codec_parameters(marker, "a FAULT here")
     assert fault_inject.is_tagged(marker, '{"voxlane_fault_inject": true}') and tag
+
+
+def test_a_removed_stream_is_never_polled_again():
+    """Polling a sender after its final response crashed tritonserver: remove() must fence the poll."""
+    polling = threading.Event()
+    release = threading.Event()
+    polls_after_remove: list[bool] = []
+    removed = threading.Event()
+
+    def is_cancelled() -> bool:
+        if removed.is_set():
+            polls_after_remove.append(True)
+        polling.set()
+        release.wait(1)
+        return False
+
+    watch = CancelWatch(lambda stream_id: None, period_s=0.01)
+    watch.add("s", is_cancelled)
+    watch.start()
+    try:
+        assert polling.wait(2)  # a poll is in progress now
+        remover = threading.Thread(target=lambda: (watch.remove("s"), removed.set()))
+        remover.start()
+        time.sleep(0.05)
+        assert not removed.is_set()  # remove waits for the poll in progress
+        release.set()
+        remover.join(2)
+        time.sleep(0.05)
+        assert removed.is_set() and polls_after_remove == []
+    finally:
+        watch.stop()
