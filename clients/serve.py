@@ -1,6 +1,7 @@
 """`voxlane serve`: render a run copy of the model repository and run `tritonserver` on it."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sysconfig
@@ -83,11 +84,18 @@ class ServeConfig:
         """The device index (among this server's visible GPUs) of one lane's instance."""
         return self.codec_gpu if model_name in ("codec", "codec_urgent") else 0
 
-    def server_env(self, has_mps: bool) -> dict[str, str]:
-        """CUDA_VISIBLE_DEVICES of `tritonserver`: its GPUs, or, through MPS, the daemon's renumbered ones."""
-        if not self.gpus:
+    def server_env(self, has_mps: bool, inherited: str | None = None) -> dict[str, str]:
+        """CUDA_VISIBLE_DEVICES of `tritonserver`: its GPUs, or, through MPS, the daemon's renumbered ones.
+
+        `inherited` is the caller's CUDA_VISIBLE_DEVICES (default: this process's), used without
+        --gpus: the daemon inherits it too, and its clients see those GPUs numbered from 0."""
+        if not self.gpus and not has_mps:
+            return {}  # the server inherits the caller's GPUs as they are
+        inherited = os.environ.get("CUDA_VISIBLE_DEVICES", "") if inherited is None else inherited
+        gpus = self.gpus or tuple(g.strip() for g in inherited.split(",") if g.strip())
+        if not gpus:
             return {}
-        visible = range(len(self.gpus)) if has_mps else self.gpus
+        visible = range(len(gpus)) if has_mps else gpus
         return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in visible)}
 
     def sm_percentage(self, model_name: str) -> int:

@@ -75,3 +75,13 @@ def test_pinned_stub_sees_only_its_instance_gpu_as_device_0(monkeypatch):
 def test_each_servers_mps_daemon_drives_only_that_servers_gpus(tmp_path):
     assert MpsDaemon(tmp_path, "3")._environ()["CUDA_VISIBLE_DEVICES"] == "3"
     assert MpsDaemon(tmp_path)._environ().get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_an_inherited_gpu_is_renumbered_for_the_mps_daemons_clients():
+    """CUDA_VISIBLE_DEVICES=1 without --gpus: the daemon drives GPU 1 and calls it 0 (seen on a 2-GPU host:
+    a client that kept "1" found no GPU and the server failed to start)."""
+    config = ServeConfig(device="cuda")
+    assert config.server_env(has_mps=True, inherited="1") == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert config.server_env(has_mps=True, inherited="GPU-aaaa,GPU-bbbb") == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert config.server_env(has_mps=False, inherited="1") == {}  # no daemon: inherited as is
+    assert config.server_env(has_mps=True, inherited="") == {}
