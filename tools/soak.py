@@ -5,19 +5,24 @@
 
 Each worker loops: a valid request (ignore_eos, so its chunk count and sample
 count are known), an invalid one, or one it cancels after a random number of
-chunks. After a warm-up, it prints the RSS and thread count of tritonserver
-and of each Python-backend stub, again at the end once the server is idle, and
-every chunk sequence that was not 0, 1, 2, … without gaps or duplicates.
+chunks. It prints, for tritonserver and each Python-backend stub, the peak
+RSS during the warm-up (allocators keep the high-water mark of the batch sizes
+they meet) and the RSS at the end once the server is idle, the thread counts
+after the warm-up and at the end, and every chunk sequence that was not
+0, 1, 2, … without gaps or duplicates. Chunk and sample counts assume the
+default preset (80 ms frames of 1920 samples).
 """
 from __future__ import annotations
 
 import argparse
 import random
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -108,7 +113,7 @@ def run_workers(url: str, seconds: float, num_workers: int, seed: int, tally: So
 
 
 def format_figures(before: dict[str, ProcStat], after: dict[str, ProcStat]) -> str:
-    lines = [f"{'process':<14} {'pid':>7} {'RSS before MB':>14} {'RSS after MB':>13} {'growth MB':>10} "
+    lines = [f"{'process':<14} {'pid':>7} {'RSS warm MB':>14} {'RSS after MB':>13} {'growth MB':>10} "
              f"{'threads before':>15} {'threads after':>14}"]
     for name, first in before.items():
         last = after.get(name)
@@ -120,12 +125,36 @@ def format_figures(before: dict[str, ProcStat], after: dict[str, ProcStat]) -> s
     return "\n".join(lines)
 
 
+def peak_rss_while(server_pid: int, work, period_s: float = 1.0) -> dict[str, int]:
+    """Run `work()`; the highest RSS (kB) of each server process seen meanwhile."""
+    peak: dict[str, int] = {}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(period_s):
+            for name, stat in snapshot(server_pid).items():
+                peak[name] = max(peak.get(name, 0), stat.rss_kb)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        work()
+    finally:
+        done.set()
+        sampler.join()
+    return peak
+
+
 def soak(url: str, server_pid: int, minutes: float, warm_up_s: float, num_workers: int, seed: int,
          settle_s: float = 8.0, log=print) -> tuple[dict, dict, SoakTally]:
-    """Warm up, take figures, soak, let the server settle, take figures again."""
-    run_workers(url, warm_up_s, num_workers, seed, SoakTally())
+    """Warm up, take figures, soak, let the server settle, take figures again.
+
+    The figures before are each process's peak RSS during the warm-up, with its pid and thread
+    count once the warm-up has settled."""
+    peak = peak_rss_while(server_pid, lambda: run_workers(url, warm_up_s, num_workers, seed, SoakTally()))
     time.sleep(settle_s)  # finished streams' BLS iterators are held a few seconds before they are freed
-    before = snapshot(server_pid)
+    before = {name: replace(stat, rss_kb=max(stat.rss_kb, peak.get(name, 0)))
+              for name, stat in snapshot(server_pid).items()}
     tally = SoakTally()
     run_workers(url, minutes * 60, num_workers, seed + 1, tally)
     time.sleep(settle_s)
@@ -159,8 +188,9 @@ def _soak_own_server(args) -> int:
     from clients.serve import ServeConfig, Server
     from clients.triton_launch import Ports
     http, grpc, metrics = free_ports(3)
-    with Server(ServeConfig(ports=Ports(http, grpc, metrics))) as server:
-        print(f"server ready on {server.grpc_url}", flush=True)
+    log_path = Path(tempfile.mkstemp(prefix="voxlane-soak-", suffix=".log")[1])
+    with Server(ServeConfig(ports=Ports(http, grpc, metrics)), log_path=log_path) as server:
+        print(f"server ready on {server.grpc_url}; its log: {log_path}", flush=True)
         tally = soak(server.grpc_url, server.process.process.pid, args.minutes, args.warm_up, args.workers,
                      args.seed)[2]
     return 1 if tally.problems else 0

@@ -4,7 +4,8 @@
 once) and hands it to the engine thread; it returns None. The engine sends one
 response per chunk: `tokens` INT32 [context + new frames, K], `context_frames`
 INT32 [1], `chunk_index` INT32 [1] — plus `audio` FP32 [n] and `sample_rate`
-INT32 [1] in timeshare mode, where the codec runs inline — then the final flag.
+INT32 [1] in timeshare mode, where the codec runs inline — then the final flag. A request that
+fails gets one response with only `error` BYTES [1] (the message), then the final flag.
 """
 from __future__ import annotations
 
@@ -56,12 +57,13 @@ class ResponseSink:
         self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
 
     def finish(self, error: str | None) -> None:
-        # a cancelled request ends with a plain final flag: through BLS in Triton 2.51 a final
-        # *error* response did not end the router's response iterator
-        if error is None or error == CANCELLED:
-            self._sender.send(flags=FINAL)
-        else:
-            self._sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)), flags=FINAL)
+        # every stream ends with a plain final flag, and an error travels before it as the `error`
+        # output: through BLS in Triton 2.51 an error response never ended the router's response
+        # iterator, and tritonserver then hung at shutdown (the router's model never unloaded)
+        if error is not None and error != CANCELLED:
+            message = np.array([error.encode("utf-8")], dtype=np.object_)
+            self._sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("error", message)]))
+        self._sender.send(flags=FINAL)
 
 
 class LMModel:

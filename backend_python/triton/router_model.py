@@ -118,7 +118,7 @@ class RouterModel:
         self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
         self.cancel_watch = CancelWatch(self._cancel_lm)
         self.cancel_watch.start()
-        self._lm_outputs = ["tokens", "context_frames", "chunk_index"]
+        self._lm_outputs = ["tokens", "context_frames", "chunk_index", "error"]
         if Lane.INLINE in self.config.mode.lanes:
             self._lm_outputs += ["audio", "sample_rate"]
 
@@ -178,8 +178,11 @@ class RouterModel:
         responses = lm_request.exec(decoupled=True)
         self._graveyard.hold(responses)
         for response in responses:
-            if response.has_error():
+            if response.has_error():  # from Triton itself: the LM could not be reached
                 return response.error().message()
+            if (error := _lm_error(response)) is not None:  # the LM refused or ended the request
+                _drain(responses)  # to the LM's final flag, which follows
+                return error
             if not response.output_tensors():  # the LM's empty final response
                 continue
             if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
@@ -251,10 +254,15 @@ class RouterModel:
 
 
 def _drain(responses) -> None:
-    """Read a cancelled LM stream to its final response (an error response ends it too)."""
+    """Read an LM stream that is being abandoned to its final flag (a Triton error response ends it too)."""
     for response in responses:
         if response.has_error():
             break
+
+
+def _lm_error(response) -> str | None:
+    error = pb_utils.get_output_tensor_by_name(response, "error")
+    return None if error is None else error.as_numpy().reshape(-1)[0].decode("utf-8")
 
 
 def _inline_audio(response):

