@@ -131,13 +131,18 @@ class LMEngine:
         self._fail_all("server is shutting down")
 
     def _collect(self, block: bool) -> None:
+        """Move everything queued into `waiting`; None entries only wake the loop (cancel, stop).
+
+        The whole inbox, past any None: a request left behind a wake-up would miss a cancel that
+        `_drop_cancelled` reads (and clears) before the request reaches `waiting`."""
+        items = []
         try:
-            item = self._inbox.get(block=block)
-            while item is not None:
-                self._waiting.append(item)
-                item = self._inbox.get_nowait()
+            items.append(self._inbox.get(block=block))
+            while True:
+                items.append(self._inbox.get_nowait())
         except queue.Empty:
             pass
+        self._waiting.extend(item for item in items if item is not None)
 
     def step(self) -> None:
         self._drop_cancelled()

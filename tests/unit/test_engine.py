@@ -235,3 +235,16 @@ def test_cancel_by_request_id_frees_the_slot(lm):
     engine.cancel_id("no-such-request")  # ignored
     run_until_done(engine, [long_sink])
     assert long_sink.error == "cancelled" and sorted(engine._free_slots) == [0]
+
+
+def test_a_cancel_reaches_a_request_queued_behind_a_wake_up(lm):
+    """The inbox holds a wake-up (another stream's cancel) and then a request, whose own cancel is
+    already pending: one collect must take both, so the pending cancel finds the request."""
+    engine = make_engine(lm, max_slots=1)
+    seq, sink = make_seq(lm, "Queued.", frames=50)
+    engine.cancel_id("another-stream")  # puts a wake-up first
+    engine.add(seq)
+    engine.cancel_id(seq.request_id)
+    engine._collect(block=False)
+    engine.step()
+    assert sink.done.is_set() and sink.error == "cancelled" and sink.chunks == []
