@@ -105,6 +105,10 @@ def server_command(install: TritonInstall, repository: Path, ports: Ports) -> li
         f"--grpc-port={ports.grpc}",
         f"--metrics-port={ports.metrics}",
         "--disable-auto-complete-config",
+        # explicit control (every model loaded at start): lets the router unload a lane whose stub
+        # died, so readiness reports it, and lets an operator load it again
+        "--model-control-mode=explicit",
+        "--load-model=*",
         "--exit-on-error=true",
         "--log-verbose=0",
         *os.environ.get("VOXLANE_TRITON_ARGS", "").split(),  # extra server flags, e.g. for debugging

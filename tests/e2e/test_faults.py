@@ -27,8 +27,7 @@ from tests.e2e.test_metrics import scrape
 from tools.procstats import server_processes
 
 MARKER = "FAULTY"
-FAULT_ENV = {"VOXLANE_FAULT_INJECT": MARKER,
-             "VOXLANE_TRITON_ARGS": "--model-control-mode=explicit --load-model=*"}
+FAULT_ENV = {"VOXLANE_FAULT_INJECT": MARKER}  # explicit model control is voxlane serve's default
 
 
 @pytest.fixture(scope="module")
