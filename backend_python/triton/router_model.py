@@ -103,6 +103,10 @@ class _Graveyard:
             while self._held and now - self._held[0][0] > self._grace_s:
                 self._held.popleft()
 
+    def release_all(self) -> None:
+        with self._lock:
+            self._held.clear()
+
 
 class RouterModel:
     def initialize(self, args: dict) -> None:
@@ -134,7 +138,10 @@ class RouterModel:
         return None
 
     def finalize(self) -> None:
+        """Free the held BLS iterators here: left to the stub's own teardown, they kept this model
+        from unloading and tritonserver waited out its exit timeout on SIGTERM."""
         self.cancel_watch.stop()
+        self._graveyard.release_all()
 
     def _admit(self, request, sender) -> _Job:
         """Validate a request (raises RequestError) and copy what its worker thread needs."""
