@@ -8,7 +8,6 @@ its own thread; `execute` returns None at once.
 """
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
@@ -20,7 +19,10 @@ import triton_python_backend_utils as pb_utils
 
 from backend_python.triton import fault_inject
 from backend_python.triton.cancel_watch import CancelWatch
+from backend_python.triton.graveyard import Graveyard
 from backend_python.triton.lane_health import LaneHealth
+from backend_python.triton.live_streams import LiveStreams
+from backend_python.triton.lm_watch import LMWatch
 from backend_python.triton.metrics import RouterMetrics
 from backend_python.triton.params import model_parameters
 from backend_python.triton.request_inputs import (INPUT_NAMES, RequestError, RequestLimits, SpeechRequest,
@@ -30,6 +32,8 @@ from scheduler import ChunkRouter, Lane, LatencyEstimator, PlaybackClock, Schedu
 log = logging.getLogger("voxlane.router")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 LANE_MODELS = {Lane.URGENT: "codec_urgent", Lane.BACKGROUND: "codec"}
+LM_MODEL = "speechlm_lm"
+PROBE_ID = "voxlane-lm-probe"  # the LM ignores a cancel for an id it does not hold: a no-op that needs a live LM
 
 
 class _InFlight:
@@ -83,31 +87,6 @@ class _Chunk:
                 pb_utils.Tensor("lane", np.array([self.lane.value.encode()], dtype=np.bytes_))]
 
 
-class _Graveyard:
-    """Keeps finished BLS response iterators alive for a grace period before they are freed.
-
-    With the Python 3.12 stub, freeing a decoupled BLS iterator right after its
-    final response corrupted the stub's memory now and then (a segfault a few
-    streams later); held a few seconds, they are freed safely.
-    """
-
-    def __init__(self, grace_s: float = 5.0) -> None:
-        self._grace_s = grace_s
-        self._lock = threading.Lock()
-        self._held: collections.deque = collections.deque()  # (time held, object)
-
-    def hold(self, obj: object) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._held.append((now, obj))
-            while self._held and now - self._held[0][0] > self._grace_s:
-                self._held.popleft()
-
-    def release_all(self) -> None:
-        with self._lock:
-            self._held.clear()
-
-
 class RouterModel:
     def initialize(self, args: dict) -> None:
         params = model_parameters(args)
@@ -116,12 +95,17 @@ class RouterModel:
         self.estimator = LatencyEstimator.from_config(self.config)
         self.router = ChunkRouter(self.config, self.estimator)
         self.in_flight = _InFlight()
-        self._graveyard = _Graveyard()
+        self._graveyard = Graveyard()
         self.metrics = RouterMetrics()
         self.lane_health = LaneHealth(pb_utils.unload_model, pb_utils.is_model_ready)
         self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
         self.cancel_watch = CancelWatch(self._cancel_lm)
         self.cancel_watch.start()
+        self.streams = LiveStreams(self._finish)
+        self.lm_watch = LMWatch(lambda: self._control_lm(PROBE_ID), self._on_lm_dead,
+                                has_streams=lambda: len(self.streams) > 0,
+                                is_lm_available=lambda: self.lane_health.unavailable(LM_MODEL) is None)
+        self.lm_watch.start()
         self._lm_outputs = ["tokens", "context_frames", "chunk_index", "error"]
         if Lane.INLINE in self.config.mode.lanes:
             self._lm_outputs += ["audio", "sample_rate"]
@@ -140,12 +124,15 @@ class RouterModel:
     def finalize(self) -> None:
         """Free the held BLS iterators here: left to the stub's own teardown, they kept this model
         from unloading and tritonserver waited out its exit timeout on SIGTERM."""
+        self.lm_watch.stop()
         self.cancel_watch.stop()
         self._graveyard.release_all()
 
     def _admit(self, request, sender) -> _Job:
         """Validate a request (raises RequestError) and copy what its worker thread needs."""
         check_request_parameters(request.parameters())
+        if (down := self.lane_health.unavailable(LM_MODEL)) is not None:
+            raise RequestError(down)
         req: SpeechRequest = parse_speech_request(lambda name: _as_numpy(request, name), self.limits)
         return _Job(stream_id=uuid.uuid4().hex, inputs=_copied_inputs(request), sender=sender,
                     arrival=time.monotonic(),
@@ -155,32 +142,40 @@ class RouterModel:
         clock = PlaybackClock()
         self.metrics.add_live(1)
         self.cancel_watch.add(job.stream_id, job.sender.is_cancelled)
+        self.streams.add(job.stream_id, job)
         try:
-            error = self._relay(job, clock, lambda chunk: self._send(job.sender, chunk, clock, job.arrival))
+            error = self._relay(job, clock, lambda chunk: self._send(job, chunk, clock))
         except Exception as exc:  # one broken stream ends with an error, never the server
             log.exception("stream failed")
             error = f"internal error: {exc}"
-        finally:
-            self.cancel_watch.remove(job.stream_id)
-            self.metrics.add_live(-1)
+        self.streams.end(job.stream_id, error)  # a no-op when the LM watch ended it first
+
+    def _finish(self, job: _Job, error: str | None) -> None:
+        """A stream's final response (LiveStreams calls it once per stream)."""
+        self.cancel_watch.remove(job.stream_id)  # before the final response: see CancelWatch
+        self.metrics.add_live(-1)
         if error is None:
             job.sender.send(flags=FINAL)
         else:
             job.sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)), flags=FINAL)
 
-    def _send(self, sender, chunk: "_Chunk", clock: PlaybackClock, arrival: float) -> None:
-        sender.send(pb_utils.InferenceResponse(output_tensors=chunk.tensors()))
+    def _send(self, job: _Job, chunk: "_Chunk", clock: PlaybackClock) -> bool:
+        """Send one chunk; False when the stream was ended meanwhile (by the LM watch)."""
+        response = pb_utils.InferenceResponse(output_tensors=chunk.tensors())
+        if not self.streams.send(job.stream_id, lambda: job.sender.send(response)):
+            return False
         now = time.monotonic()
         deadline = clock.deadline(chunk.index) if chunk.index > 0 else None
         self.metrics.on_chunk(chunk.lane, is_stall=deadline is not None and now > deadline)
         if chunk.index == 0:
-            self.metrics.on_first_chunk(now - arrival)
+            self.metrics.on_first_chunk(now - job.arrival)
         clock.on_sent(chunk.index, chunk.duration_s, now)
+        return True
 
     def _relay(self, job: _Job, clock: PlaybackClock, send) -> str | None:
         """Stream LM chunks through the codec lanes; returns an error or None when done."""
         lm_request = pb_utils.InferenceRequest(
-            model_name="speechlm_lm", requested_output_names=self._lm_outputs, inputs=job.inputs,
+            model_name=LM_MODEL, requested_output_names=self._lm_outputs, inputs=job.inputs,
             request_id=job.stream_id)
         responses = lm_request.exec(decoupled=True)
         self._graveyard.hold(responses)
@@ -201,7 +196,8 @@ class RouterModel:
                 self._cancel_lm(job.stream_id)
                 _drain(responses)
                 return chunk
-            send(chunk)
+            if not send(chunk):  # ended from outside (the LM died): nothing more to send
+                return None
         # the cancel watch ended the LM stream early: the client is gone
         return "cancelled by the client" if job.sender.is_cancelled() else None
 
@@ -211,13 +207,27 @@ class RouterModel:
         Triton 2.51 cannot cancel a BLS stream, so the LM gets a control request
         (`cancel` = true, the stream's request id). Unknown ids are ignored there.
         """
+        self._control_lm(stream_id)
+
+    def _control_lm(self, stream_id: str) -> str | None:
+        """A cancel control request to the LM; its error message, or None when it answered."""
         control = pb_utils.InferenceRequest(
-            model_name="speechlm_lm", requested_output_names=[], request_id=stream_id,
+            model_name=LM_MODEL, requested_output_names=[], request_id=stream_id,
             inputs=[pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_))])
         responses = control.exec(decoupled=True)
         self._graveyard.hold(responses)
-        for _ in responses:
-            pass
+        error = None
+        for response in responses:
+            if response.has_error() and error is None:
+                error = response.error().message()
+        return error
+
+    def _on_lm_dead(self, message: str) -> None:
+        """The LM's process died: take the lane out of service and end every stream waiting on it."""
+        self.lane_health.on_error(LM_MODEL, message)
+        reason = self.lane_health.unavailable(LM_MODEL) or f"the {LM_MODEL} lane is down (its process died)"
+        ended = self.streams.end_all(reason)
+        log.error("the LM's process died; ended %d live streams", ended)
 
     def _relay_chunk(self, response, clock: PlaybackClock, codec_parameters: dict):
         """Route and decode one LM chunk; returns a _Chunk or an error string."""

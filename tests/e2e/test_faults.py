@@ -109,3 +109,21 @@ def test_the_lane_serves_again_once_loaded(faulty_server):
     assert not isinstance(result, str), result
     assert [c.index for c in result.chunks] == list(range(len(result.chunks)))
     assert "background" in [c.lane for c in result.chunks]
+
+
+def test_a_killed_lm_stub_ends_its_streams_and_shows_in_readiness(faulty_server):
+    """Last in this module: the LM stays down. Streams blocked on the dead LM end with a clear error
+    (the router's LM watch probes the LM while streams are live) instead of hanging."""
+    url = faulty_server.grpc_url
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(request, url, f"A long stream, number {i}.", i, 30.0) for i in range(3)]
+        assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 3, timeout_s=30)
+        os.kill(server_processes(faulty_server.process.process.pid)["speechlm_lm"], signal.SIGKILL)
+        results = [future.result(timeout=60) for future in futures]
+    for result, seconds in results:
+        assert isinstance(result, str) and "speechlm_lm lane is down" in result, result
+    assert not is_ready(faulty_server, "/v2/models/speechlm_lm/ready")
+    result, seconds = request(url, "While the LM is down.", seed=9)
+    assert isinstance(result, str) and "speechlm_lm lane is down" in result and "/load" in result, result
+    assert seconds < 5.0
+    assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 0, timeout_s=5)

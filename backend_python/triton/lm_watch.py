@@ -1,0 +1,53 @@
+"""Notices a dead LM process while streams wait on it, and ends those streams with a clear error.
+
+A stream's worker blocks on the LM's BLS response iterator; when the LM's Python stub dies, Triton
+2.51 never ends that iterator, so the stream would hang. While any stream is live this thread
+probes the LM every `period_s` with a no-op control request (a cancel for an id no stream has);
+a probe that fails with Triton's "is not healthy" calls `on_dead(message)` once. Probing resumes
+when `is_lm_available()` says the LM was loaded again.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from backend_python.triton.lane_health import UNHEALTHY
+
+log = logging.getLogger("voxlane.router")
+
+
+class LMWatch:
+    def __init__(self, probe: Callable[[], str | None], on_dead: Callable[[str], None],
+                 has_streams: Callable[[], bool], is_lm_available: Callable[[], bool],
+                 period_s: float = 1.0) -> None:
+        """`probe()` returns the LM's error message, or None when it answered."""
+        self._probe, self._on_dead = probe, on_dead
+        self._has_streams, self._is_lm_available = has_streams, is_lm_available
+        self._period_s = period_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="voxlane-lm-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=self._period_s + 1.0)
+
+    def check(self) -> bool:
+        """One probe when it is due; True when it found the LM dead (and reported it)."""
+        if not (self._has_streams() and self._is_lm_available()):
+            return False
+        error = self._probe()
+        if error is None or UNHEALTHY not in error:
+            return False
+        self._on_dead(error)
+        return True
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._period_s):
+            try:
+                self.check()
+            except Exception:  # a failed probe must not end the watch
+                log.exception("probing the LM failed")
