@@ -11,12 +11,12 @@ from __future__ import annotations
 import torch
 
 from backend_python.models.base import Codec
+from backend_python.models.graph_capture import capture_steps
 
 DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # window lengths of the default chunk ramp (2, 4, 8, 10 frames) behind up to 25 frames of context:
 # 2, 6, 14, 24, then 35 for every later chunk
 DEFAULT_FRAME_BUCKETS = (4, 8, 16, 24, 36)
-WARMUP_RUNS = 2
 
 
 def smallest_at_least(buckets: tuple[int, ...], size: int) -> int | None:
@@ -72,13 +72,5 @@ class CodecGraphs:
     def _capture(self, rows: int, frames: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         codes = self.codes[:rows, :frames]
         codes.zero_()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_RUNS):
-                self.codec.decode(codes)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            audio = self.codec.decode(codes)
+        [(graph, audio)] = capture_steps([lambda: self.codec.decode(codes)], self._pool)
         return graph, audio

@@ -8,33 +8,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-from backend_python.models.base import DecodeBatch, SamplingParams
+from backend_python.models.base import SamplingParams
 from backend_python.models.orpheus import OrpheusLM, preset_config
 from backend_python.models.orpheus.frames import CODES_PER_SLOT
+from tests.unit.lm_graph_helpers import (TEXTS, assert_close, assert_graph_replay_equals_eager,
+                                        assert_padded_equals_eager, needs_cuda, sampling_mixes)
 
 GREEDY = SamplingParams(temperature=0.0, repetition_penalty=1.1)
 SAMPLED = SamplingParams(temperature=0.6, top_k=50, top_p=0.8, repetition_penalty=1.3)
-PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0)
-TEXTS = ["Hi.", "Get the trust fund to the bank early.", "Hello world, this is a tiny test of text to speech.",
-         "The quick brown fox."]
-MIXES = {"greedy": [GREEDY] * 4, "sampled": [SAMPLED] * 4, "mixed": [SAMPLED, GREEDY, PLAIN, GREEDY]}
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def decode_frames(lm: OrpheusLM, slots: list[int], params: list[SamplingParams], num_frames: int,
-                  num_slots: int = 8, device: str = "cpu", pad_on_cpu: bool = False) -> torch.Tensor:
-    """Fresh slots, one prompt per slot, then num_frames decode steps -> codes [B, T, 7] on the CPU.
-
-    pad_on_cpu: run the graph path's eager twin on the CPU (allocate_slots only builds it on CUDA)."""
-    lm.allocate_slots(num_slots, 64)
-    if pad_on_cpu:
-        lm.use_cuda_graphs = False
-        lm._graphs = lm._build_graphs(num_slots)
-    for slot, text in zip(slots, TEXTS):
-        lm.prefill(slot, lm.encode_prompt(text, None))
-    generators = [torch.Generator(device=device).manual_seed(100 + row) for row in range(len(slots))]
-    batch = DecodeBatch(slots=slots, sampling=params, generators=generators, ignore_eos=[True] * len(slots))
-    return torch.stack([lm.decode(batch)[0].cpu() for _ in range(num_frames)], dim=1)
+MIXES = sampling_mixes(GREEDY, SAMPLED)
+MAX_SEQ_LEN = 64  # frames of 7 positions
 
 
 @pytest.mark.parametrize("mix", sorted(MIXES))
@@ -42,12 +25,7 @@ def test_padded_bucket_frames_equal_unpadded_eager_frames_on_cpu(mix):
     """The graph path's eager twin (padding rows on the scratch row, the whole cache, all sampling
     steps on) is the CPU frame exactly: padding never leaks into live rows."""
     lm = OrpheusLM.from_config(preset_config("orpheus-tiny"), seed=0)
-    slots, params = [5, 0, 2], MIXES[mix][:3]
-    expected = decode_frames(lm, slots, params, num_frames=4)
-    padded = decode_frames(lm, slots, params, num_frames=4, pad_on_cpu=True)
-    assert lm.frame_graphs is not None and lm.frame_graphs.bucket_for(3) == 4
-    assert torch.equal(padded, expected)
-    assert len({tuple(row.flatten().tolist()) for row in expected}) == 3  # the rows really differ
+    assert_padded_equals_eager(lm, MIXES[mix][:3], num_frames=4, max_seq_len=MAX_SEQ_LEN)
 
 
 # ---- CUDA ------------------------------------------------------------------------------------
@@ -65,15 +43,7 @@ def cuda_lm() -> OrpheusLM:
 @pytest.mark.parametrize("num_rows", [3, 4])
 @pytest.mark.parametrize("mix", sorted(MIXES))
 def test_graph_replay_equals_the_eager_frame(cuda_lm, mix, num_rows):
-    slots, params = [5, 0, 2, 7][:num_rows], MIXES[mix][:num_rows]
-    cuda_lm.use_cuda_graphs = False
-    eager = decode_frames(cuda_lm, slots, params, num_frames=5, device="cuda")
-    cuda_lm.use_cuda_graphs = True
-    graphed = decode_frames(cuda_lm, slots, params, num_frames=5, device="cuda")
-    assert cuda_lm.frame_graphs._graphs, "no graph was captured"
-    assert torch.equal(graphed, eager), f"{(graphed == eager).float().mean():.3f} of the codes are equal"
-    assert 0 <= int(graphed.min()) and int(graphed.max()) < CODES_PER_SLOT
-    assert len({tuple(row.flatten().tolist()) for row in graphed}) == num_rows
+    assert_graph_replay_equals_eager(cuda_lm, MIXES[mix][:num_rows], 5, CODES_PER_SLOT, max_seq_len=MAX_SEQ_LEN)
 
 
 @needs_cuda
@@ -98,9 +68,3 @@ def test_cuda_kernels_match_the_cpu_reference():
                         torch.tensor([[lm._states[2].position], [lm._states[0].position]], device=lm.device),
                         lm._memory.kv) for lm in (cuda, cpu)]
     assert_close(*outs)
-
-
-def assert_close(fast: torch.Tensor, reference: torch.Tensor) -> None:
-    fast, reference = fast.float().cpu(), reference.float().cpu()
-    cosine = torch.nn.functional.cosine_similarity(fast.flatten(1), reference.flatten(1), dim=-1)
-    assert cosine.min() > 0.995, cosine

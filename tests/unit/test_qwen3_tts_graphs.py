@@ -11,31 +11,12 @@ from backend_python.models.base import DecodeBatch, SamplingParams
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
 from backend_python.models.qwen3_tts.graphs import batch_buckets
 from backend_python.models.qwen3_tts.layers import KVCache
+from tests.unit.lm_graph_helpers import (TEXTS, assert_close, assert_graph_replay_equals_eager,
+                                        assert_padded_equals_eager, decode_frames, needs_cuda, sampling_mixes)
 
 GREEDY = SamplingParams(temperature=0.0, repetition_penalty=1.05)
 SAMPLED = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, repetition_penalty=1.05)
-PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0)
-TEXTS = ["Hi.", "Get the trust fund to the bank early.", "Hello world, this is a tiny test of text to speech.",
-         "The quick brown fox."]
-MIXES = {"greedy": [GREEDY] * 4, "sampled": [SAMPLED] * 4, "mixed": [SAMPLED, GREEDY, PLAIN, GREEDY]}
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def decode_frames(lm: Qwen3TTSLM, slots: list[int], params: list[SamplingParams], num_frames: int,
-                  num_slots: int = 8, device: str = "cpu", pad_on_cpu: bool = False) -> torch.Tensor:
-    """Fresh slots, one prompt per slot, then num_frames decode steps -> codes [B, T, 16] on the CPU.
-
-    pad_on_cpu: run the graph path's eager twin on the CPU (built by hand: allocate_slots only
-    builds it on CUDA), to check the bucket padding where there is no GPU."""
-    lm.allocate_slots(num_slots, 128)
-    if pad_on_cpu:
-        lm.use_cuda_graphs = False
-        lm._graphs = lm._build_graphs(num_slots)
-    for slot, text in zip(slots, TEXTS):
-        lm.prefill(slot, lm.encode_prompt(text, None))
-    generators = [torch.Generator(device=device).manual_seed(100 + row) for row in range(len(slots))]
-    batch = DecodeBatch(slots=slots, sampling=params, generators=generators, ignore_eos=[True] * len(slots))
-    return torch.stack([lm.decode(batch)[0].cpu() for _ in range(num_frames)], dim=1)
+MIXES = sampling_mixes(GREEDY, SAMPLED)
 
 
 def test_buckets_are_capped_by_num_slots_which_is_always_a_bucket():
@@ -51,12 +32,7 @@ def test_padded_bucket_frames_equal_unpadded_eager_frames_on_cpu(mix):
     """The graph path's eager twin (padding rows on the scratch slot, all sampling steps on) is
     the CPU reference frame exactly: padding never leaks into live rows."""
     lm = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), seed=0)
-    slots, params = [5, 0, 2], MIXES[mix][:3]
-    expected = decode_frames(lm, slots, params, num_frames=5)
-    padded = decode_frames(lm, slots, params, num_frames=5, pad_on_cpu=True)
-    assert lm.frame_graphs is not None and lm.frame_graphs.bucket_for(3) == 4
-    assert torch.equal(padded, expected)
-    assert len({tuple(row.flatten().tolist()) for row in expected}) == 3  # the rows really differ
+    assert_padded_equals_eager(lm, MIXES[mix][:3], num_frames=5)
 
 
 # ---- CUDA ------------------------------------------------------------------------------------
@@ -82,15 +58,7 @@ def test_cuda_half_caches_read_keys_in_place_with_flash_attention():
 @pytest.mark.parametrize("num_rows", [3, 4])
 @pytest.mark.parametrize("mix", sorted(MIXES))
 def test_graph_replay_equals_the_eager_frame(cuda_lm, mix, num_rows):
-    slots, params = [5, 0, 2, 7][:num_rows], MIXES[mix][:num_rows]
-    cuda_lm.use_cuda_graphs = False
-    eager = decode_frames(cuda_lm, slots, params, num_frames=6, device="cuda")
-    cuda_lm.use_cuda_graphs = True
-    graphed = decode_frames(cuda_lm, slots, params, num_frames=6, device="cuda")
-    assert cuda_lm.frame_graphs._graphs, "no graph was captured"
-    assert torch.equal(graphed, eager), f"{(graphed == eager).float().mean():.3f} of the tokens are equal"
-    assert 0 <= int(graphed.min()) and int(graphed.max()) < cuda_lm.config.talker.codebook_size
-    assert len({tuple(row.flatten().tolist()) for row in graphed}) == num_rows
+    assert_graph_replay_equals_eager(cuda_lm, MIXES[mix][:num_rows], 6, cuda_lm.config.talker.codebook_size)
 
 
 @needs_cuda
@@ -135,9 +103,3 @@ def predictor_windows(lm: Qwen3TTSLM, y: torch.Tensor) -> tuple[torch.Tensor, to
     y = y.to(lm.device, lm.talker.codec_head.weight.dtype)
     frame = predictor.frame_step(y.shape[0], cache, lm.device, y.dtype)
     return predictor(y[:, :2], frame.window(0, 2), cache), predictor(y[:, 2:], frame.window(2, 3), cache)
-
-
-def assert_close(fast: torch.Tensor, reference: torch.Tensor) -> None:
-    fast, reference = fast.float().cpu(), reference.float().cpu()
-    cosine = torch.nn.functional.cosine_similarity(fast.flatten(1), reference.flatten(1), dim=-1)
-    assert cosine.min() > 0.995, cosine

@@ -7,31 +7,24 @@ Mimi under `codec_model.*`), and the Llama-3 tokenizer files.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 
-from ..qwen3_tts.checkpoint import weight_files
+# WEIGHTS_FILE: re-exported
+from ..checkpoint_io import (CONFIG_FILE, TINY_BPE_SENTENCES, WEIGHTS_FILE, cpu_state, read_state_dict,
+                             train_byte_level_bpe, write_checkpoint)
 from ..qwen3_tts.layers import RMSNorm
 from .config import CsmConfig
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 CODEC_PREFIX = "codec_model."
 BACKBONE_AUDIO_TABLE = "backbone_model.embed_tokens.embed_audio_tokens.weight"
 DEPTH_AUDIO_TABLE = "depth_decoder.model.embed_tokens.weight"
 
 TINY_BOS, TINY_EOS = "<|begin_of_text|>", "<|end_of_text|>"
 TINY_BPE_SPECIALS = [TINY_BOS, TINY_EOS]
-TINY_BPE_CORPUS = ["[0][1][2][3] "] * 50 + [
-    "The quick brown fox jumps over the lazy dog.",
-    "Get the trust fund to the bank early.",
-    "Hello world, this is a tiny tokenizer for testing text to speech.",
-]
+TINY_BPE_CORPUS = ["[0][1][2][3] "] * 50 + list(TINY_BPE_SENTENCES)
 TINY_BPE_VOCAB_SIZE = 400
 
 
@@ -44,15 +37,6 @@ def load_tokenizer(path: str | Path):
     from transformers import PreTrainedTokenizerFast  # heavy import, only when loading
 
     return PreTrainedTokenizerFast.from_pretrained(str(path))
-
-
-def read_state_dict(path: str | Path, keep) -> dict[str, torch.Tensor]:
-    """The tensors of a checkpoint whose names pass `keep`, on CPU in their stored dtype."""
-    state: dict[str, torch.Tensor] = {}
-    for file in weight_files(path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            state.update({k: f.get_tensor(k) for k in f.keys() if keep(k)})
-    return state
 
 
 def read_lm_state_dict(path: str | Path, config: CsmConfig) -> dict[str, torch.Tensor]:
@@ -88,15 +72,10 @@ def init_random_weights(model: nn.Module, seed: int) -> None:
 
 def build_tiny_tokenizer():
     """A byte-level BPE trained offline on a few sentences, adding BOS and EOS like CSM's Llama-3 tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
 
-    bpe = Tokenizer(models.BPE(unk_token=None))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=TINY_BPE_VOCAB_SIZE, special_tokens=TINY_BPE_SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    bpe.train_from_iterator(TINY_BPE_CORPUS, trainer)
+    bpe = train_byte_level_bpe(TINY_BPE_SPECIALS, TINY_BPE_CORPUS, TINY_BPE_VOCAB_SIZE)
     bos, eos = bpe.token_to_id(TINY_BOS), bpe.token_to_id(TINY_EOS)
     bpe.post_processor = processors.TemplateProcessing(
         single=f"{TINY_BOS} $A {TINY_EOS}", special_tokens=[(TINY_BOS, bos), (TINY_EOS, eos)])
@@ -106,14 +85,10 @@ def build_tiny_tokenizer():
 
 def save_checkpoint(lm, codec_state: dict[str, torch.Tensor], out_dir: str | Path) -> None:
     """Write config.json, model.safetensors (LM keys + `codec_model.*`) and the tokenizer files."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / CONFIG_FILE).write_text(json.dumps(lm.config.to_dict(), indent=2))
-    state = {k: v.detach().to("cpu").contiguous() for k, v in lm.state_dict().items()}
+    state = cpu_state(lm.state_dict())
     state[DEPTH_AUDIO_TABLE] = state[DEPTH_AUDIO_TABLE].clone()  # safetensors refuses shared storage
-    state.update({CODEC_PREFIX + k: v.detach().to("cpu").contiguous() for k, v in codec_state.items()})
-    save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
-    lm.tokenizer.save_pretrained(str(out_dir))
+    state.update({CODEC_PREFIX + k: v for k, v in cpu_state(codec_state).items()})
+    write_checkpoint(out_dir, lm.config.to_dict(), state, lm.tokenizer)
 
 
 def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0) -> Path:

@@ -3,13 +3,14 @@ fused projections and varlen flash attention on CUDA): the same layers without t
 RMSNorm, and RoPE with optional Llama-3 frequency scaling."""
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import torch
 from torch import nn
 
 from ..qwen3_tts.layers import DecoderStack, KVCache, Step
+from ..rope import llama3_scaled
+from ..rope import rope_cos_sin_of as rope_cos_sin
 from .config import LlamaShape, RopeConfig
 
 
@@ -47,20 +48,6 @@ def inv_frequencies(head_dim: int, rope: RopeConfig, device: torch.device) -> to
     inv_freq = 1.0 / (rope.rope_theta ** exponent)
     if rope.rope_type == "default":
         return inv_freq
-    old_len = rope.original_max_position_embeddings
-    wavelen = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelen > old_len / rope.low_freq_factor, inv_freq / rope.factor, inv_freq)
-    smooth = (old_len / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
-    smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
-    is_medium = ~(wavelen < old_len / rope.high_freq_factor) * ~(wavelen > old_len / rope.low_freq_factor)
-    return torch.where(is_medium, smoothed, scaled)
+    return llama3_scaled(inv_freq, rope.factor, rope.low_freq_factor, rope.high_freq_factor,
+                         rope.original_max_position_embeddings)
 
-
-def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
-                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions [B, T] -> cos, sin [B, T, 1, head_dim], sin sign-folded as `qwen3_tts.layers.apply_rope` expects."""
-    freqs = positions[..., None].float() * inv_freq  # [B, T, head_dim/2]
-    emb = torch.cat((freqs, freqs), dim=-1)[:, :, None]
-    sin = emb.sin()
-    sin[..., : inv_freq.shape[0]] *= -1
-    return emb.cos().to(dtype), sin.to(dtype)

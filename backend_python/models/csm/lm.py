@@ -16,17 +16,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..base import DecodeBatch, Prompt, SpeechLM
-from ..qwen3_tts.graphs import FrameGraphs, FrameInputs, batch_buckets
+from ..base import DecodeBatch, Prompt
+from ..qwen3_tts.graphs import FrameGraphs, FrameInputs, batch_buckets, eager_frame
 from ..qwen3_tts.layers import KVCache
-from ..qwen3_tts.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
+from ..qwen3_tts.sampling import TINY, apply_repetition_penalty, host_columns, sample
+from ..slots import DEFAULT_GRAPH_BATCH_SIZES, SlotSpeechLM, SlotState  # DEFAULT_GRAPH_BATCH_SIZES: re-exported
 from . import checkpoint
 from .backbone import BackboneModel
 from .config import CsmConfig
 from .depth_decoder import DepthDecoder
 from .prompt import make_prompt, resolve_speaker
-
-DEFAULT_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)  # capped by num_slots, which is always a bucket
 
 
 @dataclass
@@ -47,14 +46,7 @@ class SlotMemory:
         return self.logits.shape[0] - 1
 
 
-@dataclass
-class SlotState:
-    """Host-side bookkeeping of one live slot."""
-
-    position: int  # next backbone position to write
-
-
-class CsmLM(SpeechLM):
+class CsmLM(SlotSpeechLM):
     """Parameters carry the official `CsmForConditionalGeneration` names (without `codec_model.*`)."""
 
     def __init__(self, config: CsmConfig, tokenizer) -> None:
@@ -65,11 +57,6 @@ class CsmLM(SpeechLM):
         self.embed_text_tokens = nn.Embedding(config.text_vocab_size, config.backbone.hidden_size)
         self.backbone_model = BackboneModel(config)
         self.depth_decoder = DepthDecoder(config.depth_decoder)
-        self.graph_batch_sizes = DEFAULT_GRAPH_BATCH_SIZES  # read by allocate_slots
-        self.use_cuda_graphs = True  # False: the same padded frame, run eagerly (benchmarks, tests)
-        self._memory: SlotMemory | None = None
-        self._graphs: FrameGraphs | None = None  # CUDA only
-        self._states: dict[int, SlotState] = {}
 
     # ---- loading -------------------------------------------------------------------------------
     @classmethod
@@ -122,40 +109,29 @@ class CsmLM(SpeechLM):
         """voice None -> the first speaker; the prompt is "[{speaker}]{text}" with the checkpoint's specials."""
         return make_prompt(self.tokenizer, resolve_speaker(self.voices, voice), text)
 
-    def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
-        """Slot memory (+ the scratch row); on CUDA also fuse projections and capture every bucket's graphs."""
+    def _fuse_projections(self) -> None:
+        self.backbone_model.fuse_projections()
+        self.depth_decoder.model.fuse_projections()
+
+    def _allocate_memory(self, num_slots: int, max_seq_len: int) -> SlotMemory:
         c, device, dtype = self.config, self.device, self.lm_head.weight.dtype
-        self._graphs, self._memory = None, None  # free the old graphs and slots before allocating anew
-        if device.type == "cuda":
-            self.backbone_model.fuse_projections()
-            self.depth_decoder.model.fuse_projections()
         blocked = torch.zeros(c.vocab_size, dtype=torch.bool, device=device)
         blocked[c.codebook_size:] = True
         num_rows = num_slots + 1
-        self._memory = SlotMemory(
+        return SlotMemory(
             kv=self.backbone_model.allocate_cache(num_rows, max_seq_len, device, dtype),
             depth_kv=self.depth_decoder.allocate_cache(num_slots, device, dtype),
             logits=torch.zeros(num_rows, c.vocab_size, device=device),
             hidden=torch.zeros(num_rows, c.backbone.hidden_size, device=device, dtype=dtype),
             seen=torch.zeros(num_rows, c.vocab_size, device=device, dtype=torch.bool),
             blocked=blocked, no_text=torch.zeros(c.backbone.hidden_size, device=device, dtype=dtype))
-        self._states = {}
-        self._graphs = self._build_graphs(num_slots) if device.type == "cuda" else None
 
     def _build_graphs(self, num_slots: int) -> FrameGraphs:
         mem = self._require_memory()
         graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, num_slots),
                              mem.scratch_row, self.noise_width, self.config.backbone.hidden_size, self.num_codebooks,
                              self.device, mem.hidden.dtype)
-        if self.use_cuda_graphs:
-            with torch.no_grad():
-                graphs.capture_all()
-        return graphs
-
-    @property
-    def frame_graphs(self) -> FrameGraphs | None:
-        """The CUDA frame runner (buckets, static buffers, graphs) once slots are allocated on CUDA."""
-        return self._graphs
+        return self._capture_graphs(graphs)
 
     @property
     def noise_width(self) -> int:
@@ -184,47 +160,19 @@ class CsmLM(SpeechLM):
         if self._graphs is not None:
             codes = self._graphs.run(floats, ints, no_text, batch.sampling, batch.generators, self.use_cuda_graphs)
         else:
-            codes = self._decode_eager(batch, floats, ints, no_text)
+            codes = eager_frame(self._predict, self._talk, self.noise_width, batch, floats, ints, no_text, self.device)
         for s in states:
             s.position += 1
         is_eos = (codes[:, :-1] == self.config.codebook_eos_token_id).all(dim=1)
         return codes, is_eos & ~torch.tensor(batch.ignore_eos, device=codes.device)
 
-    def release(self, slot: int) -> None:
-        self._states.pop(slot, None)
-
     # ---- helpers -------------------------------------------------------------------------------
-    def _require_memory(self) -> SlotMemory:
-        if self._memory is None:
-            raise RuntimeError("allocate_slots must be called before prefill/decode")
-        return self._memory
-
-    def _live_state(self, slot: int) -> SlotState:
-        state = self._states.get(slot)
-        if state is None:
-            raise KeyError(f"slot {slot} has no prefilled request")
-        if state.position >= self._require_memory().kv.max_seq_len:
-            raise ValueError(f"slot {slot} is full ({state.position} positions)")
-        return state
-
     def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
         """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns` (EOS is a
         whole frame here, never a blocked id: its column stays 0)."""
         floats, sampling_ints = host_columns(batch.sampling)
         frame_ints = torch.tensor([[slot, s.position, 0] for slot, s in zip(batch.slots, states)])
         return floats, torch.cat((frame_ints, sampling_ints), dim=1)
-
-    def _decode_eager(self, batch: DecodeBatch, floats: torch.Tensor, ints: torch.Tensor,
-                      no_text: list[torch.Tensor]) -> torch.Tensor:
-        """The unpadded, ungraphed frame (CPU): skips the sampling work no row needs."""
-        device = self.device
-        noise = torch.ones(len(no_text), self.noise_width, device=device)
-        draw_noise(noise, batch.sampling, batch.generators)
-        inputs = FrameInputs.from_columns(floats.to(device, non_blocking=True), ints.to(device, non_blocking=True),
-                                          noise, torch.stack(no_text), **host_flags(batch.sampling))
-        codes, frame_embed = self._predict(inputs)
-        self._talk(inputs, frame_embed)
-        return codes
 
     def _predict(self, inputs: FrameInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Codebook 0 from the stored logits, then codebooks 1..K-1 -> (codes [B, K] int64, frame_embed [B, H])."""

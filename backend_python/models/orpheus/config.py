@@ -7,13 +7,13 @@ are modelled (Orpheus is a Llama-3.2-3B fine-tune, which uses `llama3`).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..rope import llama3_scaled
 from .frames import MIN_VOCAB_SIZE
 
 MODEL_TYPE = "llama"
@@ -34,15 +34,8 @@ class Llama3Rope:
 
     def scale(self, inv_freq: torch.Tensor) -> torch.Tensor:
         """inv_freq: [head_dim / 2] float32 -> the scaled frequencies (transformers' llama3 rule)."""
-        wavelen = 2 * math.pi / inv_freq
-        low_wavelen = self.original_max_position_embeddings / self.low_freq_factor
-        high_wavelen = self.original_max_position_embeddings / self.high_freq_factor
-        scaled = torch.where(wavelen > low_wavelen, inv_freq / self.factor, inv_freq)
-        smooth = (self.original_max_position_embeddings / wavelen - self.low_freq_factor) / (
-            self.high_freq_factor - self.low_freq_factor)
-        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
-        is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-        return torch.where(is_medium, smoothed, scaled)
+        return llama3_scaled(inv_freq, self.factor, self.low_freq_factor, self.high_freq_factor,
+                             self.original_max_position_embeddings)
 
 
 @dataclass(frozen=True)

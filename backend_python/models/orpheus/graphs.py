@@ -17,7 +17,8 @@ from typing import Callable
 import torch
 
 from ..base import SamplingParams
-from ..qwen3_tts.graphs import NUM_FLOAT_COLUMNS, WARMUP_RUNS, batch_buckets
+from ..graph_capture import capture_steps
+from ..frame_buffers import FrameBuffers, batch_buckets
 from ..qwen3_tts.sampling import BatchSampling, draw_noise
 
 __all__ = ["FrameGraphs", "FrameInputs", "batch_buckets"]
@@ -44,27 +45,13 @@ class FrameInputs:
 FrameFn = Callable[[FrameInputs], torch.Tensor]  # -> codes [B, 7] int64 (4096 at slot 0: end of speech)
 
 
-class FrameGraphs:
+class FrameGraphs(FrameBuffers):
     """Static frame buffers sized to the largest bucket, and one graph per bucket."""
 
     def __init__(self, frame: FrameFn, buckets: tuple[int, ...], scratch_row: int, noise_width: int,
                  num_codebooks: int, device: torch.device) -> None:
-        self.frame, self.buckets = frame, buckets
-        size = buckets[-1]
-        self._pad_floats = torch.ones(1, NUM_FLOAT_COLUMNS)  # greedy, no penalty
-        self._pad_ints = torch.tensor([[scratch_row, 0, 1, 0, 1]])  # scratch row, position 0, greedy
-        self.floats = self._pad_floats.repeat(size, 1).to(device)
-        self.ints = self._pad_ints.repeat(size, 1).to(device)
-        self.noise = torch.ones(size, noise_width, device=device)
-        self.codes = torch.zeros(size, num_codebooks, device=device, dtype=torch.int64)
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._pool = None
-
-    def bucket_for(self, num_rows: int) -> int:
-        for bucket in self.buckets:
-            if bucket >= num_rows:
-                return bucket
-        raise ValueError(f"batch of {num_rows} rows exceeds the largest bucket {self.buckets[-1]}")
+        super().__init__(buckets, scratch_row, noise_width, num_codebooks, device)
+        self.frame = frame
 
     def run(self, floats: torch.Tensor, ints: torch.Tensor, params: list[SamplingParams],
             generators: list[torch.Generator], graphed: bool) -> torch.Tensor:
@@ -80,38 +67,13 @@ class FrameGraphs:
     def fill(self, floats: torch.Tensor, ints: torch.Tensor, params: list[SamplingParams],
              generators: list[torch.Generator], bucket: int) -> None:
         """Write one frame's inputs into the static buffers, padding rows n..bucket-1."""
-        n = floats.shape[0]
-        self.floats[:bucket].copy_(torch.cat((floats, self._pad_floats.expand(bucket - n, -1))), non_blocking=True)
-        self.ints[:bucket].copy_(torch.cat((ints, self._pad_ints.expand(bucket - n, -1))), non_blocking=True)
+        self.fill_columns(floats, ints, bucket)
         draw_noise(self.noise, params, generators)
 
     def _run(self, bucket: int) -> None:
         inputs = FrameInputs.from_columns(self.floats[:bucket], self.ints[:bucket], self.noise[:bucket])
         self.codes[:bucket].copy_(self.frame(inputs))
 
-    def capture_all(self) -> None:
-        """Largest bucket first, so the shared pool is sized once and the smaller graphs reuse it."""
-        for bucket in reversed(self.buckets):
-            self._graph(bucket)
-
-    def _graph(self, bucket: int) -> torch.cuda.CUDAGraph:
-        if bucket not in self._graphs:
-            self._graphs[bucket] = self._capture(bucket)
-        return self._graphs[bucket]
-
-    def _capture(self, bucket: int) -> torch.cuda.CUDAGraph:
-        """Warm-up and capture run on padding rows only: they touch nothing but the scratch row."""
-        self.floats[:bucket].copy_(self._pad_floats.expand(bucket, -1))
-        self.ints[:bucket].copy_(self._pad_ints.expand(bucket, -1))
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_RUNS):
-                self._run(bucket)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            self._run(bucket)
+    def _capture_steps(self, bucket: int) -> torch.cuda.CUDAGraph:
+        [(graph, _)] = capture_steps([lambda: self._run(bucket)], self._pool)
         return graph

@@ -15,17 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..qwen3_tts.layers import DecoderStack, KVCache, Step
+from ..rope import rope_cos_sin_of as rope_cos_sin
 from .config import OrpheusConfig
-
-
-def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
-                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions: [B, T] -> cos, sin: [B, T, 1, head_dim], in the sign-folded form of `layers.apply_rope`."""
-    freqs = positions[..., None].float() * inv_freq  # [B, T, head_dim/2]
-    emb = torch.cat((freqs, freqs), dim=-1)[:, :, None]
-    sin = emb.sin()
-    sin[..., : inv_freq.shape[0]] *= -1
-    return emb.cos().to(dtype), sin.to(dtype)
 
 
 class LlamaModel(DecoderStack):

@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..base import DecodeBatch, Prompt, SpeechLM
+from ..base import DecodeBatch, Prompt
 from ..qwen3_tts.layers import KVCache
 from ..qwen3_tts.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
+from ..slots import DEFAULT_GRAPH_BATCH_SIZES, SlotSpeechLM, SlotState  # DEFAULT_GRAPH_BATCH_SIZES: re-exported
 from . import checkpoint
 from .config import OrpheusConfig
 from .frames import CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS, slot_token_base
@@ -32,7 +33,6 @@ from .prompt import VOICES, make_prompt, voice_text
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 2048  # SNAC 24 kHz: hop 512 x the coarsest level's stride 4
 BAND_WIDTH = CODES_PER_SLOT + 1  # a slot's sampled columns: its 4096 codes, then END_OF_SPEECH
-DEFAULT_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)  # capped by num_slots, which is always a bucket
 
 
 @dataclass
@@ -49,26 +49,16 @@ class SlotMemory:
         return self.hidden.shape[0] - 1
 
 
-@dataclass
-class SlotState:
-    """Host-side bookkeeping of one live slot."""
-
-    position: int  # next position to write
-
-
-class OrpheusLM(SpeechLM):
+class OrpheusLM(SlotSpeechLM):
     """Parameters live under `backbone.*`; the backbone itself carries the official Llama names."""
+
+    positions_per_frame = FRAME_TOKENS
 
     def __init__(self, config: OrpheusConfig, tokenizer) -> None:
         super().__init__()
         self.config = config
         self.tokenizer = tokenizer
         self.backbone = LlamaForCausalLM(config)
-        self.graph_batch_sizes = DEFAULT_GRAPH_BATCH_SIZES  # read by allocate_slots
-        self.use_cuda_graphs = True  # False: the same padded frame, run eagerly (benchmarks, tests)
-        self._memory: SlotMemory | None = None
-        self._graphs: FrameGraphs | None = None  # CUDA only
-        self._states: dict[int, SlotState] = {}
 
     # ---- loading -------------------------------------------------------------------------------
     @classmethod
@@ -115,34 +105,23 @@ class OrpheusLM(SpeechLM):
         ids = self.tokenizer(voice_text(text, self._resolve_voice(voice)))["input_ids"]
         return make_prompt(list(ids))
 
-    def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
-        """Slot memory (+ the scratch row); on CUDA also fuse projections and capture every bucket's graph."""
+    def _fuse_projections(self) -> None:
+        self.backbone.fuse_projections()
+
+    def _allocate_memory(self, num_slots: int, max_seq_len: int) -> SlotMemory:
         device, dtype = self.device, self.backbone.head_weight.dtype
-        self._graphs, self._memory = None, None  # free the old graphs and slots before allocating anew
-        if device.type == "cuda":
-            self.backbone.fuse_projections()
         num_rows = num_slots + 1
-        self._memory = SlotMemory(
+        return SlotMemory(
             kv=self.backbone.allocate_cache(num_rows, FRAME_TOKENS * max_seq_len, device, dtype),
             hidden=torch.zeros(num_rows, self.config.hidden_size, device=device, dtype=dtype),
             seen=torch.zeros(num_rows, FRAME_TOKENS * CODES_PER_SLOT, device=device, dtype=torch.bool))
-        self._states = {}
-        self._graphs = self._build_graphs(num_slots) if device.type == "cuda" else None
 
     def _build_graphs(self, num_slots: int) -> FrameGraphs:
         mem = self._require_memory()
         buckets = batch_buckets(self.graph_batch_sizes, num_slots)
         graphs = FrameGraphs(lambda inputs: self._frame(inputs, mem.kv), buckets, mem.scratch_row, self.noise_width,
                              FRAME_TOKENS, self.device)
-        if self.use_cuda_graphs:
-            with torch.no_grad():
-                graphs.capture_all()
-        return graphs
-
-    @property
-    def frame_graphs(self) -> FrameGraphs | None:
-        """The CUDA frame runner (buckets, static buffers, graphs) once slots are allocated on CUDA."""
-        return self._graphs
+        return self._capture_graphs(graphs)
 
     @property
     def noise_width(self) -> int:
@@ -174,9 +153,6 @@ class OrpheusLM(SpeechLM):
         is_eos = codes[:, 0] == CODES_PER_SLOT
         return codes.clamp(max=CODES_PER_SLOT - 1), is_eos  # an EOS row's codes are meaningless
 
-    def release(self, slot: int) -> None:
-        self._states.pop(slot, None)
-
     # ---- helpers -------------------------------------------------------------------------------
     def _resolve_voice(self, voice: str | None) -> str:
         if voice is None:
@@ -184,19 +160,6 @@ class OrpheusLM(SpeechLM):
         if voice.lower() not in self.voices:
             raise ValueError(f"unknown voice {voice!r}; known voices: {list(self.voices)}")
         return voice.lower()
-
-    def _require_memory(self) -> SlotMemory:
-        if self._memory is None:
-            raise RuntimeError("allocate_slots must be called before prefill/decode")
-        return self._memory
-
-    def _live_state(self, slot: int) -> SlotState:
-        state = self._states.get(slot)
-        if state is None:
-            raise KeyError(f"slot {slot} has no prefilled request")
-        if state.position + FRAME_TOKENS > self._require_memory().kv.max_seq_len:
-            raise ValueError(f"slot {slot} is full ({state.position} positions)")
-        return state
 
     def _cache_upto(self, num_positions: int) -> KVCache:
         """The first num_positions of every row, a view (writes land in the cache): masked attention

@@ -6,30 +6,23 @@ model.safetensors or model.safetensors.index.json + shards (keys `talker.*`, may
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 
+# WEIGHTS_FILE, WEIGHTS_INDEX_FILE, weight_files: re-exported
+from ..checkpoint_io import (CONFIG_FILE, TINY_BPE_SENTENCES, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, cpu_state,
+                             read_state_dict, train_byte_level_bpe, weight_files, write_checkpoint)
 from .config import Qwen3TTSConfig
 from .layers import RMSNorm
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 SPEECH_TOKENIZER_DIR = "speech_tokenizer"
 TALKER_PREFIX = "talker."
 
 TINY_BPE_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|tts_pad|>", "<|tts_text_bos|>",
                      "<|tts_text_eod|>"]
-TINY_BPE_CORPUS = ["assistant user system\n"] * 50 + [
-    "The quick brown fox jumps over the lazy dog.",
-    "Get the trust fund to the bank early.",
-    "Hello world, this is a tiny tokenizer for testing text to speech.",
-]
+TINY_BPE_CORPUS = ["assistant user system\n"] * 50 + list(TINY_BPE_SENTENCES)
 TINY_BPE_VOCAB_SIZE = 400
 
 
@@ -44,24 +37,9 @@ def load_tokenizer(path: str | Path):
     return Qwen2TokenizerFast.from_pretrained(str(path))
 
 
-def weight_files(path: str | Path) -> list[Path]:
-    """The safetensors file(s) of a checkpoint dir, single or sharded."""
-    path = Path(path)
-    index = path / WEIGHTS_INDEX_FILE
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / shard for shard in shards]
-    if not (path / WEIGHTS_FILE).exists():
-        raise FileNotFoundError(f"no {WEIGHTS_FILE} or {WEIGHTS_INDEX_FILE} in {path}")
-    return [path / WEIGHTS_FILE]
-
-
 def read_talker_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """All `talker.*` tensors of a checkpoint, on CPU in their stored dtype."""
-    state: dict[str, torch.Tensor] = {}
-    for file in weight_files(path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            state.update({k: f.get_tensor(k) for k in f.keys() if k.startswith(TALKER_PREFIX)})
+    state = read_state_dict(path, lambda k: k.startswith(TALKER_PREFIX))
     if not state:
         raise ValueError(f"no {TALKER_PREFIX}* weights in {path}")
     return state
@@ -87,15 +65,9 @@ def init_random_weights(model: nn.Module, seed: int) -> None:
 
 def build_tiny_tokenizer():
     """A byte-level BPE trained offline on a few sentences, with the Qwen special tokens first (ids 0..5)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
-    bpe = Tokenizer(models.BPE(unk_token=None))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=TINY_BPE_VOCAB_SIZE, special_tokens=TINY_BPE_SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    bpe.train_from_iterator(TINY_BPE_CORPUS, trainer)
+    bpe = train_byte_level_bpe(TINY_BPE_SPECIALS, TINY_BPE_CORPUS, TINY_BPE_VOCAB_SIZE)
     tokenizer = Qwen2TokenizerFast(tokenizer_object=bpe, unk_token=None, bos_token=None,
                                    eos_token="<|endoftext|>", pad_token="<|endoftext|>", errors="replace")
     tokenizer.add_special_tokens({"additional_special_tokens": TINY_BPE_SPECIALS[1:]})
@@ -104,12 +76,7 @@ def build_tiny_tokenizer():
 
 def save_checkpoint(lm, out_dir: str | Path) -> None:
     """Write config.json, model.safetensors and the tokenizer files of a `Qwen3TTSLM`."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / CONFIG_FILE).write_text(json.dumps(lm.config.to_dict(), indent=2))
-    state = {k: v.detach().to("cpu").contiguous() for k, v in lm.state_dict().items()}
-    save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
-    lm.tokenizer.save_pretrained(str(out_dir))
+    write_checkpoint(out_dir, lm.config.to_dict(), cpu_state(lm.state_dict()), lm.tokenizer)
 
 
 def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0) -> Path:

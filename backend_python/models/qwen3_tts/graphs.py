@@ -17,19 +17,10 @@ from typing import Callable
 
 import torch
 
-from ..base import SamplingParams
-from .sampling import BatchSampling, draw_noise
-
-WARMUP_RUNS = 2  # eager runs on a side stream before capture (cuBLAS/flash workspaces, lazy init)
-NUM_FLOAT_COLUMNS = 3  # temperature, top_p, repetition_penalty (see sampling.host_columns)
-NUM_INT_COLUMNS = 5  # row, position, is_eos_blocked, top_k, is_greedy
-
-
-def batch_buckets(sizes: tuple[int, ...], num_slots: int) -> tuple[int, ...]:
-    """The explicit bucket list capped by num_slots; num_slots itself is always the last bucket."""
-    if any(size < 1 for size in sizes):
-        raise ValueError(f"graph batch sizes must be >= 1, got {sizes}")
-    return tuple(sorted({size for size in sizes if size < num_slots} | {num_slots}))
+from ..base import DecodeBatch, SamplingParams
+from ..frame_buffers import FrameBuffers, batch_buckets  # batch_buckets: re-exported for the families
+from ..graph_capture import capture_steps
+from .sampling import BatchSampling, draw_noise, host_flags
 
 
 @dataclass
@@ -56,30 +47,30 @@ PredictFn = Callable[[FrameInputs], tuple[torch.Tensor, torch.Tensor]]  # -> cod
 TalkFn = Callable[[FrameInputs, torch.Tensor], None]  # (inputs, frame_embed [B, H]) -> writes slot memory
 
 
-class FrameGraphs:
+def eager_frame(predict: PredictFn, talk: TalkFn, noise_width: int, batch: DecodeBatch, floats: torch.Tensor,
+                ints: torch.Tensor, text_embeds: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The unpadded, ungraphed frame (CPU): skips the sampling work no row needs. floats [n, 3], ints [n, 5]
+    host columns; text_embeds: n device tensors [H] -> codes [n, G] int64."""
+    noise = torch.ones(len(text_embeds), noise_width, device=device)
+    draw_noise(noise, batch.sampling, batch.generators)
+    inputs = FrameInputs.from_columns(floats.to(device, non_blocking=True), ints.to(device, non_blocking=True),
+                                      noise, torch.stack(text_embeds), **host_flags(batch.sampling))
+    codes, frame_embed = predict(inputs)
+    talk(inputs, frame_embed)
+    return codes
+
+
+class FrameGraphs(FrameBuffers):
     """Static frame buffers sized to the largest bucket, and the two graphs of each bucket."""
 
     def __init__(self, predict: PredictFn, talk: TalkFn, buckets: tuple[int, ...], scratch_row: int,
                  noise_width: int, hidden_size: int, num_codebooks: int, device: torch.device,
                  dtype: torch.dtype) -> None:
-        self.predict, self.talk, self.buckets = predict, talk, buckets
+        super().__init__(buckets, scratch_row, noise_width, num_codebooks, device)
+        self.predict, self.talk = predict, talk
         size = buckets[-1]
-        self._pad_floats = torch.ones(1, NUM_FLOAT_COLUMNS)  # greedy, no penalty
-        self._pad_ints = torch.tensor([[scratch_row, 0, 1, 0, 1]])  # scratch row, position 0, greedy
-        self.floats = self._pad_floats.repeat(size, 1).to(device)
-        self.ints = self._pad_ints.repeat(size, 1).to(device)
-        self.noise = torch.ones(size, noise_width, device=device)
         self.text_embed = torch.zeros(size, hidden_size, device=device, dtype=dtype)
-        self.codes = torch.zeros(size, num_codebooks, device=device, dtype=torch.int64)
         self.frame_embed = torch.zeros(size, hidden_size, device=device, dtype=dtype)
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph]] = {}
-        self._pool = None
-
-    def bucket_for(self, num_rows: int) -> int:
-        for bucket in self.buckets:
-            if bucket >= num_rows:
-                return bucket
-        raise ValueError(f"batch of {num_rows} rows exceeds the largest bucket {self.buckets[-1]}")
 
     # ---- one frame -------------------------------------------------------------------------------
     def run(self, floats: torch.Tensor, ints: torch.Tensor, text_embeds: list[torch.Tensor],
@@ -97,11 +88,9 @@ class FrameGraphs:
     def fill(self, floats: torch.Tensor, ints: torch.Tensor, text_embeds: list[torch.Tensor],
              params: list[SamplingParams], generators: list[torch.Generator], bucket: int) -> None:
         """Write one frame's inputs into the static buffers, padding rows n..bucket-1."""
-        n = len(text_embeds)
-        self.floats[:bucket].copy_(torch.cat((floats, self._pad_floats.expand(bucket - n, -1))), non_blocking=True)
-        self.ints[:bucket].copy_(torch.cat((ints, self._pad_ints.expand(bucket - n, -1))), non_blocking=True)
+        self.fill_columns(floats, ints, bucket)
         draw_noise(self.noise, params, generators)
-        torch.stack(text_embeds, out=self.text_embed[:n])
+        torch.stack(text_embeds, out=self.text_embed[:len(text_embeds)])
 
     def run_predictor(self, bucket: int, graphed: bool) -> None:
         self._graph(bucket)[0].replay() if graphed else self._predict(bucket)
@@ -121,34 +110,9 @@ class FrameGraphs:
     def _talk(self, bucket: int) -> None:
         self.talk(self._inputs(bucket), self.frame_embed[:bucket])
 
-    # ---- capture ---------------------------------------------------------------------------------
-    def capture_all(self) -> None:
-        """Largest bucket first, so the shared pool is sized once and the smaller graphs reuse it."""
-        for bucket in reversed(self.buckets):
-            self._graph(bucket)
-
-    def _graph(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph]:
-        if bucket not in self._graphs:
-            self._graphs[bucket] = self._capture(bucket)
-        return self._graphs[bucket]
-
-    def _capture(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph]:
-        """Warm-up and capture run on padding rows only, so they touch nothing but the scratch slot
-        and the predictor's per-frame cache (never a live request)."""
-        self.floats[:bucket].copy_(self._pad_floats.expand(bucket, -1))
-        self.ints[:bucket].copy_(self._pad_ints.expand(bucket, -1))
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_RUNS):
-                self._predict(bucket)
-                self._talk(bucket)
-        torch.cuda.current_stream().wait_stream(side)
-        predictor, talker = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with torch.cuda.graph(predictor, pool=self._pool):
-            self._predict(bucket)
-        with torch.cuda.graph(talker, pool=self._pool):
-            self._talk(bucket)
+    def _capture_steps(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph]:
+        """The predictor and talker graphs; on padding rows they touch nothing but the scratch slot and the
+        predictor's per-frame cache (never a live request)."""
+        (predictor, _), (talker, _) = capture_steps((lambda: self._predict(bucket), lambda: self._talk(bucket)),
+                                                    self._pool)
         return predictor, talker

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..rope import rope_cos_sin_of
+
 log = logging.getLogger("voxlane.qwen3_tts")
 VARLEN_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -103,11 +105,7 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
     """
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
                                              dtype=torch.int64).float() / head_dim))
-    freqs = positions[..., None].float() * inv_freq  # [B, T, head_dim/2]
-    emb = torch.cat((freqs, freqs), dim=-1)[:, :, None]
-    sin = emb.sin()
-    sin[..., : head_dim // 2] *= -1
-    return emb.cos().to(dtype), sin.to(dtype)
+    return rope_cos_sin_of(positions, inv_freq, dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

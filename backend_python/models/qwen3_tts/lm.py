@@ -13,17 +13,17 @@ from pathlib import Path
 
 import torch
 
-from ..base import DecodeBatch, Prompt, SpeechLM
+from ..base import DecodeBatch, Prompt
+from ..slots import DEFAULT_GRAPH_BATCH_SIZES, SlotSpeechLM  # DEFAULT_GRAPH_BATCH_SIZES: re-exported
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
-from .graphs import FrameGraphs, FrameInputs, batch_buckets
+from .graphs import FrameGraphs, FrameInputs, batch_buckets, eager_frame
 from .layers import KVCache
 from .prompt import AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prompt_embeddings, resolve_language
-from .sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
+from .sampling import TINY, apply_repetition_penalty, host_columns, sample
 from .talker import Talker
 
 MIN_FRAMES_BEFORE_EOS = 2  # the reference generates with min_new_tokens=2
-DEFAULT_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)  # capped by num_slots, which is always a bucket
 
 
 @dataclass
@@ -53,7 +53,7 @@ class SlotState:
     trailing: torch.Tensor  # [num_text_tokens, hidden], text embeddings still to add, one per frame
 
 
-class Qwen3TTSLM(SpeechLM):
+class Qwen3TTSLM(SlotSpeechLM):
     """Parameters live under `talker.*` exactly as in the official checkpoint."""
 
     def __init__(self, config: Qwen3TTSConfig, tokenizer, language: str = AUTO_LANGUAGE) -> None:
@@ -65,11 +65,6 @@ class Qwen3TTSLM(SpeechLM):
         self.tokenizer = tokenizer
         self.language = language
         self.talker = Talker(config.talker)
-        self.graph_batch_sizes = DEFAULT_GRAPH_BATCH_SIZES  # read by allocate_slots
-        self.use_cuda_graphs = True  # False: the same padded frame, run eagerly (benchmarks, tests)
-        self._memory: SlotMemory | None = None
-        self._graphs: FrameGraphs | None = None  # CUDA only
-        self._states: dict[int, SlotState] = {}
 
     # ---- loading -------------------------------------------------------------------------------
     @classmethod
@@ -119,40 +114,29 @@ class Qwen3TTSLM(SpeechLM):
         language_id = resolve_language(self.config, self.language, voice)
         return make_prompt(self.config, list(ids), self.config.talker.spk_id[voice], language_id)
 
-    def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
-        """Slot memory (+ the scratch row); on CUDA also fuse projections and capture every bucket's graphs."""
+    def _fuse_projections(self) -> None:
+        self.talker.fuse_projections()
+
+    def _allocate_memory(self, num_slots: int, max_seq_len: int) -> SlotMemory:
         t, device, dtype = self.config.talker, self.device, self.talker.codec_head.weight.dtype
-        self._graphs, self._memory = None, None  # free the old graphs and slots before allocating anew
-        if device.type == "cuda":
-            self.talker.fuse_projections()
         suppressed = torch.zeros(t.vocab_size, dtype=torch.bool, device=device)
         suppressed[t.vocab_size - NUM_SPECIAL_CODEC_IDS:] = True
         suppressed[t.codec_eos_token_id] = False
         num_rows = num_slots + 1
-        self._memory = SlotMemory(
+        return SlotMemory(
             kv=self.talker.allocate_cache(num_rows, max_seq_len, device, dtype),
             predictor_kv=self.talker.code_predictor.allocate_cache(num_slots, device, dtype),
             logits=torch.zeros(num_rows, t.vocab_size, device=device),
             hidden=torch.zeros(num_rows, t.hidden_size, device=device, dtype=dtype),
             seen=torch.zeros(num_rows, t.vocab_size, device=device, dtype=torch.bool),
             suppressed=suppressed, pad_embed=pad_embedding(self.config, self.talker, device))
-        self._states = {}
-        self._graphs = self._build_graphs(num_slots) if device.type == "cuda" else None
 
     def _build_graphs(self, num_slots: int) -> FrameGraphs:
         t, mem = self.config.talker, self._require_memory()
         graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, num_slots),
                              mem.scratch_row, self.noise_width, t.hidden_size, self.num_codebooks, self.device,
                              mem.hidden.dtype)
-        if self.use_cuda_graphs:
-            with torch.no_grad():
-                graphs.capture_all()
-        return graphs
-
-    @property
-    def frame_graphs(self) -> FrameGraphs | None:
-        """The CUDA frame runner (buckets, static buffers, graphs) once slots are allocated on CUDA."""
-        return self._graphs
+        return self._capture_graphs(graphs)
 
     @property
     def noise_width(self) -> int:
@@ -181,14 +165,11 @@ class Qwen3TTSLM(SpeechLM):
         if self._graphs is not None:
             codes = self._graphs.run(floats, ints, texts, batch.sampling, batch.generators, self.use_cuda_graphs)
         else:
-            codes = self._decode_eager(batch, floats, ints, texts)
+            codes = eager_frame(self._predict, self._talk, self.noise_width, batch, floats, ints, texts, self.device)
         for s in states:
             s.position += 1
             s.num_frames += 1
         return codes, codes[:, 0] == self.config.talker.codec_eos_token_id
-
-    def release(self, slot: int) -> None:
-        self._states.pop(slot, None)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _resolve_voice(self, voice: str | None) -> str:
@@ -197,19 +178,6 @@ class Qwen3TTSLM(SpeechLM):
         if voice.lower() not in self.config.talker.spk_id:
             raise ValueError(f"unknown voice {voice!r}; known voices: {list(self.voices)}")
         return voice.lower()
-
-    def _require_memory(self) -> SlotMemory:
-        if self._memory is None:
-            raise RuntimeError("allocate_slots must be called before prefill/decode")
-        return self._memory
-
-    def _live_state(self, slot: int) -> SlotState:
-        state = self._states.get(slot)
-        if state is None:
-            raise KeyError(f"slot {slot} has no prefilled request")
-        if state.position >= self._require_memory().kv.max_seq_len:
-            raise ValueError(f"slot {slot} is full ({state.position} positions)")
-        return state
 
     def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
         """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns`."""
@@ -221,18 +189,6 @@ class Qwen3TTSLM(SpeechLM):
     def _trailing_text(self, mem: SlotMemory, states: list[SlotState]) -> list[torch.Tensor]:
         """The text embedding each row adds to its next input: B tensors [H]."""
         return [s.trailing[s.num_frames] if s.num_frames < s.trailing.shape[0] else mem.pad_embed for s in states]
-
-    def _decode_eager(self, batch: DecodeBatch, floats: torch.Tensor, ints: torch.Tensor,
-                      texts: list[torch.Tensor]) -> torch.Tensor:
-        """The unpadded, ungraphed frame (CPU): skips the sampling work no row needs."""
-        device = self.device
-        noise = torch.ones(len(texts), self.noise_width, device=device)
-        draw_noise(noise, batch.sampling, batch.generators)
-        inputs = FrameInputs.from_columns(floats.to(device, non_blocking=True), ints.to(device, non_blocking=True),
-                                          noise, torch.stack(texts), **host_flags(batch.sampling))
-        codes, frame_embed = self._predict(inputs)
-        self._talk(inputs, frame_embed)
-        return codes
 
     def _predict(self, inputs: FrameInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Codebook 0 from the stored logits, then codebooks 1..G-1 -> (codes [B, G] int64, frame_embed [B, H])."""
