@@ -8,6 +8,7 @@ its own thread; `execute` returns None at once.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -127,6 +128,7 @@ class RouterModel:
         self.lm_watch.stop()
         self.cancel_watch.stop()
         self._graveyard.release_all()
+        gc.collect()  # iterators kept alive by reference cycles (e.g. a stored traceback) go too
 
     def _admit(self, request, sender) -> _Job:
         """Validate a request (raises RequestError) and copy what its worker thread needs."""
