@@ -2,9 +2,10 @@
 
 A stream's worker blocks on the LM's BLS response iterator; when the LM's Python stub dies, Triton
 2.51 never ends that iterator, so the stream would hang. While any stream is live this thread
-probes the LM every `period_s` with a no-op control request (a cancel for an id no stream has);
-a probe that fails with Triton's "is not healthy" calls `on_dead(message)` once. Probing resumes
-when `is_lm_available()` says the LM was loaded again.
+probes the LM every `period_s` (the router looks for the LM's stub process in /proc: no request
+to the LM, since every BLS stream made and freed at runtime is a risk in Triton 2.51); a probe
+that reports Triton's "is not healthy" calls `on_dead(message)` once. Probing resumes when
+`is_lm_available()` says the LM was loaded again.
 """
 from __future__ import annotations
 

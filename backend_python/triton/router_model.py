@@ -28,13 +28,13 @@ from backend_python.triton.metrics import RouterMetrics
 from backend_python.triton.params import model_parameters
 from backend_python.triton.request_inputs import (INPUT_NAMES, RequestError, RequestLimits, SpeechRequest,
                                                   check_request_parameters, parse_speech_request)
+from backend_python.triton.stub_process import StubWatch
 from scheduler import ChunkRouter, Lane, LatencyEstimator, PlaybackClock, SchedulerConfig
 
 log = logging.getLogger("voxlane.router")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 LANE_MODELS = {Lane.URGENT: "codec_urgent", Lane.BACKGROUND: "codec"}
 LM_MODEL = "speechlm_lm"
-PROBE_ID = "voxlane-lm-probe"  # the LM ignores a cancel for an id it does not hold: a no-op that needs a live LM
 
 
 class _InFlight:
@@ -103,7 +103,7 @@ class RouterModel:
         self.cancel_watch = CancelWatch(self._cancel_lm)
         self.cancel_watch.start()
         self.streams = LiveStreams(self._finish)
-        self.lm_watch = LMWatch(lambda: self._control_lm(PROBE_ID), self._on_lm_dead,
+        self.lm_watch = LMWatch(StubWatch(LM_MODEL).probe, self._on_lm_dead,
                                 has_streams=lambda: len(self.streams) > 0,
                                 is_lm_available=lambda: self.lane_health.unavailable(LM_MODEL) is None)
         self.lm_watch.start()

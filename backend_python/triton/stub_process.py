@@ -1,0 +1,64 @@
+"""Is a sibling model's Python stub process alive? Read from /proc, with no request to the model.
+
+Every Python-backend model runs in its own `triton_python_backend_stub` process, a child of
+`tritonserver`, with its model's path on its command line. A stub that died is gone from /proc (or
+a zombie until tritonserver reaps it).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROC = Path("/proc")
+STUB = b"triton_python_backend_stub"
+
+
+def find_stub(model: str, parent_pid: int, proc: Path = PROC) -> int | None:
+    """The pid of `model`'s stub among `parent_pid`'s children, or None."""
+    needle = f"/{model}/".encode()
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and _parent(entry) == parent_pid:
+            cmdline = _read(entry / "cmdline")
+            if STUB in cmdline and needle in cmdline:
+                return int(entry.name)
+    return None
+
+
+def is_alive(pid: int, proc: Path = PROC) -> bool:
+    stat = _read(proc / str(pid) / "stat")
+    if not stat:
+        return False
+    state = stat.rsplit(b")", 1)[-1].split()[0]  # the field after "(comm)"
+    return state not in (b"Z", b"X")
+
+
+def _parent(entry: Path) -> int | None:
+    stat = _read(entry / "stat")
+    fields = stat.rsplit(b")", 1)[-1].split()
+    return int(fields[1]) if len(fields) > 1 else None
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process went away while we looked
+        return b""
+
+
+class StubWatch:
+    """Remembers `model`'s stub pid (found again after a reload) and says when it has died."""
+
+    def __init__(self, model: str, parent_pid: int | None = None, proc: Path = PROC) -> None:
+        self.model, self._proc = model, proc
+        self._parent_pid = os.getppid() if parent_pid is None else parent_pid
+        self._pid: int | None = None
+
+    def probe(self) -> str | None:
+        """None while the stub lives (or cannot be found); Triton's wording once it has died."""
+        if self._pid is None:
+            self._pid = find_stub(self.model, self._parent_pid, self._proc)
+            return None
+        if is_alive(self._pid, self._proc):
+            return None
+        self._pid = None  # a reload starts a new stub: find it again
+        return f"Stub process '{self.model}' is not healthy (its process exited)."

@@ -1,0 +1,52 @@
+"""Finding a sibling model's stub process in /proc and noticing its death (a fake /proc tree)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from backend_python.triton.stub_process import StubWatch, find_stub, is_alive
+
+SERVER = 100
+
+
+def add_process(proc: Path, pid: int, parent: int, cmdline: str, state: str = "S") -> None:
+    entry = proc / str(pid)
+    entry.mkdir()
+    (entry / "stat").write_bytes(f"{pid} (triton_python_b) {state} {parent} 1 1".encode())
+    (entry / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode())
+
+
+def fake_proc(tmp_path: Path) -> Path:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "self").mkdir()  # not a pid: skipped
+    add_process(proc, 201, SERVER, "/x/triton_python_backend_stub /run/codec/1/model.py 1")
+    add_process(proc, 202, SERVER, "/x/triton_python_backend_stub /run/speechlm_lm/1/model.py 1")
+    add_process(proc, 303, 999, "/x/triton_python_backend_stub /other/speechlm_lm/1/model.py 1")  # another server
+    return proc
+
+
+def test_finds_the_stub_of_this_servers_model(tmp_path):
+    proc = fake_proc(tmp_path)
+    assert find_stub("speechlm_lm", SERVER, proc) == 202
+    assert find_stub("codec", SERVER, proc) == 201
+    assert find_stub("codec_urgent", SERVER, proc) is None
+
+
+def test_a_zombie_or_missing_process_is_dead(tmp_path):
+    proc = fake_proc(tmp_path)
+    assert is_alive(202, proc)
+    add_process(proc, 204, SERVER, "stub", state="Z")
+    assert not is_alive(204, proc) and not is_alive(999999, proc)
+
+
+def test_watch_reports_a_death_once_and_finds_the_reloaded_stub(tmp_path):
+    proc = fake_proc(tmp_path)
+    watch = StubWatch("speechlm_lm", SERVER, proc)
+    assert watch.probe() is None and watch.probe() is None  # found, then alive
+    for name in ("stat", "cmdline"):
+        (proc / "202" / name).unlink()
+    (proc / "202").rmdir()
+    message = watch.probe()
+    assert message is not None and "is not healthy" in message and "speechlm_lm" in message
+    add_process(proc, 205, SERVER, "/x/triton_python_backend_stub /run/speechlm_lm/1/model.py 1")
+    assert watch.probe() is None and watch.probe() is None  # the new stub is found and alive
