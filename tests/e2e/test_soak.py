@@ -6,6 +6,8 @@ iterator left behind), and every stream's chunks came 0, 1, 2, … with nothing 
 """
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e.test_cancel import wait_for
 from tests.e2e.test_metrics import scrape
 from tools.soak import format_figures, soak
@@ -27,6 +29,7 @@ def rss_tolerance_kb(name: str, rss_kb: int, num_valid: int) -> int:
     return 8 * 1024 + rss_kb * 15 // 100 + allowance
 
 
+@pytest.mark.soak
 def test_soak_keeps_memory_threads_and_chunk_order(server, url):
     before, after, tally = soak(url, server.process.process.pid, SOAK_MINUTES, WARM_UP_S, NUM_WORKERS, seed=7)
     figures = format_figures(before, after)
