@@ -11,16 +11,13 @@ from __future__ import annotations
 import torch
 
 from backend_python.models.base import Codec
+from backend_python.models.frame_buffers import smallest_at_least
 from backend_python.models.graph_capture import capture_steps
 
 DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # window lengths of the default chunk ramp (2, 4, 8, 10 frames) behind up to 25 frames of context:
 # 2, 6, 14, 24, then 35 for every later chunk
 DEFAULT_FRAME_BUCKETS = (4, 8, 16, 24, 36)
-
-
-def smallest_at_least(buckets: tuple[int, ...], size: int) -> int | None:
-    return next((bucket for bucket in buckets if bucket >= size), None)
 
 
 class CodecGraphs:

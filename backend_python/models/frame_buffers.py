@@ -21,12 +21,17 @@ def batch_buckets(sizes: tuple[int, ...], num_slots: int) -> tuple[int, ...]:
     return tuple(sorted({size for size in sizes if size < num_slots} | {num_slots}))
 
 
+def smallest_at_least(buckets: tuple[int, ...], size: int) -> int | None:
+    """The smallest of the sorted `buckets` >= size, or None past the largest."""
+    return next((bucket for bucket in buckets if bucket >= size), None)
+
+
 def smallest_bucket(buckets: tuple[int, ...], num_rows: int) -> int:
     """The smallest bucket >= num_rows; raises past the largest."""
-    for bucket in buckets:
-        if bucket >= num_rows:
-            return bucket
-    raise ValueError(f"batch of {num_rows} rows exceeds the largest bucket {buckets[-1]}")
+    bucket = smallest_at_least(buckets, num_rows)
+    if bucket is None:
+        raise ValueError(f"batch of {num_rows} rows exceeds the largest bucket {buckets[-1]}")
+    return bucket
 
 
 class FrameBuffers:

@@ -29,7 +29,7 @@ class CodecModel:
         self.device = setup.device
         from backend_python.engine.codec_runner import CodecRunner
         self.codec = registry.load_codec(setup.spec, device=setup.device, dtype=setup.lane.dtype)
-        self.runner = CodecRunner(self.codec, use_cuda_graphs=setup.params.get("cuda_graphs", "true") == "true")
+        self.runner = CodecRunner(self.codec, use_cuda_graphs=setup.lane.cuda_graphs)
         self.runner.warm_up()
         self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
 

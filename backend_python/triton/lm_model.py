@@ -79,17 +79,17 @@ class LMModel:
         self.codec = (registry.load_codec(spec, device=device, dtype=dtype)
                       if params.get("mode") == "timeshare" else None)
         self.metrics = LMMetrics()
-        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self._inline_codec(params),
+        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self._inline_codec(setup.lane.cuda_graphs),
                                on_step=self.metrics.on_step)
         self.device = device
         self.engine.start()
 
-    def _inline_codec(self, params: dict[str, str]):
+    def _inline_codec(self, use_cuda_graphs: bool):
         """The timeshare codec behind the same runner (and CUDA graphs) as the codec lanes: a fair baseline."""
         if self.codec is None:
             return None
         from backend_python.engine.codec_runner import CodecRunner
-        runner = CodecRunner(self.codec, use_cuda_graphs=params.get("cuda_graphs", "true") == "true")
+        runner = CodecRunner(self.codec, use_cuda_graphs=use_cuda_graphs)
         runner.warm_up()
         return runner
 

@@ -20,6 +20,7 @@ class LaneSettings:
     dtype: str = "float32"
     mps_active_thread_percentage: int = 100
     pin_gpu: bool = False  # the stub sees only its instance's GPU (disaggregated layouts: lanes on different GPUs)
+    cuda_graphs: bool = True  # codecs on CUDA replay graphs per bucket (parameter `cuda_graphs`: false = eager)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -33,7 +34,8 @@ class LaneSettings:
     def from_parameters(cls, params: dict[str, str]) -> "LaneSettings":
         return cls(device=params.get("device", "cpu"), dtype=params.get("dtype", "float32"),
                    mps_active_thread_percentage=int(params.get("mps_active_thread_percentage", "100")),
-                   pin_gpu=params.get("pin_gpu", "false") == "true")
+                   pin_gpu=params.get("pin_gpu", "false") == "true",
+                   cuda_graphs=params.get("cuda_graphs", "true") == "true")
 
     def apply_mps_limit(self) -> None:
         """Must run before anything initialises CUDA in this stub process."""

@@ -209,20 +209,13 @@ class RouterModel:
         Triton 2.51 cannot cancel a BLS stream, so the LM gets a control request
         (`cancel` = true, the stream's request id). Unknown ids are ignored there.
         """
-        self._control_lm(stream_id)
-
-    def _control_lm(self, stream_id: str) -> str | None:
-        """A cancel control request to the LM; its error message, or None when it answered."""
         control = pb_utils.InferenceRequest(
             model_name=LM_MODEL, requested_output_names=[], request_id=stream_id,
             inputs=[pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_))])
         responses = control.exec(decoupled=True)
         self._graveyard.hold(responses)
-        error = None
-        for response in responses:
-            if response.has_error() and error is None:
-                error = response.error().message()
-        return error
+        for _ in responses:
+            pass
 
     def _on_lm_dead(self, message: str) -> None:
         """The LM's process died: take the lane out of service and end every stream waiting on it."""
