@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # On one H200, from the checkout root, with the devpack carried in .devpack/:
 #   bash tools/device_families.sh OUT_DIR
-# 1. the CUDA-only CSM tests (graph replay == eager frame, bf16 kernels vs the CPU reference);
+# 1. the CUDA-only unit tests of every family (graph replay == eager frame, bf16 kernels vs the
+#    CPU reference, codec graphs and the fused SnakeBeta kernel);
 # 2. each registered full-size family preset (csm-1b; orpheus-3b when registered) served in
 #    voxlane mode: 3 sequential requests, then 4 and 16 concurrent streams of 3.2 s each;
-#    TTFA p50 and real-time factor per level in OUT_DIR/families.jsonl. About 3-4 minutes.
+#    TTFA p50 and real-time factor per level in OUT_DIR/families.jsonl. About 5-7 minutes.
 set -uo pipefail
 out=${1:?OUT_DIR}
 [ -n "${TRITONSERVER:-}" ] || source .devpack/devpack-install.sh .devpack || exit 1
@@ -13,14 +14,21 @@ export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 VOXLANE_CACHE=/tmp/voxlane-cache
 nvidia-smi --query-gpu=name,memory.total,compute_mode --format=csv,noheader
 python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)'
 
-timeout 60 python3 -m pytest -q -p no:cacheprovider -rs tests/unit/test_csm_graphs.py \
-  tests/unit/test_csm_codec.py::test_mimi_decode_replays_as_a_cuda_graph 2>&1 | tail -12
+# the unit tests on the last GPU, at the same time as the serving smoke on the first
+gpus=$(nvidia-smi --query-gpu=uuid --format=csv,noheader)
+first=$(echo "$gpus" | head -1) last=$(echo "$gpus" | tail -1)
+CUDA_VISIBLE_DEVICES=$last timeout 240 python3 -m pytest -q -p no:cacheprovider -rs tests/unit/test_csm_graphs.py \
+  tests/unit/test_csm_codec.py tests/unit/test_orpheus_graphs.py tests/unit/test_qwen3_tts_graphs.py \
+  tests/unit/test_codec_runner.py > "$out/cuda-tests.txt" 2>&1 &
+tests_pid=$!
+export CUDA_VISIBLE_DEVICES=$first
 
 models=$(python3 -c 'from backend_python.models import registry
 print(" ".join(m for m in ("csm-1b", "orpheus-3b") if m in registry.preset_names()))')
 echo "models: $models"
-timeout 165 python3 -m tools.family_smoke --device cuda --mode voxlane --models $models \
+timeout 420 python3 -m tools.family_smoke --device cuda --mode voxlane --models $models \
   --sequential 3 --concurrency 4 16 --seconds 3.2 --log-dir "$out" --out "$out/families.jsonl" 2>&1 | grep -E '^\{|Error|error' | head -20
 rc=${PIPESTATUS[0]}
 for f in "$out"/triton-*.log; do echo "== $f"; grep -E "^E|Error|Signal \(11|Fatal" "$f" | grep -v -E "NVML|DCGM" | head -5; done
+wait $tests_pid; tail -15 "$out/cuda-tests.txt"
 exit $rc

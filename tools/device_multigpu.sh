@@ -8,19 +8,16 @@
 #   disaggregate  one server: the LM lane on GPU 0, both codec lanes on GPU 1
 # and the gateway's own cost: its per-chunk write time (gRPC arrival → HTTP write, from its
 # /metrics) and TTFA at 1 req/s through the gateway vs straight to Triton's gRPC port.
-# The gateway needs aiohttp: its cp312 wheels go in .devpack/gateway-wheels/, e.g.
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-#     -d .devpack/gateway-wheels aiohttp==3.14.5 multidict yarl propcache frozenlist aiosignal \
-#     aiohappyeyeballs attrs idna typing_extensions
-# Wall time about 8 minutes (RATES, DURATION and MODEL override the defaults).
+# The gateway needs aiohttp: build the devpack with its cp312 wheels as extra specs, e.g.
+#   devpack.sh .devpack aiohttp==3.11.11 multidict==6.1.0 yarl==1.18.3 frozenlist==1.5.0 \
+#     aiosignal==1.3.2 attrs==24.3.0 propcache==0.2.1 aiohappyeyeballs==2.4.4 idna==3.10
+# Wall time about 8 minutes. RATES, DURATION and MODEL override the defaults; LAYOUTS picks and
+# orders the servers (`replicate` also measures 1gpu through a gateway on GPU 0's server alone;
+# default "replicate disaggregate"); LOWLOAD=0 skips the gateway-vs-gRPC TTFA at 1 req/s.
 set -uo pipefail
 out=${1:?OUT_DIR}
 source .devpack/devpack-install.sh .devpack || exit 1
-if ls .devpack/gateway-wheels/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .devpack/gateway-wheels/*.whl
-fi
-python3 -c "import aiohttp" || { echo "aiohttp is missing: put its wheels in .devpack/gateway-wheels (see above)"; exit 1; }
+python3 -c "import aiohttp" || { echo "aiohttp is missing: add its wheels to the devpack (see above)"; exit 1; }
 echo "$PWD" > /tmp/site/voxlane-checkout.pth   # the stubs take sys.path from /tmp/stubenv's python3
 export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
 model=${MODEL:-qwen3-tts-1.7b}
@@ -51,15 +48,18 @@ bench() {  # NAME PROTOCOL URL RATES...: one sweep; results.json and the per-rat
   cp $work/$name/results.json "$out/results-$name.json" 2>/dev/null
 }
 
+run_replicate() {
 if start_serve replicate --gpus 0,1; then
   nvidia-smi --query-gpu=index,memory.used --format=csv | tee "$out/gpus-replicate.csv"
   python3 -m clients.cli gateway --triton 127.0.0.1:8001 --triton-metrics http://127.0.0.1:8002/metrics \
     --port 9001 > $work/gateway-1gpu.out 2>&1 &
   gateway_pid=$!
   sleep 5
-  bench lowload-grpc grpc 127.0.0.1:8001 1
-  bench lowload-gateway openai 127.0.0.1:9001 1
-  fetch http://127.0.0.1:9001/metrics > "$out/gateway-metrics-lowload.txt"
+  if [ "${LOWLOAD:-1}" = 1 ]; then
+    bench lowload-grpc grpc 127.0.0.1:8001 1
+    bench lowload-gateway openai 127.0.0.1:9001 1
+    fetch http://127.0.0.1:9001/metrics > "$out/gateway-metrics-lowload.txt"
+  fi
   bench 1gpu openai 127.0.0.1:9001 $rates
   fetch http://127.0.0.1:9001/metrics > "$out/gateway-metrics-1gpu.txt"
   bench replicate openai 127.0.0.1:9000 $rates
@@ -68,13 +68,18 @@ if start_serve replicate --gpus 0,1; then
   kill -TERM $gateway_pid; wait $gateway_pid
   stop_serve
 fi
+}
 
+run_disaggregate() {
 if start_serve disaggregate --gpus 0,1 --layout disaggregate; then
   nvidia-smi --query-gpu=index,memory.used --format=csv | tee "$out/gpus-disaggregate.csv"
   bench disaggregate openai 127.0.0.1:9000 $rates
   fetch http://127.0.0.1:9000/metrics > "$out/gateway-metrics-disaggregate.txt"
   stop_serve
 fi
+}
+
+for layout in ${LAYOUTS:-replicate disaggregate}; do run_$layout; done
 
 python3 - "$out" <<'PY' | tee "$out/multigpu.txt"
 import json, pathlib, sys

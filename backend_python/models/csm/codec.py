@@ -10,12 +10,12 @@ transposed convs trimmed on the right, a causal transformer), so right-padding w
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import torch
 
 from ..base import Codec
+from ..optional_imports import hide_unimportable_optional_packages
 from .checkpoint import CODEC_PREFIX, read_state_dict
 
 log = logging.getLogger("voxlane.csm")
@@ -33,29 +33,11 @@ def mimi_config(codec_config: dict):
     return MimiConfig.from_dict(fields)
 
 
-def hide_unimportable_scipy() -> None:
-    """Mark scipy absent when it is installed but cannot import with this process's numpy.
-
-    Triton 2.51's Python backend needs numpy<2; a machine's scipy built for numpy 2 then fails on
-    import (seen: `module 'numpy' has no attribute 'long'`). transformers imports scipy, when it
-    finds it, only for object-detection losses, as `modeling_utils` loads, which takes `MimiModel`
-    down with it. A `None` entry in sys.modules makes `find_spec("scipy")` answer "not installed".
-    """
-    if sys.modules.get("scipy", False) is None or "transformers.modeling_utils" in sys.modules:
-        return
-    try:
-        import scipy.optimize  # noqa: F401  (what transformers would import)
-    except Exception:  # any failure: ImportError, or AttributeError from a numpy mismatch
-        for name in [n for n in sys.modules if n == "scipy" or n.startswith("scipy.")]:
-            del sys.modules[name]
-        sys.modules["scipy"] = None
-
-
 class MimiCodec(Codec):
     """`model` is the checkpoint's `codec_model` (a transformers `MimiModel`); only its decoder runs."""
 
     def __init__(self, codec_config: dict, left_context_frames: int = LEFT_CONTEXT_FRAMES) -> None:
-        hide_unimportable_scipy()
+        hide_unimportable_optional_packages()
         # the module itself, not transformers' lazy attribute: an import failure then names its cause
         from transformers.models.mimi.modeling_mimi import MimiModel
 
