@@ -94,9 +94,13 @@ def test_checkpoint_mimi_decodes_like_transformers_codec_model(tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.xfail(strict=True, raises=RuntimeError,
+                   reason="transformers 5.17's Mimi decode is not capturable (H200: "
+                          "cudaErrorStreamCaptureUnsupported); the CSM codec runs eagerly")
 def test_mimi_decode_replays_as_a_cuda_graph():
     """Whether transformers' Mimi decode is capturable (MimiCodec keeps `supports_cuda_graphs` False
-    until this passes on the GPU): graph replay over padded buckets equals the eager decode."""
+    until this passes on the GPU): graph replay over padded buckets equals the eager decode. Strict:
+    the day it passes, this fails, and `supports_cuda_graphs` can be turned on."""
     from backend_python.models.codec_graphs import CodecGraphs
 
     cuda = MimiCodec.from_config(tiny_mimi(), device="cuda", seed=0)
