@@ -6,9 +6,14 @@ response per chunk: `tokens` INT32 [context + new frames, K], `context_frames`
 INT32 [1], `chunk_index` INT32 [1] — plus `audio` FP32 [n] and `sample_rate`
 INT32 [1] in timeshare mode, where the codec runs inline — then the final flag. A request that
 fails gets one response with only `error` BYTES [1] (the message), then the final flag.
+
+The router's requests name its chunk channel (`voxlane_channel` parameters): those get a single
+response at once, the final flag (with `error` when refused), and their chunks, the same arrays,
+go through the channel (see chunk_channel.py for why).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import uuid
@@ -18,6 +23,7 @@ import triton_python_backend_utils as pb_utils
 
 from backend_python.engine.engine import CANCELLED
 from backend_python.engine.sequence import Chunk, Sequence
+from backend_python.triton.chunk_channel import CHANNEL_PARAMETER, CHUNK, END, KEY_PARAMETER, ChannelClients, ChannelError
 from backend_python.triton.metrics import LMMetrics
 from backend_python.triton.params import set_up_lane
 from backend_python.triton.request_inputs import (RequestError, RequestLimits,
@@ -46,14 +52,7 @@ class ResponseSink:
     def emit(self, chunk: Chunk) -> None:
         if self._sender.is_cancelled():  # the engine then drops the request and frees its slot
             raise ClientGone("the client cancelled the request")
-        tensors = [
-            pb_utils.Tensor("tokens", chunk.tokens.numpy().astype(np.int32)),
-            pb_utils.Tensor("context_frames", np.array([chunk.context_frames], dtype=np.int32)),
-            pb_utils.Tensor("chunk_index", np.array([chunk.chunk_index], dtype=np.int32)),
-        ]
-        if chunk.audio is not None:
-            tensors += [pb_utils.Tensor("audio", chunk.audio.numpy().astype(np.float32, copy=False)),
-                        pb_utils.Tensor("sample_rate", np.array([self._sample_rate], dtype=np.int32))]
+        tensors = [pb_utils.Tensor(name, array) for name, array in chunk_arrays(chunk, self._sample_rate).items()]
         self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
 
     def finish(self, error: str | None) -> None:
@@ -64,6 +63,48 @@ class ResponseSink:
             message = np.array([error.encode("utf-8")], dtype=np.object_)
             self._sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("error", message)]))
         self._sender.send(flags=FINAL)
+
+
+def chunk_arrays(chunk: Chunk, sample_rate: int | None) -> dict:
+    """A chunk's outputs by name, as numpy arrays."""
+    arrays = {"tokens": chunk.tokens.numpy().astype(np.int32),
+              "context_frames": np.array([chunk.context_frames], dtype=np.int32),
+              "chunk_index": np.array([chunk.chunk_index], dtype=np.int32)}
+    if chunk.audio is not None:
+        arrays["audio"] = chunk.audio.numpy().astype(np.float32, copy=False)
+        arrays["sample_rate"] = np.array([sample_rate], dtype=np.int32)
+    return arrays
+
+
+class ChannelSink:
+    """Delivers one request's chunks through the router's chunk channel (its Triton request has ended)."""
+
+    def __init__(self, connection, stream_id: str, sample_rate: int | None) -> None:
+        self._connection = connection
+        self._stream_id = stream_id
+        self._sample_rate = sample_rate
+
+    def emit(self, chunk: Chunk) -> None:
+        self._connection.send(self._stream_id, CHUNK, chunk_arrays(chunk, self._sample_rate))
+
+    def finish(self, error: str | None) -> None:
+        self._connection.send(self._stream_id, END, error)
+
+
+def _refuse(sender, message: str) -> None:
+    """A router request's single response: the final flag, carrying the error."""
+    error = np.array([message.encode("utf-8")], dtype=np.object_)
+    sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("error", error)]), flags=FINAL)
+
+
+def _channel_of(request) -> tuple[str, str] | None:
+    """(name, key) of the router's chunk channel this request names, or None (a plain Triton stream)."""
+    text = request.parameters()
+    if CHANNEL_PARAMETER not in text:  # the cheap test first: most direct clients send no parameters
+        return None
+    params = json.loads(text)
+    name, key = params.get(CHANNEL_PARAMETER), params.get(KEY_PARAMETER)
+    return (str(name), str(key)) if name and key else None
 
 
 class LMModel:
@@ -82,6 +123,7 @@ class LMModel:
         self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self._inline_codec(setup.lane.cuda_graphs),
                                on_step=self.metrics.on_step)
         self.device = device
+        self.channels = ChannelClients()
         self.engine.start()
 
     def _inline_codec(self, use_cuda_graphs: bool):
@@ -108,17 +150,26 @@ class LMModel:
             self.engine.cancel_id(request.request_id())
             sender.send(flags=FINAL)
             return
+        channel = _channel_of(request)
+        refuse = (lambda message: _refuse(sender, message)) if channel else ResponseSink(sender, None).finish
         try:
-            seq = self._sequence(request, ResponseSink(sender, self.sample_rate))
-        except RequestError as exc:
-            ResponseSink(sender, None).finish(str(exc))
+            seq = self._sequence(request, lambda request_id: self._sink(sender, channel, request_id))
+        except (RequestError, ChannelError) as exc:
+            refuse(str(exc))
             return
         if not self.engine.try_add(seq):
             limit = self.engine.config.max_queued
-            ResponseSink(sender, None).finish(f"server overloaded: {limit} requests already wait for the LM lane; "
-                                              f"retry later")
+            refuse(f"server overloaded: {limit} requests already wait for the LM lane; retry later")
+            return
+        if channel:
+            sender.send(flags=FINAL)  # accepted: the chunks follow through the channel
 
-    def _sequence(self, request, sink: ResponseSink) -> Sequence:
+    def _sink(self, sender, channel: tuple[str, str] | None, request_id: str):
+        if channel is None:
+            return ResponseSink(sender, self.sample_rate)
+        return ChannelSink(self.channels.connect(*channel), request_id, self.sample_rate)
+
+    def _sequence(self, request, make_sink) -> Sequence:
         import torch
 
         from backend_python.models.base import SamplingParams
@@ -136,10 +187,12 @@ class LMModel:
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         generator = torch.Generator(device=self.device).manual_seed(seed)
         max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
-        return Sequence(request_id=request.request_id() or uuid.uuid4().hex, prompt=prompt,
+        request_id = request.request_id() or uuid.uuid4().hex
+        return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
-                        sink=sink, generator=generator)
+                        sink=make_sink(request_id), generator=generator)
 
     def finalize(self) -> None:
         self.engine.stop()
+        self.channels.close()
 

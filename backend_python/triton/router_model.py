@@ -1,15 +1,18 @@
 """Triton glue of `vox_ensemble`: the decoupled BLS router.
 
 Per request: validate (a bad request fails here, before any model work), then
-one worker thread streams the LM's chunks (a decoupled BLS stream from
-`speechlm_lm`), routes each chunk to a codec lane by its playback deadline,
-and sends the audio back in order. BLS iterators block, so each request gets
-its own thread; `execute` returns None at once.
+one worker thread starts the request on `speechlm_lm` (a BLS request whose one
+response says accepted or refused), reads its chunks from the router's chunk
+channel (chunk_channel.py says why not from a decoupled BLS stream), routes each
+chunk to a codec lane by its playback deadline, and sends the audio back in
+order. Codec calls block, so each request gets its own thread; `execute`
+returns None at once.
 """
 from __future__ import annotations
 
 import gc
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -18,8 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.engine.engine import CANCELLED
 from backend_python.triton import fault_inject
 from backend_python.triton.cancel_watch import CancelWatch
+from backend_python.triton.chunk_channel import CHUNK, ChunkChannel
 from backend_python.triton.graveyard import Graveyard
 from backend_python.triton.lane_health import LaneHealth
 from backend_python.triton.live_streams import LiveStreams
@@ -100,6 +105,7 @@ class RouterModel:
         self.metrics = RouterMetrics()
         self.lane_health = LaneHealth(pb_utils.unload_model, pb_utils.is_model_ready)
         self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
+        self.channel = ChunkChannel()
         self.cancel_watch = CancelWatch(self._cancel_lm)
         self.cancel_watch.start()
         self.streams = LiveStreams(self._finish)
@@ -107,9 +113,6 @@ class RouterModel:
                                 has_streams=lambda: len(self.streams) > 0,
                                 is_lm_available=lambda: self.lane_health.unavailable(LM_MODEL) is None)
         self.lm_watch.start()
-        self._lm_outputs = ["tokens", "context_frames", "chunk_index", "error"]
-        if Lane.INLINE in self.config.mode.lanes:
-            self._lm_outputs += ["audio", "sample_rate"]
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -127,6 +130,7 @@ class RouterModel:
         from unloading and tritonserver waited out its exit timeout on SIGTERM."""
         self.lm_watch.stop()
         self.cancel_watch.stop()
+        self.channel.close()
         self._graveyard.release_all()
         gc.collect()  # iterators kept alive by reference cycles (e.g. a stored traceback) go too
 
@@ -176,32 +180,44 @@ class RouterModel:
 
     def _relay(self, job: _Job, clock: PlaybackClock, send) -> str | None:
         """Stream LM chunks through the codec lanes; returns an error or None when done."""
+        messages = self.channel.subscribe(job.stream_id)  # before the LM can send anything
+        try:
+            if (refused := self._start_lm(job)) is not None:
+                return refused
+            while True:
+                try:
+                    kind, payload = messages.get(timeout=1.0)
+                except queue.Empty:
+                    if job.stream_id not in self.streams:  # ended from outside (the LM died)
+                        return None
+                    continue
+                if kind != CHUNK:  # the LM ended the stream: done (None), cancelled, or failed
+                    return "cancelled by the client" if payload == CANCELLED else payload
+                if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
+                    self._cancel_lm(job.stream_id)
+                    return "cancelled by the client"
+                chunk = self._relay_chunk(payload, clock, job.codec_parameters)
+                if isinstance(chunk, str):  # this stream cannot go on: free its LM slot too
+                    self._cancel_lm(job.stream_id)
+                    return chunk
+                if not send(chunk):  # ended from outside (the LM died): nothing more to send
+                    return None
+        finally:
+            self.channel.unsubscribe(job.stream_id)
+
+    def _start_lm(self, job: _Job) -> str | None:
+        """Hand the request to the LM; its one response is the final flag, with `error` if refused."""
         lm_request = pb_utils.InferenceRequest(
-            model_name=LM_MODEL, requested_output_names=self._lm_outputs, inputs=job.inputs,
-            request_id=job.stream_id)
+            model_name=LM_MODEL, requested_output_names=["error"], inputs=job.inputs,
+            request_id=job.stream_id, parameters=self.channel.parameters)
         responses = lm_request.exec(decoupled=True)
         self._graveyard.hold(responses)
         for response in responses:
             if response.has_error():  # from Triton itself: the LM could not be reached
                 return response.error().message()
-            if (error := _lm_error(response)) is not None:  # the LM refused or ended the request
-                _drain(responses)  # to the LM's final flag, which follows
+            if (error := _lm_error(response)) is not None:  # the LM refused the request
                 return error
-            if not response.output_tensors():  # the LM's empty final response
-                continue
-            if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
-                self._cancel_lm(job.stream_id)
-                _drain(responses)
-                return "cancelled by the client"
-            chunk = self._relay_chunk(response, clock, job.codec_parameters)
-            if isinstance(chunk, str):  # this stream cannot go on: free its LM slot too
-                self._cancel_lm(job.stream_id)
-                _drain(responses)
-                return chunk
-            if not send(chunk):  # ended from outside (the LM died): nothing more to send
-                return None
-        # the cancel watch ended the LM stream early: the client is gone
-        return "cancelled by the client" if job.sender.is_cancelled() else None
+        return None
 
     def _cancel_lm(self, stream_id: str) -> None:
         """End the LM's stream `stream_id` (its client went away); its slot frees at the LM's next step.
@@ -222,15 +238,16 @@ class RouterModel:
         self.lane_health.on_error(LM_MODEL, message)
         reason = self.lane_health.unavailable(LM_MODEL) or f"the {LM_MODEL} lane is down (its process died)"
         ended = self.streams.end_all(reason)
+        self.channel.end_all(reason)  # wakes their worker threads
         log.error("the LM's process died; ended %d live streams", ended)
 
-    def _relay_chunk(self, response, clock: PlaybackClock, codec_parameters: dict):
-        """Route and decode one LM chunk; returns a _Chunk or an error string."""
-        tokens = pb_utils.get_output_tensor_by_name(response, "tokens").as_numpy()  # [frames, K] int32
-        context = pb_utils.get_output_tensor_by_name(response, "context_frames").as_numpy()
-        index = int(pb_utils.get_output_tensor_by_name(response, "chunk_index").as_numpy()[0])
+    def _relay_chunk(self, arrays: dict, clock: PlaybackClock, codec_parameters: dict):
+        """Route and decode one LM chunk (its arrays by output name); returns a _Chunk or an error string."""
+        tokens = arrays["tokens"]  # [frames, K] int32
+        context = arrays["context_frames"]
+        index = int(arrays["chunk_index"][0])
         lane = self.router.route(clock, index, time.monotonic(), self.in_flight.peek(Lane.BACKGROUND)).lane
-        decoded = (_inline_audio(response) if lane is Lane.INLINE
+        decoded = (_inline_audio(arrays) if lane is Lane.INLINE
                    else self._decode(lane, tokens, int(context[0]), codec_parameters))
         if isinstance(decoded, str):
             return decoded
@@ -262,14 +279,9 @@ class RouterModel:
         self.metrics.on_codec_call(lane, elapsed)
         audio = pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)
         sample_rate = int(pb_utils.get_output_tensor_by_name(response, "sample_rate").as_numpy().reshape(-1)[0])
-        return np.array(audio, dtype=np.float32), sample_rate  # a copy: see _inline_audio
-
-
-def _drain(responses) -> None:
-    """Read an LM stream that is being abandoned to its final flag (a Triton error response ends it too)."""
-    for response in responses:
-        if response.has_error():
-            break
+        # a copy: as_numpy() views the response's shared memory, freed with the response (a view
+        # sent later crashed the stub)
+        return np.array(audio, dtype=np.float32), sample_rate
 
 
 def _lm_error(response) -> str | None:
@@ -277,15 +289,11 @@ def _lm_error(response) -> str | None:
     return None if error is None else error.as_numpy().reshape(-1)[0].decode("utf-8")
 
 
-def _inline_audio(response):
+def _inline_audio(arrays: dict):
     """(audio, sample_rate) that the LM decoded itself (timeshare), or an error string."""
-    audio = pb_utils.get_output_tensor_by_name(response, "audio")
-    if audio is None:
+    if "audio" not in arrays:
         return "the LM lane sent no inline audio: is speechlm_lm in timeshare mode too?"
-    sample_rate = pb_utils.get_output_tensor_by_name(response, "sample_rate").as_numpy()
-    # as_numpy() views the response's shared memory, which is freed with the response:
-    # keep a copy, never the view (a view sent later crashed the stub)
-    return np.array(audio.as_numpy().reshape(-1), dtype=np.float32), int(sample_rate.reshape(-1)[0])
+    return arrays["audio"].reshape(-1), int(arrays["sample_rate"].reshape(-1)[0])
 
 
 def _copied_inputs(request) -> list:

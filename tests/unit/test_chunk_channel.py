@@ -1,0 +1,121 @@
+"""The chunk channel between the LM and the router: per-stream delivery, in order, and its failures."""
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+import pytest
+
+from backend_python.triton.chunk_channel import (CHANNEL_PARAMETER, CHUNK, END, KEY_PARAMETER, ChannelClients,
+                                                 ChannelError, ChunkChannel)
+
+
+@pytest.fixture
+def channel():
+    channel = ChunkChannel()
+    yield channel
+    channel.close()
+
+
+def connect(channel: ChunkChannel, clients: ChannelClients | None = None):
+    params = channel.parameters
+    return (clients or ChannelClients()).connect(params[CHANNEL_PARAMETER], params[KEY_PARAMETER])
+
+
+def test_each_stream_gets_its_own_messages_in_order(channel):
+    a, b = channel.subscribe("a"), channel.subscribe("b")
+    conn = connect(channel)
+    for i in range(50):
+        conn.send("a" if i % 2 else "b", CHUNK, {"chunk_index": np.array([i], dtype=np.int32)})
+    conn.send("a", END, None)
+    conn.send("b", END, "decode failed: boom")
+    got_a = [a.get(timeout=5) for _ in range(26)]
+    got_b = [b.get(timeout=5) for _ in range(26)]
+    assert [int(p["chunk_index"][0]) for k, p in got_a[:-1]] == list(range(1, 50, 2))
+    assert [int(p["chunk_index"][0]) for k, p in got_b[:-1]] == list(range(0, 50, 2))
+    assert got_a[-1] == (END, None) and got_b[-1] == (END, "decode failed: boom")
+
+
+def test_messages_of_streams_nobody_waits_for_are_dropped(channel):
+    kept = channel.subscribe("kept")
+    conn = connect(channel)
+    conn.send("gone", CHUNK, {"x": 1})  # unsubscribed already, or never subscribed
+    conn.send("kept", END, None)
+    assert kept.get(timeout=5) == (END, None)
+    channel.unsubscribe("kept")
+    conn.send("kept", CHUNK, {"x": 2})
+    conn.send("sync", END, None)
+    with pytest.raises(queue.Empty):
+        kept.get(timeout=0.3)
+
+
+def test_arrays_arrive_as_sent(channel):
+    q = channel.subscribe("s")
+    tokens = np.arange(35 * 16, dtype=np.int32).reshape(35, 16)
+    audio = np.linspace(-1, 1, 19200, dtype=np.float32)
+    connect(channel).send("s", CHUNK, {"tokens": tokens, "audio": audio})
+    kind, payload = q.get(timeout=5)
+    assert kind == CHUNK
+    np.testing.assert_array_equal(payload["tokens"], tokens)
+    np.testing.assert_array_equal(payload["audio"], audio)
+    assert payload["tokens"].dtype == np.int32 and payload["audio"].dtype == np.float32
+
+
+def test_a_wrong_key_is_refused(channel):
+    with pytest.raises(ChannelError, match="cannot reach the router's chunk channel"):
+        ChannelClients().connect(channel.parameters[CHANNEL_PARAMETER], "0" * 32)
+    q = channel.subscribe("s")  # and the channel still serves the right key
+    connect(channel).send("s", END, None)
+    assert q.get(timeout=5) == (END, None)
+
+
+def test_an_unknown_channel_is_a_clear_error():
+    with pytest.raises(ChannelError, match="voxlane-nobody"):
+        ChannelClients().connect("voxlane-nobody", "0" * 32)
+
+
+def test_end_all_wakes_every_waiting_stream(channel):
+    queues = [channel.subscribe(f"s{i}") for i in range(3)]
+    channel.end_all("the speechlm_lm lane is down")
+    assert [q.get(timeout=1) for q in queues] == [(END, "the speechlm_lm lane is down")] * 3
+
+
+def test_a_closed_router_breaks_the_connection_and_a_new_router_is_reached():
+    clients = ChannelClients()
+    first = ChunkChannel()
+    q = first.subscribe("s")
+    conn = connect(first, clients)
+    conn.send("s", CHUNK, {})
+    assert q.get(timeout=5) == (CHUNK, {})  # the router's side is reading
+    first.close()
+    with pytest.raises(ChannelError):
+        for _ in range(100):  # the break shows on a send after the peer closed
+            conn.send("s", CHUNK, {"pad": np.zeros(4096, dtype=np.float32)})
+    second = ChunkChannel()
+    try:
+        q = second.subscribe("t")
+        connect(second, clients).send("t", END, None)
+        assert q.get(timeout=5) == (END, None)
+    finally:
+        second.close()
+
+
+def test_several_senders_share_one_connection(channel):
+    queues = {f"s{i}": channel.subscribe(f"s{i}") for i in range(4)}
+    clients = ChannelClients()
+
+    def sender(stream_id: str) -> None:
+        conn = connect(channel, clients)
+        for i in range(100):
+            conn.send(stream_id, CHUNK, i)
+        conn.send(stream_id, END, None)
+
+    threads = [threading.Thread(target=sender, args=(s,)) for s in queues]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for q in queues.values():
+        got = [q.get(timeout=5) for _ in range(101)]
+        assert [p for _, p in got[:-1]] == list(range(100)) and got[-1] == (END, None)
