@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from backend_python.engine.codec_runner import CodecRunner
+from backend_python.engine.reasons import CANCELLED
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.timing import StepTiming
 from backend_python.models.base import Codec, DecodeBatch, SpeechLM
@@ -24,7 +25,6 @@ from scheduler import (AdmissionState, ChunkPlan, SchedulerConfig, StreamStatus,
                        make_admission_policy)
 
 log = logging.getLogger("voxlane.engine")
-CANCELLED = "cancelled"  # the finish reason of a cancelled request
 
 
 @dataclass(frozen=True)

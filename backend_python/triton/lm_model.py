@@ -21,7 +21,7 @@ import uuid
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.engine.engine import CANCELLED
+from backend_python.engine.reasons import CANCELLED
 from backend_python.engine.sequence import Chunk, Sequence
 from backend_python.triton.chunk_channel import CHANNEL_PARAMETER, CHUNK, END, KEY_PARAMETER, ChannelClients, ChannelError
 from backend_python.triton.metrics import LMMetrics

@@ -67,11 +67,18 @@ class RouterMetrics:
 
 
 class LMMetrics:
+    """Called by the engine thread only. The gauge is set when it changes, not every step: each
+    set is a round trip to tritonserver, and a stub killed inside one crashed the whole server
+    (`boost::interprocess::lock_exception`), so a steady batch sends nothing."""
+
     def __init__(self) -> None:
         family = pb_utils.MetricFamily("voxlane_lm_batch_size", "Requests in the LM lane's last decode step",
                                        pb_utils.MetricFamily.GAUGE)
         self._family = family
         self._batch_size = family.Metric(labels={})
+        self._last: int | None = None
 
     def on_step(self, batch_size: int) -> None:
-        self._batch_size.set(batch_size)
+        if batch_size != self._last:
+            self._batch_size.set(batch_size)
+            self._last = batch_size

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.engine.engine import CANCELLED
+from backend_python.engine.reasons import CANCELLED
 from backend_python.triton import fault_inject
 from backend_python.triton.cancel_watch import CancelWatch
 from backend_python.triton.chunk_channel import CHUNK, ChunkChannel
