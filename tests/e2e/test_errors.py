@@ -1,6 +1,7 @@
 """Bad input gets a clear error naming the problem, fast, and the server keeps serving."""
 from __future__ import annotations
 
+import queue
 import time
 import urllib.error
 
@@ -118,3 +119,24 @@ def test_invalid_utf8_voice_is_refused(url):
     inputs = [text_input(), tensor("voice", "BYTES", np.array([b"\xff\xfe"], dtype=np.object_))]
     outcome = first_answer(url, inputs)
     assert outcome.error is not None and "input 'voice' is not valid UTF-8" in outcome.error
+
+
+def test_an_lm_request_naming_an_unknown_chunk_channel_is_refused(url):
+    """The LM sends a router's chunks through the router's channel (chunk_channel.py): a request that
+    names a channel nobody listens on gets one final response carrying the error, and nothing runs."""
+    client = grpcclient.InferenceServerClient(url=url)
+    responses: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        client.async_stream_infer("speechlm_lm", build_inputs("Hi.", max_audio_seconds=0.4, ignore_eos=True),
+                                  parameters={"voxlane_channel": "voxlane-nobody", "voxlane_channel_key": "0" * 32},
+                                  enable_empty_final_response=True)
+        result, error = responses.get(timeout=10)
+    finally:
+        client.stop_stream()
+        client.close()
+    assert error is None, error
+    assert "cannot reach the router's chunk channel 'voxlane-nobody'" in result.as_numpy("error")[0].decode()
+    assert result.as_numpy("tokens") is None
+    assert result.get_response().parameters["triton_final_response"].bool_param
+    assert synthesize(url, GOOD, seed=1, max_audio_seconds=0.4, ignore_eos=True).chunks
