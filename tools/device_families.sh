@@ -5,7 +5,8 @@
 #    CPU reference, codec graphs and the fused SnakeBeta kernel);
 # 2. each registered full-size family preset (csm-1b; orpheus-3b when registered) served in
 #    voxlane mode: 3 sequential requests, then 4 and 16 concurrent streams of 3.2 s each;
-#    TTFA p50 and real-time factor per level in OUT_DIR/families.jsonl. About 5-7 minutes.
+#    TTFA p50 and real-time factor per level in OUT_DIR/families.jsonl (MODELS overrides the presets).
+#    About 3 minutes.
 set -uo pipefail
 out=${1:?OUT_DIR}
 [ -n "${TRITONSERVER:-}" ] || source .devpack/devpack-install.sh .devpack || exit 1
@@ -23,8 +24,8 @@ CUDA_VISIBLE_DEVICES=$last timeout 240 python3 -m pytest -q -p no:cacheprovider 
 tests_pid=$!
 export CUDA_VISIBLE_DEVICES=$first
 
-models=$(python3 -c 'from backend_python.models import registry
-print(" ".join(m for m in ("csm-1b", "orpheus-3b") if m in registry.preset_names()))')
+models=${MODELS:-$(python3 -c 'from backend_python.models import registry
+print(" ".join(m for m in ("csm-1b", "orpheus-3b") if m in registry.preset_names()))')}
 echo "models: $models"
 timeout 420 python3 -m tools.family_smoke --device cuda --mode voxlane --models $models \
   --sequential 3 --concurrency 4 16 --seconds 3.2 --log-dir "$out" --out "$out/families.jsonl" 2>&1 | grep -E '^\{|Error|error' | head -20
