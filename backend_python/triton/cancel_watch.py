@@ -1,6 +1,6 @@
 """Notices cancelled streams between chunks and has the LM drop them at once.
 
-A stream's own thread blocks on the LM's BLS response iterator, so it sees a
+A stream's own thread waits for the LM's next chunk on the chunk channel, so it sees a
 cancellation only when the LM sends its next chunk: a request still waiting
 for an LM slot would keep its place in the queue, and be prefilled, before
 anyone noticed its client had gone. This one thread polls every live stream's

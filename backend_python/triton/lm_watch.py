@@ -1,9 +1,9 @@
 """Notices a dead LM process while streams wait on it, and ends those streams with a clear error.
 
-A stream's worker blocks on the LM's BLS response iterator; when the LM's Python stub dies, Triton
-2.51 never ends that iterator, so the stream would hang. While any stream is live this thread
+A stream's worker waits for the LM's next chunk on the chunk channel; when the LM's Python stub
+dies, nothing more comes, so the stream would wait forever. While any stream is live this thread
 probes the LM every `period_s` (the router looks for the LM's stub process in /proc: no request
-to the LM, since every BLS stream made and freed at runtime is a risk in Triton 2.51); a probe
+to the LM, since every BLS request made at runtime costs tritonserver memory in Triton 2.51); a probe
 that reports Triton's "is not healthy" calls `on_dead(message)` once. Probing resumes when
 `is_lm_available()` says the LM was loaded again.
 """

@@ -222,7 +222,7 @@ class RouterModel:
     def _cancel_lm(self, stream_id: str) -> None:
         """End the LM's stream `stream_id` (its client went away); its slot frees at the LM's next step.
 
-        Triton 2.51 cannot cancel a BLS stream, so the LM gets a control request
+        Triton 2.51 cannot cancel a BLS request, so the LM gets a control request
         (`cancel` = true, the stream's request id). Unknown ids are ignored there.
         """
         control = pb_utils.InferenceRequest(
