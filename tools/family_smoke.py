@@ -27,7 +27,8 @@ TEXT = "VoxLane streams speech while the model is still talking."
 def summary(results: list[StreamResult], wall_s: float) -> dict:
     rtf = [r.chunks[-1].arrival_s / r.audio_seconds for r in results]
     ttfa = [r.ttfa_s * 1e3 for r in results]
-    return {"streams": len(results), "ttfa_ms_p50": round(statistics.median(ttfa), 1),
+    return {"streams": len(results), "ttfa_ms": [round(t, 1) for t in ttfa],
+            "ttfa_ms_p50": round(statistics.median(ttfa), 1),
             "ttfa_ms_max": round(max(ttfa), 1), "rtf_p50": round(statistics.median(rtf), 3),
             "rtf_max": round(max(rtf), 3), "audio_s_per_s": round(sum(r.audio_seconds for r in results) / wall_s, 2),
             "lanes": sorted({c.lane for r in results for c in r.chunks})}

@@ -12,37 +12,30 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import urllib.request
-import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
+import urllib.request
 from pathlib import Path
 
 from clients.bench.compare import free_ports
 from clients.serve import MODES, ServeConfig, Server
 from clients.stream import synthesize
 from clients.triton_launch import Ports
-
-TEXT = "VoxLane streams speech while the model is still talking."
+from tools.family_smoke import run_level, run_sequential
 
 
 def measure(url: str, seconds: float, sequential: int, concurrent: int) -> dict:
     synthesize(url, "Warm up.", seed=0, max_audio_seconds=seconds, ignore_eos=True)
-    alone = [synthesize(url, TEXT, seed=i, max_audio_seconds=seconds, ignore_eos=True) for i in range(sequential)]
-    started = time.perf_counter()
-    with ThreadPoolExecutor(concurrent) as pool:
-        together = list(pool.map(lambda i: synthesize(url, f"{TEXT} {i}", seed=i, max_audio_seconds=seconds,
-                                                      ignore_eos=True), range(concurrent)))
-    wall = time.perf_counter() - started
+    alone = run_sequential(url, sequential, seconds)
+    together = run_level(url, concurrent, seconds)
     return {
-        "ttfa_ms_idle": [round(r.ttfa_s * 1e3, 1) for r in alone],
-        "ttfa_ms_idle_p50": round(statistics.median(r.ttfa_s for r in alone) * 1e3, 1),
-        "rtf_idle": round(statistics.median(r.chunks[-1].arrival_s / r.audio_seconds for r in alone), 3),
+        "ttfa_ms_idle": alone["ttfa_ms"],
+        "ttfa_ms_idle_p50": alone["ttfa_ms_p50"],
+        "rtf_idle": alone["rtf_p50"],
         "concurrent": concurrent,
-        "ttfa_ms_concurrent_p50": round(statistics.median(r.ttfa_s for r in together) * 1e3, 1),
-        "ttfa_ms_concurrent_max": round(max(r.ttfa_s for r in together) * 1e3, 1),
-        "audio_s_per_s_concurrent": round(sum(r.audio_seconds for r in together) / wall, 2),
-        "lanes": sorted({c.lane for r in alone + together for c in r.chunks}),
+        "ttfa_ms_concurrent_p50": together["ttfa_ms_p50"],
+        "ttfa_ms_concurrent_max": together["ttfa_ms_max"],
+        "audio_s_per_s_concurrent": together["audio_s_per_s"],
+        "lanes": sorted(set(alone["lanes"]) | set(together["lanes"])),
     }
 
 
