@@ -11,7 +11,8 @@ from clients.bench.cli import add_commands
 from clients.gateway.cli import add_gateway_command
 from clients.microbench.cli import add_command as add_microbench
 from clients.mps import MpsError
-from clients.serve import LAYOUTS, MODES, Fleet, FleetConfig, ServeConfig, Server
+from clients.fleet import LAYOUTS, Fleet, FleetConfig
+from clients.serve import MODES, ServeConfig, Server
 from clients.triton_launch import Ports, find_triton
 
 DEMO_TEXT = "VoxLane streams speech while the model is still talking."

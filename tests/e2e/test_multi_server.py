@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from clients.bench.compare import free_ports
-from clients.serve import PORT_STRIDE
+from clients.fleet import PORT_STRIDE
 
 EXTRA = {"seed": 2, "max_audio_seconds": 0.8, "ignore_eos": True}
 

@@ -7,7 +7,8 @@ import pytest
 
 from backend_python.triton.params import LaneSettings
 from clients.mps import MpsDaemon
-from clients.serve import FleetConfig, ServeConfig, render_repository
+from clients.fleet import FleetConfig
+from clients.serve import ServeConfig, render_repository
 from clients.triton_launch import Ports
 
 CUDA = ServeConfig(model="qwen3-tts-1.7b", device="cuda", ports=Ports(8000, 8001, 8002))
