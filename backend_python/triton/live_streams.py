@@ -30,10 +30,6 @@ class LiveStreams:
         with self._lock:
             self._live[stream_id] = (job, _Live())
 
-    def __contains__(self, stream_id: str) -> bool:
-        with self._lock:
-            return stream_id in self._live
-
     def __len__(self) -> int:
         with self._lock:
             return len(self._live)

@@ -60,8 +60,7 @@ class ResponseSink:
         # output: through BLS in Triton 2.51 an error response never ended the router's response
         # iterator, and tritonserver then hung at shutdown (the router's model never unloaded)
         if error is not None and error != CANCELLED:
-            message = np.array([error.encode("utf-8")], dtype=np.object_)
-            self._sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("error", message)]))
+            self._sender.send(_error_response(error))
         self._sender.send(flags=FINAL)
 
 
@@ -91,10 +90,15 @@ class ChannelSink:
         self._connection.send(self._stream_id, END, error)
 
 
+def _error_response(message: str):
+    """A response carrying only the `error` output BYTES [1]."""
+    error = np.array([message.encode("utf-8")], dtype=np.object_)
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("error", error)])
+
+
 def _refuse(sender, message: str) -> None:
     """A router request's single response: the final flag, carrying the error."""
-    error = np.array([message.encode("utf-8")], dtype=np.object_)
-    sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("error", error)]), flags=FINAL)
+    sender.send(_error_response(message), flags=FINAL)
 
 
 def _channel_of(request) -> tuple[str, str] | None:
@@ -152,8 +156,9 @@ class LMModel:
             return
         channel = _channel_of(request)
         refuse = (lambda message: _refuse(sender, message)) if channel else ResponseSink(sender, None).finish
+        request_id = request.request_id() or uuid.uuid4().hex
         try:
-            seq = self._sequence(request, lambda request_id: self._sink(sender, channel, request_id))
+            seq = self._sequence(request, request_id, self._sink(sender, channel, request_id))
         except (RequestError, ChannelError) as exc:
             refuse(str(exc))
             return
@@ -169,7 +174,7 @@ class LMModel:
             return ResponseSink(sender, self.sample_rate)
         return ChannelSink(self.channels.connect(*channel), request_id, self.sample_rate)
 
-    def _sequence(self, request, make_sink) -> Sequence:
+    def _sequence(self, request, request_id: str, sink) -> Sequence:
         import torch
 
         from backend_python.models.base import SamplingParams
@@ -187,10 +192,9 @@ class LMModel:
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         generator = torch.Generator(device=self.device).manual_seed(seed)
         max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
-        request_id = request.request_id() or uuid.uuid4().hex
         return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
-                        sink=make_sink(request_id), generator=generator)
+                        sink=sink, generator=generator)
 
     def finalize(self) -> None:
         self.engine.stop()

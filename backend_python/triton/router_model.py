@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -185,12 +184,7 @@ class RouterModel:
             if (refused := self._start_lm(job)) is not None:
                 return refused
             while True:
-                try:
-                    kind, payload = messages.get(timeout=1.0)
-                except queue.Empty:
-                    if job.stream_id not in self.streams:  # ended from outside (the LM died)
-                        return None
-                    continue
+                kind, payload = messages.get()  # the LM's death wakes it too: see _on_lm_dead
                 if kind != CHUNK:  # the LM ended the stream: done (None), cancelled, or failed
                     return "cancelled by the client" if payload == CANCELLED else payload
                 if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
