@@ -1,9 +1,15 @@
 """The LM lane's continuous-batching loop.
 
 One thread owns the model. Each step: admit waiting requests into free slots
-(prefill), decode one frame for every running request (one batched call), then
-cut finished chunks and hand them to each request's sink. Requests join and
+(prefill), launch one decode frame for every running request (one batched call),
+then cut finished chunks and hand them to each request's sink. Requests join and
 leave between steps; an error in one request's prefill ends only that request.
+
+With `overlap_steps` (the default on CUDA) the host work of a step runs while the
+GPU computes the next one: step t+1 is launched before step t's codes are read
+(its inputs do not depend on them: the sampled codes feed the next frame on the
+device), and t's copy to the host overlaps t+1. A request that ended at step t
+has one more, discarded, row in step t+1.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import torch
 from backend_python.engine.codec_runner import CodecRunner
 from backend_python.engine.reasons import CANCELLED
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
-from backend_python.engine.timing import StepTiming
+from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
 from backend_python.models.base import Codec, DecodeBatch, SpeechLM
 from scheduler import (AdmissionState, ChunkPlan, SchedulerConfig, StreamStatus, WaitingRequest,
                        make_admission_policy)
@@ -34,6 +40,7 @@ class EngineConfig:
     max_queued: int = 128  # requests waiting for a slot; beyond it new ones are refused at once
     codec_left_context_frames: int = 25
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # chunking and admission
+    overlap_steps: bool | None = None  # launch step t+1 before reading step t's codes; None: on CUDA only
 
     def __post_init__(self) -> None:
         if self.max_slots < 1:
@@ -69,6 +76,10 @@ class LMEngine:
         self._on_step = on_step
         self._admission = make_admission_policy(config.scheduler)
         self._timing = StepTiming()
+        self.phases = PhaseClock(clock)  # read by the lane's metrics
+        self._is_overlapped = (config.overlap_steps if config.overlap_steps is not None
+                               else model.device.type == "cuda")
+        self._pending: _LaunchedStep | None = None  # the step whose codes are still on their way
         self._inbox: queue.Queue[Sequence | None] = queue.Queue()
         self._waiting: list[Sequence] = []
         self._running: list[Sequence] = []
@@ -122,7 +133,7 @@ class LMEngine:
     def _loop(self) -> None:
         with torch.inference_mode():
             while not self._stopped.is_set():
-                self._collect(block=not (self._running or self._waiting))
+                self._collect(block=not (self._running or self._waiting or self._pending))
                 try:
                     self.step()
                 except Exception as exc:  # a bug in a step ends the requests in it, never the loop
@@ -136,21 +147,28 @@ class LMEngine:
         The whole inbox, past any None: a request left behind a wake-up would miss a cancel that
         `_drop_cancelled` reads (and clears) before the request reaches `waiting`."""
         items = []
+        self.phases.charge(LoopPhase.HOST)
         try:
             items.append(self._inbox.get(block=block))
             while True:
                 items.append(self._inbox.get_nowait())
         except queue.Empty:
             pass
+        self.phases.charge(LoopPhase.IDLE if block else LoopPhase.HOST)
         self._waiting.extend(item for item in items if item is not None)
 
     def step(self) -> None:
         self._drop_cancelled()
         self._retire()
         self._admit()
-        if self._running:
-            self._decode()
+        launched = self._launch() if self._running else None
+        if not self._is_overlapped and launched is not None:
+            launched, self._pending = None, launched
+        if self._pending is not None:  # overlapped: the previous step's host work hides behind this one
+            self._process(self._pending)
+        self._pending = launched
         self._retire()
+        self.phases.charge(LoopPhase.HOST)
         if self._on_step is not None:
             self._on_step(len(self._running))
 
@@ -172,15 +190,18 @@ class LMEngine:
 
     def _prefill(self, seq: Sequence) -> None:
         seq.slot = self._free_slots.pop()
+        self.phases.charge(LoopPhase.HOST)
         started = self._clock()
         try:
             self._check_fits(seq)
             self.model.prefill(seq.slot, seq.prompt)
         except Exception as exc:  # one request's bad prefill ends that request only
+            self.phases.charge(LoopPhase.PREFILL)
             log.warning("prefill of %s failed: %s", seq.request_id, exc)
             self._free_slots.append(seq.slot)  # the next prefill overwrites whatever was written
             self._finish(seq, str(exc))
             return
+        self.phases.charge(LoopPhase.PREFILL)
         self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
         seq.status = SeqStatus.RUNNING
         self._running.append(seq)
@@ -191,23 +212,35 @@ class LMEngine:
             raise ValueError(f"request needs {needed} positions (prompt {seq.prompt.num_tokens} tokens + "
                              f"{seq.max_frames} frames) but the server's max_seq_len is {self.config.max_seq_len}")
 
-    def _decode(self) -> None:
-        batch = DecodeBatch(slots=[s.slot for s in self._running],
-                            sampling=[s.sampling for s in self._running],
-                            generators=[s.generator for s in self._running],
-                            ignore_eos=[s.ignore_eos for s in self._running])
-        started = self._clock()
+    def _launch(self) -> "_LaunchedStep | None":
+        """Launch one frame for every running request; its codes are copied to the host asynchronously."""
+        rows = list(self._running)
+        batch = DecodeBatch(slots=[s.slot for s in rows], sampling=[s.sampling for s in rows],
+                            generators=[s.generator for s in rows], ignore_eos=[s.ignore_eos for s in rows])
+        self.phases.charge(LoopPhase.HOST)
         try:
             codes, is_eos = self.model.decode(batch)
-            codes, is_eos = codes.cpu(), is_eos.cpu()  # the step's one device-to-host copy
+            launched = _LaunchedStep.start(rows, codes, is_eos, self._clock())
         except Exception as exc:  # a broken step ends the requests in it, not the loop
             log.exception("decode step failed")
-            for seq in self._running:
+            for seq in rows:
                 self._finish(seq, f"decode failed: {exc}")
-            return
-        self._timing.observe_step(self._clock() - started)
+            return None
+        finally:
+            self.phases.charge(LoopPhase.DECODE)
+            self.phases.on_step(len(rows))
+        return launched
+
+    def _process(self, step: "_LaunchedStep") -> None:
+        """Read a launched step's codes (waiting for the GPU), then cut and deliver its chunks."""
+        self.phases.charge(LoopPhase.HOST)
+        codes, is_eos = step.wait()
+        self.phases.charge(LoopPhase.DECODE)
+        self._timing.observe_step(self._clock() - step.launched_at)
         ready, done = [], []
-        for row, seq in enumerate(self._running):
+        for row, seq in enumerate(step.rows):
+            if seq.status is SeqStatus.FINISHED:  # ended while the step ran (overlapped): a spare row
+                continue
             is_done = self._advance(seq, codes[row], bool(is_eos[row]))
             ready += [(seq, chunk) for chunk in self._cut_chunks(seq, is_done)]
             if is_done:
@@ -283,6 +316,7 @@ class LMEngine:
 
     def _reset(self, reason: str) -> None:
         """End every live request with `reason` and free all slots."""
+        self._pending = None
         self._fail_all(reason)
         for seq in self._running:
             self._release(seq.slot)
@@ -298,3 +332,28 @@ class LMEngine:
     def _fail_all(self, reason: str) -> None:
         for seq in self._running + self._waiting:
             self._finish(seq, reason)
+
+
+@dataclass(frozen=True)
+class _LaunchedStep:
+    """A decode step in flight: its rows, and its codes on their way to the host."""
+
+    rows: list  # the Sequences of batch rows 0..n-1, as launched
+    codes: torch.Tensor  # [n, K] int64, host (pinned when copied from CUDA)
+    is_eos: torch.Tensor  # [n] bool, host
+    ready: torch.cuda.Event | None  # recorded after the copies; None on the CPU
+    launched_at: float  # engine clock
+
+    @classmethod
+    def start(cls, rows: list, codes: torch.Tensor, is_eos: torch.Tensor, now: float) -> "_LaunchedStep":
+        if codes.device.type != "cuda":
+            return cls(rows, codes, is_eos, None, now)
+        host_codes, host_eos = codes.to("cpu", non_blocking=True), is_eos.to("cpu", non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return cls(rows, host_codes, host_eos, ready, now)
+
+    def wait(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.codes, self.is_eos

@@ -1,5 +1,11 @@
-"""Running estimates of the LM lane's step and prefill times, for admission."""
+"""Where the LM lane's time goes: running estimates for admission, and a per-phase account for metrics."""
 from __future__ import annotations
+
+import enum
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
 
 
 class StepTiming:
@@ -20,3 +26,47 @@ class StepTiming:
 
     def prefill_s(self, num_tokens: int) -> float:
         return self._prefill_per_token_s * num_tokens
+
+
+class LoopPhase(enum.Enum):
+    """What the engine thread is doing. Together the phases cover its whole wall time."""
+
+    PREFILL = "prefill"  # prefilling admitted requests (launches, and any wait for the GPU inside)
+    DECODE = "decode"  # launching a decode step, and waiting for a step's codes to reach the host
+    HOST = "host"  # everything else: collecting requests, admission, cutting and sending chunks
+    IDLE = "idle"  # blocked with no request to serve
+
+
+@dataclass
+class PhaseTotals:
+    """Seconds per phase and decode steps per batch size since the last `PhaseClock.drain`."""
+
+    seconds: dict[LoopPhase, float] = field(default_factory=lambda: {phase: 0.0 for phase in LoopPhase})
+    step_batch_sizes: Counter = field(default_factory=Counter)  # batch size -> number of steps
+
+
+class PhaseClock:
+    """Charges the engine thread's time to phases: `charge(phase)` books the time since the last
+    charge to `phase`. The engine thread charges; another thread drains (metrics), hence the lock."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._mark = clock()
+        self._totals = PhaseTotals()
+
+    def charge(self, phase: LoopPhase) -> None:
+        now = self._clock()
+        with self._lock:
+            self._totals.seconds[phase] += now - self._mark
+        self._mark = now
+
+    def on_step(self, batch_size: int) -> None:
+        with self._lock:
+            self._totals.step_batch_sizes[batch_size] += 1
+
+    def drain(self) -> PhaseTotals:
+        """The totals since the last drain (and start afresh)."""
+        with self._lock:
+            totals, self._totals = self._totals, PhaseTotals()
+        return totals

@@ -24,7 +24,7 @@ import triton_python_backend_utils as pb_utils
 from backend_python.engine.reasons import CANCELLED
 from backend_python.engine.sequence import Chunk, Sequence
 from backend_python.triton.chunk_channel import CHANNEL_PARAMETER, CHUNK, END, KEY_PARAMETER, ChannelClients, ChannelError
-from backend_python.triton.metrics import LMMetrics
+from backend_python.triton.metrics import LMMetrics, LMPhaseMetrics
 from backend_python.triton.params import set_up_lane
 from backend_python.triton.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
@@ -128,7 +128,9 @@ class LMModel:
                                on_step=self.metrics.on_step)
         self.device = device
         self.channels = ChannelClients()
+        self.phase_metrics = LMPhaseMetrics(self.engine.phases.drain)
         self.engine.start()
+        self.phase_metrics.start()
 
     def _inline_codec(self, use_cuda_graphs: bool):
         """The timeshare codec behind the same runner (and CUDA graphs) as the codec lanes: a fair baseline."""
@@ -197,6 +199,7 @@ class LMModel:
                         sink=sink, generator=generator)
 
     def finalize(self) -> None:
+        self.phase_metrics.stop()
         self.engine.stop()
         self.channels.close()
 

@@ -8,15 +8,26 @@
 | `voxlane_live_requests` | gauge | | streams in flight in the router |
 | `voxlane_codec_ms` | histogram | `lane` | a chunk's codec call as the router sees it (queueing + batch decode) |
 | `voxlane_lm_batch_size` | gauge | | requests in the LM lane's running batch after its last step |
+| `voxlane_lm_prefill_seconds_total` | counter | | the LM thread's time prefilling admitted requests |
+| `voxlane_lm_decode_seconds_total` | counter | | its time launching decode steps and waiting for their codes |
+| `voxlane_lm_host_seconds_total` | counter | | its other work: admission, cutting and sending chunks |
+| `voxlane_lm_idle_seconds_total` | counter | | its time blocked with no request |
+| `voxlane_lm_step_batch` | histogram | | the batch size of each decode step |
+
+The four `voxlane_lm_*_seconds_total` counters together cover the LM thread's wall time.
 """
 from __future__ import annotations
 
+import logging
 import threading
 
 import triton_python_backend_utils as pb_utils
 
 from scheduler import Lane
 
+log = logging.getLogger("voxlane.metrics")
+STEP_BATCH_BUCKETS = [1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0]
+PHASE_FLUSH_PERIOD_S = 1.0
 TTFA_BUCKETS_MS = [10.0, 25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0, 2000.0, 5000.0]
 CODEC_BUCKETS_MS = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
 
@@ -82,3 +93,51 @@ class LMMetrics:
         if batch_size != self._last:
             self._batch_size.set(batch_size)
             self._last = batch_size
+
+
+class LMPhaseMetrics:
+    """Exports the LM engine's phase account (`engine.timing.PhaseClock`) from a thread of its own,
+    once every `period_s`: each metric call is a round trip to tritonserver, too slow and too risky
+    for the engine's thread, and one per step would cost the loop time."""
+
+    def __init__(self, drain, period_s: float = PHASE_FLUSH_PERIOD_S) -> None:
+        """`drain()` -> `PhaseTotals` since its last call."""
+        from backend_python.engine.timing import LoopPhase
+
+        self._drain, self._period_s = drain, period_s
+        self._families, self._seconds = [], {}
+        for phase in LoopPhase:
+            family = pb_utils.MetricFamily(f"voxlane_lm_{phase.value}_seconds_total",
+                                           f"Seconds the LM lane's thread spent in {phase.value}",
+                                           pb_utils.MetricFamily.COUNTER)
+            self._families.append(family)  # a family must outlive its metrics
+            self._seconds[phase] = family.Metric(labels={})
+        batch = pb_utils.MetricFamily("voxlane_lm_step_batch", "Batch size of each LM decode step",
+                                      pb_utils.MetricFamily.HISTOGRAM)
+        self._families.append(batch)
+        self._batch = batch.Metric(labels={}, buckets=STEP_BATCH_BUCKETS)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="voxlane-lm-metrics", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=self._period_s + 1.0)
+
+    def flush(self) -> None:
+        totals = self._drain()
+        for phase, seconds in totals.seconds.items():
+            if seconds > 0:
+                self._seconds[phase].increment(seconds)
+        for batch_size, count in totals.step_batch_sizes.items():
+            for _ in range(count):
+                self._batch.observe(float(batch_size))
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._period_s):
+            try:
+                self.flush()
+            except Exception:  # a failed export must not end the export thread
+                log.exception("exporting the LM's phase metrics failed")

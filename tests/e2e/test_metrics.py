@@ -34,3 +34,22 @@ def test_long_utterance_uses_both_codec_lanes_and_metrics_count_them(server, url
     assert after["voxlane_live_requests"] == 0
     assert after["voxlane_lm_batch_size"] == 0  # the running batch is empty again
     assert "voxlane_stalls_total" in after
+
+
+def test_lm_phase_counters_cover_its_time_and_count_its_steps(server, url):
+    import time
+
+    time.sleep(1.2)  # one export period: the counters hold everything up to now
+    before = scrape(server)
+    started = time.monotonic()
+    result = synthesize(url, TEXT, seed=3, max_audio_seconds=2.0, ignore_eos=True)
+    time.sleep(1.2)
+    after = scrape(server)
+    elapsed = time.monotonic() - started
+    phases = {p: after[f"voxlane_lm_{p}_seconds_total"] - before.get(f"voxlane_lm_{p}_seconds_total", 0.0)
+              for p in ("prefill", "decode", "host", "idle")}
+    assert phases["prefill"] > 0 and phases["decode"] > 0 and phases["idle"] > 0
+    # the four phases are the LM thread's whole wall time over the window (export periods jitter)
+    assert abs(sum(phases.values()) - elapsed) < 1.5
+    steps = after["voxlane_lm_step_batch_count"] - before.get("voxlane_lm_step_batch_count", 0.0)
+    assert steps >= round(result.audio_seconds * 12.5)  # a step per frame at least (12.5 frames/s)

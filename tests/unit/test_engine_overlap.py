@@ -1,0 +1,79 @@
+"""The overlapped step (launch t+1 before reading t) serves the same chunks as the plain one, and the
+engine's phase account covers its wall time."""
+from __future__ import annotations
+
+import torch
+
+from backend_python.engine.timing import LoopPhase, PhaseClock
+from tests.unit.test_engine import lm, make_engine, make_seq, run_until_done  # noqa: F401 (lm: fixture)
+
+
+def serve(lm, overlap: bool, frames: tuple[int, ...], max_slots: int = 4):
+    engine = make_engine(lm, overlap_steps=overlap, max_slots=max_slots)
+    pairs = [make_seq(lm, f"Request number {i}.", frames=n, seed=i) for i, n in enumerate(frames)]
+    for seq, _ in pairs:
+        engine.add(seq)
+    run_until_done(engine, [sink for _, sink in pairs])
+    return engine, [sink for _, sink in pairs]
+
+
+def test_overlapped_steps_serve_the_same_chunks_as_plain_steps(lm):
+    frames = (3, 12, 7, 1, 9)  # more requests than slots: some join while others finish mid-step
+    _, plain = serve(lm, False, frames, max_slots=3)
+    _, overlapped = serve(lm, True, frames, max_slots=3)
+    for a, b in zip(plain, overlapped):
+        assert a.error is None and b.error is None
+        assert [c.chunk_index for c in a.chunks] == [c.chunk_index for c in b.chunks]
+        for ca, cb in zip(a.chunks, b.chunks):
+            assert ca.context_frames == cb.context_frames
+            torch.testing.assert_close(ca.tokens, cb.tokens, rtol=0, atol=0)
+
+
+def test_a_request_ending_while_the_next_step_runs_gets_no_extra_frame(lm):
+    engine, (sink,) = serve(lm, True, (5,))
+    assert sum(c.num_new_frames for c in sink.chunks) == 5
+    assert sorted(engine._free_slots) == [0, 1, 2, 3]
+
+
+def test_overlapped_engine_reads_nothing_before_the_next_launch(lm):
+    """The first step only launches: its codes are read, and its chunk sent, during the second."""
+    engine = make_engine(lm, overlap_steps=True)
+    seq, sink = make_seq(lm, "Hello.", frames=8)
+    engine.add(seq)
+    engine._collect(block=False)
+    engine.step()
+    assert seq.num_frames == 0 and not sink.chunks
+    engine.step()
+    assert seq.num_frames == 1
+
+
+def test_the_phase_account_covers_the_loop_and_counts_steps_by_batch_size(lm):
+    engine, _ = serve(lm, True, (4, 4))
+    totals = engine.phases.drain()
+    assert totals.seconds[LoopPhase.DECODE] > 0 and totals.seconds[LoopPhase.PREFILL] > 0
+    assert totals.step_batch_sizes[2] >= 4  # both rows ran together for at least their 4 frames
+    assert engine.phases.drain().step_batch_sizes == {}  # drained
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 10.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_phase_clock_books_the_time_since_the_last_charge():
+    clock = FakeClock()
+    phases = PhaseClock(clock)
+    clock.now += 1.5
+    phases.charge(LoopPhase.IDLE)
+    clock.now += 0.25
+    phases.charge(LoopPhase.DECODE)
+    clock.now += 0.25
+    phases.charge(LoopPhase.DECODE)
+    phases.on_step(3)
+    totals = phases.drain()
+    assert totals.seconds == {LoopPhase.IDLE: 1.5, LoopPhase.DECODE: 0.5, LoopPhase.PREFILL: 0.0,
+                              LoopPhase.HOST: 0.0}
+    assert totals.step_batch_sizes == {3: 1}
