@@ -49,6 +49,9 @@ def _add_bench_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channels", type=int, default=4, help="gRPC connections the streams share")
     parser.add_argument("--search", type=int, default=0, metavar="STEPS",
                         help="bisection steps for the 90%% capacity after the sweep")
+    parser.add_argument("--metrics-url", default=None,
+                        help="the server's Prometheus endpoint, for the LM's time breakdown per rate "
+                             "(default: port 8002 on the --url host)")
     parser.add_argument("--smoke", action="store_true",
                         help="CPU smoke run: rates 1 2, 4 s each, 1.2 s requests (flags given still apply)")
 
@@ -62,7 +65,7 @@ def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
         audio_scale=args.audio_scale, max_audio_seconds=args.max_audio_seconds or base.max_audio_seconds,
         ignore_eos=args.ignore_eos, voice=args.voice,
         num_channels=args.channels if not args.smoke else base.num_channels, search_steps=args.search,
-        protocol=getattr(args, "protocol", "grpc"))
+        protocol=getattr(args, "protocol", "grpc"), metrics_url=args.metrics_url)
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -76,7 +76,8 @@ def _bench_mode(config: CompareConfig, label: str, serve: ServeConfig, log) -> d
     out.mkdir(parents=True, exist_ok=True)
     log(f"compare: starting tritonserver for {label} (log: {out / 'tritonserver.log'})")
     with Server(serve, log_path=out / "tritonserver.log") as server:
-        result = run_bench(replace(config.bench, url=server.grpc_url, out=out), log=log)
+        metrics_url = f"http://127.0.0.1:{serve.ports.metrics}/metrics"
+        result = run_bench(replace(config.bench, url=server.grpc_url, out=out, metrics_url=metrics_url), log=log)
         if server.process.process.poll() is not None:
             raise RuntimeError(f"tritonserver exited during the run (see {out / 'tritonserver.log'})")
     result["label"] = label

@@ -30,6 +30,7 @@ class BenchConfig:
     search_steps: int = 0  # bisection steps after the sweep (--search)
     warmup: bool = True
     protocol: str = "grpc"  # grpc: Triton's stream; openai: the gateway's /v1/audio/speech at `url`
+    metrics_url: str | None = None  # the server's /metrics; None: port 8002 on the gRPC url's host
 
     def __post_init__(self) -> None:
         if not self.rates or min(self.rates) <= 0:

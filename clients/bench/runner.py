@@ -13,6 +13,7 @@ from clients.bench.config import BenchConfig
 from clients.bench.loadgen import PlannedRequest, RunResult, plan_run, run_load
 from clients.bench.records import Slo
 from clients.bench.server_info import read_gateway_settings, read_server_settings
+from clients.bench.server_time import EXPORT_LAG_S, add_server_times, metrics_url_for, scrape, server_time
 from clients.bench.summary import ATTAINMENT_TARGETS, RunWindow, capacities, next_search_rate, summarize_rate
 from clients.bench.workload import Utterance, load_workload
 
@@ -57,14 +58,20 @@ async def _run_all(config: BenchConfig, utterances: list[Utterance], log) -> dic
 
 
 async def _run_rate(config: BenchConfig, utterances, rate: float, runs: list[RunResult], log) -> dict:
-    rate_runs = []
+    rate_runs, times = [], []
+    metrics_url = config.metrics_url or metrics_url_for(config.url)
     for seed in config.seeds:
         plan = plan_run(config, utterances, rate, seed)
+        before = scrape(metrics_url) if config.protocol == "grpc" else None
         rate_runs.append(await run_load(config, plan, rate, seed))
+        if before is not None:
+            await asyncio.sleep(EXPORT_LAG_S)  # the LM's last second of the run reaches /metrics
+            times.append(server_time(before, scrape(metrics_url)))
     runs.extend(rate_runs)
     summary = summarize_rate(rate, [RunWindow(r.records, r.window_s, r.wall_s) for r in rate_runs],
                              Slo(config.ttfa_slo_ms / 1e3))
     summary["client_overhead"] = _worst_overhead(rate_runs)
+    summary["server_time"] = add_server_times(times)
     log(format_summary(summary))
     return summary
 
@@ -97,7 +104,14 @@ def format_summary(s: dict) -> str:
     return (f"rate {s['rate']:g}/s: {s['num_requests']} req, {s['num_errors']} err, "
             f"TTFA p50/p90/p99 {ttfa['p50']}/{ttfa['p90']}/{ttfa['p99']} ms, stall rate {s['stall_rate']}, "
             f"SLO {s['slo_attainment']}, goodput {s['goodput_rps']}/s, completed {s['completed_rps']}/s, "
-            f"client loop lag p99 {lag['p99']} ms")
+            f"client loop lag p99 {lag['p99']} ms{_format_server_time(s.get('server_time'))}")
+
+
+def _format_server_time(block: dict | None) -> str:
+    if not block:
+        return ""
+    shares = ", ".join(f"{phase} {share:.0%}" for phase, share in block["share"].items() if share is not None)
+    return f"; LM time: {shares}; mean step batch {block['mean_step_batch']}"
 
 
 def load_results(path: Path) -> dict:

@@ -17,10 +17,11 @@ FRAME_RATE_HZ = 12.5  # Qwen3-TTS 12 Hz codec frames
 
 
 @pytest.fixture(scope="module")
-def results(url, tmp_path_factory) -> dict:
+def results(server, url, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench")
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "--smoke", "--url", url, "--out", str(out)],
-                          capture_output=True, text=True, timeout=60)
+    metrics = f"http://127.0.0.1:{server.config.ports.metrics}/metrics"
+    done = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "--smoke", "--url", url, "--out", str(out),
+                           "--metrics-url", metrics], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "capacity at 90%" in done.stdout
     return json.loads((out / "results.json").read_text())
@@ -57,7 +58,15 @@ def test_summaries_agree_with_the_records(results):
         runs = [run for run in results["runs"] if run["rate"] == summary["rate"]]
         windows = [RunWindow(tuple(_records(run)), run["window_s"], run["wall_s"]) for run in runs]
         recomputed = summarize_rate(summary["rate"], windows, slo)
-        assert {k: v for k, v in summary.items() if k != "client_overhead"} == recomputed
+        assert {k: v for k, v in summary.items() if k not in ("client_overhead", "server_time")} == recomputed
+
+
+def test_each_rate_records_where_the_lm_spent_its_time(results):
+    for summary in results["summaries"]:
+        block = summary["server_time"]
+        assert block["seconds"]["decode"] > 0 and block["num_steps"] > 0
+        assert sum(block["share"].values()) == pytest.approx(1.0, abs=1e-3)
+        assert 1 <= block["mean_step_batch"] <= 32
         assert summary["num_requests"] == summary["num_completed"] > 0
         assert summary["client_overhead"]["num_responses"] >= summary["num_requests"]
     assert results["capacity"] == capacities(results["summaries"])

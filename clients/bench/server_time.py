@@ -1,0 +1,75 @@
+"""Where the LM lane's time went during a run, from the server's Prometheus metrics.
+
+`voxlane_lm_{prefill,decode,host,idle}_seconds_total` cover the LM thread's wall time and
+`voxlane_lm_step_batch` counts its decode steps by batch size (backend_python/triton/metrics.py).
+A run's `server_time` block is the change of these between a scrape before and one after it.
+The LM exports them once a second, so a scrape lags the server by up to that much: the bench
+waits `EXPORT_LAG_S` after a run before its second scrape.
+"""
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+
+PHASES = ("prefill", "decode", "host", "idle")
+EXPORT_LAG_S = 1.2  # the LM's export period (1 s) and a margin
+_SAMPLE = re.compile(r'^(voxlane_lm_[a-z_]+)(?:\{le="([^"]+)"\})? ([0-9.e+-]+)$')
+
+
+def metrics_url_for(grpc_url: str, metrics_port: int = 8002) -> str:
+    """Triton's metrics endpoint on the gRPC server's host (its default port unless told)."""
+    host = grpc_url.rsplit(":", 1)[0]
+    return f"http://{host}:{metrics_port}/metrics"
+
+
+def scrape(url: str, timeout_s: float = 5.0) -> dict[str, float] | None:
+    """The LM lane's phase samples by name (histogram buckets as `name{le}`), or None if unreachable."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    return parse(text)
+
+
+def parse(text: str) -> dict[str, float]:
+    samples = {}
+    for line in text.splitlines():
+        if match := _SAMPLE.match(line):
+            name, le, value = match.groups()
+            samples[f"{name}{{{le}}}" if le else name] = float(value)
+    return samples
+
+
+def server_time(before: dict[str, float] | None, after: dict[str, float] | None) -> dict | None:
+    """The `server_time` block of a run: seconds and shares per phase, steps and their mean batch."""
+    if before is None or after is None:
+        return None
+    delta = {name: after[name] - before.get(name, 0.0) for name in after}
+    seconds = {phase: round(delta.get(f"voxlane_lm_{phase}_seconds_total", 0.0), 4) for phase in PHASES}
+    total = sum(seconds.values())
+    steps = delta.get("voxlane_lm_step_batch_count", 0.0)
+    batch_sum = delta.get("voxlane_lm_step_batch_sum", 0.0)
+    return {"seconds": seconds, "share": {p: round(s / total, 4) if total else None for p, s in seconds.items()},
+            "num_steps": int(steps), "mean_step_batch": round(batch_sum / steps, 2) if steps else None,
+            "step_batch_le": {name[len("voxlane_lm_step_batch_bucket{"):-1]: int(value) for name, value in delta.items()
+                              if name.startswith("voxlane_lm_step_batch_bucket{")}}
+
+
+def add_server_times(blocks: list[dict | None]) -> dict | None:
+    """Several runs' blocks (the seeds of one rate) pooled into one."""
+    blocks = [b for b in blocks if b is not None]
+    if not blocks:
+        return None
+    seconds = {p: round(sum(b["seconds"][p] for b in blocks), 4) for p in PHASES}
+    total = sum(seconds.values())
+    steps = sum(b["num_steps"] for b in blocks)
+    batch_sum = sum((b["mean_step_batch"] or 0.0) * b["num_steps"] for b in blocks)
+    buckets: dict[str, int] = {}
+    for b in blocks:
+        for le, count in b["step_batch_le"].items():
+            buckets[le] = buckets.get(le, 0) + count
+    return {"seconds": seconds, "share": {p: round(s / total, 4) if total else None for p, s in seconds.items()},
+            "num_steps": steps, "mean_step_batch": round(batch_sum / steps, 2) if steps else None,
+            "step_batch_le": buckets}
