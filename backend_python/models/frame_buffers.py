@@ -2,7 +2,7 @@
 
 A batch of n rows runs in the smallest bucket >= n; rows n.. are padding that read and write the
 scratch row of the slot memory, so they never touch a live request. Each bucket's graphs are
-captured lazily or by `capture_all`, in one memory pool. Columns as in `qwen3_tts/graphs.py`.
+captured lazily or by `capture_all`, in one memory pool. Columns as in `frame_graphs.py`.
 """
 from __future__ import annotations
 

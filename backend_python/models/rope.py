@@ -1,4 +1,4 @@
-"""RoPE tables shared by the families' decoder stacks (the rotate-half convention of `qwen3_tts.layers.apply_rope`)."""
+"""RoPE tables shared by the families' decoder stacks (the rotate-half convention of `layers.decoder.apply_rope`)."""
 from __future__ import annotations
 
 import math

@@ -1,5 +1,5 @@
 """The CUDA-graph decode path of CsmLM (the backbone step and the 31-step depth-decoder loop, two
-graphs per batch bucket, via qwen3_tts.graphs.FrameGraphs): padded buckets equal the unpadded eager
+graphs per batch bucket, via frame_graphs.FrameGraphs): padded buckets equal the unpadded eager
 frame (CPU), graph replay equals the same frame run eagerly (CUDA), CUDA kernels match the CPU."""
 from __future__ import annotations
 

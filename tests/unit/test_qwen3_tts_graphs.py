@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from backend_python.models.base import DecodeBatch, SamplingParams
+from backend_python.models.frame_buffers import batch_buckets
+from backend_python.models.layers.decoder import KVCache
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
-from backend_python.models.qwen3_tts.graphs import batch_buckets
-from backend_python.models.qwen3_tts.layers import KVCache
 from tests.unit.lm_graph_helpers import (TEXTS, assert_close, assert_graph_replay_equals_eager,
                                         assert_padded_equals_eager, decode_frames, needs_cuda, sampling_mixes)
 

@@ -108,7 +108,7 @@ def test_same_seed_same_tokens_different_seed_different_tokens(tiny_lm):
 def test_repetition_penalty_matches_hf_and_is_applied_per_request(tiny_lm):
     from transformers import RepetitionPenaltyLogitsProcessor
 
-    from backend_python.models.qwen3_tts.sampling import apply_repetition_penalty
+    from backend_python.models.layers.sampling import apply_repetition_penalty
 
     logits, history = torch.randn(2, 40), torch.tensor([[3, 7, 3, 0], [39, 1, 2, 2]])
     seen = torch.zeros(2, 40, dtype=torch.bool).scatter(1, history, True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..qwen3_tts.layers import KVCache
+from ..layers.decoder import KVCache
 from .config import CsmConfig
 from .layers import LlamaStack
 

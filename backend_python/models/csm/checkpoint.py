@@ -1,5 +1,4 @@
-"""Checkpoint I/O in the official `CsmForConditionalGeneration` layout, random init, and the tiny
-checkpoint builder.
+"""Checkpoint I/O in the official `CsmForConditionalGeneration` layout, and the tiny checkpoint builder.
 
 Layout of a checkpoint dir: config.json (model_type `csm`, with `depth_decoder_config` and
 `codec_config`), model.safetensors or model.safetensors.index.json + shards (LM keys at the root,
@@ -10,12 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from torch import nn
 
 # WEIGHTS_FILE: re-exported
 from ..checkpoint_io import (CONFIG_FILE, TINY_BPE_SENTENCES, WEIGHTS_FILE, cpu_state, read_state_dict,
                              train_byte_level_bpe, write_checkpoint)
-from ..qwen3_tts.layers import RMSNorm
 from .config import CsmConfig
 
 CODEC_PREFIX = "codec_model."
@@ -49,25 +46,6 @@ def read_lm_state_dict(path: str | Path, config: CsmConfig) -> dict[str, torch.T
         state.setdefault(BACKBONE_AUDIO_TABLE, table)
         state.setdefault(DEPTH_AUDIO_TABLE, table)
     return state
-
-
-@torch.no_grad()
-def init_random_weights(model: nn.Module, seed: int) -> None:
-    """Deterministic init in module order: N(0, 1/fan_in) matrices, N(0, 1) embeddings, unit norms.
-    Unit-scale activations (unlike HF's N(0, 0.02)) make a random model's output depend on its prompt."""
-    from .depth_decoder import CodebooksHead
-
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed)
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(0.0, module.in_features ** -0.5, generator=generator)
-        if isinstance(module, nn.Embedding):
-            module.weight.normal_(0.0, 1.0, generator=generator)
-        if isinstance(module, CodebooksHead):
-            module.weight.normal_(0.0, module.weight.shape[1] ** -0.5, generator=generator)
-        if isinstance(module, RMSNorm):
-            module.weight.fill_(1.0)
 
 
 def build_tiny_tokenizer():

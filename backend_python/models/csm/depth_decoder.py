@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..qwen3_tts.layers import KVCache, Step
-from ..qwen3_tts.sampling import BatchSampling, sample
+from ..layers.decoder import KVCache, Step
+from ..layers.sampling import BatchSampling, sample
 from .config import DepthDecoderConfig
 from .layers import LlamaStack
 

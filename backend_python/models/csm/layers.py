@@ -1,4 +1,4 @@
-"""Llama decoder stacks for CSM, built from the Qwen3-TTS blocks (static KV cache in batch slots,
+"""Llama decoder stacks for CSM, built from the shared decoder blocks (`layers/decoder.py`) (static KV cache in batch slots,
 fused projections and varlen flash attention on CUDA): the same layers without the per-head q/k
 RMSNorm, and RoPE with optional Llama-3 frequency scaling."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from ..qwen3_tts.layers import DecoderStack, KVCache, Step
+from ..layers.decoder import DecoderStack, KVCache, Step
 from ..rope import llama3_scaled
 from ..rope import rope_cos_sin_of as rope_cos_sin
 from .config import LlamaShape, RopeConfig

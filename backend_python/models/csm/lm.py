@@ -5,7 +5,7 @@ logits, run the depth decoder for codebooks 1..K-1, then one backbone step on th
 codebook embeddings. Ids from the codec's codebook size up (2048..2050 for the real model) are
 masked everywhere: they are not audio and crash Mimi. A frame whose codebooks 0..K-2 are all
 `codebook_eos_token_id` ends the audio, as in transformers' CSM generate. On CUDA the frame runs
-as two CUDA graphs per batch-size bucket (`qwen3_tts.graphs.FrameGraphs`), captured in
+as two CUDA graphs per batch-size bucket (`frame_graphs.FrameGraphs`), captured in
 `allocate_slots`; on the CPU it runs eagerly on the unpadded batch. Both run `_predict` and `_talk`.
 """
 from __future__ import annotations
@@ -17,14 +17,16 @@ import torch
 from torch import nn
 
 from ..base import DecodeBatch, Prompt
-from ..qwen3_tts.graphs import FrameGraphs, FrameInputs, batch_buckets, eager_frame
-from ..qwen3_tts.layers import KVCache
-from ..qwen3_tts.sampling import TINY, apply_repetition_penalty, host_columns, sample
-from ..slots import DEFAULT_GRAPH_BATCH_SIZES, SlotSpeechLM, SlotState  # DEFAULT_GRAPH_BATCH_SIZES: re-exported
+from ..frame_buffers import batch_buckets
+from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
+from ..layers.decoder import KVCache
+from ..layers.random_init import init_random_weights
+from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
+from ..slots import SlotSpeechLM, SlotState
 from . import checkpoint
 from .backbone import BackboneModel
 from .config import CsmConfig
-from .depth_decoder import DepthDecoder
+from .depth_decoder import CodebooksHead, DepthDecoder
 from .prompt import make_prompt, resolve_speaker
 
 
@@ -78,7 +80,7 @@ class CsmLM(SlotSpeechLM):
         with torch.device("meta"):
             lm = cls(config, tokenizer).to(dtype=dtype)
         lm.to_empty(device=device)
-        checkpoint.init_random_weights(lm, seed)
+        init_random_weights(lm, seed, matrices=(CodebooksHead,))
         lm.tie_codebook_embeddings()
         return lm.eval()
 

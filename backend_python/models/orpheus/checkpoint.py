@@ -16,7 +16,6 @@ from .. import checkpoint_io
 # WEIGHTS_FILE: re-exported
 from ..checkpoint_io import (CONFIG_FILE, TINY_BPE_SENTENCES, WEIGHTS_FILE, cpu_state, train_byte_level_bpe,
                              write_checkpoint)
-from ..qwen3_tts.checkpoint import init_random_weights
 from .config import OrpheusConfig
 
 HEAD_KEY = "lm_head.weight"
@@ -25,7 +24,7 @@ TINY_BPE_SPECIALS = ["<|begin_of_text|>", "<|eot_id|>"]
 TINY_BPE_CORPUS = ["tara leah jess leo dan mia zac zoe: "] * 20 + list(TINY_BPE_SENTENCES)
 TINY_BPE_VOCAB_SIZE = 400
 
-__all__ = ["init_random_weights", "read_config", "load_tokenizer", "read_state_dict", "save_checkpoint",
+__all__ = ["read_config", "load_tokenizer", "read_state_dict", "save_checkpoint",
            "build_tiny_tokenizer"]
 
 

@@ -7,7 +7,7 @@ write the scratch row of the slot memory, so they never touch a live request. In
 buffers filled before replay: two small host-to-device copies (per-row columns) and one noise
 draw per sampled row from its own generator. With `graphed=False` the same function runs eagerly
 on the same padded buffers, the graph path's exact twin. (Layout of the columns as in
-`qwen3_tts/graphs.py`, whose bucket list this reuses.)
+`frame_graphs.py`.)
 """
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ from typing import Callable
 import torch
 
 from ..base import SamplingParams
+from ..frame_buffers import FrameBuffers
 from ..graph_capture import capture_steps
-from ..frame_buffers import FrameBuffers, batch_buckets
-from ..qwen3_tts.sampling import BatchSampling, draw_noise
-
-__all__ = ["FrameGraphs", "FrameInputs", "batch_buckets"]
+from ..layers.sampling import BatchSampling, draw_noise
 
 
 @dataclass

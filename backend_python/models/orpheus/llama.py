@@ -1,4 +1,4 @@
-"""Our Llama backbone over the shared static-KV-cache decoder blocks (`qwen3_tts/layers.py`).
+"""Our Llama backbone over the shared static-KV-cache decoder blocks (`layers/decoder.py`).
 
 Module and parameter names follow transformers' `LlamaForCausalLM` (`model.embed_tokens`,
 `model.layers.N.self_attn.q_proj`, …, `model.norm`, `lm_head`), so an official checkpoint loads
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..qwen3_tts.layers import DecoderStack, KVCache, Step
+from ..layers.decoder import DecoderStack, KVCache, Step
 from ..rope import rope_cos_sin_of as rope_cos_sin
 from .config import OrpheusConfig
 

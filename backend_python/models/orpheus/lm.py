@@ -20,13 +20,15 @@ import torch
 import torch.nn.functional as F
 
 from ..base import DecodeBatch, Prompt
-from ..qwen3_tts.layers import KVCache
-from ..qwen3_tts.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
-from ..slots import DEFAULT_GRAPH_BATCH_SIZES, SlotSpeechLM, SlotState  # DEFAULT_GRAPH_BATCH_SIZES: re-exported
+from ..frame_buffers import batch_buckets
+from ..layers.decoder import KVCache
+from ..layers.random_init import init_random_weights
+from ..layers.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
+from ..slots import SlotSpeechLM, SlotState
 from . import checkpoint
 from .config import OrpheusConfig
 from .frames import CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS, slot_token_base
-from .graphs import FrameGraphs, FrameInputs, batch_buckets
+from .graphs import FrameGraphs, FrameInputs
 from .llama import LlamaForCausalLM
 from .prompt import VOICES, make_prompt, voice_text
 
@@ -79,7 +81,7 @@ class OrpheusLM(SlotSpeechLM):
         with torch.device("meta"):
             lm = cls(config, tokenizer).to(dtype=dtype)
         lm.to_empty(device=device)
-        checkpoint.init_random_weights(lm.backbone, seed)
+        init_random_weights(lm.backbone, seed)
         return lm.eval()
 
     # ---- SpeechLM properties -------------------------------------------------------------------

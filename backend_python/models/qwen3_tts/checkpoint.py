@@ -1,4 +1,4 @@
-"""Checkpoint I/O in the official Qwen3-TTS layout, random init, and the tiny checkpoint builder.
+"""Checkpoint I/O in the official Qwen3-TTS layout, and the tiny checkpoint builder.
 
 Layout of a checkpoint dir: config.json (top-level model config with `talker_config`),
 model.safetensors or model.safetensors.index.json + shards (keys `talker.*`, maybe
@@ -9,13 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from torch import nn
 
 # WEIGHTS_FILE, WEIGHTS_INDEX_FILE, weight_files: re-exported
 from ..checkpoint_io import (CONFIG_FILE, TINY_BPE_SENTENCES, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, cpu_state,
                              read_state_dict, train_byte_level_bpe, weight_files, write_checkpoint)
 from .config import Qwen3TTSConfig
-from .layers import RMSNorm
 
 SPEECH_TOKENIZER_DIR = "speech_tokenizer"
 TALKER_PREFIX = "talker."
@@ -43,24 +41,6 @@ def read_talker_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     if not state:
         raise ValueError(f"no {TALKER_PREFIX}* weights in {path}")
     return state
-
-
-@torch.no_grad()
-def init_random_weights(model: nn.Module, seed: int) -> None:
-    """Deterministic init in module order: N(0, 1/fan_in) matrices, N(0, 1) embeddings, zero biases,
-    unit norms. Unit-scale activations (unlike HF's N(0, 0.02)) make a random model's output depend
-    on its prompt, so tests can tell requests apart."""
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed)
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(0.0, module.in_features ** -0.5, generator=generator)
-        if isinstance(module, nn.Embedding):
-            module.weight.normal_(0.0, 1.0, generator=generator)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            module.bias.zero_()
-        if isinstance(module, RMSNorm):
-            module.weight.fill_(1.0)
 
 
 def build_tiny_tokenizer():

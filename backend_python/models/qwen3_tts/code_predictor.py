@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..layers.decoder import DecoderStack, KVCache, Step
+from ..layers.sampling import BatchSampling, sample
 from .config import CodePredictorConfig
-from .layers import DecoderStack, KVCache, Step
-from .sampling import BatchSampling, sample
 
 
 class CodePredictorModel(DecoderStack):

@@ -15,7 +15,7 @@ from torch import nn
 
 from backend_python.models.kernels.snake import snake_beta
 
-from .layers import RMSNorm  # the LM's norm: same math on CPU, one fused kernel on CUDA
+from ..layers.decoder import RMSNorm  # the LM's norm: same math on CPU, one fused kernel on CUDA
 
 if TYPE_CHECKING:
     from backend_python.models.qwen3_tts.codec import Qwen3TTSCodecConfig

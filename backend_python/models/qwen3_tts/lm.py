@@ -14,13 +14,15 @@ from pathlib import Path
 import torch
 
 from ..base import DecodeBatch, Prompt
-from ..slots import DEFAULT_GRAPH_BATCH_SIZES, SlotSpeechLM  # DEFAULT_GRAPH_BATCH_SIZES: re-exported
+from ..frame_buffers import batch_buckets
+from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
+from ..layers.decoder import KVCache
+from ..layers.random_init import init_random_weights
+from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
+from ..slots import SlotSpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
-from .graphs import FrameGraphs, FrameInputs, batch_buckets, eager_frame
-from .layers import KVCache
 from .prompt import AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prompt_embeddings, resolve_language
-from .sampling import TINY, apply_repetition_penalty, host_columns, sample
 from .talker import Talker
 
 MIN_FRAMES_BEFORE_EOS = 2  # the reference generates with min_new_tokens=2
@@ -86,7 +88,7 @@ class Qwen3TTSLM(SlotSpeechLM):
         with torch.device("meta"):
             lm = cls(config, tokenizer, language).to(dtype=dtype)
         lm.to_empty(device=device)
-        checkpoint.init_random_weights(lm, seed)
+        init_random_weights(lm, seed)
         return lm.eval()
 
     # ---- SpeechLM properties -------------------------------------------------------------------

@@ -5,9 +5,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers.decoder import DecoderStack, KVCache, Step
 from .code_predictor import CodePredictor
 from .config import TalkerConfig
-from .layers import DecoderStack, KVCache, Step
 
 
 class TalkerModel(DecoderStack):

@@ -1,4 +1,8 @@
-"""CUDA graphs for one decode frame, per batch-size bucket.
+"""CUDA graphs for one two-stage decode frame, per batch-size bucket (Qwen3-TTS and CSM).
+
+The stages are named for Qwen3-TTS: the *predictor* (CSM: the depth decoder) and the *talker* (CSM:
+the backbone); each family passes its own `predict` and `talk` functions. Orpheus's one-stage frame
+is `orpheus/graphs.py`.
 
 Per bucket two graphs share one memory pool: the *predictor* graph (codebook-0 sampling with
 repetition penalty and EOS blocking, then the whole 15-step code-predictor loop with sampling) and
@@ -17,10 +21,10 @@ from typing import Callable
 
 import torch
 
-from ..base import DecodeBatch, SamplingParams
-from ..frame_buffers import FrameBuffers, batch_buckets  # batch_buckets: re-exported for the families
-from ..graph_capture import capture_steps
-from .sampling import BatchSampling, draw_noise, host_flags
+from .base import DecodeBatch, SamplingParams
+from .frame_buffers import FrameBuffers
+from .graph_capture import capture_steps
+from .layers.sampling import BatchSampling, draw_noise, host_flags
 
 
 @dataclass

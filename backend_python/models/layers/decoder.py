@@ -1,4 +1,5 @@
-"""Qwen3 decoder building blocks shared by the talker and the code predictor.
+"""Decoder building blocks shared by the families: Qwen3 layers (per-head q/k RMSNorm); a Llama stack
+is the same layers with identities for q_norm/k_norm (`csm/layers.py`, `orpheus/llama.py`).
 
 Attention reads and writes a static KV cache in batch slots (gpt-fast style): one write path,
 `cache.k[layer][rows[:, None], positions] = k`, for prefill (B=1, T=prompt) and decode (B rows, T=1)
@@ -22,7 +23,7 @@ from torch import nn
 
 from ..rope import rope_cos_sin_of
 
-log = logging.getLogger("voxlane.qwen3_tts")
+log = logging.getLogger("voxlane.models")
 VARLEN_DTYPES = (torch.float16, torch.bfloat16)
 
 
