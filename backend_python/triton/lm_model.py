@@ -118,6 +118,7 @@ class LMModel:
         from backend_python.models import registry
         params, spec, device, dtype = setup.params, setup.spec, setup.device, setup.lane.dtype
         self.model = registry.load_lm(spec, device=device, dtype=dtype)
+        self.model.use_torch_compile = setup.lane.torch_compile  # read when the engine allocates slots
         self.limits = RequestLimits.from_parameters(params)
         context = registry.family_of(spec).codec_left_context_frames(spec)
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop

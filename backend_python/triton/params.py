@@ -21,6 +21,7 @@ class LaneSettings:
     mps_active_thread_percentage: int = 100
     pin_gpu: bool = False  # the stub sees only its instance's GPU (disaggregated layouts: lanes on different GPUs)
     cuda_graphs: bool = True  # codecs on CUDA replay graphs per bucket (parameter `cuda_graphs`: false = eager)
+    torch_compile: bool = True  # the LM on CUDA fuses its decode kernels with Inductor (`torch_compile`: false = off)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -35,7 +36,8 @@ class LaneSettings:
         return cls(device=params.get("device", "cpu"), dtype=params.get("dtype", "float32"),
                    mps_active_thread_percentage=int(params.get("mps_active_thread_percentage", "100")),
                    pin_gpu=params.get("pin_gpu", "false") == "true",
-                   cuda_graphs=params.get("cuda_graphs", "true") == "true")
+                   cuda_graphs=params.get("cuda_graphs", "true") == "true",
+                   torch_compile=params.get("torch_compile", "true") == "true")
 
     def apply_mps_limit(self) -> None:
         """Must run before anything initialises CUDA in this stub process."""

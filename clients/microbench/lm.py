@@ -37,6 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-seq-len", type=int, default=1024)
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument("--profile", action="store_true", help="kernel counts and top kernels of each eager half")
+    parser.add_argument("--no-compile", dest="compile", action="store_false",
+                        help="leave the decode layers and sampling uncompiled (the graphs replay eager kernels)")
     return parser.parse_args(argv)
 
 
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} model {args.model} bf16 | "
           f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', 'unset')}")
     lm = Qwen3TTSLM.from_config(preset_config(args.model), device="cuda", dtype=torch.bfloat16, seed=0)
+    lm.use_torch_compile = args.compile
     num_slots = max(args.batch_sizes)
     start = time.perf_counter()
     try:
@@ -117,12 +120,17 @@ def main(argv: list[str] | None = None) -> None:
         lm.allocate_slots(num_slots, args.max_seq_len)
     can_graph = lm.use_cuda_graphs
     torch.cuda.synchronize()
-    print(f"# allocate_slots({num_slots}, {args.max_seq_len}) with graph capture of buckets "
+    print(f"# torch.compile {'on' if args.compile else 'off'}; "
+          f"allocate_slots({num_slots}, {args.max_seq_len}) with graph capture of buckets "
           f"{lm.frame_graphs.buckets}: {time.perf_counter() - start:.2f} s; "
           f"varlen flash attention: {lm._memory.kv.is_varlen}")
     prompt = lm.encode_prompt(TEXT, None)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
     for slot in range(num_slots):
         lm.prefill(slot, prompt)
+    torch.cuda.synchronize()
+    print(f"# prefill of {prompt.num_tokens} tokens: {(time.perf_counter() - start) / num_slots * 1e3:.2f} ms each")
     floor = talker_floor_ms(lm)
     print(f"# prompt {prompt.num_tokens} tokens; talker weights read per step {floor * BANDWIDTH_BYTES_PER_S / 1e12:.2f}"
           f" GB -> floor {floor:.3f} ms")

@@ -103,3 +103,18 @@ def predictor_windows(lm: Qwen3TTSLM, y: torch.Tensor) -> tuple[torch.Tensor, to
     y = y.to(lm.device, lm.talker.codec_head.weight.dtype)
     frame = predictor.frame_step(y.shape[0], cache, lm.device, y.dtype)
     return predictor(y[:, :2], frame.window(0, 2), cache), predictor(y[:, 2:], frame.window(2, 3), cache)
+
+
+@needs_cuda
+@pytest.mark.parametrize("mix", sorted(MIXES))
+def test_compiled_graphs_give_the_tokens_of_the_uncompiled_eager_frame(mix):
+    """Inductor's fused layers and sampler inside the graphs against the plain eager ops (fp32: the
+    fusion changes only rounding, far below what would move a token)."""
+    compiled = Qwen3TTSLM.from_config(small_config(), device="cuda", dtype=torch.float32, seed=0)
+    plain = Qwen3TTSLM.from_config(small_config(), device="cuda", dtype=torch.float32, seed=0)
+    plain.use_torch_compile, plain.use_cuda_graphs = False, False
+    slots, params = [1, 3, 0, 2], MIXES[mix]
+    expected = decode_frames(plain, slots, params, num_frames=6, device="cuda")
+    got = decode_frames(compiled, slots, params, num_frames=6, device="cuda")
+    assert compiled.talker.model.layers[0]._compiled_call_impl is not None  # the compiled path ran
+    assert torch.equal(got, expected)

@@ -9,7 +9,10 @@ the CUDA path read only the used prefix of each row (`varlen`, see `attend`).
 
 The CUDA path computes the same function with fewer, larger kernels: fused
 q/k/v and gate/up projections (`DecoderStack.fuse_projections`; parameters stay views of the fused
-weight), one-kernel RMSNorm, and flash attention over each row's used keys (`KVCache.is_varlen`). The CPU path is the plain reference code.
+weight), one-kernel RMSNorm, and flash attention over each row's used keys (`KVCache.is_varlen`).
+`DecoderStack.compile_layers` then fuses each layer's small kernels (norms, RoPE, residuals, the cache
+writes) with Inductor: one compiled layer serves every layer of the stack (regional compilation), so
+compiling costs one layer's time, not the stack's. The CPU path is the plain reference code.
 """
 from __future__ import annotations
 
@@ -197,9 +200,15 @@ class Attention(nn.Module):
         q, k, v = self.project(x)
         q = apply_rope(self.q_norm(q), step.cos, step.sin)
         k = apply_rope(self.k_norm(k), step.cos, step.sin)
+        return self.o_proj(self.write_and_attend(q, k, v, step, k_cache, v_cache).reshape(b, t, -1))
+
+    @staticmethod
+    def write_and_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, step: Step, k_cache: torch.Tensor,
+                         v_cache: torch.Tensor) -> torch.Tensor:
+        """Write this step's keys and values to the cache, then attend over the row's keys so far."""
         k_cache[step.rows[:, None], step.positions] = k
         v_cache[step.rows[:, None], step.positions] = v
-        return self.o_proj(attend(q, k_cache, v_cache, step).reshape(b, t, -1))
+        return attend(q, k_cache, v_cache, step)
 
 
 def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: Step) -> torch.Tensor:
@@ -287,6 +296,12 @@ class DecoderStack(nn.Module):
         for layer in self.layers:
             layer.self_attn.fuse()
             layer.mlp.fuse()
+
+    def compile_layers(self) -> None:
+        """Compile each layer's forward with Inductor (CUDA). With dynamo's inlined modules the
+        layers share one compiled graph per input shape; the parameters are its inputs."""
+        for layer in self.layers:
+            layer.compile(fullgraph=True)
 
     def forward(self, x: torch.Tensor, step: Step, cache: KVCache) -> torch.Tensor:
         """x: [B, T, hidden] -> final-normed hidden states [B, T, hidden]."""

@@ -79,18 +79,36 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: 
 
 def top_k(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """logits: [B, V], k: [B, 1] (0 = off) -> logits below each row's k-th largest at -inf."""
-    vocab = logits.shape[-1]
-    k = torch.where((k <= 0) | (k > vocab), vocab, k)
     descending = logits.sort(dim=-1, descending=True).values
-    return logits.masked_fill(logits < descending.gather(-1, k - 1), float("-inf"))
+    return logits.masked_fill(logits < _kth_largest(descending, k), float("-inf"))
+
+
+def _kth_largest(descending: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """descending: [B, V] sorted values, k: [B, 1] (0 or past V = off) -> [B, 1] each row's k-th largest."""
+    vocab = descending.shape[-1]
+    return descending.gather(-1, torch.where((k <= 0) | (k > vocab), vocab, k) - 1)
 
 
 def top_p(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """logits: [B, V], p: [B, 1] -> logits outside each row's nucleus at -inf (HF's TopPLogitsWarper)."""
     ascending, order = logits.sort(dim=-1)
+    return logits.masked_fill(_outside_nucleus(ascending, order, p), float("-inf"))
+
+
+def _outside_nucleus(ascending: torch.Tensor, order: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """ascending: [B, V] sorted values, order: their indices, p: [B, 1] -> [B, V] bool in vocabulary order."""
     remove = ascending.softmax(dim=-1).cumsum(dim=-1) <= (1 - p)
     remove[:, -1].fill_(False)  # always keep the most likely token (a device fill: graph-safe)
-    return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+    return remove.scatter(-1, order, remove)
+
+
+def top_k_top_p(logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """`top_p(top_k(logits, k), p)` with one sort: masking values below the k-th largest keeps the
+    descending order, so the top-k logits' ascending order is the reversed sort (ties aside)."""
+    descending, order = logits.sort(dim=-1, descending=True)
+    kth = _kth_largest(descending, k)
+    top = descending.masked_fill(descending < kth, float("-inf"))
+    return logits.masked_fill((logits < kth) | _outside_nucleus(top.flip(-1), order.flip(-1), p), float("-inf"))
 
 
 def sample(logits: torch.Tensor, s: BatchSampling, noise: torch.Tensor) -> torch.Tensor:
@@ -99,7 +117,11 @@ def sample(logits: torch.Tensor, s: BatchSampling, noise: torch.Tensor) -> torch
     if not s.any_sampled:
         return greedy
     warped = logits / s.temperature[:, None]
-    warped = top_k(warped, s.top_k) if s.any_top_k else warped
-    warped = top_p(warped, s.top_p) if s.any_top_p else warped
+    if s.any_top_k and s.any_top_p:
+        warped = top_k_top_p(warped, s.top_k, s.top_p)
+    elif s.any_top_k:
+        warped = top_k(warped, s.top_k)
+    elif s.any_top_p:
+        warped = top_p(warped, s.top_p)
     drawn = (warped.softmax(dim=-1) / noise).argmax(dim=-1)
     return torch.where(s.is_greedy, greedy, drawn)

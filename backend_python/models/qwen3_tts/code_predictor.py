@@ -35,6 +35,7 @@ class CodePredictor(nn.Module):
         self.small_to_mtp_projection: nn.Module = (
             nn.Linear(talker_hidden_size, cfg.hidden_size, bias=True)
             if cfg.hidden_size != talker_hidden_size else nn.Identity())
+        self.sample = sample  # `Qwen3TTSLM._compile` swaps in the compiled sampler
 
     def allocate_cache(self, num_rows: int, device: torch.device, dtype: torch.dtype) -> KVCache:
         c = self.cfg
@@ -63,7 +64,7 @@ class CodePredictor(nn.Module):
         codes, embeds = [], []
         for i, (head, table) in enumerate(zip(self.lm_head, self.model.codec_embedding)):
             step = frame.window(0, 2) if i == 0 else frame.window(i + 1, i + 2)
-            code = sample(head(self(x, step, cache)).float(), sampling, noise[:, i])  # [B]
+            code = self.sample(head(self(x, step, cache)).float(), sampling, noise[:, i])  # [B]
             codes.append(code)
             embeds.append(table(code))
             x = embeds[-1][:, None]

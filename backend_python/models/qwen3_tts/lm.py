@@ -16,6 +16,7 @@ import torch
 from ..base import DecodeBatch, Prompt
 from ..frame_buffers import batch_buckets
 from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
+from ..layers.compile import compile_hot_path
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
@@ -67,6 +68,7 @@ class Qwen3TTSLM(SlotSpeechLM):
         self.tokenizer = tokenizer
         self.language = language
         self.talker = Talker(config.talker)
+        self._sample = sample  # the compiled sampler once `_compile` ran
 
     # ---- loading -------------------------------------------------------------------------------
     @classmethod
@@ -118,6 +120,12 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     def _fuse_projections(self) -> None:
         self.talker.fuse_projections()
+
+    def _compile(self) -> None:
+        """Inductor fuses each decoder layer (talker and predictor) and the sampling chain; the frame
+        graphs then capture the compiled kernels. Compiling happens in the graphs' warm-up runs."""
+        compile_hot_path((self.talker.model, self.talker.code_predictor.model))
+        self.talker.code_predictor.sample = self._sample = torch.compile(sample, fullgraph=True)
 
     def _allocate_memory(self, num_slots: int, max_seq_len: int) -> SlotMemory:
         t, device, dtype = self.config.talker, self.device, self.talker.codec_head.weight.dtype
@@ -209,7 +217,7 @@ class Qwen3TTSLM(SlotSpeechLM):
         logits = apply_repetition_penalty(mem.logits[rows], mem.seen[rows], s.repetition_penalty)
         blocked = mem.suppressed.expand(rows.shape[0], -1).clone()  # [B, V]
         blocked[:, self.config.talker.codec_eos_token_id] = inputs.is_eos_blocked
-        code0 = sample(logits.masked_fill(blocked, float("-inf")), s, noise)
+        code0 = self._sample(logits.masked_fill(blocked, float("-inf")), s, noise)
         # a device value: `seen[rows, code0] = True` would copy a CPU scalar, which graph capture forbids
         mem.seen.index_put_((rows, code0), torch.ones_like(code0, dtype=torch.bool))
         return code0
