@@ -22,6 +22,7 @@ from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, samp
 from ..slots import SlotSpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
+from .presets import build_tiny_tokenizer
 from .prompt import AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prompt_embeddings, resolve_language
 from .talker import Talker
 
@@ -84,7 +85,7 @@ class Qwen3TTSLM(SlotSpeechLM):
                     dtype: torch.dtype = torch.float32, seed: int = 0, tokenizer=None,
                     language: str = AUTO_LANGUAGE) -> "Qwen3TTSLM":
         """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
-        tokenizer = tokenizer if tokenizer is not None else checkpoint.build_tiny_tokenizer()
+        tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
         with torch.device("meta"):
             lm = cls(config, tokenizer, language).to(dtype=dtype)
         lm.to_empty(device=device)
