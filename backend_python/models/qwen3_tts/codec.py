@@ -21,7 +21,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from backend_python.models.base import Codec
+from backend_python.models.base import Codec, CodecShape
 from backend_python.models.checkpoint_io import CONFIG_FILE, WEIGHTS_FILE
 from backend_python.models.qwen3_tts.codec_config import Qwen3TTSCodecConfig, tiny_codec_config
 from backend_python.models.qwen3_tts.codec_layers import CodecDecoder
@@ -35,27 +35,9 @@ class Qwen3TTSCodec(Codec):
     def __init__(self, cfg: Qwen3TTSCodecConfig) -> None:
         super().__init__()
         self.cfg = cfg
+        self.shape = CodecShape(cfg.num_quantizers, cfg.codebook_size, cfg.sample_rate, cfg.samples_per_frame,
+                                cfg.left_context_frames)
         self.decoder = CodecDecoder(cfg)
-
-    @property
-    def num_codebooks(self) -> int:
-        return self.cfg.num_quantizers
-
-    @property
-    def codebook_size(self) -> int:
-        return self.cfg.codebook_size
-
-    @property
-    def sample_rate(self) -> int:
-        return self.cfg.sample_rate
-
-    @property
-    def samples_per_frame(self) -> int:
-        return self.cfg.samples_per_frame
-
-    @property
-    def left_context_frames(self) -> int:
-        return self.cfg.left_context_frames
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
