@@ -3,7 +3,7 @@
 One decode step per frame, batched over slots: sample codebook 0 from each slot's stored logits,
 run the code predictor for codebooks 1..15, then one talker step on the sum of the 16 codebook
 embeddings plus the slot's next trailing text embedding (tts_pad once the text is used up).
-On CUDA the frame runs as two CUDA graphs per batch-size bucket (`graphs.py`), captured in
+On CUDA the frame runs as two CUDA graphs per batch-size bucket (`frame_graphs.FrameGraphs`), captured in
 `allocate_slots`; on the CPU it runs eagerly on the unpadded batch. Both run `_predict` and `_talk`.
 """
 from __future__ import annotations
