@@ -111,9 +111,6 @@ class LMEngine:
         """Requests not yet admitted (approximate when read from another thread)."""
         return self._inbox.qsize() + len(self._waiting)
 
-    def cancel(self, seq: Sequence) -> None:
-        seq.is_cancelled = True  # read by the loop between steps
-
     def cancel_id(self, request_id: str) -> None:
         """Cancel the live request with this id (from any thread); unknown ids are ignored."""
         with self._cancel_lock:
@@ -124,10 +121,6 @@ class LMEngine:
         self._stopped.set()
         self._inbox.put(None)
         self._thread.join(timeout_s)
-
-    @property
-    def num_live(self) -> int:
-        return len(self._running) + len(self._waiting)
 
     # ---- the loop ------------------------------------------------------------------
     def _loop(self) -> None:

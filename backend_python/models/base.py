@@ -115,34 +115,60 @@ class SpeechLM(nn.Module, ABC):
         """Forget a slot's state; its KV rows are overwritten by the next prefill."""
 
 
+@dataclass(frozen=True)
+class CodecShape:
+    """What the engine, the lanes and the router read off a codec: its frames and its audio."""
+
+    num_codebooks: int  # K, codes per frame
+    codebook_size: int  # valid codes are [0, codebook_size)
+    sample_rate: int
+    samples_per_frame: int
+    left_context_frames: int  # frames of left context a window needs to match a full decode (tolerance pinned by tests)
+
+    def __post_init__(self) -> None:
+        if min(self.num_codebooks, self.codebook_size, self.sample_rate, self.samples_per_frame) < 1:
+            raise ValueError(f"codebooks, codebook size, sample rate and samples per frame must be >= 1: {self}")
+        if self.left_context_frames < 0:
+            raise ValueError(f"left_context_frames must be >= 0, got {self.left_context_frames}")
+
+    @property
+    def frame_rate(self) -> float:
+        return self.sample_rate / self.samples_per_frame
+
+
 class Codec(nn.Module, ABC):
-    """A causal neural codec decoder: frames of K codebook tokens -> mono waveform."""
+    """A causal neural codec decoder: frames of K codebook tokens -> mono waveform.
+
+    Each codec sets `shape` in its constructor; the properties below read it.
+    """
+
+    shape: CodecShape
 
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
     @property
-    @abstractmethod
-    def num_codebooks(self) -> int: ...
+    def num_codebooks(self) -> int:
+        return self.shape.num_codebooks
 
     @property
-    @abstractmethod
     def codebook_size(self) -> int:
         """Valid codes are [0, codebook_size)."""
+        return self.shape.codebook_size
 
     @property
-    @abstractmethod
-    def sample_rate(self) -> int: ...
+    def sample_rate(self) -> int:
+        return self.shape.sample_rate
 
     @property
-    @abstractmethod
-    def samples_per_frame(self) -> int: ...
+    def samples_per_frame(self) -> int:
+        return self.shape.samples_per_frame
 
     @property
-    @abstractmethod
     def left_context_frames(self) -> int:
         """Frames of left context a window needs to match a full decode (tolerance pinned by tests)."""
+        return self.shape.left_context_frames
 
     @abstractmethod
     def decode(self, codes: torch.Tensor) -> torch.Tensor:

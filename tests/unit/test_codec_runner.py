@@ -8,7 +8,8 @@ import torch
 from backend_python.engine.codec_runner import CodecRunner
 from backend_python.models.codec_graphs import CodecGraphs
 from backend_python.models.frame_buffers import smallest_at_least
-from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec, tiny_codec_config
+from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
+from backend_python.models.qwen3_tts.codec_config import tiny_codec_config
 
 torch.set_flush_denormal(True)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from backend_python.models.csm import MimiCodec
-from backend_python.models.csm.checkpoint import build_tiny_checkpoint, read_config
+from backend_python.models.csm.checkpoint import read_config
 from backend_python.models.csm.codec import LEFT_CONTEXT_FRAMES
 from backend_python.models.csm.presets import tiny_mimi
+from backend_python.models.csm.tiny import build_tiny_checkpoint
 
 WINDOW_ATOL = 1e-4
 PADDING_ATOL = 1e-5  # right padding is exact up to float reordering in the batched convs

@@ -14,9 +14,9 @@ import torch
 
 from backend_python.models.base import DecodeBatch, SamplingParams
 from backend_python.models.csm import CsmConfig, CsmLM, preset_config
-from backend_python.models.csm.checkpoint import build_tiny_checkpoint
 from backend_python.models.csm.layers import inv_frequencies
 from backend_python.models.csm.presets import LLAMA3_ROPE, TINY_CODEBOOK_SIZE
+from backend_python.models.csm.tiny import build_tiny_checkpoint
 
 LOGITS_ATOL = 1e-5
 TEXT = "Get the trust fund to the bank early."

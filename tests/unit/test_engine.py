@@ -120,7 +120,7 @@ def test_cancelled_request_frees_its_slot(lm):
     engine.add(short)
     engine._collect(block=False)
     engine.step()
-    engine.cancel(long)
+    engine.cancel_id(long.request_id)
     run_until_done(engine, [long_sink, short_sink])
     assert long_sink.error == "cancelled"
     assert short_sink.error is None

@@ -8,7 +8,7 @@ from transformers import LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
 
 from backend_python.models.base import DecodeBatch, SamplingParams
 from backend_python.models.orpheus import OrpheusLM, preset_config
-from backend_python.models.orpheus.checkpoint import save_checkpoint
+from backend_python.models.orpheus.tiny import save_checkpoint
 from backend_python.models.orpheus.frames import (CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS, codes_to_tokens,
                                                   slot_token_base)
 

@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from backend_python.models.qwen3_tts.codec import (
-    Qwen3TTSCodec,
-    Qwen3TTSCodecConfig,
-    build_tiny_codec_checkpoint,
-    full_codec_config,
-    tiny_codec_config,
-)
+from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec, build_tiny_codec_checkpoint
+from backend_python.models.qwen3_tts.codec_config import Qwen3TTSCodecConfig, full_codec_config, tiny_codec_config
 
 torch.set_flush_denormal(True)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..base import Codec
+from ..base import Codec, CodecShape
 from ..optional_imports import hide_unimportable_optional_packages
 from .checkpoint import CODEC_PREFIX, read_state_dict
 
@@ -42,31 +42,10 @@ class MimiCodec(Codec):
         from transformers.models.mimi.modeling_mimi import MimiModel
 
         super().__init__()
-        if left_context_frames < 0:
-            raise ValueError(f"left_context_frames must be >= 0, got {left_context_frames}")
         self.config = mimi_config(codec_config)
+        self.shape = CodecShape(self.config.num_quantizers, self.config.codebook_size, self.config.sampling_rate,
+                                round(self.config.sampling_rate / self.config.frame_rate), left_context_frames)
         self.model = MimiModel(self.config)
-        self._left_context_frames = left_context_frames
-
-    @property
-    def num_codebooks(self) -> int:
-        return self.config.num_quantizers
-
-    @property
-    def codebook_size(self) -> int:
-        return self.config.codebook_size
-
-    @property
-    def sample_rate(self) -> int:
-        return self.config.sampling_rate
-
-    @property
-    def samples_per_frame(self) -> int:
-        return round(self.config.sampling_rate / self.config.frame_rate)
-
-    @property
-    def left_context_frames(self) -> int:
-        return self._left_context_frames
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from . import tiny
 from .codec import LEFT_CONTEXT_FRAMES, MimiCodec
 from .lm import CsmLM
 from .presets import preset_config
@@ -26,8 +27,7 @@ def is_checkpoint(path: Path) -> bool:
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
-    from .checkpoint import build_tiny_checkpoint as build
-    build(out_dir, seed=RANDOM_SEED)
+    tiny.build_tiny_checkpoint(out_dir, seed=RANDOM_SEED)
 
 
 def load_lm(spec, device: str, dtype: torch.dtype) -> CsmLM:

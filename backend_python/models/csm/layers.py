@@ -1,6 +1,6 @@
-"""Llama decoder stacks for CSM, built from the shared decoder blocks (`layers/decoder.py`) (static KV cache in batch slots,
-fused projections and varlen flash attention on CUDA): the same layers without the per-head q/k
-RMSNorm, and RoPE with optional Llama-3 frequency scaling."""
+"""Llama decoder stacks for CSM, built from the shared decoder blocks of `layers/decoder.py` (static KV
+cache in batch slots, fused projections and varlen flash attention on CUDA): the same layers without
+the per-head q/k RMSNorm, and RoPE with optional Llama-3 frequency scaling."""
 from __future__ import annotations
 
 from dataclasses import replace

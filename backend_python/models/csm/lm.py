@@ -27,6 +27,7 @@ from . import checkpoint
 from .backbone import BackboneModel
 from .config import CsmConfig
 from .depth_decoder import CodebooksHead, DepthDecoder
+from .presets import build_tiny_tokenizer
 from .prompt import make_prompt, resolve_speaker
 
 
@@ -76,7 +77,7 @@ class CsmLM(SlotSpeechLM):
     def from_config(cls, config: CsmConfig, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                     seed: int = 0, tokenizer=None) -> "CsmLM":
         """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
-        tokenizer = tokenizer if tokenizer is not None else checkpoint.build_tiny_tokenizer()
+        tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
         with torch.device("meta"):
             lm = cls(config, tokenizer).to(dtype=dtype)
         lm.to_empty(device=device)

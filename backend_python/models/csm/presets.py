@@ -1,13 +1,19 @@
 """Named configs: a tiny one for CPU tests and the full CSM-1B shape (= transformers' `CsmConfig()`
-defaults, random weights via `from_config`)."""
+defaults, random weights via `from_config`), and the tiny preset's tokenizer (the checkpoint builder
+is `tiny.py`)."""
 from __future__ import annotations
 
+from ..checkpoint_io import TINY_BPE_SENTENCES, train_byte_level_bpe
 from .config import CsmConfig, DepthDecoderConfig, LlamaShape, RopeConfig
 
 TINY_CODEBOOK_SIZE = 64
 TINY_VOCAB_SIZE = TINY_CODEBOOK_SIZE + 3  # as 2051 = 2048 + 3: pad (and two more) above the audio codes
 TINY_TEXT_VOCAB_SIZE = 512  # >= the tiny BPE's 400 tokens
 TINY_SPEAKERS = ("0", "1")
+TINY_BOS, TINY_EOS = "<|begin_of_text|>", "<|end_of_text|>"
+TINY_BPE_SPECIALS = [TINY_BOS, TINY_EOS]
+TINY_BPE_CORPUS = ["[0][1][2][3] "] * 50 + list(TINY_BPE_SENTENCES)
+TINY_BPE_VOCAB_SIZE = 400
 LLAMA3_ROPE = RopeConfig(rope_theta=500_000.0, rope_type="llama3", factor=32.0, low_freq_factor=1.0,
                          high_freq_factor=4.0, original_max_position_embeddings=8192)
 
@@ -55,3 +61,16 @@ def preset_config(name: str) -> CsmConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
     return PRESETS[name]()
+
+
+def build_tiny_tokenizer():
+    """A byte-level BPE trained offline on a few sentences, adding BOS and EOS like CSM's Llama-3 tokenizer."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = train_byte_level_bpe(TINY_BPE_SPECIALS, TINY_BPE_CORPUS, TINY_BPE_VOCAB_SIZE)
+    bos, eos = bpe.token_to_id(TINY_BOS), bpe.token_to_id(TINY_EOS)
+    bpe.post_processor = processors.TemplateProcessing(
+        single=f"{TINY_BOS} $A {TINY_EOS}", special_tokens=[(TINY_BOS, bos), (TINY_EOS, eos)])
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=TINY_BOS, eos_token=TINY_EOS,
+                                   pad_token=TINY_EOS)

@@ -1,4 +1,4 @@
-"""Checkpoint I/O in the transformers Llama layout, and the tiny checkpoint builder.
+"""Reading checkpoints in the transformers Llama layout (the tiny builder and writer are `tiny.py`).
 
 A checkpoint dir holds config.json (model_type `llama`, an Orpheus vocabulary), model.safetensors
 or model.safetensors.index.json + shards (`model.*`, `lm_head.*`), the Llama-3 tokenizer files
@@ -13,19 +13,10 @@ from pathlib import Path
 import torch
 
 from .. import checkpoint_io
-# WEIGHTS_FILE: re-exported
-from ..checkpoint_io import (CONFIG_FILE, TINY_BPE_SENTENCES, WEIGHTS_FILE, cpu_state, train_byte_level_bpe,
-                             write_checkpoint)
+from ..checkpoint_io import CONFIG_FILE
 from .config import OrpheusConfig
 
 HEAD_KEY = "lm_head.weight"
-
-TINY_BPE_SPECIALS = ["<|begin_of_text|>", "<|eot_id|>"]
-TINY_BPE_CORPUS = ["tara leah jess leo dan mia zac zoe: "] * 20 + list(TINY_BPE_SENTENCES)
-TINY_BPE_VOCAB_SIZE = 400
-
-__all__ = ["read_config", "load_tokenizer", "read_state_dict", "save_checkpoint",
-           "build_tiny_tokenizer"]
 
 
 def read_config(path: str | Path) -> OrpheusConfig:
@@ -48,32 +39,3 @@ def read_state_dict(path: str | Path, config: OrpheusConfig) -> dict[str, torch.
     if not state:
         raise ValueError(f"no model.* weights in {path}")
     return state
-
-
-def save_checkpoint(lm, out_dir: str | Path) -> None:
-    """Write config.json, model.safetensors and the tokenizer files of an `OrpheusLM`."""
-    write_checkpoint(out_dir, lm.config.to_dict(), cpu_state(lm.backbone.state_dict()), lm.tokenizer)
-
-
-def build_tiny_tokenizer():
-    """A byte-level BPE trained offline on a few sentences; like Llama-3's, it prepends <|begin_of_text|>."""
-    from tokenizers import processors
-    from transformers import PreTrainedTokenizerFast
-
-    bpe = train_byte_level_bpe(TINY_BPE_SPECIALS, TINY_BPE_CORPUS, TINY_BPE_VOCAB_SIZE)
-    bos = TINY_BPE_SPECIALS[0]
-    bpe.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, 0)])
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=bos, eos_token=TINY_BPE_SPECIALS[1],
-                                   pad_token=TINY_BPE_SPECIALS[1])
-
-
-def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0) -> Path:
-    """Write a complete random-weight tiny checkpoint (LM + tokenizer + snac/), deterministic in seed."""
-    from .codec import SNAC_DIR, build_codec_checkpoint
-    from .lm import OrpheusLM
-    from .presets import tiny, tiny_snac
-
-    lm = OrpheusLM.from_config(tiny(), device="cpu", dtype=torch.float32, seed=seed, tokenizer=build_tiny_tokenizer())
-    save_checkpoint(lm, out_dir)
-    build_codec_checkpoint(tiny_snac(), Path(out_dir) / SNAC_DIR, seed=seed)
-    return Path(out_dir)

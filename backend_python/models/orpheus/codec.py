@@ -30,7 +30,7 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.nn.utils import parametrize
 
-from ..base import Codec
+from ..base import Codec, CodecShape
 from .frames import CODES_PER_SLOT, FRAME_TOKENS, frames_to_levels
 
 SNAC_DIR = "snac"  # the codec's folder inside a checkpoint dir
@@ -93,27 +93,9 @@ class SnacCodec(Codec):
         from snac import SNAC
 
         self.cfg = cfg
+        self.shape = CodecShape(FRAME_TOKENS, cfg.codebook_size, cfg.sampling_rate, cfg.samples_per_frame,
+                                cfg.left_context_frames)
         self.snac = SNAC(**cfg.snac_kwargs())
-
-    @property
-    def num_codebooks(self) -> int:
-        return FRAME_TOKENS
-
-    @property
-    def codebook_size(self) -> int:
-        return self.cfg.codebook_size
-
-    @property
-    def sample_rate(self) -> int:
-        return self.cfg.sampling_rate
-
-    @property
-    def samples_per_frame(self) -> int:
-        return self.cfg.samples_per_frame
-
-    @property
-    def left_context_frames(self) -> int:
-        return self.cfg.left_context_frames
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from . import tiny
 from .codec import SNAC_DIR, SNAC_HF_ID, SnacCodec, SnacConfig
 from .config import MODEL_TYPE
 from .frames import MIN_VOCAB_SIZE
@@ -32,8 +33,7 @@ def is_checkpoint(path: Path) -> bool:
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
-    from .checkpoint import build_tiny_checkpoint as build
-    build(out_dir, seed=RANDOM_SEED)
+    tiny.build_tiny_checkpoint(out_dir, seed=RANDOM_SEED)
 
 
 def load_lm(spec, device: str, dtype: torch.dtype) -> OrpheusLM:

@@ -30,6 +30,7 @@ from .config import OrpheusConfig
 from .frames import CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS, slot_token_base
 from .graphs import FrameGraphs, FrameInputs
 from .llama import LlamaForCausalLM
+from .presets import build_tiny_tokenizer
 from .prompt import VOICES, make_prompt, voice_text
 
 SAMPLE_RATE = 24000
@@ -77,7 +78,7 @@ class OrpheusLM(SlotSpeechLM):
     def from_config(cls, config: OrpheusConfig, device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32, seed: int = 0, tokenizer=None) -> "OrpheusLM":
         """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
-        tokenizer = tokenizer if tokenizer is not None else checkpoint.build_tiny_tokenizer()
+        tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
         with torch.device("meta"):
             lm = cls(config, tokenizer).to(dtype=dtype)
         lm.to_empty(device=device)

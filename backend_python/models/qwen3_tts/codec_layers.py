@@ -7,8 +7,6 @@ that to right-pad windows of different lengths into one batch.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,9 +14,7 @@ from torch import nn
 from backend_python.models.kernels.snake import snake_beta
 
 from ..layers.decoder import RMSNorm  # the LM's norm: same math on CPU, one fused kernel on CUDA
-
-if TYPE_CHECKING:
-    from backend_python.models.qwen3_tts.codec import Qwen3TTSCodecConfig
+from .codec_config import Qwen3TTSCodecConfig
 
 
 # ---------------------------------------------------------------- convolutions

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import torch
 
-from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec, Qwen3TTSCodecConfig, full_codec_config
+from backend_python.models.qwen3_tts import tiny
+from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
+from backend_python.models.qwen3_tts.codec_config import Qwen3TTSCodecConfig, full_codec_config
 from backend_python.models.qwen3_tts.lm import Qwen3TTSLM
 from backend_python.models.qwen3_tts.presets import preset_config
 
@@ -30,8 +32,7 @@ def is_checkpoint(path: Path) -> bool:
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
-    from backend_python.models.qwen3_tts.checkpoint import build_tiny_checkpoint as build
-    build(out_dir, seed=RANDOM_SEED)
+    tiny.build_tiny_checkpoint(out_dir, seed=RANDOM_SEED)
 
 
 def load_lm(spec, device: str, dtype: torch.dtype) -> Qwen3TTSLM:

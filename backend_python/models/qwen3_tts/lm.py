@@ -3,7 +3,7 @@
 One decode step per frame, batched over slots: sample codebook 0 from each slot's stored logits,
 run the code predictor for codebooks 1..15, then one talker step on the sum of the 16 codebook
 embeddings plus the slot's next trailing text embedding (tts_pad once the text is used up).
-On CUDA the frame runs as two CUDA graphs per batch-size bucket (`graphs.py`), captured in
+On CUDA the frame runs as two CUDA graphs per batch-size bucket (`frame_graphs.FrameGraphs`), captured in
 `allocate_slots`; on the CPU it runs eagerly on the unpadded batch. Both run `_predict` and `_talk`.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, samp
 from ..slots import SlotSpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
+from .presets import build_tiny_tokenizer
 from .prompt import AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prompt_embeddings, resolve_language
 from .talker import Talker
 
@@ -86,7 +87,7 @@ class Qwen3TTSLM(SlotSpeechLM):
                     dtype: torch.dtype = torch.float32, seed: int = 0, tokenizer=None,
                     language: str = AUTO_LANGUAGE) -> "Qwen3TTSLM":
         """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
-        tokenizer = tokenizer if tokenizer is not None else checkpoint.build_tiny_tokenizer()
+        tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
         with torch.device("meta"):
             lm = cls(config, tokenizer, language).to(dtype=dtype)
         lm.to_empty(device=device)

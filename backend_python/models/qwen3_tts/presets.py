@@ -1,4 +1,5 @@
-"""Named configs: a tiny one for CPU tests and the two real sizes (random weights via `from_config`).
+"""Named configs: a tiny one for CPU tests and the two real sizes (random weights via `from_config`),
+and the tiny preset's tokenizer (the checkpoint builder is `tiny.py`).
 
 Real sizes follow the official 12 Hz CustomVoice configs (see shared/notes/MODELS.md). The voice and
 language ids of the real presets are placeholders inside the special-id range: with random weights
@@ -6,6 +7,7 @@ only the shapes matter; a real checkpoint brings its own ids in config.json.
 """
 from __future__ import annotations
 
+from ..checkpoint_io import TINY_BPE_SENTENCES, train_byte_level_bpe
 from .config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
 
 TINY_CODEBOOK_SIZE = 64
@@ -14,6 +16,10 @@ TINY_TEXT_SPECIAL_IDS = {  # ids of the special tokens in the tiny BPE (trained 
     "<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2,
     "<|tts_pad|>": 3, "<|tts_text_bos|>": 4, "<|tts_text_eod|>": 5,
 }
+TINY_BPE_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|tts_pad|>", "<|tts_text_bos|>",
+                     "<|tts_text_eod|>"]
+TINY_BPE_CORPUS = ["assistant user system\n"] * 50 + list(TINY_BPE_SENTENCES)
+TINY_BPE_VOCAB_SIZE = 400
 
 REAL_VOICES = ("vivian", "serena", "uncle_fu", "dylan", "eric", "ryan", "aiden", "ono_anna", "sohee")
 REAL_DIALECTS = {"dylan": "beijing_dialect", "eric": "sichuan_dialect"}
@@ -71,3 +77,14 @@ def preset_config(name: str) -> Qwen3TTSConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
     return PRESETS[name]()
+
+
+def build_tiny_tokenizer():
+    """A byte-level BPE trained offline on a few sentences, with the Qwen special tokens first (ids 0..5)."""
+    from transformers import Qwen2TokenizerFast
+
+    bpe = train_byte_level_bpe(TINY_BPE_SPECIALS, TINY_BPE_CORPUS, TINY_BPE_VOCAB_SIZE)
+    tokenizer = Qwen2TokenizerFast(tokenizer_object=bpe, unk_token=None, bos_token=None,
+                                   eos_token="<|endoftext|>", pad_token="<|endoftext|>", errors="replace")
+    tokenizer.add_special_tokens({"additional_special_tokens": TINY_BPE_SPECIALS[1:]})
+    return tokenizer

@@ -1,0 +1,138 @@
+"""The import graph of `backend_python/`, read with `ast`: no circle, and no model family importing
+another family (siblings share through the floor under `models/`, never through each other).
+
+Every import counts, also one inside a function or under `TYPE_CHECKING`: a lazy import that closes
+a circle is still a circle a reader has to hold in their head.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "backend_python"
+MODELS = f"{PACKAGE}.models"
+REGISTRY = f"{MODELS}.registry"  # the one floor module that lists the families
+
+
+def module_files(root: Path = REPO_ROOT / PACKAGE) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py under the package (a package is its __init__)."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules
+
+
+def imported_modules(module: str, path: Path, modules: set[str]) -> set[str]:
+    """The modules of `modules` that `module` imports. `from x import y` imports x.y when that is a
+    module, else x; a parent package that runs on the way to its submodule is not counted (every
+    submodule would make a circle with an `__init__` that imports it)."""
+    is_package = path.name == "__init__.py"
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve(module, is_package, node.level, node.module)
+            submodules = {f"{base}.{alias.name}" for alias in node.names} & modules
+            names.update(submodules if len(submodules) == len(node.names) else submodules | {base})
+    return (names & modules) - {module}
+
+
+def resolve(module: str, is_package: bool, level: int, target: str | None) -> str:
+    """The absolute name of `from <level dots><target> import ...` written in `module`."""
+    if level == 0:
+        return target or ""
+    parts = module.split(".")
+    anchor = parts if is_package else parts[:-1]
+    anchor = anchor[:len(anchor) - (level - 1)]
+    return ".".join(anchor + ([target] if target else []))
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the package modules it imports (names that are not modules of ours are dropped)."""
+    return {name: imported_modules(name, path, set(modules)) for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of the graph as [a, b, ..., a], or None (depth-first search with colours)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def family_of(module: str, families: set[str]) -> str | None:
+    """The family package a module belongs to, e.g. `backend_python.models.csm`, or None (the floor)."""
+    parts = module.split(".")
+    if len(parts) < 3 or ".".join(parts[:2]) != MODELS:
+        return None
+    family = ".".join(parts[:3])
+    return family if family in families else None
+
+
+def families(modules: dict[str, Path]) -> set[str]:
+    """The packages under models/ with a `family.py` (the module the registry reads)."""
+    return {name.rsplit(".", 1)[0] for name in modules
+            if name.startswith(MODELS + ".") and name.endswith(".family")}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph(module_files())
+
+
+def test_the_graph_sees_the_tree(graph):
+    """Guards the reader: it finds the families and edges it is meant to judge."""
+    fams = families(module_files())
+    assert {f"{MODELS}.qwen3_tts", f"{MODELS}.csm", f"{MODELS}.orpheus"} <= fams
+    assert f"{MODELS}.layers.decoder" in graph[f"{MODELS}.csm.layers"]
+    assert f"{MODELS}.qwen3_tts.family" in graph[REGISTRY]
+
+
+def test_backend_python_has_no_import_circle(graph):
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_no_family_imports_another_family(graph):
+    fams = families(module_files())
+    crossings = sorted(f"{src} -> {dst}" for src, targets in graph.items() for dst in targets
+                       if family_of(src, fams) and family_of(dst, fams) not in (None, family_of(src, fams)))
+    assert crossings == []
+
+
+def test_the_floor_names_no_family_except_the_registry(graph):
+    fams = families(module_files())
+    floor = (m for m in graph if family_of(m, fams) is None and m != REGISTRY)
+    crossings = sorted(f"{src} -> {dst}" for src in floor for dst in graph[src] if family_of(dst, fams))
+    assert crossings == []
+
+
+def test_find_cycle_reports_a_circle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_relative_imports_resolve():
+    assert resolve(f"{MODELS}.csm.lm", False, 2, "layers.decoder") == f"{MODELS}.layers.decoder"
+    assert resolve(f"{MODELS}.csm.lm", False, 1, None) == f"{MODELS}.csm"
+    assert resolve(f"{MODELS}.csm", True, 1, "lm") == f"{MODELS}.csm.lm"
