@@ -166,11 +166,20 @@ class LMEngine:
             self._on_step(len(self._running))
 
     def _admit(self) -> None:
-        """Prefill the waiting requests the admission policy lets in, in arrival order."""
+        """Prefill the waiting requests the admission policy lets in, in arrival order, in one call."""
         admitted = set(self._admission.admit(self._admission_state()))
+        ready = []
         for seq in [s for s in self._waiting if s.request_id in admitted]:
             self._waiting.remove(seq)
-            self._prefill(seq)
+            seq.slot = self._free_slots.pop()
+            try:
+                self._check_fits(seq)
+            except ValueError as exc:
+                self._fail_prefill(seq, exc)
+                continue
+            ready.append(seq)
+        if ready:
+            self._prefill(ready)
 
     def _admission_state(self) -> AdmissionState:
         now = self._clock()
@@ -181,23 +190,30 @@ class LMEngine:
         return AdmissionState(now=now, num_free_slots=len(self._free_slots), step_time_s=self._timing.step_s,
                               running=running, waiting=waiting)
 
-    def _prefill(self, seq: Sequence) -> None:
-        seq.slot = self._free_slots.pop()
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        """One batched prefill; if it fails, each request again alone, so a bad one ends only itself."""
         self.phases.charge(LoopPhase.HOST)
         started = self._clock()
         try:
-            self._check_fits(seq)
-            self.model.prefill(seq.slot, seq.prompt)
+            self.model.prefill_batch([s.slot for s in seqs], [s.prompt for s in seqs])
         except Exception as exc:  # one request's bad prefill ends that request only
             self.phases.charge(LoopPhase.PREFILL)
-            log.warning("prefill of %s failed: %s", seq.request_id, exc)
-            self._free_slots.append(seq.slot)  # the next prefill overwrites whatever was written
-            self._finish(seq, str(exc))
+            if len(seqs) == 1:
+                self._fail_prefill(seqs[0], exc)
+            else:
+                for seq in seqs:
+                    self._prefill([seq])
             return
         self.phases.charge(LoopPhase.PREFILL)
-        self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
-        seq.status = SeqStatus.RUNNING
-        self._running.append(seq)
+        self._timing.observe_prefill(sum(s.prompt.num_tokens for s in seqs), self._clock() - started)
+        for seq in seqs:
+            seq.status = SeqStatus.RUNNING
+            self._running.append(seq)
+
+    def _fail_prefill(self, seq: Sequence, exc: Exception) -> None:
+        log.warning("prefill of %s failed: %s", seq.request_id, exc)
+        self._free_slots.append(seq.slot)  # the next prefill overwrites whatever was written
+        self._finish(seq, str(exc))
 
     def _check_fits(self, seq: Sequence) -> None:
         needed = seq.prompt.num_tokens + seq.max_frames + 1

@@ -101,6 +101,12 @@ class SpeechLM(nn.Module, ABC):
     def prefill(self, slot: int, prompt: Prompt) -> None:
         """Run the prompt into `slot`'s KV cache; afterwards `decode` can emit frame 0."""
 
+    def prefill_batch(self, slots: list[int], prompts: list[Prompt]) -> None:
+        """Prefill several prompts, prompts[i] into slots[i]; a family may batch them (one by one here).
+        On an error no slot of the call counts as prefilled: the engine retries them one by one."""
+        for slot, prompt in zip(slots, prompts):
+            self.prefill(slot, prompt)
+
     @abstractmethod
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Emit one frame for every slot of the batch.

@@ -19,6 +19,7 @@ from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
 from ..layers.compile import compile_hot_path
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
+from ..prefill_graphs import PrefillGraphs, plan_groups
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
 from ..slots import SlotSpeechLM
 from . import checkpoint
@@ -70,6 +71,7 @@ class Qwen3TTSLM(SlotSpeechLM):
         self.language = language
         self.talker = Talker(config.talker)
         self._sample = sample  # the compiled sampler once `_compile` ran
+        self._prefill_graphs: PrefillGraphs | None = None  # CUDA: captured with the frame graphs
 
     # ---- loading -------------------------------------------------------------------------------
     @classmethod
@@ -147,7 +149,15 @@ class Qwen3TTSLM(SlotSpeechLM):
         graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, num_slots),
                              mem.scratch_row, self.noise_width, t.hidden_size, self.num_codebooks, self.device,
                              mem.hidden.dtype)
+        self._prefill_graphs = self._build_prefill_graphs(mem) if self.use_cuda_graphs else None
         return self._capture_graphs(graphs)
+
+    def _build_prefill_graphs(self, mem: SlotMemory) -> PrefillGraphs:
+        graphs = PrefillGraphs(self._prefill_rows, mem.scratch_row, self.config.talker.hidden_size, self.device,
+                               mem.hidden.dtype)
+        with torch.no_grad():
+            graphs.capture_all()
+        return graphs
 
     @property
     def noise_width(self) -> int:
@@ -157,16 +167,41 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     @torch.no_grad()
     def prefill(self, slot: int, prompt: Prompt) -> None:
+        embeds, trailing = self._prompt_embeddings(prompt)
+        rows = torch.tensor([slot], device=self.device)
+        self._prefill_rows(embeds[None], rows, torch.tensor([embeds.shape[0] - 1], device=self.device))
+        self._states[slot] = SlotState(position=embeds.shape[0], num_frames=0, trailing=trailing)
+
+    @torch.no_grad()
+    def prefill_batch(self, slots: list[int], prompts: list[Prompt]) -> None:
+        """Several prompts at once: on CUDA graphs grouped by length bucket (prefill_graphs.py), else one by one."""
+        if self._prefill_graphs is None or not self.use_cuda_graphs:
+            return super().prefill_batch(slots, prompts)
+        embeds, trailing = zip(*(self._prompt_embeddings(prompt) for prompt in prompts))
+        groups, eager = plan_groups([e.shape[0] for e in embeds])
+        for group in groups:
+            self._prefill_graphs.run(group, [embeds[i] for i in group.indices], [slots[i] for i in group.indices])
+        for i in eager:
+            self._prefill_rows(embeds[i][None], torch.tensor([slots[i]], device=self.device),
+                               torch.tensor([embeds[i].shape[0] - 1], device=self.device))
+        for slot, e, text in zip(slots, embeds, trailing):
+            self._states[slot] = SlotState(position=e.shape[0], num_frames=0, trailing=text)
+
+    def _prompt_embeddings(self, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (prefill embeddings [L, H], trailing text embeddings [N, H]), checked against the cache."""
         mem = self._require_memory()
         if prompt.num_tokens > mem.kv.max_seq_len:
             raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds max_seq_len {mem.kv.max_seq_len}")
-        embeds, trailing = prompt_embeddings(self.config, self.talker, prompt, self.device)  # [L, H], [N, H]
-        rows = torch.tensor([slot], device=self.device)
-        positions = torch.arange(embeds.shape[0], device=self.device)[None]  # [1, L]
-        hidden = self.talker(embeds[None], rows, positions, mem.kv)  # [1, H]
-        mem.hidden[slot], mem.logits[slot] = hidden[0], self.talker.logits(hidden)[0]
-        mem.seen[slot] = False
-        self._states[slot] = SlotState(position=embeds.shape[0], num_frames=0, trailing=trailing)
+        return prompt_embeddings(self.config, self.talker, prompt, self.device)
+
+    def _prefill_rows(self, embeds: torch.Tensor, rows: torch.Tensor, last: torch.Tensor) -> None:
+        """embeds [B, L, H] (row b's real tokens first, then padding), rows [B], last [B]: each row's last
+        real position -> its hidden state, next logits and a fresh repetition record in slot memory."""
+        mem = self._require_memory()
+        positions = torch.arange(embeds.shape[1], device=embeds.device).expand(embeds.shape[0], -1)  # [B, L]
+        hidden = self.talker(embeds, rows, positions, mem.kv, last)  # [B, H]
+        mem.hidden[rows], mem.logits[rows] = hidden, self.talker.logits(hidden)
+        mem.seen.index_fill_(0, rows, False)  # a fill, not `seen[rows] = False`: no CPU scalar in a graph
 
     @torch.no_grad()
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
