@@ -12,7 +12,7 @@ from clients.gateway.cli import add_gateway_command
 from clients.microbench.cli import add_command as add_microbench
 from clients.mps import MpsError
 from clients.fleet import LAYOUTS, Fleet, FleetConfig
-from clients.serve import MODES, ServeConfig, Server
+from clients.serve import ADMISSION_POLICIES, MODES, ServeConfig, Server
 from clients.triton_launch import Ports, find_triton
 
 DEMO_TEXT = "VoxLane streams speech while the model is still talking."
@@ -40,26 +40,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _add_server_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="qwen3-tts-tiny", help="preset name, checkpoint dir or Hugging Face id")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--mode", choices=MODES, default="voxlane")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None)
-    parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--max-slots", type=int, default=32, help="LM batch slots (live requests)")
-    parser.add_argument("--max-queued", type=int, default=128,
+    defaults = ServeConfig()  # every default below is ServeConfig's, which takes them from the typed configs
+    parser.add_argument("--model", default=defaults.model, help="preset name, checkpoint dir or Hugging Face id")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=defaults.device)
+    parser.add_argument("--mode", choices=MODES, default=defaults.mode.value)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=defaults.dtype)
+    parser.add_argument("--grpc-port", type=int, default=defaults.ports.grpc)
+    parser.add_argument("--http-port", type=int, default=defaults.ports.http)
+    parser.add_argument("--metrics-port", type=int, default=defaults.ports.metrics)
+    parser.add_argument("--max-slots", type=int, default=defaults.max_slots, help="LM batch slots (live requests)")
+    parser.add_argument("--max-queued", type=int, default=defaults.max_queued,
                         help="requests waiting for a slot; beyond it new requests get an 'overloaded' error")
-    parser.add_argument("--first-chunk-frames", type=int, default=2)
-    parser.add_argument("--chunk-frames", type=int, default=10)
-    parser.add_argument("--chunk-growth", type=_growth, default=2.0,
+    parser.add_argument("--first-chunk-frames", type=int, default=defaults.first_chunk_frames)
+    parser.add_argument("--chunk-frames", type=int, default=defaults.chunk_frames)
+    parser.add_argument("--chunk-growth", type=_growth, default=defaults.chunk_growth,
                         help="chunk sizes grow by this factor up to --chunk-frames (2, 4, 8, 10, …); 'none': no ramp")
-    parser.add_argument("--partition", choices=("mps", "none"), default=None,
+    parser.add_argument("--partition", choices=("mps", "none"), default=defaults.partition,
                         help="SM partition of the lanes on cuda (default: mps on cuda)")
-    parser.add_argument("--lm-sm-pct", type=int, default=75, help="MPS active-thread %% of the LM lane")
-    parser.add_argument("--codec-sm-pct", type=int, default=25,
+    parser.add_argument("--lm-sm-pct", type=int, default=defaults.lm_sm_pct, help="MPS active-thread %% of the LM lane")
+    parser.add_argument("--codec-sm-pct", type=int, default=defaults.codec_sm_pct,
                         help="MPS active-thread %% of the background codec lane (~32 of 132 SMs)")
-    parser.add_argument("--admission", choices=("deadline-aware", "prefill-first"), default="deadline-aware",
+    parser.add_argument("--admission", choices=ADMISSION_POLICIES, default=defaults.admission,
                         help="how new requests join the LM's running batch")
     parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
 

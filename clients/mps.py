@@ -6,12 +6,21 @@ to `tritonserver` through the environment, and quits the daemon afterwards.
 Each model process then sets `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` before CUDA
 initialises. GPU settings (compute mode, clocks, MIG) are never changed: MPS
 works in the Default compute mode.
+
+Scripts that measure lanes outside `voxlane serve` start and stop the same daemon
+from the shell:
+
+    mps_env=$(python -m clients.mps start DIR)   # prints the KEY=VALUE pairs its clients need
+    env $mps_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 python -m clients.microbench.codec ...
+    python -m clients.mps stop DIR
 """
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -60,9 +69,38 @@ class MpsDaemon:
     def stop(self) -> None:
         if not self._running:
             return
-        subprocess.run([CONTROL], input="quit\n", env=self._environ(), capture_output=True, text=True, timeout=30)
+        self.quit()
         self._running = False
+
+    def quit(self) -> None:
+        """Quit the daemon behind these directories, whoever started it; nothing if none listens there."""
+        if (self.pipe_dir / "control").exists():
+            subprocess.run([CONTROL], input="quit\n", env=self._environ(), capture_output=True, text=True,
+                           timeout=30)
 
     def _environ(self) -> dict[str, str]:
         pinned = {"CUDA_VISIBLE_DEVICES": self.visible_devices} if self.visible_devices is not None else {}
         return {**os.environ, **self.env, **pinned}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m clients.mps start|stop DIR`: a daemon for shell scripts, in DIR/mps-pipe and DIR/mps-log."""
+    parser = argparse.ArgumentParser(prog="python -m clients.mps", description=main.__doc__)
+    parser.add_argument("action", choices=("start", "stop"))
+    parser.add_argument("dir", type=Path, help="where the daemon's pipe and log directories live")
+    args = parser.parse_args(argv)
+    daemon = MpsDaemon(args.dir)
+    try:
+        if args.action == "start":
+            daemon.start()
+            print(" ".join(f"{key}={value}" for key, value in daemon.env.items()))  # for `env $mps_env CMD`
+        else:
+            daemon.quit()
+    except MpsError as exc:
+        print(f"clients.mps: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,44 +8,53 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backend_python.engine.config import EngineConfig
+from backend_python.triton.params import LaneSettings
 from clients.mps import MpsDaemon
 from clients.triton_launch import Ports, TritonProcess, find_triton
+from scheduler import AdmissionPolicyName, ChunkingConfig, SchedulerConfig, ServingMode
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
-MODES = ("voxlane", "timeshare", "colocate", "partition")
-PARTITIONED_MODES = ("partition", "voxlane")
 LANE_MODELS = ("speechlm_lm", "codec", "codec_urgent")
+CODEC_MODELS = ("codec", "codec_urgent")
+ROUTER_MODEL = "vox_ensemble"
+# knobs `voxlane serve` has no flag for: each run keeps what the repository's config.pbtxt says
+KEPT_FROM_REPOSITORY = ("cuda_graphs", "max_seq_len")
+_CHUNKING, _ENGINE, _LANE = ChunkingConfig(), EngineConfig(), LaneSettings()  # the defaults, stated there once
 
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """Everything `voxlane serve` decides, built once from the command line."""
+    """Everything `voxlane serve` decides, built once from the command line.
 
-    model: str = "qwen3-tts-tiny"
-    device: str = "cpu"
-    mode: str = "voxlane"
+    It builds the typed configs of each model (`scheduler_config`, `engine_config`, `lane_settings`)
+    and `parameters` renders them into that model's config.pbtxt. Defaults come from those configs.
+    """
+
+    model: str = _LANE.model
+    device: str = _LANE.device
+    mode: ServingMode = SchedulerConfig.mode
     dtype: str | None = None  # None: float32 on cpu, bfloat16 on cuda
     ports: Ports = field(default_factory=Ports)
-    max_slots: int = 32
-    max_queued: int = 128  # requests waiting for an LM slot before new ones are refused
-    first_chunk_frames: int = 2
-    chunk_frames: int = 10
-    chunk_growth: float | None = 2.0  # chunk sizes ramp 2, 4, 8, 10, …; None: 2, 10, 10, …
-    num_threads: int | None = None  # torch threads per model process (cpu)
+    max_slots: int = _ENGINE.max_slots
+    max_queued: int = _ENGINE.max_queued  # requests waiting for an LM slot before new ones are refused
+    first_chunk_frames: int = _CHUNKING.first_chunk_frames
+    chunk_frames: int = _CHUNKING.chunk_frames
+    chunk_growth: float | None = _CHUNKING.chunk_growth  # chunk sizes ramp 2, 4, 8, 10, …; None: 2, 10, 10, …
+    num_threads: int = _LANE.num_threads  # torch threads per model process (cpu)
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
     lm_sm_pct: int = 75  # MPS active-thread percentage of the LM lane
     codec_sm_pct: int = 25  # of the background codec lane: ~32 of an H200's 132 SMs
-    admission: str = "deadline-aware"  # LM admission policy: deadline-aware | prefill-first
+    admission: str = SchedulerConfig.admission_policy.value  # LM admission policy: deadline-aware | prefill-first
     gpus: tuple[str, ...] = ()  # physical GPUs of this server (CUDA_VISIBLE_DEVICES); (): inherit
     codec_gpu: int = 0  # which of this server's GPUs runs the codec lanes (the LM runs on its first)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", _mode(self.mode))
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"--device must be cpu or cuda, got {self.device!r}")
-        if self.mode not in MODES:
-            raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.admission not in ("deadline-aware", "prefill-first"):
-            raise ValueError(f"--admission must be deadline-aware or prefill-first, got {self.admission!r}")
+        if self.admission not in ADMISSION_POLICIES:
+            raise ValueError(f"--admission must be {' or '.join(ADMISSION_POLICIES)}, got {self.admission!r}")
         if self.partition not in (None, "mps", "none"):
             raise ValueError(f"--partition must be mps or none, got {self.partition!r}")
         if self.device == "cpu" and self.partition == "mps":
@@ -53,14 +62,13 @@ class ServeConfig:
         for name in ("lm_sm_pct", "codec_sm_pct"):
             if not 1 <= getattr(self, name) <= 100:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [1, 100], got {getattr(self, name)}")
-        if min(self.first_chunk_frames, self.chunk_frames, self.max_slots, self.max_queued) < 1:
-            raise ValueError("chunk sizes, --max-slots and --max-queued must be >= 1")
-        if self.chunk_growth is not None and self.chunk_growth <= 1.0:
-            raise ValueError(f"--chunk-growth must be > 1 (or none), got {self.chunk_growth}")
         if self.gpus and self.device != "cuda":
             raise ValueError("--gpus needs --device cuda")
         if not 0 <= self.codec_gpu < max(1, len(self.gpus)) or (self.codec_gpu and self.device != "cuda"):
             raise ValueError(f"the codec lanes' GPU {self.codec_gpu} is not one of this server's GPUs")
+        self.engine_config()  # the typed configs validate the rest (chunk sizes, slots, threads)
+        for model_name in LANE_MODELS:
+            self.lane_settings(model_name)
 
     @property
     def uses_mps(self) -> bool:
@@ -69,7 +77,7 @@ class ServeConfig:
 
     @property
     def is_partitioned(self) -> bool:
-        return self.uses_mps and self.mode in PARTITIONED_MODES
+        return self.uses_mps and self.mode.is_partitioned
 
     @property
     def is_disaggregated(self) -> bool:
@@ -78,7 +86,7 @@ class ServeConfig:
 
     def gpu_of(self, model_name: str) -> int:
         """The device index (among this server's visible GPUs) of one lane's instance."""
-        return self.codec_gpu if model_name in ("codec", "codec_urgent") else 0
+        return self.codec_gpu if model_name in CODEC_MODELS else 0
 
     def server_env(self, has_mps: bool, inherited: str | None = None) -> dict[str, str]:
         """CUDA_VISIBLE_DEVICES of `tritonserver`: its GPUs, or, through MPS, the daemon's renumbered ones.
@@ -104,23 +112,47 @@ class ServeConfig:
     def resolved_dtype(self) -> str:
         return self.dtype or ("bfloat16" if self.device == "cuda" else "float32")
 
+    def scheduler_config(self) -> SchedulerConfig:
+        """Routing, admission and chunking: the router and the LM lane both get these."""
+        chunking = ChunkingConfig(first_chunk_frames=self.first_chunk_frames, chunk_frames=self.chunk_frames,
+                                  chunk_growth=self.chunk_growth)
+        return SchedulerConfig(mode=self.mode, admission_policy=AdmissionPolicyName(self.admission),
+                               chunking=chunking)
+
+    def engine_config(self) -> EngineConfig:
+        """The LM lane's engine (its codec context comes from the model family, in the lane)."""
+        return EngineConfig(max_slots=self.max_slots, max_queued=self.max_queued, scheduler=self.scheduler_config())
+
+    def lane_settings(self, model_name: str) -> LaneSettings:
+        """Model, device and torch settings of one lane's process."""
+        return LaneSettings(model=self.model, device=self.device, dtype=self.resolved_dtype,
+                            mps_active_thread_percentage=self.sm_percentage(model_name),
+                            num_threads=self.num_threads, pin_gpu=self.is_disaggregated,  # each stub sees its GPU
+                            cudnn_benchmark=self._runs_codec(model_name))
+
+    def _runs_codec(self, model_name: str) -> bool:
+        """Whether this lane's process decodes audio (the LM does, inline, in timeshare)."""
+        return model_name in CODEC_MODELS or (model_name == "speechlm_lm" and self.mode is ServingMode.TIMESHARE)
+
     def parameters(self, model_name: str) -> dict[str, str]:
-        """The config.pbtxt parameters this run sets on one model."""
-        if model_name == "vox_ensemble":
-            return {"mode": self.mode}
-        params = {"model": self.model, "device": self.device, "dtype": self.resolved_dtype,
-                  "mps_active_thread_percentage": str(self.sm_percentage(model_name))}
-        if self.num_threads:
-            params["num_threads"] = str(self.num_threads)
-        if self.is_disaggregated:  # each lane's stub sees only its own GPU
-            params["pin_gpu"] = "true"
+        """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""
+        if model_name == ROUTER_MODEL:
+            return self.scheduler_config().to_parameters()
+        params = self.lane_settings(model_name).to_parameters()
         if model_name == "speechlm_lm":
-            params.update(mode=self.mode, max_slots=str(self.max_slots), max_queued=str(self.max_queued),
-                          admission_policy=self.admission,
-                          first_chunk_frames=str(self.first_chunk_frames), chunk_frames=str(self.chunk_frames))
-            if self.chunk_growth is not None:
-                params["chunk_growth"] = str(self.chunk_growth)
-        return params
+            params.update(self.engine_config().to_parameters())
+        return {key: value for key, value in params.items() if key not in KEPT_FROM_REPOSITORY}
+
+
+def _mode(value) -> ServingMode:
+    try:
+        return ServingMode(value)
+    except ValueError:
+        raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {value!r}") from None
+
+
+MODES = tuple(mode.value for mode in ServingMode)  # the --mode choices
+ADMISSION_POLICIES = tuple(policy.value for policy in AdmissionPolicyName)
 
 
 def set_parameter(config_text: str, key: str, value: str) -> str:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 class ChunkingConfig:
     """Chunk sizes in frames (codec frames, e.g. 12.5 per second for Qwen3-TTS)."""
 
-    first_chunk_frames: int = 4
+    first_chunk_frames: int = 2  # small: cuts time to first audio
     chunk_frames: int = 10
-    chunk_growth: float | None = None  # None: straight to chunk_frames after chunk 0
+    chunk_growth: float | None = 2.0  # sizes 2, 4, 8, 10, 10, …; None: straight to chunk_frames after chunk 0
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_frames", "chunk_frames"):

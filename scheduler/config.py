@@ -1,4 +1,9 @@
-"""The one settings object of the scheduler layer, built once from Triton parameters."""
+"""The one settings object of the scheduler layer: rendered into, and parsed from, Triton parameters.
+
+`voxlane serve` builds a `SchedulerConfig` and writes `to_parameters()` into the
+config.pbtxt of both models that schedule (the router and the LM lane); each
+parses them back with `from_dict`, so both see the same values.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -53,7 +58,7 @@ class SchedulerConfig:
 
         Values may be strings or Triton's `{"string_value": "..."}` form. Keys
         are the field names, with `first_chunk_frames`, `chunk_frames` and `chunk_growth` for
-        the chunking. Unknown keys raise unless `ignore_unknown` (pass the whole
+        the chunking (`chunk_growth` "none": no ramp). Absent keys keep the dataclass defaults. Unknown keys raise unless `ignore_unknown` (pass the whole
         model parameter map with it set).
         """
         values = {key: _unwrap(value) for key, value in params.items()}
@@ -65,6 +70,29 @@ class SchedulerConfig:
         if chunking:
             kwargs["chunking"] = ChunkingConfig(**chunking)
         return cls(**kwargs)
+
+    def to_parameters(self) -> dict[str, str]:
+        """Every field as a Triton parameter string (the chunking flattened); `from_dict` reads it back."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "chunking"}
+        values.update((key, getattr(self.chunking, key)) for key in _CHUNKING_KEYS)
+        return {key: render_value(value) for key, value in values.items()}
+
+
+def render_value(value: Any) -> str:
+    """One parameter value as config.pbtxt carries it: enums by value, floats exactly, None as "none"."""
+    if value is None:
+        return "none"
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)  # round-trips, and inf is "inf"
+    return str(value)
+
+
+def _growth(value: Any) -> float | None:
+    return None if value is None or (isinstance(value, str) and value.lower() == "none") else float(value)
 
 
 _CHUNKING_KEYS = tuple(f.name for f in dataclasses.fields(ChunkingConfig))
@@ -79,7 +107,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "latency_alpha": float,
     "first_chunk_frames": int,
     "chunk_frames": int,
-    "chunk_growth": float,
+    "chunk_growth": _growth,
 }
 
 

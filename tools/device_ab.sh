@@ -8,24 +8,19 @@
 #   bash tools/device_ab.sh OUT_DIR          (MODES, RATES, DURATION override the defaults)
 # The older revision's Triton stubs import its own code: they take sys.path from the python3 that
 # runs its CLI, here a second venv whose first .pth names .abtree/old. About 6 minutes.
-set -uo pipefail
-out=${1:?OUT_DIR}
+source tools/device_env.sh "$@" || exit 1
 old=$PWD/.abtree/old
 [ -d "$old/backend_python" ] || { echo "no older revision in $old"; exit 1; }
-source .devpack/devpack-install.sh .devpack || exit 1
-echo "$PWD" > /tmp/site/voxlane-checkout.pth
-export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
 rm -rf /tmp/stubenv-old && python3 -m venv --without-pip /tmp/stubenv-old || exit 1
 purelib() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 echo "$old" > "$(purelib /tmp/stubenv-old/bin/python3)/000_old.pth"
 cp "$(purelib /tmp/stubenv/bin/python3)/00_devpack.pth" "$(purelib /tmp/stubenv-old/bin/python3)/"
 (cd /tmp && /tmp/stubenv-old/bin/python3 -c 'import backend_python, numpy; print("old:", backend_python.__file__, "numpy", numpy.__version__)')
-uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
 args="--model ${MODEL:-qwen3-tts-1.7b} --device cuda --duration ${DURATION:-6} --max-audio-seconds 6
   --modes ${MODES:-timeshare voxlane} --rates ${RATES:-2 4 8 12 16}"
-(cd "$old" && CUDA_VISIBLE_DEVICES=$(uuid 0) timeout 540 /tmp/stubenv-old/bin/python3 -m clients.cli compare \
+(cd "$old" && CUDA_VISIBLE_DEVICES=$(gpu_uuid 0) timeout 540 /tmp/stubenv-old/bin/python3 -m clients.cli compare \
   $args --out /tmp/ab-old > "$out/old.txt" 2>&1) &
-CUDA_VISIBLE_DEVICES=$(uuid 1) timeout 540 python3 -m clients.cli compare $args --out /tmp/ab-new > "$out/new.txt" 2>&1 &
+CUDA_VISIBLE_DEVICES=$(gpu_uuid 1) timeout 540 python3 -m clients.cli compare $args --out /tmp/ab-new > "$out/new.txt" 2>&1 &
 wait
 python3 - <<'PY' | tee "$out/ab.txt"
 import json

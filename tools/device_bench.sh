@@ -7,16 +7,9 @@
 #   GPU 1: colocate vs partition, then idle TTFA through the Triton path per first-chunk size
 #          and the LM frame profile at batch 1.
 # First the CUDA-only unit tests (graph vs eager, fused kernels): on failure nothing else runs.
-set -uo pipefail
-out=${1:?OUT_DIR}
-source .devpack/devpack-install.sh .devpack || exit 1
-echo "$PWD" > /tmp/site/voxlane-checkout.pth
-export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
+source tools/device_env.sh "$@" || exit 1
 model=qwen3-tts-1.7b
-# GPUs by UUID: an MPS daemon renumbers the GPUs it is given from 0, so an index would name
-# another GPU (or none) for its clients
-uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
-gpu0=$(uuid 0) gpu1=$(uuid 1)
+gpu0=$(gpu_uuid 0) gpu1=$(gpu_uuid 1)
 CUDA_VISIBLE_DEVICES=$gpu0 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/unit/test_codec_runner.py \
   tests/unit/test_qwen3_tts_graphs.py 2>&1 | tail -4 | tee "$out/cuda_tests.txt"
 grep -q failed "$out/cuda_tests.txt" && exit 1
@@ -32,8 +25,8 @@ common="--model $model --device cuda --duration 6 --max-audio-seconds 6"
   export CUDA_VISIBLE_DEVICES=$gpu1
   timeout 330 python3 -m clients.cli compare --modes colocate partition $common --rates 1 2 4 8 16 \
     --out /tmp/cmp1 2>&1 | tail -4
-  timeout 150 python3 -m tools.serve_smoke --device cuda --model $model --modes voxlane \
-    --first-chunk-frames 1 2 --sequential 8 --concurrent 16 --seconds 3.2 --log-dir /tmp --out "$out/smoke.jsonl" \
+  timeout 150 python3 -m tools.smoke --device cuda --models $model --modes voxlane \
+    --first-chunk-frames 1 2 --sequential 8 --concurrency 16 --seconds 3.2 --log-dir /tmp --out "$out/smoke.jsonl" \
     2>&1 | tail -3
   timeout 60 python3 -m clients.microbench.lm --model $model --batch-sizes 1 --profile 2>&1 | tail -60
 ) > "$out/gpu1.txt" 2>&1 &
@@ -50,5 +43,4 @@ for d in ("/tmp/cmp0", "/tmp/cmp1", "/tmp/sweep"):
 (out / "capacity.json").write_text(json.dumps(rows, indent=1))
 PY
 cat "$out/gpu0.txt" "$out/gpu1.txt"
-for f in /tmp/cmp*/*/tritonserver.log /tmp/sweep/*/tritonserver.log /tmp/triton-*.log; do
-  grep -l -E "Signal \(11|Fatal" "$f"; done 2>/dev/null
+crashed_logs /tmp/cmp*/*/tritonserver.log /tmp/sweep/*/tritonserver.log /tmp/triton-*.log

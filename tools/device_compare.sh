@@ -2,20 +2,14 @@
 # On the GPU machine, from the checkout root, with the devpack carried in .devpack/:
 #   bash tools/device_compare.sh OUT_DIR
 # The codec lane's latency at its MPS share vs the whole GPU, then timeshare vs voxlane under load.
-set -uo pipefail
-out=${1:?OUT_DIR}
-source .devpack/devpack-install.sh .devpack || exit 1
-echo "$PWD" > /tmp/site/voxlane-checkout.pth
-export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
+source tools/device_env.sh "$@" || exit 1
 model=qwen3-tts-1.7b
-mps_env="CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log"
-mkdir -p /tmp/mps-pipe /tmp/mps-log
-env $mps_env nvidia-cuda-mps-control -d
+mps_start /tmp/voxlane-mps || exit 1
 for pct in 100 25; do
   env $mps_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct timeout 60 \
     python3 -m clients.microbench.codec --model $model --batch-sizes 1 8 16 --repeats 5 2>&1 | tail -3
 done | tee "$out/codec_mps.jsonl"
-echo quit | env $mps_env nvidia-cuda-mps-control
+mps_stop
 python3 -m clients.cli compare --modes timeshare voxlane --model $model --device cuda \
   --rates 2 4 8 --duration 10 --max-audio-seconds 6 --out /tmp/compare 2>&1 | tail -12
 cp /tmp/compare/compare.json /tmp/compare/compare.png "$out/" 2>/dev/null

@@ -7,11 +7,7 @@
 #    voxlane mode: 3 sequential requests, then 4 and 16 concurrent streams of 3.2 s each;
 #    TTFA p50 and real-time factor per level in OUT_DIR/families.jsonl (MODELS overrides the presets).
 #    About 3 minutes.
-set -uo pipefail
-out=${1:?OUT_DIR}
-[ -n "${TRITONSERVER:-}" ] || source .devpack/devpack-install.sh .devpack || exit 1
-echo "$PWD" > /tmp/site/voxlane-checkout.pth   # the stubs take sys.path from /tmp/stubenv's python3
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 VOXLANE_CACHE=/tmp/voxlane-cache
+source tools/device_env.sh "$@" || exit 1
 nvidia-smi --query-gpu=name,memory.total,compute_mode --format=csv,noheader
 python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)'
 
@@ -27,7 +23,7 @@ export CUDA_VISIBLE_DEVICES=$first
 models=${MODELS:-$(python3 -c 'from backend_python.models import registry
 print(" ".join(m for m in ("csm-1b", "orpheus-3b") if m in registry.preset_names()))')}
 echo "models: $models"
-timeout 420 python3 -m tools.family_smoke --device cuda --mode voxlane --models $models \
+timeout 420 python3 -m tools.smoke --device cuda --modes voxlane --models $models \
   --sequential 3 --concurrency 4 16 --seconds 3.2 --log-dir "$out" --out "$out/families.jsonl" 2>&1 | grep -E '^\{|Error|error' | head -20
 rc=${PIPESTATUS[0]}
 for f in "$out"/triton-*.log; do echo "== $f"; grep -E "^E|Error|Signal \(11|Fatal" "$f" | grep -v -E "NVML|DCGM" | head -5; done

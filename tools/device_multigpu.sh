@@ -14,12 +14,8 @@
 # Wall time about 8 minutes. RATES, DURATION and MODEL override the defaults; LAYOUTS picks and
 # orders the servers (`replicate` also measures 1gpu through a gateway on GPU 0's server alone;
 # default "replicate disaggregate"); LOWLOAD=0 skips the gateway-vs-gRPC TTFA at 1 req/s.
-set -uo pipefail
-out=${1:?OUT_DIR}
-source .devpack/devpack-install.sh .devpack || exit 1
+source tools/device_env.sh "$@" || exit 1
 python3 -c "import aiohttp" || { echo "aiohttp is missing: add its wheels to the devpack (see above)"; exit 1; }
-echo "$PWD" > /tmp/site/voxlane-checkout.pth   # the stubs take sys.path from /tmp/stubenv's python3
-export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
 model=${MODEL:-qwen3-tts-1.7b}
 rates=${RATES:-4 8 16 24}
 duration=${DURATION:-8}
@@ -101,5 +97,5 @@ for name in ("lowload", "1gpu", "replicate", "disaggregate"):
         quantiles = [l.split('quantile="')[1].replace('"}', "").split() for l in lines]
         print(f"gateway write ms ({name}): " + ", ".join(f"q{q} {v}" for q, v in quantiles))
 PY
-for f in $work/*-triton*.log; do grep -l -E "Signal \(11|Fatal" "$f"; done
+crashed_logs $work/*-triton*.log
 cp $work/*-serve.out "$out/" 2>/dev/null

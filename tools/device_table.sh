@@ -3,15 +3,9 @@
 #   bash tools/device_table.sh OUT_DIR
 # GPU 0: colocate vs partition at the rates of tools/device_bench.sh (the other two rows of the
 #        four-mode capacity table); GPU 1, at the same time: the families' GPU smoke
-#        (tools/device_families.sh). GPUs are named by UUID: an MPS daemon renumbers the GPUs it
-#        is given from 0, so an index would name another GPU (or none) for its clients.
-set -uo pipefail
-out=${1:?OUT_DIR}
-source .devpack/devpack-install.sh .devpack || exit 1
-echo "$PWD" > /tmp/site/voxlane-checkout.pth
-export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
-uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
-gpu0=$(uuid 0) gpu1=$(uuid 1)
+#        (tools/device_families.sh). GPUs are named by UUID (see gpu_uuid in tools/device_env.sh).
+source tools/device_env.sh "$@" || exit 1
+gpu0=$(gpu_uuid 0) gpu1=$(gpu_uuid 1)
 common="--model qwen3-tts-1.7b --device cuda --duration 6 --max-audio-seconds 6"
 ( export CUDA_VISIBLE_DEVICES=$gpu0
   timeout 320 python3 -m clients.cli compare --modes colocate partition $common --rates 1 2 4 8 16 \
@@ -30,5 +24,5 @@ for f in Path("/tmp/cmp1").glob("*/results.json"):
 Path(sys.argv[1], "capacity.json").write_text(json.dumps(rows, indent=1))
 PY
 cat "$out/gpu0.txt" "$out/gpu1.txt"
-for f in /tmp/cmp1/*/tritonserver.log; do grep -q -E "Signal \(11|Fatal" "$f" && echo "CRASH in $f"; done
+crashed_logs /tmp/cmp1/*/tritonserver.log | sed "s/^/CRASH in /"
 grep -h -E "^E[0-9]" /tmp/cmp1/*/tritonserver.log | head -5

@@ -17,48 +17,20 @@ import logging
 import queue
 import threading
 import time
+from dataclasses import dataclass, replace
 from typing import Callable
-from dataclasses import dataclass, field, replace
 
 import torch
 
 from backend_python.engine.codec_runner import CodecRunner
+from backend_python.engine.config import EngineConfig  # noqa: F401 (re-exported: the LM model imports it here)
 from backend_python.engine.reasons import CANCELLED
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
 from backend_python.models.base import Codec, DecodeBatch, SpeechLM
-from scheduler import (AdmissionState, ChunkPlan, SchedulerConfig, StreamStatus, WaitingRequest,
-                       make_admission_policy)
+from scheduler import AdmissionState, ChunkPlan, StreamStatus, WaitingRequest, make_admission_policy
 
 log = logging.getLogger("voxlane.engine")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    max_slots: int = 32
-    max_seq_len: int = 2048
-    max_queued: int = 128  # requests waiting for a slot; beyond it new ones are refused at once
-    codec_left_context_frames: int = 25
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # chunking and admission
-    overlap_steps: bool | None = None  # launch step t+1 before reading step t's codes; None: on CUDA only
-
-    def __post_init__(self) -> None:
-        if self.max_slots < 1:
-            raise ValueError(f"max_slots must be >= 1, got {self.max_slots}")
-        if self.max_queued < 1:
-            raise ValueError(f"max_queued must be >= 1, got {self.max_queued}")
-        if self.max_seq_len < 16:
-            raise ValueError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
-        if self.codec_left_context_frames < 0:
-            raise ValueError("codec_left_context_frames must be >= 0")
-
-    @classmethod
-    def from_parameters(cls, params: dict[str, str], codec_left_context_frames: int) -> "EngineConfig":
-        """From the LM model's config.pbtxt parameters (strings)."""
-        return cls(max_slots=int(params.get("max_slots", 32)), max_seq_len=int(params.get("max_seq_len", 2048)),
-                   max_queued=int(params.get("max_queued", 128)),
-                   codec_left_context_frames=codec_left_context_frames,
-                   scheduler=SchedulerConfig.from_dict(params, ignore_unknown=True))
 
 
 class LMEngine:

@@ -35,7 +35,6 @@ class CodecGraphs:
                                  dtype=torch.long, device=codec.device)
         self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle()
-        torch.backends.cudnn.benchmark = True  # every bucket is a fixed shape: tune its convs once, at capture
 
     def bucket_for(self, num_rows: int, num_frames: int) -> tuple[int, int] | None:
         rows, frames = smallest_at_least(self.batch_buckets, num_rows), smallest_at_least(self.frame_buckets, num_frames)

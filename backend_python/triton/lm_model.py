@@ -28,6 +28,7 @@ from backend_python.triton.metrics import LMMetrics, LMPhaseMetrics
 from backend_python.triton.params import set_up_lane
 from backend_python.triton.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
+from scheduler import ServingMode
 
 log = logging.getLogger("voxlane.lm")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -120,12 +121,12 @@ class LMModel:
         self.model = registry.load_lm(spec, device=device, dtype=dtype)
         self.model.use_torch_compile = setup.lane.torch_compile  # read when the engine allocates slots
         self.limits = RequestLimits.from_parameters(params)
-        context = registry.family_of(spec).codec_left_context_frames(spec)
+        config = EngineConfig.from_parameters(params, registry.family_of(spec).codec_left_context_frames(spec))
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
         self.codec = (registry.load_codec(spec, device=device, dtype=dtype)
-                      if params.get("mode") == "timeshare" else None)
+                      if config.scheduler.mode is ServingMode.TIMESHARE else None)
         self.metrics = LMMetrics()
-        self.engine = LMEngine(self.model, EngineConfig.from_parameters(params, context), self._inline_codec(setup.lane.cuda_graphs),
+        self.engine = LMEngine(self.model, config, self._inline_codec(setup.lane.cuda_graphs),
                                on_step=self.metrics.on_step)
         self.device = device
         self.channels = ChannelClients()

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Mapping
 
 
 def model_parameters(args: dict) -> dict[str, str]:
@@ -14,13 +15,18 @@ def model_parameters(args: dict) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class LaneSettings:
-    """Where a model instance runs: device, dtype and its MPS share of the GPU's SMs."""
+    """What a lane's model process runs and where: model, device, dtype, its MPS share of the GPU's SMs,
+    and its torch settings. Rendered into the lane's config.pbtxt by `voxlane serve` (`to_parameters`),
+    parsed back by the model process (`from_parameters`)."""
 
+    model: str = "qwen3-tts-tiny"  # a preset name, checkpoint directory or cached Hugging Face id
     device: str = "cpu"
     dtype: str = "float32"
     mps_active_thread_percentage: int = 100
+    num_threads: int = 1  # torch threads: several model processes share the cores
     pin_gpu: bool = False  # the stub sees only its instance's GPU (disaggregated layouts: lanes on different GPUs)
     cuda_graphs: bool = True  # codecs on CUDA replay graphs per bucket (parameter `cuda_graphs`: false = eager)
+    cudnn_benchmark: bool = False  # cuDNN tunes each conv shape once (the graphed codec sees only its buckets)
     torch_compile: bool = True  # the LM on CUDA fuses its decode kernels with Inductor (`torch_compile`: false = off)
 
     def __post_init__(self) -> None:
@@ -30,14 +36,20 @@ class LaneSettings:
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if not 1 <= self.mps_active_thread_percentage <= 100:
             raise ValueError("mps_active_thread_percentage must be in [1, 100]")
+        if self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
 
     @classmethod
-    def from_parameters(cls, params: dict[str, str]) -> "LaneSettings":
-        return cls(device=params.get("device", "cpu"), dtype=params.get("dtype", "float32"),
-                   mps_active_thread_percentage=int(params.get("mps_active_thread_percentage", "100")),
-                   pin_gpu=params.get("pin_gpu", "false") == "true",
-                   cuda_graphs=params.get("cuda_graphs", "true") == "true",
-                   torch_compile=params.get("torch_compile", "true") == "true")
+    def from_parameters(cls, params: Mapping[str, str]) -> "LaneSettings":
+        """From a lane model's config.pbtxt parameters (strings); absent keys keep the defaults."""
+        try:
+            return cls(**{key: parse(params[key]) for key, parse in _PARSERS.items() if key in params})
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"bad lane parameter: {error}") from error
+
+    def to_parameters(self) -> dict[str, str]:
+        """Every field as the string `from_parameters` reads back."""
+        return {f.name: _render(getattr(self, f.name)) for f in fields(self)}
 
     def apply_mps_limit(self) -> None:
         """Must run before anything initialises CUDA in this stub process."""
@@ -61,6 +73,21 @@ class LaneSettings:
         return f"cuda:{instance_device_id or 0}" if self.device == "cuda" else "cpu"
 
 
+def _parse_bool(value: str) -> bool:
+    if value.strip().lower() not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value.strip().lower() == "true"
+
+
+def _render(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+_PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percentage": int, "num_threads": int,
+            "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
+            "torch_compile": _parse_bool}
+
+
 @dataclass(frozen=True)
 class LaneSetup:
     """What every model process of a lane starts from: its parameters, settings, model and device."""
@@ -72,7 +99,7 @@ class LaneSetup:
 
 
 def set_up_lane(args: dict) -> LaneSetup:
-    """Apply the lane's MPS limit, then import torch and resolve the model (in that order)."""
+    """Apply the lane's MPS limit, then import torch, apply its torch settings and resolve the model (in that order)."""
     params = model_parameters(args)
     lane = LaneSettings.from_parameters(params)
     lane.apply_mps_limit()
@@ -81,6 +108,7 @@ def set_up_lane(args: dict) -> LaneSetup:
 
     from backend_python.models import registry
     torch.set_flush_denormal(True)  # random-weight models hit denormals on CPU
-    torch.set_num_threads(int(params.get("num_threads", "1")))  # several model processes share the cores
-    spec = registry.resolve(params.get("model", registry.DEFAULT_MODEL))
+    torch.set_num_threads(lane.num_threads)
+    torch.backends.cudnn.benchmark = lane.cudnn_benchmark  # process-wide, so the lane decides it, here
+    spec = registry.resolve(lane.model)
     return LaneSetup(params, lane, spec, lane.device_for(instance_gpu))

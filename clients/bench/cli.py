@@ -23,9 +23,10 @@ def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
     plot.add_argument("results", nargs="+", type=Path, help="results.json files (or their directories)")
     plot.add_argument("-o", "--output", type=Path, default=Path("bench.png"))
     compare = subparsers.add_parser("compare", help="start the server in each mode, bench it, print capacity ratios")
-    compare.add_argument("--modes", nargs="+", choices=MODES, default=["timeshare", "voxlane"])
-    compare.add_argument("--model", default="qwen3-tts-tiny")
-    compare.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    # unset flags keep CompareConfig's defaults (timeshare and voxlane, the default model, cpu)
+    compare.add_argument("--modes", nargs="+", choices=MODES, default=None)
+    compare.add_argument("--model", default=None)
+    compare.add_argument("--device", choices=("cpu", "cuda"), default=None)
     compare.add_argument("--codec-sm-pcts", nargs="+", type=int, default=[], metavar="PCT",
                          help="run partition/voxlane once per codec MPS share, the LM lane at 100-PCT")
     _add_bench_flags(compare)
@@ -92,8 +93,9 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from clients.bench.compare import CompareConfig, run_compare
-    config = CompareConfig(bench=bench_config(args, "unused:0"), modes=tuple(args.modes), model=args.model,
-                           device=args.device, codec_sm_pcts=tuple(args.codec_sm_pcts))
+    given = {"modes": tuple(args.modes) if args.modes else None, "model": args.model, "device": args.device}
+    config = CompareConfig(bench=bench_config(args, "unused:0"), codec_sm_pcts=tuple(args.codec_sm_pcts),
+                           **{key: value for key, value in given.items() if value is not None})
     run_compare(config)
     return 0
 

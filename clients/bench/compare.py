@@ -15,16 +15,17 @@ from clients.bench.runner import run_bench
 from clients.bench.summary import ATTAINMENT_TARGETS
 from clients.serve import ServeConfig, Server
 from clients.triton_launch import Ports
+from scheduler import ServingMode
 
-BASELINE = "timeshare"
+BASELINE = ServingMode.TIMESHARE.value
 
 
 @dataclass(frozen=True)
 class CompareConfig:
     bench: BenchConfig  # its url is replaced by each server's
-    modes: tuple[str, ...] = ("timeshare", "voxlane")
-    model: str = "qwen3-tts-tiny"
-    device: str = "cpu"
+    modes: tuple[str, ...] = (BASELINE, ServingMode.VOXLANE.value)
+    model: str = ServeConfig.model
+    device: str = ServeConfig.device
     start_timeout_s: float = 300.0
     codec_sm_pcts: tuple[int, ...] = ()  # partitioned modes once per codec share (LM gets the rest); () = defaults
 

@@ -35,7 +35,7 @@ def lm() -> Qwen3TTSLM:
 
 def make_engine(lm, **overrides) -> LMEngine:
     config = EngineConfig(max_slots=4, max_seq_len=256, codec_left_context_frames=3,
-                          scheduler=SchedulerConfig(chunking=ChunkingConfig(first_chunk_frames=2, chunk_frames=5),
+                          scheduler=SchedulerConfig(chunking=ChunkingConfig(first_chunk_frames=2, chunk_frames=5, chunk_growth=None),
                                                     admission_policy=AdmissionPolicyName.PREFILL_FIRST))
     return LMEngine(lm, EngineConfig(**{**config.__dict__, **overrides}))
 
@@ -139,7 +139,7 @@ class StepClock:
 def test_deadline_aware_admission_holds_new_requests_while_streams_starve(lm):
     clock = StepClock()
     config = EngineConfig(max_slots=4, max_seq_len=256, codec_left_context_frames=3,
-                          scheduler=SchedulerConfig(chunking=ChunkingConfig(first_chunk_frames=1, chunk_frames=2),
+                          scheduler=SchedulerConfig(chunking=ChunkingConfig(first_chunk_frames=1, chunk_frames=2, chunk_growth=None),
                                                     admission_policy=AdmissionPolicyName.DEADLINE_AWARE,
                                                     max_wait_s=5.0))
     engine = LMEngine(lm, config, clock=clock)

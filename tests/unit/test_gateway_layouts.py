@@ -48,7 +48,8 @@ def test_disaggregate_renders_the_lm_on_the_first_gpu_and_codecs_on_the_second(t
 
 def test_replicated_servers_do_not_pin(tmp_path):
     repo = render_repository(FleetConfig(server=CUDA, gpus=("1",)).server_configs()[0], tmp_path / "repo")
-    assert "pin_gpu" not in (repo / "codec" / "config.pbtxt").read_text()
+    for lane in ("speechlm_lm", "codec", "codec_urgent"):
+        assert 'key: "pin_gpu" value: { string_value: "false" }' in (repo / lane / "config.pbtxt").read_text()
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -71,3 +71,21 @@ def test_server_quits_mps_when_tritonserver_fails_to_start(fake_control, tmp_pat
         server.start(timeout_s=120)
     assert calls(server.mps) == ["-d", "quit"]
     assert server.process.process.poll() is not None
+
+
+def test_the_shell_entry_starts_and_stops_a_daemon(fake_control, tmp_path, capsys):
+    from clients.mps import main
+    daemon = MpsDaemon(tmp_path / "run")
+    assert main(["start", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().out.split() == [f"{key}={value}" for key, value in daemon.env.items()]
+    assert (daemon.pipe_dir / "control").exists()
+    assert main(["stop", str(tmp_path / "run")]) == 0
+    assert main(["stop", str(tmp_path / "run")]) == 0  # none listens any more: nothing to quit
+    assert calls(daemon) == ["-d", "quit"]
+
+
+def test_the_shell_entry_reports_a_failed_start(fake_control, tmp_path, monkeypatch, capsys):
+    from clients.mps import main
+    monkeypatch.setenv("FAIL_START", "1")
+    assert main(["start", str(tmp_path / "run")]) == 1
+    assert "already running" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from scheduler import ChunkingConfig, ChunkPlan, ChunkSpan
 
 @pytest.fixture
 def plan():
-    return ChunkPlan(ChunkingConfig(first_chunk_frames=2, chunk_frames=5))
+    return ChunkPlan(ChunkingConfig(first_chunk_frames=2, chunk_frames=5, chunk_growth=None))
 
 
 def test_nothing_before_first_chunk_is_complete(plan):

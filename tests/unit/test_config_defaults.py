@@ -1,0 +1,123 @@
+"""Each default stated once: the committed repository is what `voxlane serve` renders by default, and
+every model parses its config.pbtxt into the same typed configs that ServeConfig built."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from backend_python.engine.config import EngineConfig
+from backend_python.triton.params import LaneSettings
+from clients.cli import _add_server_flags, _serve_config
+from clients.serve import LANE_MODELS, REPOSITORY, ROUTER_MODEL, ServeConfig, render_repository
+from scheduler import ChunkingConfig, ChunkPlan, SchedulerConfig, ServingMode
+
+CONTEXT = 25  # the codec context the LM lane takes from its model family
+_PARAMETER = re.compile(r'parameters\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"\s*\}\s*\}')
+
+
+def parameters(repo: Path, model: str) -> dict[str, str]:
+    """A config.pbtxt's parameters, as Triton hands them to the model."""
+    return dict(_PARAMETER.findall((repo / model / "config.pbtxt").read_text()))
+
+
+def test_the_committed_repository_is_the_default_rendering(tmp_path):
+    rendered = render_repository(ServeConfig(), tmp_path / "repo")
+    for model in (ROUTER_MODEL, *LANE_MODELS):
+        committed = (REPOSITORY / model / "config.pbtxt").read_text()
+        assert (rendered / model / "config.pbtxt").read_text() == committed, model
+
+
+def test_the_committed_configs_parse_into_the_default_typed_configs():
+    serve = ServeConfig()
+    router = SchedulerConfig.from_dict(parameters(REPOSITORY, ROUTER_MODEL), ignore_unknown=True)
+    engine = EngineConfig.from_parameters(parameters(REPOSITORY, "speechlm_lm"), CONTEXT)
+    assert router == engine.scheduler == serve.scheduler_config()  # the router and the LM agree
+    assert engine == serve.engine_config()
+    for model in LANE_MODELS:
+        assert LaneSettings.from_parameters(parameters(REPOSITORY, model)) == serve.lane_settings(model), model
+
+
+def test_the_served_defaults_are_the_dataclass_defaults():
+    serve = ServeConfig()
+    assert serve.scheduler_config() == SchedulerConfig()
+    assert serve.engine_config() == EngineConfig()
+    assert serve.lane_settings("speechlm_lm") == LaneSettings()
+    plan = ChunkPlan(SchedulerConfig().chunking)  # 2, 4, 8, 10, 10, … frames
+    assert [plan.end(i) - plan.start(i) for i in range(5)] == [2, 4, 8, 10, 10]
+
+
+def test_the_cli_defaults_are_serve_configs():
+    import argparse
+    parser = argparse.ArgumentParser()
+    _add_server_flags(parser)
+    assert _serve_config(parser.parse_args([])) == ServeConfig()
+
+
+@pytest.mark.parametrize("serve", [
+    ServeConfig(mode="timeshare", chunk_growth=None, admission="prefill-first", first_chunk_frames=3),
+    ServeConfig(device="cuda", mode="partition", max_slots=8, max_queued=4, chunk_frames=12, chunk_growth=1.5),
+    ServeConfig(device="cuda", gpus=("0", "1"), codec_gpu=1, num_threads=2),
+])
+def test_a_rendered_run_parses_back_into_its_typed_configs(tmp_path, serve):
+    repo = render_repository(serve, tmp_path / "repo")
+    assert SchedulerConfig.from_dict(parameters(repo, ROUTER_MODEL), ignore_unknown=True) == serve.scheduler_config()
+    assert EngineConfig.from_parameters(parameters(repo, "speechlm_lm"), CONTEXT) == serve.engine_config()
+    for model in LANE_MODELS:
+        assert LaneSettings.from_parameters(parameters(repo, model)) == serve.lane_settings(model), model
+
+
+def test_no_chunk_growth_reaches_the_lm_lane(tmp_path):
+    """`--chunk-growth none` means 2, 10, 10, …: rendered as "none", not left at the repository's ramp."""
+    repo = render_repository(ServeConfig(chunk_growth=None), tmp_path / "repo")
+    chunking = EngineConfig.from_parameters(parameters(repo, "speechlm_lm"), CONTEXT).scheduler.chunking
+    assert chunking == ChunkingConfig(first_chunk_frames=2, chunk_frames=10, chunk_growth=None)
+
+
+def test_an_operators_repository_knob_survives_rendering(tmp_path):
+    source = tmp_path / "source"
+    render_repository(ServeConfig(), source)
+    path = source / "codec" / "config.pbtxt"
+    path.write_text(path.read_text().replace('key: "cuda_graphs" value: { string_value: "true" }',
+                                             'key: "cuda_graphs" value: { string_value: "false" }'))
+    repo = render_repository(ServeConfig(device="cuda"), tmp_path / "repo", source=source)
+    assert LaneSettings.from_parameters(parameters(repo, "codec")).cuda_graphs is False
+
+
+@pytest.mark.parametrize("mode, lm_tunes", [("voxlane", False), ("colocate", False), ("timeshare", True)])
+def test_cudnn_benchmark_is_on_where_a_lane_decodes_audio(mode, lm_tunes):
+    serve = ServeConfig(device="cuda", mode=mode)
+    assert serve.lane_settings("codec").cudnn_benchmark and serve.lane_settings("codec_urgent").cudnn_benchmark
+    assert serve.lane_settings("speechlm_lm").cudnn_benchmark is lm_tunes
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_lane_set_up_applies_cudnn_benchmark(monkeypatch, value):
+    import torch
+
+    from backend_python.models import registry
+    from backend_python.triton.params import set_up_lane
+    monkeypatch.setattr(registry, "resolve", lambda name: name)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", not value)
+    threads = torch.get_num_threads()
+    lane = LaneSettings(cudnn_benchmark=value)
+    config = {"parameters": {key: {"string_value": v} for key, v in lane.to_parameters().items()}}
+    try:
+        setup = set_up_lane({"model_config": json.dumps(config)})
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.backends.cudnn.benchmark is value and setup.lane == lane and setup.spec == lane.model
+
+
+def test_mode_names_are_the_enums():
+    assert ServeConfig(mode="colocate").mode is ServingMode.COLOCATE
+    with pytest.raises(ValueError, match="--mode must be one of timeshare, colocate, partition, voxlane"):
+        ServeConfig(mode="fast")
+
+
+@pytest.mark.parametrize("params", [{"pin_gpu": "yes"}, {"num_threads": "0"}, {"mps_active_thread_percentage": "x"}])
+def test_bad_lane_parameters_are_refused(params):
+    with pytest.raises(ValueError, match="lane parameter"):
+        LaneSettings.from_parameters(params)
