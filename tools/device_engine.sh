@@ -3,11 +3,7 @@
 #   bash tools/device_engine.sh OUT_DIR
 # The LM frame of qwen3-tts-1.7b with and without Inductor (kernels per frame, frame time per batch
 # size, compile time), then the CUDA-only tests of the decode path.
-set -uo pipefail
-out=${1:?OUT_DIR}
-source .devpack/devpack-install.sh .devpack || exit 1
-echo "$PWD" > /tmp/site/voxlane-checkout.pth
-export PYTHONUNBUFFERED=1 VOXLANE_CACHE=/tmp/voxlane-cache
+source tools/device_env.sh "$@" || exit 1
 model=${MODEL:-qwen3-tts-1.7b}
 sizes=${SIZES:-1 8 32 64}
 timeout ${COMPILED_S:-300} python3 -m clients.microbench.lm --model $model --batch-sizes $sizes --profile \
