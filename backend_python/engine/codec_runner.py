@@ -5,7 +5,8 @@ Windowed (the default, and always for codecs without `supports_streaming_state`)
 decoded with its left context, so any lane can take any chunk. Stateful (`stream_states` set): a
 chunk that starts where its stream's state stopped decodes only its new frames; any other chunk
 decodes its whole window from a fresh state (the same arithmetic as the windowed decode) and leaves
-a state for the stream's next chunk.
+a state for the stream's next chunk. On CUDA the stateful runner replays the streaming decode's
+graphs (and then decodes plain windows eagerly: a lane uses one path or the other).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from backend_python.engine.codec_states import CodecStateLimits, CodecStateStore
 from backend_python.models.base import Codec
 from backend_python.models.codec_graphs import CodecGraphs
 from backend_python.models.codec_stream import CodecStreamState
+from backend_python.models.codec_stream_graphs import CodecStreamGraphs
 
 
 @dataclass(frozen=True)
@@ -61,16 +63,20 @@ class CodecRunner:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.codec = codec
         can_graph = use_cuda_graphs and codec.supports_cuda_graphs and codec.device.type == "cuda"
-        self.graphs = CodecGraphs(codec) if can_graph else None
         is_stateful = stream_states is not None and codec.supports_streaming_state
         self.states = CodecStateStore(stream_states, clock) if is_stateful else None  # None: windowed
+        self.graphs = CodecGraphs(codec) if can_graph and not is_stateful else None
+        self.stream_graphs = CodecStreamGraphs(codec) if can_graph and is_stateful else None
+        self._decode_stream = self.stream_graphs.decode_stream if self.stream_graphs else codec.decode_stream
         self.frames = FrameCounts()
 
     def warm_up(self) -> None:
         """Capture every bucket up front (or run one eager window), so no request pays for it."""
-        if self.states is not None:
+        if self.stream_graphs is not None:
+            self.stream_graphs.capture_all()
+        elif self.states is not None:
             self.codec.decode_stream([self.codec.new_stream_state()], [self._zero_codes(2)])
-        if self.graphs is not None:
+        elif self.graphs is not None:
             self.graphs.capture_all()
         else:
             self.decode_windows([(self._zero_codes(2), 0)])
@@ -105,14 +111,14 @@ class CodecRunner:
         """Rows whose state sits at their start frame: decode only the new frames."""
         if rows:
             new_codes = [chunks[i].codes[chunks[i].context_frames:] for i in rows]
-            pieces, new_states = self.codec.decode_stream([states[i] for i in rows], new_codes)
+            pieces, new_states = self._decode_stream([states[i] for i in rows], new_codes)
             self._keep(rows, chunks, pieces, new_states, audio, num_skipped=[0] * len(rows))
 
     def _rebuild(self, rows: list[int], chunks: list[StreamChunk], audio: list) -> None:
         """Rows without a usable state: decode the whole window from a fresh state, keep the new samples."""
         if rows:
             fresh = [self.codec.new_stream_state() for _ in rows]
-            pieces, new_states = self.codec.decode_stream(fresh, [chunks[i].codes for i in rows])
+            pieces, new_states = self._decode_stream(fresh, [chunks[i].codes for i in rows])
             self._keep(rows, chunks, pieces, new_states, audio, [chunks[i].context_frames for i in rows])
 
     def _keep(self, rows: list[int], chunks: list[StreamChunk], pieces: list[torch.Tensor],

@@ -212,7 +212,7 @@ class Codec(nn.Module, ABC):
         """
         if len(states) != len(codes) or not states:
             raise ValueError(f"need one state per row, got {len(states)} states for {len(codes)} rows")
-        carry = StreamCarry(stack_states(states), [c.shape[0] for c in codes])
+        carry = StreamCarry.for_rows(stack_states(states), [c.shape[0] for c in codes])
         audio = self.decode_with_carry(self.pad_windows([(c, 0) for c in codes]), carry)
         spf = self.samples_per_frame
         pieces = [audio[row, : c.shape[0] * spf] for row, c in enumerate(codes)]

@@ -46,21 +46,29 @@ def split_states(batched: dict[str, torch.Tensor], num_rows: int) -> list[CodecS
 class StreamCarry:
     """The state of one batched streaming call: each layer's tail in (`state`), its new tail out.
 
-    `lengths[b]` is row b's number of real new frames; the batch is padded to `num_frames` frames.
+    `num_new[b]` is row b's number of real new frames; the batch is padded to `num_frames` frames.
     A layer whose input runs at `scale` samples per frame cuts row b's new tail so that it ends at
-    sample `lengths[b] * scale`, its last real input.
+    sample `num_new[b] * scale`, its last real input.
     """
 
-    def __init__(self, state: dict[str, torch.Tensor], lengths: list[int]) -> None:
+    def __init__(self, state: dict[str, torch.Tensor], num_new: torch.Tensor, num_frames: int,
+                 is_ragged: bool = True) -> None:
+        """num_new: [B] int64 on the state's device; `is_ragged` False promises every row has `num_frames`
+        (the tails are then plain slices). A carry's whole work is device ops: it can run inside a CUDA graph."""
+        self.state = state
+        self.num_new = num_new
+        self.num_frames = num_frames
+        self.is_ragged = is_ragged
+        self.position = state[POSITION]  # [B] int64: frames each row has consumed before this call
+        self.new_state: dict[str, torch.Tensor] = {POSITION: self.position + num_new}
+
+    @classmethod
+    def for_rows(cls, state: dict[str, torch.Tensor], lengths: list[int]) -> StreamCarry:
+        """A carry for rows of `lengths[b]` real new frames, padded to the longest."""
         if min(lengths) < 1:
             raise ValueError(f"every row needs at least one new frame, got {lengths}")
-        self.state = state
-        self.new_state: dict[str, torch.Tensor] = {}
-        self.lengths = lengths
-        self.num_frames = max(lengths)
-        self.position = state[POSITION]  # [B] int64: frames each row has consumed before this call
-        self.num_new = torch.tensor(lengths, dtype=torch.long, device=self.position.device)  # [B]
-        self.new_state[POSITION] = self.position + self.num_new
+        num_new = torch.tensor(lengths, dtype=torch.long, device=state[POSITION].device)
+        return cls(state, num_new, max(lengths), is_ragged=min(lengths) != max(lengths))
 
     def extend(self, key: str, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         """x with the layer's carried tail in front along `dim`; records the new tail (same width)."""
@@ -70,7 +78,7 @@ class StreamCarry:
         return full
 
     def _cut_tail(self, full: torch.Tensor, width: int, scale: int, dim: int) -> torch.Tensor:
-        if all(n == self.num_frames for n in self.lengths):  # no padding: the tail is the last `width` samples
+        if not self.is_ragged:  # no padding: the tail is the last `width` samples
             return full.narrow(dim, full.shape[dim] - width, width).contiguous()
         moved = full.movedim(dim, -1)  # [B, ..., W + T * scale]
         starts = self.num_new * scale  # [B]: row b's tail starts where its real input ends, minus `width`

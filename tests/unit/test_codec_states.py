@@ -212,3 +212,49 @@ def test_two_chunks_of_one_stream_in_one_batch(codec):
     torch.testing.assert_close(together[1], windowed, atol=STREAM_ATOL, rtol=0)
     runner.decode_chunks([chunks[5]])
     assert runner.states.counters.num_hits == 4  # chunks 1, 2, 3 and 5
+
+
+# ------------------------------------------------------------------ CUDA
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+CUDA_ATOL = 1e-4  # fp32 without TF32, as the windowed graphs' test: other kernels, the same arithmetic
+
+
+@pytest.fixture
+def no_tf32():
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@needs_cuda
+def test_stream_graph_replay_equals_the_eager_stream_decode(no_tf32):
+    cuda = Qwen3TTSCodec.from_config(tiny_codec_config(), device="cuda", seed=3)
+    runner = CodecRunner(cuda, stream_states=CodecStateLimits())
+    assert runner.stream_graphs is not None and runner.graphs is None
+    runner.warm_up()
+    codes = random_codes(120, seed=17).cuda()
+    # ragged rows at different positions, a padded batch, and one shape beyond the largest bucket
+    for starts, lengths in (([0, 13, 90], [2, 10, 7]), ([5], [10]), ([0] * 5, [35] * 5), ([0], [60])):
+        states = [cuda.decode_stream([cuda.new_stream_state()], [codes[:s]])[1][0] if s else cuda.new_stream_state()
+                  for s in starts]
+        rows = [codes[s: s + n] for s, n in zip(starts, lengths)]
+        graphed, graphed_states = runner.stream_graphs.decode_stream(states, rows)
+        eager, eager_states = cuda.decode_stream(states, rows)
+        for g, e, gs, es in zip(graphed, eager, graphed_states, eager_states):
+            torch.testing.assert_close(g, e, atol=CUDA_ATOL, rtol=0)
+            for key, tensor in es.tensors.items():
+                torch.testing.assert_close(gs.tensors[key], tensor, atol=CUDA_ATOL, rtol=1e-4)
+
+
+@needs_cuda
+def test_a_stream_through_the_graphed_stateful_runner_equals_the_full_decode_on_cpu(codec, no_tf32):
+    cuda = Qwen3TTSCodec.from_config(tiny_codec_config(), device="cuda", seed=3)
+    runner = CodecRunner(cuda, stream_states=CodecStateLimits())
+    runner.warm_up()
+    codes = random_codes(150, seed=9)
+    chunks = [replace(c, codes=c.codes.cuda()) for c in chunks_of("a", codes)]
+    audio = torch.cat([runner.decode_chunks([chunk])[0] for chunk in chunks]).cpu()
+    torch.testing.assert_close(audio, codec.decode(codes[None])[0], atol=CUDA_ATOL, rtol=0)
+    assert runner.states.counters.num_hits == len(chunks) - 1

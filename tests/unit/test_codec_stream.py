@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend_python.models.codec_stream import POSITION
+from backend_python.models.codec_stream import POSITION, StreamCarry, stack_states
 from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
 from backend_python.models.qwen3_tts.codec_config import tiny_codec_config
 from scheduler.chunking import ChunkingConfig, ChunkPlan
@@ -101,6 +101,19 @@ def test_padded_rows_leave_the_same_state_as_unpadded_ones(codec):
     full = codec.decode(codes[None, :13])[0]
     torch.testing.assert_close(next_audio, full[3 * SPF:], atol=STREAM_ATOL, rtol=0)
     assert short.tensors[POSITION].item() == 3 and long.tensors[POSITION].item() == 40
+
+
+def test_the_gathered_tails_of_the_graph_path_equal_the_sliced_ones(codec):
+    # inside CUDA graphs row lengths are data, so every tail is cut by a gather (is_ragged): same result
+    codes = random_codes(30, seed=5)
+    states = [advanced_state(codec, codes[:n]) for n in (0, 12)]
+    rows = [codes[:10], codes[12:22]]
+    sliced, sliced_states = codec.decode_stream(states, rows)
+    carry = StreamCarry(stack_states(states), torch.tensor([10, 10]), 10, is_ragged=True)
+    gathered = codec.decode_with_carry(codec.pad_windows([(r, 0) for r in rows]), carry)
+    assert torch.equal(gathered, torch.stack(sliced))
+    for row, state in enumerate(sliced_states):
+        assert all(torch.equal(carry.new_state[k][row: row + 1], v) for k, v in state.tensors.items())
 
 
 def test_states_keep_fixed_shapes_and_inputs_stay_untouched(codec):
