@@ -1,32 +1,139 @@
-"""Runs a codec lane's batches: windowed decode, through CUDA graphs where the codec allows them."""
+"""Runs a codec lane's batches: windowed decode, through CUDA graphs where the codec allows them, or,
+with streaming states on, each stream's new frames from the state the lane keeps for it.
+
+Windowed (the default, and always for codecs without `supports_streaming_state`): every chunk is
+decoded with its left context, so any lane can take any chunk. Stateful (`stream_states` set): a
+chunk that starts where its stream's state stopped decodes only its new frames; any other chunk
+decodes its whole window from a fresh state (the same arithmetic as the windowed decode) and leaves
+a state for the stream's next chunk. On CUDA the stateful runner replays the streaming decode's
+graphs (and then decodes plain windows eagerly: a lane uses one path or the other).
+"""
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
+from backend_python.engine.codec_states import CodecStateLimits, CodecStateStore
 from backend_python.models.base import Codec
 from backend_python.models.codec_graphs import CodecGraphs
+from backend_python.models.codec_stream import CodecStreamState
+from backend_python.models.codec_stream_graphs import CodecStreamGraphs
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """One chunk of a stream as a codec lane receives it."""
+
+    stream_id: str
+    codes: torch.Tensor  # [context_frames + num_new, K] int64: left context first
+    context_frames: int
+    start_frame: int  # the stream's index of the chunk's first new frame
+    is_last: bool = False  # the stream ends with this chunk: its state is freed
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.context_frames < self.codes.shape[0] or self.context_frames > self.start_frame:
+            raise ValueError(f"{self.context_frames} context frames do not fit a {self.codes.shape[0]}-frame "
+                             f"window starting at frame {self.start_frame}")
+
+    @property
+    def num_new(self) -> int:
+        return self.codes.shape[0] - self.context_frames
+
+
+@dataclass
+class FrameCounts:
+    """Frames the codec decoded (context included, padding not) against the new frames it returned."""
+
+    num_decoded: int = 0
+    num_new: int = 0
+
+    @property
+    def decoded_per_new(self) -> float:
+        return self.num_decoded / self.num_new if self.num_new else 0.0
 
 
 class CodecRunner:
-    """One codec plus, on CUDA, its graphs over batch and window-length buckets."""
+    """One codec plus, on CUDA, its graphs over batch and window-length buckets, and optionally the
+    lane's streaming states."""
 
-    def __init__(self, codec: Codec, use_cuda_graphs: bool = True) -> None:
+    def __init__(self, codec: Codec, use_cuda_graphs: bool = True, stream_states: CodecStateLimits | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.codec = codec
         can_graph = use_cuda_graphs and codec.supports_cuda_graphs and codec.device.type == "cuda"
-        self.graphs = CodecGraphs(codec) if can_graph else None
+        is_stateful = stream_states is not None and codec.supports_streaming_state
+        self.states = CodecStateStore(stream_states, clock) if is_stateful else None  # None: windowed
+        self.graphs = CodecGraphs(codec) if can_graph and not is_stateful else None
+        self.stream_graphs = CodecStreamGraphs(codec) if can_graph and is_stateful else None
+        self._decode_stream = self.stream_graphs.decode_stream if self.stream_graphs else codec.decode_stream
+        self.frames = FrameCounts()
 
     def warm_up(self) -> None:
         """Capture every bucket up front (or run one eager window), so no request pays for it."""
-        if self.graphs is not None:
+        if self.stream_graphs is not None:
+            self.stream_graphs.capture_all()
+        elif self.states is not None:
+            self.codec.decode_stream([self.codec.new_stream_state()], [self._zero_codes(2)])
+        elif self.graphs is not None:
             self.graphs.capture_all()
-            return
-        codes = torch.zeros(2, self.codec.num_codebooks, dtype=torch.long, device=self.codec.device)
-        self.decode_windows([(codes, 0)])
+        else:
+            self.decode_windows([(self._zero_codes(2), 0)])
+        self.frames = FrameCounts()  # count the lane's chunks, not the warm-up
 
     @torch.inference_mode()
     def decode_windows(self, windows: list[tuple[torch.Tensor, int]]) -> list[torch.Tensor]:
         """(codes [T_i, K] int64, context c_i) pairs -> each window's new samples, float32."""
+        self._count(sum(c.shape[0] for c, _ in windows), sum(c.shape[0] - ctx for c, ctx in windows))
         if self.graphs is None:
             return self.codec.decode_windows(windows)
         padded = self.codec.pad_windows(windows)
         return self.codec.new_samples(self.graphs.decode(padded), windows)
+
+    def decode_chunks(self, chunks: list[StreamChunk]) -> list[torch.Tensor]:
+        """Each chunk's new samples [num_new * samples_per_frame] float32: stateful when the lane keeps
+        states, else windowed (and then exactly `decode_windows`)."""
+        if self.states is None:
+            return self.decode_windows([(c.codes, c.context_frames) for c in chunks])
+        self.states.expire_idle()
+        states = [self.states.take(c.stream_id, c.start_frame) for c in chunks]
+        audio: list[torch.Tensor | None] = [None] * len(chunks)
+        self._continue([i for i, s in enumerate(states) if s is not None], chunks, states, audio)
+        self._rebuild([i for i, s in enumerate(states) if s is None], chunks, audio)
+        return audio
+
+    def release_stream(self, stream_id: str) -> bool:
+        """Free the stream's state (it was cancelled); False when the lane held none."""
+        return self.states is not None and self.states.free(stream_id)
+
+    def _continue(self, rows: list[int], chunks: list[StreamChunk], states: list, audio: list) -> None:
+        """Rows whose state sits at their start frame: decode only the new frames."""
+        if rows:
+            new_codes = [chunks[i].codes[chunks[i].context_frames:] for i in rows]
+            pieces, new_states = self._decode_stream([states[i] for i in rows], new_codes)
+            self._keep(rows, chunks, pieces, new_states, audio, num_skipped=[0] * len(rows))
+
+    def _rebuild(self, rows: list[int], chunks: list[StreamChunk], audio: list) -> None:
+        """Rows without a usable state: decode the whole window from a fresh state, keep the new samples."""
+        if rows:
+            fresh = [self.codec.new_stream_state() for _ in rows]
+            pieces, new_states = self._decode_stream(fresh, [chunks[i].codes for i in rows])
+            self._keep(rows, chunks, pieces, new_states, audio, [chunks[i].context_frames for i in rows])
+
+    def _keep(self, rows: list[int], chunks: list[StreamChunk], pieces: list[torch.Tensor],
+              new_states: list[CodecStreamState], audio: list, num_skipped: list[int]) -> None:
+        spf = self.codec.samples_per_frame
+        for i, piece, state, skipped in zip(rows, pieces, new_states, num_skipped):
+            chunk = chunks[i]
+            audio[i] = piece[skipped * spf:]
+            self._count(chunk.num_new + skipped, chunk.num_new)
+            if not chunk.is_last:  # a last chunk's state was taken out of the store: dropping it frees it
+                self.states.put(chunk.stream_id, state, chunk.start_frame + chunk.num_new)
+
+    def _count(self, num_decoded: int, num_new: int) -> None:
+        self.frames.num_decoded += num_decoded
+        self.frames.num_new += num_new
+
+    def _zero_codes(self, num_frames: int) -> torch.Tensor:
+        return torch.zeros(num_frames, self.codec.num_codebooks, dtype=torch.long, device=self.codec.device)

@@ -5,7 +5,9 @@ The engine (backend_python/engine/) drives an `SpeechLM` through named phases:
 `encode_prompt` (CPU, per request) -> `prefill` (one request into one KV slot)
 -> `decode` (one frame for every live slot in one batched step) -> `release`.
 The codec runner drives a `Codec` with stateless windows: a chunk's frames plus
-a few frames of left context from the same request, new samples out.
+a few frames of left context from the same request, new samples out. A codec
+that declares `supports_streaming_state` can also decode only new frames from a
+per-request `CodecStreamState` (models/codec_stream.py), batched over requests.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from backend_python.models.codec_stream import CodecStreamState, StreamCarry, split_states, stack_states
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,34 @@ class Codec(nn.Module, ABC):
         common length, which is exact because the decoder is causal.
         """
         return self.new_samples(self.decode(self.pad_windows(windows)), windows)
+
+    supports_streaming_state = False  # True where `decode_stream` is exact: a strictly causal decoder
+
+    def new_stream_state(self) -> CodecStreamState:
+        """The state of a stream before its first frame (zero tails, position 0), on the codec's device."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no streaming state")
+
+    def decode_with_carry(self, codes: torch.Tensor, carry: StreamCarry) -> torch.Tensor:
+        """codes: [B, T, K] int64 (right-padded) -> audio [B, T * samples_per_frame], tails read from and
+        written to `carry`. Only codecs with `supports_streaming_state` implement it."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no streaming state")
+
+    @torch.inference_mode()
+    def decode_stream(self, states: list[CodecStreamState],
+                      codes: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[CodecStreamState]]:
+        """Decode each request's new frames after its state, in one batch.
+
+        codes[b]: [T_b, K] int64, the frames right after `states[b]`'s position (rows may be at different
+        positions and have different T_b). Returns each row's audio [T_b * samples_per_frame] float32
+        and its state after those frames; the input states are not modified.
+        """
+        if len(states) != len(codes) or not states:
+            raise ValueError(f"need one state per row, got {len(states)} states for {len(codes)} rows")
+        carry = StreamCarry.for_rows(stack_states(states), [c.shape[0] for c in codes])
+        audio = self.decode_with_carry(self.pad_windows([(c, 0) for c in codes]), carry)
+        spf = self.samples_per_frame
+        pieces = [audio[row, : c.shape[0] * spf] for row, c in enumerate(codes)]
+        return pieces, split_states(carry.new_state, len(states))
 
     def pad_windows(self, windows: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
         """The windows' codes right-padded with code 0 into one batch: [B, max T_i, K] int64."""

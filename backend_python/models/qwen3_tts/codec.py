@@ -5,10 +5,12 @@ Our own implementation of the reference `Qwen3TTSTokenizerV2Decoder` (qwen-tts
 names (`decoder.*`), so a real checkpoint loads directly; `encoder.*` keys are
 ignored. The decoder is strictly causal (left-padded convs, transposed convs
 trimmed on the right, a causal sliding-window transformer), so right-padding
-windows in `Codec.decode_windows` is exact. It is stateless and not exactly
-streamable: every frame sees up to num_hidden_layers * (sliding_window - 1)
-frames back, so a window with `left_context_frames` of context approximates a
-full decode (the error is pinned by tests/unit/test_qwen3_tts_codec.py).
+windows in `Codec.decode_windows` is exact. A window is not exact: every frame
+sees up to num_hidden_layers * (sliding_window - 1) frames back, so a window
+with `left_context_frames` of context approximates a full decode (the error is
+pinned by tests/unit/test_qwen3_tts_codec.py). `decode_stream` is exact: it
+carries each layer's tail (models/codec_stream.py) and decodes only new frames
+(the error against a full decode is pinned by tests/unit/test_codec_stream.py).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from safetensors.torch import save_file
 
 from backend_python.models.base import Codec, CodecShape
 from backend_python.models.checkpoint_io import CONFIG_FILE, WEIGHTS_FILE
+from backend_python.models.codec_stream import CodecStreamState, StreamCarry
 from backend_python.models.qwen3_tts.codec_config import Qwen3TTSCodecConfig, tiny_codec_config
 from backend_python.models.qwen3_tts.codec_layers import CodecDecoder
 
@@ -31,6 +34,7 @@ class Qwen3TTSCodec(Codec):
     """The Qwen3-TTS 12 Hz codec decoder behind the `Codec` interface."""
 
     supports_cuda_graphs = True  # shape checks only on the host; masks and positions built on the device
+    supports_streaming_state = True  # strictly causal: carried tails make chunked decode exact
 
     def __init__(self, cfg: Qwen3TTSCodecConfig) -> None:
         super().__init__()
@@ -45,6 +49,18 @@ class Qwen3TTSCodec(Codec):
         if codes.dim() != 3 or codes.shape[-1] != self.num_codebooks:
             raise ValueError(f"codes must be [B, T, {self.num_codebooks}], got {tuple(codes.shape)}")
         return self.decoder(codes).float().clamp(-1.0, 1.0)
+
+    def new_stream_state(self) -> CodecStreamState:
+        """Zero tails in the weights' dtype: ~2.6 MB per stream for the full decoder in bf16."""
+        weight = self.decoder.pre_conv.conv.weight
+        return self.decoder.new_stream_state(weight.dtype, weight.device)
+
+    @torch.inference_mode()
+    def decode_with_carry(self, codes: torch.Tensor, carry: StreamCarry) -> torch.Tensor:
+        """codes: [B, T, K] int64 (right-padded) -> audio [B, T * 1920] float32, tails through `carry`."""
+        if codes.dim() != 3 or codes.shape[-1] != self.num_codebooks:
+            raise ValueError(f"codes must be [B, T, {self.num_codebooks}], got {tuple(codes.shape)}")
+        return self.decoder(codes, carry).float().clamp(-1.0, 1.0)
 
     # ------------------------------------------------------------ construction
 

@@ -3,7 +3,9 @@
 Module and attribute names mirror the official checkpoint's `decoder.*` keys so
 its state dict loads as is. Every block is causal in time: a sample (or frame)
 depends only on inputs at or before it. `Qwen3TTSCodec.decode_windows` relies on
-that to right-pad windows of different lengths into one batch.
+that to right-pad windows of different lengths into one batch, and the streaming
+decode on it to carry each layer's left tail from one call to the next: a block
+with `takes_carry` accepts a `StreamCarry`, and one with `tail_shapes` keeps state.
 """
 from __future__ import annotations
 
@@ -13,15 +15,21 @@ from torch import nn
 
 from backend_python.models.kernels.snake import snake_beta
 
-from ..layers.decoder import RMSNorm  # the LM's norm: same math on CPU, one fused kernel on CUDA
+from ..codec_stream import POSITION, CodecStreamState, StreamCarry
 from .codec_config import Qwen3TTSCodecConfig
+from .codec_transformer import SlidingWindowTransformer
 
 
 # ---------------------------------------------------------------- convolutions
 
 
 class CausalConv1d(nn.Module):
-    """Stride-1 conv padded on the left only: output t sees inputs <= t."""
+    """Stride-1 conv padded on the left only: output t sees inputs <= t.
+
+    Streaming, the zero padding is replaced by the last `left_pad` input samples of the previous call.
+    """
+
+    takes_carry = True
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int,
                  dilation: int = 1, groups: int = 1) -> None:
@@ -29,24 +37,46 @@ class CausalConv1d(nn.Module):
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.left_pad = (kernel_size - 1) * dilation
         self.is_pointwise = kernel_size == 1 and groups == 1
+        self.stream_key = ""  # set by the decoder: this layer's name in a stream state
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def tail_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {self.stream_key: (self.conv.in_channels, self.left_pad)} if self.left_pad else {}
+
+    def forward(self, x: torch.Tensor, carry: StreamCarry | None = None) -> torch.Tensor:
         # x: [B, C_in, T] -> [B, C_out, T]
         if self.is_pointwise:  # a matmul: oneDNN is ~20x slower on few-channel pointwise convs (CPU)
             return torch.matmul(self.conv.weight[:, :, 0], x) + self.conv.bias[:, None]
+        if carry is not None and self.left_pad:
+            return self.conv(carry.extend(self.stream_key, x))
         return self.conv(F.pad(x, (self.left_pad, 0)))
 
 
 class CausalTransConv1d(nn.Module):
-    """Transposed conv upsampling by `stride`; the tail that would need future input is cut."""
+    """Transposed conv upsampling by `stride`; the tail that would need future input is cut.
+
+    Output sample m sums inputs n with n * stride <= m < n * stride + kernel, so the first outputs of
+    a call still need the last `ceil(kernel / stride) - 1` inputs of the previous one: streaming, those
+    inputs are carried in front and their own (already emitted) outputs dropped.
+    """
+
+    takes_carry = True
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int) -> None:
         super().__init__()
         self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
         self.right_trim = kernel_size - stride
+        self.stride = stride
+        self.tail_frames = -(-kernel_size // stride) - 1
+        self.stream_key = ""  # set by the decoder: this layer's name in a stream state
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def tail_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {self.stream_key: (self.conv.in_channels, self.tail_frames)} if self.tail_frames else {}
+
+    def forward(self, x: torch.Tensor, carry: StreamCarry | None = None) -> torch.Tensor:
         # x: [B, C_in, T] -> [B, C_out, T * stride]
+        if carry is not None and self.tail_frames:
+            skip = self.tail_frames * self.stride
+            return self.conv(carry.extend(self.stream_key, x))[..., skip: skip + x.shape[-1] * self.stride]
         y = self.conv(x)
         return y[..., : y.shape[-1] - self.right_trim] if self.right_trim else y
 
@@ -76,9 +106,11 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    takes_carry = True
+
+    def forward(self, x: torch.Tensor, carry: StreamCarry | None = None) -> torch.Tensor:
         # x: [B, C, T]
-        h = self.norm(self.dwconv(x).transpose(1, 2))  # [B, T, C]
+        h = self.norm(self.dwconv(x, carry).transpose(1, 2))  # [B, T, C]
         h = self.gamma * self.pwconv2(self.act(self.pwconv1(h)))
         return x + h.transpose(1, 2)
 
@@ -91,8 +123,10 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv2(self.act2(self.conv1(self.act1(x))))
+    takes_carry = True
+
+    def forward(self, x: torch.Tensor, carry: StreamCarry | None = None) -> torch.Tensor:
+        return x + self.conv2(self.act2(self.conv1(self.act1(x), carry)))
 
 
 class UpsampleBlock(nn.Module):
@@ -103,10 +137,17 @@ class UpsampleBlock(nn.Module):
         self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransConv1d(in_dim, out_dim, 2 * rate, rate)]
                                    + [ResidualUnit(out_dim, d) for d in (1, 3, 9)])
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    takes_carry = True
+
+    def forward(self, x: torch.Tensor, carry: StreamCarry | None = None) -> torch.Tensor:
         for layer in self.block:
-            x = layer(x)
+            x = run_layer(layer, x, carry)
         return x
+
+
+def run_layer(layer: nn.Module, x: torch.Tensor, carry: StreamCarry | None) -> torch.Tensor:
+    """`layer(x)`, handing the carry to the layers that take one (stateless ones need none)."""
+    return layer(x, carry) if getattr(layer, "takes_carry", False) else layer(x)
 
 
 # ---------------------------------------------------------------- quantizer
@@ -172,118 +213,6 @@ class SplitResidualVectorQuantizer(nn.Module):
         return self.rvq_first.decode(codes[..., :1]) + self.rvq_rest.decode(codes[..., 1:])
 
 
-# ---------------------------------------------------------------- transformer
-
-
-class LayerScale(nn.Module):
-    def __init__(self, dim: int, initial_scale: float) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.full((dim,), initial_scale))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
-
-
-def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
-                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions: [T] int64 -> (cos, sin): [T, head_dim] in `dtype` (computed in fp32)."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim
-    inv_freq = 1.0 / (theta ** exponents)  # [head_dim / 2]
-    freqs = positions.float()[:, None] * inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: [B, H, T, D]; rotate-half convention (first half pairs with second half)
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
-def sliding_window_mask(num_frames: int, window: int, device: torch.device) -> torch.Tensor:
-    """[T, T] bool, True where query q may attend key k: q - window < k <= q."""
-    q = torch.arange(num_frames, device=device)[:, None]
-    k = torch.arange(num_frames, device=device)[None, :]
-    return (k <= q) & (k > q - window)
-
-
-class Attention(nn.Module):
-    def __init__(self, cfg: Qwen3TTSCodecConfig) -> None:
-        super().__init__()
-        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = cfg.resolved_head_dim
-        bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=bias)
-
-    def _heads(self, x: torch.Tensor, num_heads: int) -> torch.Tensor:
-        # [B, T, H * D] -> [B, H, T, D]
-        return x.view(x.shape[0], x.shape[1], num_heads, self.head_dim).transpose(1, 2)
-
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                mask: torch.Tensor) -> torch.Tensor:
-        # x: [B, T, hidden]; mask: [T, T] bool
-        q = apply_rotary(self._heads(self.q_proj(x), self.num_heads), *rope)
-        k = apply_rotary(self._heads(self.k_proj(x), self.num_kv_heads), *rope)
-        v = self._heads(self.v_proj(x), self.num_kv_heads)
-        repeat = self.num_heads // self.num_kv_heads
-        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, D]
-        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
-
-
-class Mlp(nn.Module):
-    def __init__(self, hidden: int, intermediate: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class TransformerLayer(nn.Module):
-    def __init__(self, cfg: Qwen3TTSCodecConfig) -> None:
-        super().__init__()
-        self.self_attn = Attention(cfg)
-        self.mlp = Mlp(cfg.hidden_size, cfg.intermediate_size)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
-        self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
-
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                mask: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), rope, mask))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
-
-
-class SlidingWindowTransformer(nn.Module):
-    """Causal transformer over frames; each frame sees itself and the `sliding_window - 1` before it."""
-
-    def __init__(self, cfg: Qwen3TTSCodecConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
-        self.layers = nn.ModuleList([TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers)])
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: [B, T, latent] -> [B, T, latent]; positions restart at 0 for every call (window)
-        h = self.input_proj(x)
-        positions = torch.arange(x.shape[1], device=x.device)
-        rope = rotary_cos_sin(positions, self.cfg.resolved_head_dim, self.cfg.rope_theta, h.dtype)
-        mask = sliding_window_mask(x.shape[1], self.cfg.sliding_window, x.device)
-        for layer in self.layers:
-            h = layer(h, rope, mask)
-        return self.output_proj(self.norm(h))
-
-
 # ---------------------------------------------------------------- whole decoder
 
 
@@ -303,13 +232,26 @@ class CodecDecoder(nn.Module):
             [CausalConv1d(cfg.latent_dim, cfg.decoder_dim, 7)]
             + [UpsampleBlock(dims[i], dims[i + 1], r) for i, r in enumerate(cfg.upsample_rates)]
             + [SnakeBeta(dims[-1]), CausalConv1d(dims[-1], 1, 7)])
+        for name, module in self.named_modules():
+            if hasattr(module, "stream_key"):
+                module.stream_key = name
 
-    def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        h = self.pre_conv(self.quantizer.decode(codes))  # [B, latent, T]
-        h = self.pre_transformer(h.transpose(1, 2)).transpose(1, 2)  # [B, latent, T]
+    def tail_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every stateful layer's per-row tail shape (batch dimension left out)."""
+        return {k: v for m in self.modules() if hasattr(m, "stream_key") for k, v in m.tail_shapes().items()}
+
+    def new_stream_state(self, dtype: torch.dtype, device: torch.device) -> CodecStreamState:
+        """Zero tails (a conv's zero padding, an empty attention cache) at position 0."""
+        tensors = {k: torch.zeros(1, *shape, dtype=dtype, device=device) for k, shape in self.tail_shapes().items()}
+        tensors[POSITION] = torch.zeros(1, dtype=torch.long, device=device)
+        return CodecStreamState(tensors)
+
+    def forward(self, codes: torch.Tensor, carry: StreamCarry | None = None) -> torch.Tensor:
+        h = self.pre_conv(self.quantizer.decode(codes), carry)  # [B, latent, T]
+        h = self.pre_transformer(h.transpose(1, 2), carry).transpose(1, 2)  # [B, latent, T]
         for blocks in self.upsample:
             for block in blocks:
-                h = block(h)  # [B, latent, T * prod(upsampling_ratios)]
+                h = block(h, carry)  # [B, latent, T * prod(upsampling_ratios)]
         for block in self.decoder:
-            h = block(h)  # ends at [B, 1, T * samples_per_frame]
+            h = run_layer(block, h, carry)  # ends at [B, 1, T * samples_per_frame]
         return h[:, 0]

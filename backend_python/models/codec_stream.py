@@ -1,0 +1,87 @@
+"""Streaming decode state of a causal codec, and the carry that threads it through one batched call.
+
+A strictly causal decoder (left-padded convs, transposed convs trimmed on the right, a sliding-window
+transformer) can decode a stream piece by piece: each stateful layer keeps the left tail of its input
+(a conv's last `(kernel - 1) * dilation` samples, a transposed conv's last input frames whose kernel
+still reaches the next output, the keys and values of the attention window), and decoding only new
+frames with that tail in front equals decoding the whole utterance, up to float rounding.
+
+Every tensor of a `CodecStreamState` has a fixed shape per codec, `[1, ...]`, whatever the stream's
+position, so several requests' states stack into one batch (and the shapes of a call depend only on
+its batch and frame counts, which CUDA graphs need). Rows of one batch may be at different positions
+and bring different numbers of new frames: codes are right-padded, which is exact for the audio of
+each row's real frames, and each layer cuts the new tail at the row's own end (a gather), so the
+padding never enters a state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+POSITION = "position"  # frames this state has consumed: [1] int64, the attention's validity and RoPE origin
+
+
+@dataclass
+class CodecStreamState:
+    """One request's decoder state: layer name -> tail tensor [1, ...] (fixed shape), plus `position`."""
+
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+
+def stack_states(states: list[CodecStreamState]) -> dict[str, torch.Tensor]:
+    """Row b of every batched tensor is `states[b]`'s."""
+    return {key: torch.cat([s.tensors[key] for s in states]) for key in states[0].tensors}
+
+
+def split_states(batched: dict[str, torch.Tensor], num_rows: int) -> list[CodecStreamState]:
+    """The inverse of `stack_states` for the first `num_rows` rows (clones: a row must not pin the batch)."""
+    return [CodecStreamState({k: v[row: row + 1].clone() for k, v in batched.items()}) for row in range(num_rows)]
+
+
+class StreamCarry:
+    """The state of one batched streaming call: each layer's tail in (`state`), its new tail out.
+
+    `num_new[b]` is row b's number of real new frames; the batch is padded to `num_frames` frames.
+    A layer whose input runs at `scale` samples per frame cuts row b's new tail so that it ends at
+    sample `num_new[b] * scale`, its last real input.
+    """
+
+    def __init__(self, state: dict[str, torch.Tensor], num_new: torch.Tensor, num_frames: int,
+                 is_ragged: bool = True) -> None:
+        """num_new: [B] int64 on the state's device; `is_ragged` False promises every row has `num_frames`
+        (the tails are then plain slices). A carry's whole work is device ops: it can run inside a CUDA graph."""
+        self.state = state
+        self.num_new = num_new
+        self.num_frames = num_frames
+        self.is_ragged = is_ragged
+        self.position = state[POSITION]  # [B] int64: frames each row has consumed before this call
+        self.new_state: dict[str, torch.Tensor] = {POSITION: self.position + num_new}
+
+    @classmethod
+    def for_rows(cls, state: dict[str, torch.Tensor], lengths: list[int]) -> StreamCarry:
+        """A carry for rows of `lengths[b]` real new frames, padded to the longest."""
+        if min(lengths) < 1:
+            raise ValueError(f"every row needs at least one new frame, got {lengths}")
+        num_new = torch.tensor(lengths, dtype=torch.long, device=state[POSITION].device)
+        return cls(state, num_new, max(lengths), is_ragged=min(lengths) != max(lengths))
+
+    def extend(self, key: str, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        """x with the layer's carried tail in front along `dim`; records the new tail (same width)."""
+        tail = self.state[key]
+        full = torch.cat((tail, x), dim=dim)
+        self.new_state[key] = self._cut_tail(full, tail.shape[dim], x.shape[dim] // self.num_frames, dim)
+        return full
+
+    def _cut_tail(self, full: torch.Tensor, width: int, scale: int, dim: int) -> torch.Tensor:
+        if not self.is_ragged:  # no padding: the tail is the last `width` samples
+            return full.narrow(dim, full.shape[dim] - width, width).contiguous()
+        moved = full.movedim(dim, -1)  # [B, ..., W + T * scale]
+        starts = self.num_new * scale  # [B]: row b's tail starts where its real input ends, minus `width`
+        index = starts[:, None] + torch.arange(width, device=full.device)[None, :]  # [B, width]
+        index = index.view(index.shape[0], *([1] * (moved.dim() - 2)), width).expand(*moved.shape[:-1], width)
+        return moved.gather(-1, index).movedim(-1, dim).contiguous()

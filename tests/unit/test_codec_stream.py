@@ -1,0 +1,160 @@
+"""Streaming codec decode (Qwen3-TTS 12 Hz, tiny preset): carried state equals a full-utterance decode,
+mixed batches equal single rows, a fresh state over a window equals the windowed decode (CPU, fp32);
+bf16 on CUDA stays near fp32 on CPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend_python.models.codec_stream import POSITION, StreamCarry, stack_states
+from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
+from backend_python.models.qwen3_tts.codec_config import tiny_codec_config
+from scheduler.chunking import ChunkingConfig, ChunkPlan
+
+torch.set_flush_denormal(True)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+# fp32, CPU: a stream of 400 frames in the engine's ramp against one full decode; measured max errors
+# 1.5e-6, 2.1e-6, 2.2e-6 for seeds 3, 4, 5 (other conv/GEMM shapes, the same arithmetic). A missing
+# tail or a wrong attention cache shows up as errors of order 1e-2 and more.
+STREAM_ATOL = 4e-6
+BATCH_ATOL = 2e-6  # a row in a mixed batch vs the same row alone: measured < 1e-6
+STATE_RTOL = 1e-5  # inner activations are larger than the audio: measured relative 3e-6
+SPF = 1920
+ENGINE_RAMP = ChunkingConfig(first_chunk_frames=2, chunk_frames=10, chunk_growth=2)  # the serving default
+
+
+@pytest.fixture(scope="module")
+def codec() -> Qwen3TTSCodec:
+    return Qwen3TTSCodec.from_config(tiny_codec_config(), seed=3)
+
+
+def random_codes(num_frames: int, seed: int) -> torch.Tensor:
+    # codes: [T, 16] int64
+    return torch.randint(0, 64, (num_frames, 16), generator=torch.Generator().manual_seed(seed))
+
+
+def ramp_bounds(num_frames: int) -> list[tuple[int, int]]:
+    """The engine's chunks (2, 4, 8, 10, 10, ... frames) of a `num_frames`-frame utterance."""
+    spans = ChunkPlan(ENGINE_RAMP).ready_chunks(num_frames, 0, is_finished=True)
+    return [(span.start, span.end) for span in spans]
+
+
+def stream_decode(codec: Qwen3TTSCodec, codes: torch.Tensor) -> torch.Tensor:
+    """codes [T, K] chunk by chunk through one carried state -> audio [T * spf]."""
+    state, pieces = codec.new_stream_state(), []
+    for start, end in ramp_bounds(codes.shape[0]):
+        (audio,), (state,) = codec.decode_stream([state], [codes[start:end]])
+        pieces.append(audio)
+    return torch.cat(pieces)
+
+
+def test_the_engine_ramp_is_what_the_tests_split_in():
+    assert [end - start for start, end in ramp_bounds(50)] == [2, 4, 8, 10, 10, 10, 6]
+
+
+def test_chunked_stateful_decode_equals_the_full_decode(codec):
+    # 400 frames: far past the attention window (72) and the windowed decode's receptive field (142)
+    codes = random_codes(400, seed=3)
+    full = codec.decode(codes[None])[0]
+    streamed = stream_decode(codec, codes)
+    assert streamed.shape == full.shape == (400 * SPF,)
+    torch.testing.assert_close(streamed, full, atol=STREAM_ATOL, rtol=0)
+
+
+def test_the_windowed_decode_it_replaces_is_not_exact(codec):
+    # the reason for the state: 25 frames of context miss most of the receptive field
+    codes = random_codes(160, seed=3)
+    full = codec.decode(codes[None])[0]
+    (window,) = codec.decode_windows([(codes[100:135], 25)])
+    assert (window - full[125 * SPF: 135 * SPF]).abs().max() > 100 * STREAM_ATOL
+
+
+def test_a_mixed_batch_equals_each_row_alone(codec):
+    # rows at positions 0, 13, 90 and 150, bringing 2, 10, 7 and 4 new frames
+    codes = random_codes(200, seed=4)
+    starts, lengths = [0, 13, 90, 150], [2, 10, 7, 4]
+    states = [advanced_state(codec, codes[:start]) for start in starts]
+    rows = [codes[s: s + n] for s, n in zip(starts, lengths)]
+    batched, batched_states = codec.decode_stream(states, rows)
+    for state, row, audio, new_state in zip(states, rows, batched, batched_states):
+        (alone,), (alone_state,) = codec.decode_stream([state], [row])
+        assert audio.shape == alone.shape == (row.shape[0] * SPF,)
+        torch.testing.assert_close(audio, alone, atol=BATCH_ATOL, rtol=0)
+        for key, tensor in alone_state.tensors.items():
+            torch.testing.assert_close(new_state.tensors[key], tensor, atol=BATCH_ATOL, rtol=STATE_RTOL)
+
+
+def advanced_state(codec: Qwen3TTSCodec, codes: torch.Tensor):
+    """The state after decoding `codes` [T, K] in one call (a fresh state when T is 0)."""
+    state = codec.new_stream_state()
+    if codes.shape[0]:
+        _, (state,) = codec.decode_stream([state], [codes])
+    return state
+
+
+def test_padded_rows_leave_the_same_state_as_unpadded_ones(codec):
+    # a short row next to a long one is right-padded; the padding must not enter its state
+    codes = random_codes(60, seed=5)
+    short, long = codec.decode_stream([codec.new_stream_state()] * 2, [codes[:3], codes[:40]])[1]
+    (next_audio,), _ = codec.decode_stream([short], [codes[3:13]])
+    full = codec.decode(codes[None, :13])[0]
+    torch.testing.assert_close(next_audio, full[3 * SPF:], atol=STREAM_ATOL, rtol=0)
+    assert short.tensors[POSITION].item() == 3 and long.tensors[POSITION].item() == 40
+
+
+def test_the_gathered_tails_of_the_graph_path_equal_the_sliced_ones(codec):
+    # inside CUDA graphs row lengths are data, so every tail is cut by a gather (is_ragged): same result
+    codes = random_codes(30, seed=5)
+    states = [advanced_state(codec, codes[:n]) for n in (0, 12)]
+    rows = [codes[:10], codes[12:22]]
+    sliced, sliced_states = codec.decode_stream(states, rows)
+    carry = StreamCarry(stack_states(states), torch.tensor([10, 10]), 10, is_ragged=True)
+    gathered = codec.decode_with_carry(codec.pad_windows([(r, 0) for r in rows]), carry)
+    assert torch.equal(gathered, torch.stack(sliced))
+    for row, state in enumerate(sliced_states):
+        assert all(torch.equal(carry.new_state[k][row: row + 1], v) for k, v in state.tensors.items())
+
+
+def test_states_keep_fixed_shapes_and_inputs_stay_untouched(codec):
+    fresh = codec.new_stream_state()
+    codes = random_codes(90, seed=6)
+    _, (after,) = codec.decode_stream([fresh], [codes])
+    assert {k: (v.shape, v.dtype) for k, v in after.tensors.items()} == \
+        {k: (v.shape, v.dtype) for k, v in fresh.tensors.items()}
+    assert all(not v.any() for v in fresh.tensors.values())  # decode_stream did not write into its input
+    first, _ = codec.decode_stream([after], [codes[:5]])
+    again, _ = codec.decode_stream([after], [codes[:5]])
+    assert torch.equal(first[0], again[0])
+
+
+def test_a_fresh_state_over_a_window_equals_the_windowed_decode(codec):
+    # the lane's fallback: decode the whole window statefully, keep the samples after the context
+    codes = random_codes(35, seed=7)
+    (windowed,) = codec.decode_windows([(codes, 25)])
+    (audio,), _ = codec.decode_stream([codec.new_stream_state()], [codes])
+    torch.testing.assert_close(audio[25 * SPF:], windowed, atol=STREAM_ATOL, rtol=0)
+
+
+def test_decode_stream_refuses_mismatched_rows(codec):
+    with pytest.raises(ValueError, match="one state per row"):
+        codec.decode_stream([codec.new_stream_state()], [random_codes(2, 0)] * 2)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_stateful_decode_on_cuda_matches_fp32_on_cpu(codec, dtype):
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        cuda = Qwen3TTSCodec.from_config(tiny_codec_config(), device="cuda", dtype=dtype, seed=3)
+        codes = random_codes(200, seed=3)
+        streamed = stream_decode(cuda, codes.cuda()).cpu()
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    full = codec.decode(codes[None])[0]
+    error = (streamed - full).abs()
+    if dtype == torch.float32:  # other kernels, the same arithmetic (as the graph tests' CUDA_ATOL)
+        assert error.max() < 1e-4
+    else:  # bf16 on CPU against fp32 measured mean 2.6e-3, max 3.4e-2 (the full decode alike)
+        assert error.mean() < 1e-2 and error.max() < 0.1
