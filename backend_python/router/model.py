@@ -3,8 +3,9 @@
 Per request: validate (a bad request fails here, before any model work), then one worker thread
 runs the stream's relay (relay.py: start it on the LM, then route, decode and send each chunk in
 order) and sends the final response with the `Ended` it returns. Codec calls block, so each
-request gets its own thread; `execute` returns None at once. Around the streams: a cancel watch
-(cancel_watch.py), an LM watch (lm_watch.py) and the lanes' health (lane_health.py).
+request gets its own thread; `execute` returns None at once. What goes back to the client passes
+through the outlet (outlet.py). Around the streams: a cancel watch (cancel_watch.py), an LM watch
+(lm_watch.py) and the lanes' health (lane_health.py).
 """
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ import triton_python_backend_utils as pb_utils
 from backend_python.router.cancel_watch import CancelWatch
 from backend_python.router.codec_lanes import CodecLanes
 from backend_python.router.lane_health import LaneHealth
-from backend_python.router.live_streams import LiveStreams
 from backend_python.router.lm_client import LMClient
 from backend_python.router.lm_watch import LMWatch
+from backend_python.router.outlet import FINAL, Outlet, error_response
 from backend_python.router.relay import Relay
-from backend_python.router.stream import DecodedChunk, Job, as_numpy, copied_inputs
+from backend_python.router.stream import Job, as_numpy, copied_inputs
 from backend_python.router.stub_process import StubWatch
 from backend_python.triton import fault_inject
 from backend_python.triton.chunk_channel import ChunkChannel
@@ -33,11 +34,9 @@ from backend_python.triton.request_inputs import (RequestError, RequestLimits, S
                                                   check_request_parameters, parse_speech_request)
 from protocol.models import LM
 from protocol.reasons import Ended, EndReason
-from protocol.wire import encode_error
 from scheduler import ChunkRouter, LatencyEstimator, PlaybackClock, SchedulerConfig
 
 log = logging.getLogger("voxlane.router")
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class RouterModel:
@@ -54,9 +53,9 @@ class RouterModel:
         self.relay = Relay(self.channel, self.lm, ChunkRouter(self.config, self.codecs.estimator), self.codecs)
         self.cancel_watch = CancelWatch(self.lm.cancel)
         self.cancel_watch.start()
-        self.streams = LiveStreams(self._finish)
+        self.outlet = Outlet(self.metrics, self.cancel_watch)
         self.lm_watch = LMWatch(StubWatch(LM).is_dead, self._on_lm_dead,
-                                has_streams=lambda: len(self.streams) > 0,
+                                has_streams=lambda: self.outlet.num_live > 0,
                                 is_lm_available=lambda: self.lane_health.unavailable(LM) is None)
         self.lm_watch.start()
 
@@ -65,7 +64,7 @@ class RouterModel:
             sender = request.get_response_sender()
             job = self._admit(request, sender)
             if isinstance(job, Ended):
-                sender.send(_error_response(job), flags=FINAL)
+                sender.send(error_response(job), flags=FINAL)
                 continue
             threading.Thread(target=self._stream, args=(job,), daemon=True, name="voxlane-stream").start()
         return None
@@ -93,46 +92,18 @@ class RouterModel:
 
     def _stream(self, job: Job) -> None:
         clock = PlaybackClock()
-        self.metrics.add_live(1)
-        self.cancel_watch.add(job.stream_id, job.sender.is_cancelled)
-        self.streams.add(job.stream_id, job)
+        self.outlet.open(job)
         try:
-            ended = self.relay.run(job, clock, lambda chunk: self._send(job, chunk, clock))
+            ended = self.relay.run(job, clock, lambda chunk: self.outlet.send(job, chunk, clock))
         except Exception as exc:  # one broken stream ends with an error, never the server
             log.exception("stream failed")
             ended = Ended(EndReason.INTERNAL, f"internal error: {exc}")
-        self.streams.end(job.stream_id, ended)  # a no-op when the LM watch ended it first
-
-    def _finish(self, job: Job, ended: Ended) -> None:
-        """A stream's final response (LiveStreams calls it once per stream)."""
-        self.cancel_watch.remove(job.stream_id)  # before the final response: see CancelWatch
-        self.metrics.add_live(-1)
-        if ended.reason is EndReason.DONE:
-            job.sender.send(flags=FINAL)
-        else:
-            job.sender.send(_error_response(ended), flags=FINAL)
-
-    def _send(self, job: Job, chunk: DecodedChunk, clock: PlaybackClock) -> bool:
-        """Send one chunk; False when the stream was ended meanwhile (by the LM watch)."""
-        response = pb_utils.InferenceResponse(output_tensors=chunk.tensors())
-        if not self.streams.send(job.stream_id, lambda: job.sender.send(response)):
-            return False
-        now = time.monotonic()
-        deadline = clock.deadline(chunk.index) if chunk.index > 0 else None
-        self.metrics.on_chunk(chunk.lane, is_stall=deadline is not None and now > deadline)
-        if chunk.index == 0:
-            self.metrics.on_first_chunk(now - job.arrival)
-        clock.on_sent(chunk.index, chunk.duration_s, now)
-        return True
+        self.outlet.end(job, ended)
 
     def _on_lm_dead(self) -> None:
         """The LM's process died: take the lane out of service and end every stream waiting on it."""
         self.lane_health.on_dead(LM, "its stub process exited")
         ended = self.lane_health.unavailable(LM) or Ended(EndReason.LANE_DOWN, f"the {LM} lane is down")
-        num_ended = self.streams.end_all(ended)
+        num_ended = self.outlet.end_all(ended)
         self.channel.end_all(ended)  # wakes their worker threads
         log.error("the LM's process died; ended %d live streams", num_ended)
-
-
-def _error_response(ended: Ended):
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(encode_error(ended)))
