@@ -12,7 +12,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from clients.stream import MODEL
+from protocol.models import ROUTER
 
 
 @dataclass
@@ -49,7 +49,7 @@ class LiveStream:
         self._client = grpcclient.InferenceServerClient(url=url)
         self._client.start_stream(callback=lambda result, error: self._responses.put((result, error)))
         self._is_closed = False
-        self._client.async_stream_infer(MODEL, inputs, request_id=uuid.uuid4().hex, parameters=parameters,
+        self._client.async_stream_infer(ROUTER, inputs, request_id=uuid.uuid4().hex, parameters=parameters,
                                         enable_empty_final_response=True)
 
     def read(self, max_responses: int | None = None, timeout_s: float = 60.0) -> Outcome:

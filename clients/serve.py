@@ -12,12 +12,13 @@ from backend_python.engine.config import EngineConfig
 from backend_python.triton.params import LaneSettings
 from clients.mps import MpsDaemon
 from clients.triton_launch import Ports, TritonProcess, find_triton
+from protocol import models
 from scheduler import AdmissionPolicyName, ChunkingConfig, SchedulerConfig, ServingMode
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
-LANE_MODELS = ("speechlm_lm", "codec", "codec_urgent")
-CODEC_MODELS = ("codec", "codec_urgent")
-ROUTER_MODEL = "vox_ensemble"
+LANE_MODELS = models.LANE_MODELS
+CODEC_MODELS = (models.CODEC, models.CODEC_URGENT)
+ROUTER_MODEL = models.ROUTER
 # knobs `voxlane serve` has no flag for: each run keeps what the repository's config.pbtxt says
 KEPT_FROM_REPOSITORY = ("cuda_graphs", "max_seq_len")
 _CHUNKING, _ENGINE, _LANE = ChunkingConfig(), EngineConfig(), LaneSettings()  # the defaults, stated there once
@@ -104,9 +105,9 @@ class ServeConfig:
 
     def sm_percentage(self, model_name: str) -> int:
         """The MPS active-thread percentage of one lane; 100 (whole GPU) when not partitioned."""
-        if not self.is_partitioned or (self.is_disaggregated and model_name == "speechlm_lm"):
+        if not self.is_partitioned or (self.is_disaggregated and model_name == models.LM):
             return 100
-        return {"speechlm_lm": self.lm_sm_pct, "codec": self.codec_sm_pct}.get(model_name, 100)
+        return {models.LM: self.lm_sm_pct, models.CODEC: self.codec_sm_pct}.get(model_name, 100)
 
     @property
     def resolved_dtype(self) -> str:
@@ -132,14 +133,14 @@ class ServeConfig:
 
     def _runs_codec(self, model_name: str) -> bool:
         """Whether this lane's process decodes audio (the LM does, inline, in timeshare)."""
-        return model_name in CODEC_MODELS or (model_name == "speechlm_lm" and self.mode is ServingMode.TIMESHARE)
+        return model_name in CODEC_MODELS or (model_name == models.LM and self.mode is ServingMode.TIMESHARE)
 
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""
         if model_name == ROUTER_MODEL:
             return self.scheduler_config().to_parameters()
         params = self.lane_settings(model_name).to_parameters()
-        if model_name == "speechlm_lm":
+        if model_name == models.LM:
             params.update(self.engine_config().to_parameters())
         return {key: value for key, value in params.items() if key not in KEPT_FROM_REPOSITORY}
 

@@ -12,14 +12,18 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-MODEL = "vox_ensemble"
-_DTYPES = {"temperature": ("FP32", np.float32), "top_p": ("FP32", np.float32), "top_k": ("INT32", np.int32),
-           "repetition_penalty": ("FP32", np.float32), "seed": ("INT64", np.int64),
-           "max_audio_seconds": ("FP32", np.float32), "ignore_eos": ("BOOL", np.bool_)}
+from protocol.models import ROUTER
+from protocol.reasons import Ended
+from protocol.tensors import REQUEST_INPUTS, SCALAR_INPUTS, scalar_array
+from protocol.wire import decode_error
 
 
 class StreamError(RuntimeError):
-    """The server ended the stream with an error; the message is the server's."""
+    """The server ended the stream with an error: `ended` holds its reason; the message is the server's."""
+
+    def __init__(self, ended: Ended) -> None:
+        super().__init__(ended.message)
+        self.ended = ended
 
 
 @dataclass
@@ -62,22 +66,21 @@ class StreamResult:
 
 def build_inputs(text: str | bytes, voice: str | None = None, **params) -> list[grpcclient.InferInput]:
     """The request tensors, each of shape [1]; `params` are the optional scalar inputs."""
-    raw = text if isinstance(text, bytes) else text.encode("utf-8")
-    inputs = [_input("text", "BYTES", np.array([raw], dtype=np.object_))]
+    inputs = [_input("text", text)]
     if voice is not None:
-        inputs.append(_input("voice", "BYTES", np.array([voice.encode("utf-8")], dtype=np.object_)))
+        inputs.append(_input("voice", voice))
     for name, value in params.items():
         if value is None:
             continue
-        if name not in _DTYPES:
-            raise ValueError(f"unknown request parameter {name!r}; known: {sorted(_DTYPES)}")
-        triton_type, dtype = _DTYPES[name]
-        inputs.append(_input(name, triton_type, np.array([value], dtype=dtype)))
+        if name not in SCALAR_INPUTS:
+            raise ValueError(f"unknown request parameter {name!r}; known: {sorted(SCALAR_INPUTS)}")
+        inputs.append(_input(name, value))
     return inputs
 
 
-def _input(name: str, triton_type: str, array: np.ndarray) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, list(array.shape), triton_type)
+def _input(name: str, value: object) -> grpcclient.InferInput:
+    array = scalar_array(name, value)
+    tensor = grpcclient.InferInput(name, list(array.shape), REQUEST_INPUTS[name].triton_type)
     tensor.set_data_from_numpy(array)
     return tensor
 
@@ -91,7 +94,7 @@ def synthesize(url: str, text: str | bytes, voice: str | None = None, timeout_s:
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
     try:
         started = time.perf_counter()
-        client.async_stream_infer(MODEL, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+        client.async_stream_infer(ROUTER, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
         return _collect(responses, started, timeout_s)
     finally:
         client.stop_stream(cancel_requests=True)
@@ -107,7 +110,8 @@ def _collect(responses: queue.Queue, started: float, timeout_s: float) -> Stream
         except queue.Empty:
             raise TimeoutError(f"stream did not finish within {timeout_s:.0f} s") from None
         if error is not None:
-            raise StreamError(error.message() if isinstance(error, InferenceServerException) else str(error))
+            raise StreamError(decode_error(error.message() if isinstance(error, InferenceServerException)
+                                           else str(error)))
         if item.as_numpy("audio") is not None:
             result.chunks.append(_chunk(item, time.perf_counter() - started))
         if item.get_response().parameters["triton_final_response"].bool_param:

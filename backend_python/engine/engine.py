@@ -24,7 +24,7 @@ import torch
 
 from backend_python.engine.codec_runner import CodecRunner
 from backend_python.engine.config import EngineConfig  # noqa: F401 (re-exported: the LM model imports it here)
-from backend_python.engine.reasons import CANCELLED
+from protocol.reasons import EndReason
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
 from backend_python.models.base import Codec, DecodeBatch, SpeechLM
@@ -291,7 +291,7 @@ class LMEngine:
             for seq in self._running + self._waiting:
                 seq.is_cancelled = seq.is_cancelled or seq.request_id in ids
         for seq in [s for s in self._running + self._waiting if s.is_cancelled]:
-            self._finish(seq, CANCELLED)
+            self._finish(seq, EndReason.CANCELLED)
             if seq in self._waiting:
                 self._waiting.remove(seq)
 

@@ -12,8 +12,8 @@ with one response per iterator that cycle cannot close.
 
 The router listens (one `ChunkChannel` per router process: an abstract Unix socket and a random
 key, both passed to the LM as request parameters); the LM connects on the first request naming the
-channel and sends `(stream_id, kind, payload)` messages: kind "chunk" (payload: a dict of arrays)
-or "end" (payload: None when done, else the reason it ended). A reader thread per connection puts
+channel and sends `(stream_id, kind, payload)` messages (`protocol.channel.ChannelKind`: CHUNK with
+a dict of arrays, END with the stream's `protocol.Ended`). A reader thread per connection puts
 each message on its stream's queue; messages of streams nobody waits for are dropped.
 """
 from __future__ import annotations
@@ -27,10 +27,12 @@ import threading
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 
+from protocol.channel import ChannelKind
+from protocol.reasons import Ended
+
 log = logging.getLogger("voxlane.channel")
 CHANNEL_PARAMETER = "voxlane_channel"  # BLS request parameters the router sets on its LM requests
 KEY_PARAMETER = "voxlane_channel_key"
-CHUNK, END = "chunk", "end"
 
 
 def _address(name: str) -> str:
@@ -64,12 +66,12 @@ class ChunkChannel:
         with self._lock:
             self._queues.pop(stream_id, None)
 
-    def end_all(self, reason: str) -> None:
-        """Wake every subscribed stream with an "end" message (the LM died: nothing more will come)."""
+    def end_all(self, ended: Ended) -> None:
+        """Wake every subscribed stream with an END message (the LM died: nothing more will come)."""
         with self._lock:
             queues = list(self._queues.values())
         for q in queues:
-            q.put((END, reason))
+            q.put((ChannelKind.END, ended))
 
     def close(self) -> None:
         self._is_closed = True
@@ -155,7 +157,7 @@ class _Connection:
         self._lock = threading.Lock()
         self.is_broken = False
 
-    def send(self, stream_id: str, kind: str, payload) -> None:
+    def send(self, stream_id: str, kind: ChannelKind, payload) -> None:
         with self._lock:
             if self.is_broken:
                 raise ChannelError("the router's chunk channel is closed")

@@ -14,22 +14,20 @@ from typing import Callable
 
 import numpy as np
 
-# name -> numpy dtype of each optional scalar input, shape [1]
-OPTIONAL_INPUTS: dict[str, type] = {
-    "voice": np.object_,
-    "temperature": np.float32,
-    "top_p": np.float32,
-    "top_k": np.int32,
-    "repetition_penalty": np.float32,
-    "seed": np.int64,
-    "max_audio_seconds": np.float32,
-    "ignore_eos": np.bool_,
-}
-INPUT_NAMES = ("text",) + tuple(OPTIONAL_INPUTS)
+from protocol.reasons import Ended, EndReason
+from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS
 
 
 class RequestError(ValueError):
-    """A client error; the message is sent back verbatim."""
+    """A client error; the message is sent back verbatim, with the input it names (if one)."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
+
+    @property
+    def ended(self) -> Ended:
+        return Ended(EndReason.REFUSED_BAD_INPUT, str(self), self.param, self.code)
 
 
 @dataclass(frozen=True)
@@ -73,14 +71,13 @@ def parse_speech_request(get: GetInput, limits: RequestLimits) -> SpeechRequest:
     return SpeechRequest(
         text=text,
         voice=_decode_utf8(voice, "voice").strip() or None if voice is not None else None,
-        temperature=_ranged(get, "temperature", 0.9, 0.0, 10.0),
-        top_p=_ranged(get, "top_p", 1.0, 1e-6, 1.0),
-        top_k=int(_ranged(get, "top_k", 50, 0, 100_000)),
-        repetition_penalty=_ranged(get, "repetition_penalty", 1.05, 1e-3, 10.0),
+        temperature=_ranged(get, "temperature"),
+        top_p=_ranged(get, "top_p"),
+        top_k=int(_ranged(get, "top_k")),
+        repetition_penalty=_ranged(get, "repetition_penalty"),
         seed=_optional_int(get, "seed"),
-        max_audio_seconds=_ranged(get, "max_audio_seconds", limits.default_audio_seconds, 1e-3,
-                                  limits.max_audio_seconds),
-        ignore_eos=bool(_scalar(get, "ignore_eos") or False),
+        max_audio_seconds=_ranged(get, "max_audio_seconds", limits.default_audio_seconds, limits.max_audio_seconds),
+        ignore_eos=bool(_scalar(get, "ignore_eos") or REQUEST_INPUTS["ignore_eos"].default),
     )
 
 
@@ -95,18 +92,20 @@ def check_request_parameters(parameters_json: str) -> None:
 
 def _parse_text(array: np.ndarray | None, limits: RequestLimits) -> str:
     if array is None:
-        raise RequestError("missing required input 'text'")
+        raise RequestError("missing required input 'text'", param="text")
     if array.size != 1:
-        raise RequestError(f"input 'text' must hold exactly one string, got shape {list(array.shape)}")
+        raise RequestError(f"input 'text' must hold exactly one string, got shape {list(array.shape)}",
+                           param="text")
     text = _decode_utf8(array.reshape(-1)[0], "text")
     bad = [c for c in text if unicodedata.category(c) in ("Cc", "Cs") and c not in "\n\t\r"]
     if bad:
-        raise RequestError(f"input 'text' contains control character U+{ord(bad[0]):04X}")
+        raise RequestError(f"input 'text' contains control character U+{ord(bad[0]):04X}", param="text")
     text = text.strip()
     if not text:
-        raise RequestError("input 'text' is empty or whitespace only")
+        raise RequestError("input 'text' is empty or whitespace only", param="text")
     if len(text) > limits.max_text_chars:
-        raise RequestError(f"input 'text' has {len(text)} characters; the limit is {limits.max_text_chars}")
+        raise RequestError(f"input 'text' has {len(text)} characters; the limit is {limits.max_text_chars}",
+                           param="text")
     return text
 
 
@@ -114,11 +113,11 @@ def _decode_utf8(value: object, name: str) -> str:
     if isinstance(value, str):
         return value
     if not isinstance(value, (bytes, np.bytes_)):
-        raise RequestError(f"input '{name}' must be BYTES (UTF-8 text)")
+        raise RequestError(f"input '{name}' must be BYTES (UTF-8 text)", param=name)
     try:
         return bytes(value).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RequestError(f"input '{name}' is not valid UTF-8 (byte {exc.start})") from None
+        raise RequestError(f"input '{name}' is not valid UTF-8 (byte {exc.start})", param=name) from None
 
 
 def _scalar(get: GetInput, name: str) -> object | None:
@@ -126,17 +125,21 @@ def _scalar(get: GetInput, name: str) -> object | None:
     if array is None:
         return None
     if array.size != 1:
-        raise RequestError(f"input '{name}' must hold exactly one value, got shape {list(array.shape)}")
+        raise RequestError(f"input '{name}' must hold exactly one value, got shape {list(array.shape)}",
+                           param=name)
     return array.reshape(-1)[0]
 
 
-def _ranged(get: GetInput, name: str, default: float, low: float, high: float) -> float:
+def _ranged(get: GetInput, name: str, default: float | None = None, high: float | None = None) -> float:
+    """A numeric input within its table limits (`default`, `high`: where the table leaves them to the model)."""
+    spec = REQUEST_INPUTS[name]
+    low, high = spec.low, spec.high if high is None else high
     value = _scalar(get, name)
     if value is None:
-        return default
+        return spec.default if default is None else default
     value = float(value)
     if not math.isfinite(value) or not low <= value <= high:
-        raise RequestError(f"input '{name}' must be in [{low:g}, {high:g}], got {value!r}")
+        raise RequestError(f"input '{name}' must be in [{low:g}, {high:g}], got {value!r}", param=name)
     return value
 
 

@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import grpc
-import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from tritonclient.utils import serialize_byte_tensor
 
@@ -22,8 +21,9 @@ from clients.bench.config import BenchConfig
 from clients.bench.overhead import LoopLagMonitor, overhead_summary
 from clients.bench.records import Chunk, RequestRecord
 from clients.bench.workload import Utterance, request_seconds
+from protocol.models import ROUTER
+from protocol.tensors import REQUEST_INPUTS, scalar_array
 
-MODEL = "vox_ensemble"
 FINAL = "triton_final_response"
 
 
@@ -60,22 +60,18 @@ def plan_run(config: BenchConfig, utterances: list[Utterance], rate: float, seed
 
 
 def build_request(config: BenchConfig, planned: PlannedRequest) -> service_pb2.ModelInferRequest:
-    tensors = {"text": np.array([planned.utterance.text.encode()], dtype=np.object_),
-               "seed": np.array([planned.seed], dtype=np.int64),
-               "max_audio_seconds": np.array([planned.audio_s], dtype=np.float32),
-               "ignore_eos": np.array([config.ignore_eos], dtype=np.bool_)}
+    values = {"text": planned.utterance.text, "seed": planned.seed, "max_audio_seconds": planned.audio_s,
+              "ignore_eos": config.ignore_eos}
     if config.voice:
-        tensors["voice"] = np.array([config.voice.encode()], dtype=np.object_)
-    request = service_pb2.ModelInferRequest(model_name=MODEL, id=planned.request_id)
-    for name, array in tensors.items():
-        request.inputs.add(name=name, datatype=_DATATYPES[array.dtype.kind], shape=[1])
-        raw = serialize_byte_tensor(array).item() if array.dtype == np.object_ else array.tobytes()
+        values["voice"] = config.voice
+    request = service_pb2.ModelInferRequest(model_name=ROUTER, id=planned.request_id)
+    for name, value in values.items():
+        array, spec = scalar_array(name, value), REQUEST_INPUTS[name]
+        request.inputs.add(name=name, datatype=spec.triton_type, shape=list(spec.shape))
+        raw = serialize_byte_tensor(array).item() if spec.triton_type == "BYTES" else array.tobytes()
         request.raw_input_contents.append(raw)
     request.parameters["triton_enable_empty_final_response"].bool_param = True
     return request
-
-
-_DATATYPES = {"O": "BYTES", "i": "INT64", "f": "FP32", "b": "BOOL"}
 
 
 async def run_load(config: BenchConfig, plan: list[PlannedRequest], rate: float, seed: int) -> RunResult:

@@ -6,7 +6,7 @@ import urllib.request
 
 import tritonclient.grpc.aio as grpcaio
 
-ROUTER, LM = "vox_ensemble", "speechlm_lm"
+from protocol.models import LM, ROUTER
 
 
 async def read_server_settings(url: str) -> dict:

@@ -36,7 +36,7 @@ def build_app(gateway: Gateway) -> web.Application:
 
 def error_response(gateway: Gateway, error: ApiError) -> web.Response:
     gateway.stats.num_errors[error.status] += 1
-    return web.json_response(error.to_json(), status=error.status)
+    return web.json_response(error.to_json(), status=error.status, headers=error.headers)
 
 
 async def speech(request: web.Request) -> web.StreamResponse:

@@ -14,7 +14,7 @@ class GatewayConfig:
     channels_per_server: int = 4  # gRPC connections the streams to one server share
     request_timeout_s: float = 600.0  # a whole stream
     scrape_interval_s: float = 0.5
-    down_s: float = 2.0  # a server that refused a connection is skipped this long
+    down_s: float = 2.0  # a server that refused a connection, or has a lane down, is skipped this long
     startup_timeout_s: float = 60.0  # for a first server to answer
 
     def __post_init__(self) -> None:

@@ -1,16 +1,25 @@
-"""Errors in OpenAI's JSON shape, and how Triton's errors map onto them."""
+"""Errors in OpenAI's JSON shape, and how a stream's `Ended` reason maps onto them.
+
+| reason | status | `code` | |
+| --- | --- | --- | --- |
+| `bad_input` (and Triton's own refusals) | 400 | the server's (e.g. `unknown_voice`) | `param`: the input it names |
+| `overloaded` | 503 | `overloaded` | `Retry-After`; the gateway tries another server first |
+| `lane_down` | 503 | `lane_down` | `Retry-After`; the gateway tries another server first |
+| `internal`, `cancelled` | 500 | `internal_error` | |
+"""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import grpc
 
+from protocol.reasons import Ended, EndReason
+
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
+RETRY_AFTER_S = 1  # what a 503 asks a client to wait: the gateway has already tried its other servers
 # Triton input names that the OpenAI request spells differently
 _PARAMS = {"text": "input"}
-_INPUT_NAME = re.compile(r"input '(\w+)'")
 
 
 @dataclass(frozen=True)
@@ -22,9 +31,14 @@ class ApiError:
     type: str = INVALID_REQUEST
     param: str | None = None
     code: str | None = None
+    retry_after_s: int | None = None  # the Retry-After header of a 503
 
     def to_json(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
@@ -32,20 +46,20 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 
 def unavailable(message: str, code: str = "unavailable") -> ApiError:
-    return ApiError(503, message, SERVER_ERROR, None, code)
+    return ApiError(503, message, SERVER_ERROR, None, code, RETRY_AFTER_S)
 
 
-def from_triton_message(message: str) -> ApiError:
-    """A Triton error response: overload is 503, an internal failure 500, anything else the request's fault."""
-    if message.startswith("server overloaded"):
-        return unavailable(message, code="overloaded")
-    if message.startswith("internal error"):
-        return ApiError(500, message, SERVER_ERROR, None, "internal_error")
-    if "unknown voice" in message:
-        return bad_request(message, param="voice", code="unknown_voice")
-    named = _INPUT_NAME.search(message)
-    param = _PARAMS.get(named.group(1), named.group(1)) if named else None
-    return bad_request(message, param=param)
+def internal(message: str) -> ApiError:
+    return ApiError(500, message, SERVER_ERROR, None, "internal_error")
+
+
+def from_ended(ended: Ended) -> ApiError:
+    """The error of a stream the server ended (its reason decides the status; see the table above)."""
+    if ended.reason is EndReason.REFUSED_BAD_INPUT:
+        return bad_request(ended.message, _PARAMS.get(ended.param, ended.param), ended.code)
+    if ended.reason.is_retryable_elsewhere:
+        return unavailable(ended.message, code=ended.reason.value)
+    return internal(ended.message)
 
 
 def from_grpc_error(error: grpc.aio.AioRpcError) -> ApiError:
@@ -54,4 +68,4 @@ def from_grpc_error(error: grpc.aio.AioRpcError) -> ApiError:
     if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                         grpc.StatusCode.RESOURCE_EXHAUSTED):
         return unavailable(text)
-    return ApiError(500, text, SERVER_ERROR, None, "internal_error")
+    return internal(text)

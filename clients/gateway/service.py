@@ -20,6 +20,8 @@ from clients.gateway.errors import ApiError, unavailable
 from clients.gateway.speech import SpeechRequest
 from clients.gateway.stats import GatewayStats
 from clients.gateway.triton_stream import AudioChunk, StreamFailure, stream_chunks
+from protocol.models import LM, ROUTER
+from protocol.reasons import EndReason
 
 log = logging.getLogger("voxlane.gateway")
 LIVE_METRIC = "voxlane_live_requests"
@@ -58,7 +60,9 @@ class Gateway:
                 await channel.close()
 
     async def stream_speech(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
-        """The request's chunks from the least loaded server; before any audio, a refusal (503) tries the next."""
+        """The request's chunks from the least loaded server; before any audio, a 503 (overloaded, a lane
+        down, unreachable) tries the next. A server that is unreachable or has a lane down is skipped
+        for `down_s` after."""
         tried: tuple[Backend, ...] = ()
         last_error: ApiError = unavailable("no Triton server is available")
         while (backend := self.balancer.acquire(exclude=tried)) is not None:
@@ -74,7 +78,7 @@ class Gateway:
             except StreamFailure as exc:
                 if has_audio or exc.error.status != 503:
                     raise
-                if exc.is_connection:
+                if exc.is_connection or exc.reason is EndReason.LANE_DOWN:
                     self.balancer.mark_down(backend)
                 last_error = exc.error
                 log.warning("server %s refused a stream: %s", backend.url, exc.error.message)
@@ -123,8 +127,8 @@ async def server_settings(url: str) -> dict | None:
     """The served model and mode from the server's model configs; None if it does not answer yet."""
     client = grpcaio.InferenceServerClient(url=url)
     try:
-        router = await client.get_model_config("vox_ensemble", as_json=True, client_timeout=PROBE_TIMEOUT_S)
-        lm = await client.get_model_config("speechlm_lm", as_json=True, client_timeout=PROBE_TIMEOUT_S)
+        router = await client.get_model_config(ROUTER, as_json=True, client_timeout=PROBE_TIMEOUT_S)
+        lm = await client.get_model_config(LM, as_json=True, client_timeout=PROBE_TIMEOUT_S)
     except InferenceServerException:
         return None
     finally:

@@ -18,24 +18,24 @@ import numpy as np
 from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
-from clients.gateway.errors import ApiError, from_grpc_error, from_triton_message, unavailable
+from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
 from clients.gateway.speech import SpeechRequest
+from protocol.models import ROUTER
+from protocol.reasons import EndReason
+from protocol.tensors import REQUEST_INPUTS, scalar_array
+from protocol.wire import decode_error
 
-MODEL = "vox_ensemble"
 FINAL = "triton_final_response"
-# Triton datatype and numpy dtype of each optional router input
-_TENSOR_TYPES = {"temperature": ("FP32", np.float32), "top_p": ("FP32", np.float32), "top_k": ("INT32", np.int32),
-                 "repetition_penalty": ("FP32", np.float32), "seed": ("INT64", np.int64),
-                 "max_audio_seconds": ("FP32", np.float32), "ignore_eos": ("BOOL", np.bool_)}
 
 
 class StreamFailure(Exception):
     """The stream ended with an error; `error` is what the HTTP client is told."""
 
-    def __init__(self, error: ApiError, is_connection: bool = False) -> None:
+    def __init__(self, error: ApiError, is_connection: bool = False, reason: EndReason | None = None) -> None:
         super().__init__(error.message)
         self.error = error
         self.is_connection = is_connection  # the server could not be reached (not a refusal)
+        self.reason = reason  # the server's reason, when the server answered
 
 
 @dataclass(frozen=True)
@@ -49,22 +49,22 @@ class AudioChunk:
 
 def infer_request(request: SpeechRequest, request_id: str | None = None) -> service_pb2.ModelInferRequest:
     """The router's request tensors, each of shape [1]."""
-    proto = service_pb2.ModelInferRequest(model_name=MODEL, id=request_id or uuid.uuid4().hex)
-    _add_bytes(proto, "text", request.text)
+    proto = service_pb2.ModelInferRequest(model_name=ROUTER, id=request_id or uuid.uuid4().hex)
+    _add_input(proto, "text", request.text)
     if request.voice is not None:
-        _add_bytes(proto, "voice", request.voice)
+        _add_input(proto, "voice", request.voice)
     for name, value in request.params.items():
-        datatype, dtype = _TENSOR_TYPES[name]
-        proto.inputs.add(name=name, datatype=datatype, shape=[1])
-        proto.raw_input_contents.append(np.array([value], dtype=dtype).tobytes())
+        _add_input(proto, name, value)
     proto.parameters["triton_enable_empty_final_response"].bool_param = True
     return proto
 
 
-def _add_bytes(proto: service_pb2.ModelInferRequest, name: str, text: str) -> None:
-    proto.inputs.add(name=name, datatype="BYTES", shape=[1])
-    array = np.array([text.encode("utf-8")], dtype=np.object_)
-    proto.raw_input_contents.append(serialize_byte_tensor(array).item())
+def _add_input(proto: service_pb2.ModelInferRequest, name: str, value: object) -> None:
+    spec = REQUEST_INPUTS[name]
+    array = scalar_array(name, value)
+    proto.inputs.add(name=name, datatype=spec.triton_type, shape=list(spec.shape))
+    raw = serialize_byte_tensor(array).item() if spec.triton_type == "BYTES" else array.tobytes()
+    proto.raw_input_contents.append(raw)
 
 
 async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> AsyncIterator[AudioChunk]:
@@ -95,7 +95,8 @@ async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> Async
 def _parse(response, arrived_s: float) -> tuple[AudioChunk | None, bool]:
     """(the response's audio chunk or None, whether it ends the stream)."""
     if response.error_message:
-        raise StreamFailure(from_triton_message(response.error_message))
+        ended = decode_error(response.error_message)
+        raise StreamFailure(from_ended(ended), reason=ended.reason)
     result = InferResult(response.infer_response)
     is_final = response.infer_response.parameters[FINAL].bool_param
     if result.get_output("audio") is None:

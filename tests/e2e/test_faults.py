@@ -6,9 +6,12 @@
 - A codec stub process that dies: the requests that need it get a clear error at once instead of
   hanging, readiness says the lane is down (the router unloads it: explicit model control), and
   loading it again through the repository API brings it back.
+- Behind the gateway, a dead lane is a 503 with `Retry-After` (reason `lane_down`), and with a
+  second, healthy server the gateway serves the stream there instead.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -19,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from clients.bench.compare import free_ports
+from clients.gateway.config import GatewayConfig
+from clients.gateway.server import GatewayProcess
 from clients.serve import ServeConfig, Server
 from clients.stream import StreamError, synthesize
 from clients.triton_launch import Ports
@@ -109,6 +114,53 @@ def test_the_lane_serves_again_once_loaded(faulty_server):
     assert not isinstance(result, str), result
     assert [c.index for c in result.chunks] == list(range(len(result.chunks)))
     assert "background" in [c.lane for c in result.chunks]
+
+
+def post_speech(gateway: GatewayProcess, text: str) -> tuple[int, dict, bytes]:
+    """(status, headers, body) of one PCM request through the gateway."""
+    body = json.dumps({"model": "tts-1", "input": text, "voice": "alloy", "response_format": "pcm",
+                       "seed": 1, "max_audio_seconds": 0.8, "ignore_eos": True}).encode()
+    request = urllib.request.Request(gateway.url + "/v1/audio/speech", data=body,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def started_streams(gateway: GatewayProcess) -> dict[str, int]:
+    with urllib.request.urlopen(gateway.url + "/health", timeout=5) as response:
+        return {s["url"]: s["streams_started"] for s in json.load(response)["servers"]}
+
+
+def test_a_dead_lane_behind_the_gateway_is_503_with_retry_after_and_a_healthy_server_takes_over(
+        faulty_server, server, tmp_path):
+    """The urgent lane decodes every stream's first chunk: with its stub dead, a stream fails before
+    any audio, so the gateway can answer 503 (or try its other server)."""
+    os.kill(server_processes(faulty_server.process.process.pid)["codec_urgent"], signal.SIGKILL)
+    faulty, healthy = faulty_server.grpc_url, server.grpc_url
+    alone = GatewayProcess(GatewayConfig(tritons=(faulty,), port=free_ports(1)[0]), log_path=tmp_path / "alone.log")
+    both = GatewayProcess(GatewayConfig(tritons=(faulty, healthy), port=free_ports(1)[0], down_s=60.0),
+                          log_path=tmp_path / "both.log")
+    try:
+        alone.wait_ready(60)
+        both.wait_ready(60)
+        status, headers, body = post_speech(alone, "The lane just died.")
+        assert status == 503 and int(headers["Retry-After"]) > 0, (status, body)
+        assert json.loads(body)["error"]["code"] == "lane_down", body
+        # the server is skipped a while now (`down_s`): with no other server the gateway is unavailable
+        status, headers, body = post_speech(alone, "The lane is known down.")
+        assert status == 503 and int(headers["Retry-After"]) > 0, (status, body)
+        for text in ("Served elsewhere.", "Straight to the healthy one."):
+            status, _, body = post_speech(both, text)
+            assert status == 200 and len(body) == 10 * 1920 * 2, (status, body[:300])
+        assert started_streams(both) == {faulty: 1, healthy: 2}  # the faulty server is skipped after its refusal
+    finally:
+        alone.stop()
+        both.stop()
+    load_model(faulty_server, "codec_urgent")
+    assert wait_for(lambda: is_ready(faulty_server), timeout_s=60)
 
 
 def test_a_killed_lm_stub_ends_its_streams_and_shows_in_readiness(faulty_server):

@@ -8,9 +8,10 @@ import pytest
 
 from clients.gateway import service
 from clients.gateway.config import GatewayConfig
-from clients.gateway.errors import bad_request, unavailable
+from clients.gateway.errors import bad_request, from_ended, unavailable
 from clients.gateway.speech import SpeechRequest
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
+from protocol.reasons import Ended, EndReason
 
 REQUEST = SpeechRequest("m", "Hello.", None)
 
@@ -69,3 +70,13 @@ def test_a_bad_request_is_not_retried(monkeypatch):
     with pytest.raises(StreamFailure) as caught:
         asyncio.run(collect(gateway))
     assert caught.value.error.status == 400 and calls == ["a:1"]
+
+
+def test_a_server_with_a_lane_down_passes_the_stream_on_and_is_skipped_a_while(monkeypatch):
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1")))
+    lane_down = StreamFailure(from_ended(Ended(EndReason.LANE_DOWN, "the codec_urgent lane is down")),
+                              reason=EndReason.LANE_DOWN)
+    calls = fake_streams(monkeypatch, {"a:1": lane_down, "b:1": "ok"})
+    assert asyncio.run(collect(gateway)) == [0, 1]
+    assert asyncio.run(collect(gateway)) == [0, 1]  # the next stream goes straight to the healthy server
+    assert calls == ["a:1", "b:1", "b:1"] and gateway.balancer.backends[0].down_until > 0

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from clients.gateway.audio import audio_delta, audio_done, pcm16, wav_header
-from clients.gateway.errors import ApiError, from_triton_message
+from clients.gateway.errors import ApiError, from_ended
 from clients.gateway.speech import SpeechRequest, parse_speech
+from protocol.wire import decode_error
 
 MODELS = ("qwen3-tts-tiny",)
 
@@ -54,16 +55,22 @@ def test_speed_one_is_accepted():
     assert isinstance(parse_speech([1, 2], MODELS), ApiError)
 
 
-@pytest.mark.parametrize("message, status, param", [
-    ("server overloaded: 128 requests already wait for the LM lane; retry later", 503, None),
-    ("input 'text' is empty or whitespace only", 400, "input"),
-    ("input 'top_p' must be in [0, 1], got 2.0", 400, "top_p"),
-    ("unknown voice 'x'; known voices: ['tiny']", 400, "voice"),
-    ("internal error: boom", 500, None),
+@pytest.mark.parametrize("wire, status, param, code, retry_after", [
+    ("[overloaded] server overloaded: 128 requests already wait for the LM lane; retry later", 503, None,
+     "overloaded", "1"),
+    ("[lane_down] the codec lane is down: its process died and it was unloaded", 503, None, "lane_down", "1"),
+    ("[bad_input param=text] input 'text' is empty or whitespace only", 400, "input", None, None),
+    ("[bad_input param=top_p] input 'top_p' must be in [0, 1], got 2.0", 400, "top_p", None, None),
+    ("[bad_input param=voice code=unknown_voice] unknown voice 'x'; known voices: ['tiny']", 400, "voice",
+     "unknown_voice", None),
+    ("[internal] internal error: boom", 500, None, "internal_error", None),
+    ("[internal] codec failed: codec decode failed: injected", 500, None, "internal_error", None),
+    ("unexpected shape for input 'text' for model 'vox_ensemble'", 400, None, None, None),  # Triton's own
 ])
-def test_triton_errors_map_to_status_and_param(message, status, param):
-    error = from_triton_message(message)
-    assert (error.status, error.param, error.message) == (status, param, message)
+def test_server_errors_map_to_status_param_and_retry_by_their_reason(wire, status, param, code, retry_after):
+    error = from_ended(decode_error(wire))
+    assert (error.status, error.param, error.code) == (status, param, code)
+    assert error.message == wire.split("] ", 1)[-1] and error.headers.get("Retry-After") == retry_after
 
 
 def test_pcm16_quantises_like_the_grpc_client_and_clips():

@@ -7,9 +7,10 @@ import time
 import pytest
 
 from backend_python.triton import fault_inject
-from backend_python.triton.cancel_watch import CancelWatch
-from backend_python.triton.lane_health import LaneHealth
+from backend_python.router.cancel_watch import CancelWatch
+from backend_python.router.lane_health import LaneHealth
 from backend_python.triton.request_inputs import RequestError, check_request_parameters
+from protocol.reasons import EndReason
 
 
 def test_request_parameters_are_refused_by_name():
@@ -70,13 +71,13 @@ def test_a_dead_stub_is_unloaded_once_and_serves_again_when_loaded():
         ready[model] = False
 
     health = LaneHealth(unload=unload, is_ready=lambda m: ready[m])
-    assert health.on_error("codec", "bad codes") == "codec failed: bad codes"
     assert health.unavailable("codec") is None and unloads == []
-    message = health.on_error("codec", "Stub process 'codec_0_0' is not healthy.")
-    assert "not healthy" in message and "process died" in message
-    health.on_error("codec", "Stub process 'codec_0_0' is not healthy.")  # a second stream, same crash
+    ended = health.on_dead("codec", "Stub process 'codec_0_0' is not healthy.")
+    assert ended.reason is EndReason.LANE_DOWN and "codec failed" in ended.message and "process died" in ended.message
+    health.on_dead("codec", "Stub process 'codec_0_0' is not healthy.")  # a second stream, same crash
     assert unloads == ["codec"]
-    assert "POST /v2/repository/models/codec/load" in health.unavailable("codec")
+    down = health.unavailable("codec")
+    assert down.reason is EndReason.LANE_DOWN and "POST /v2/repository/models/codec/load" in down.message
     assert health.unavailable("codec_urgent") is None
     ready["codec"] = True  # an operator loaded it again
     assert health.unavailable("codec") is None
@@ -87,8 +88,9 @@ def test_a_lane_that_cannot_be_unloaded_stays_down():
         raise RuntimeError("explicit model load / unload is not allowed")
 
     health = LaneHealth(unload=unload, is_ready=lambda m: True)  # the dead model still looks ready
-    health.on_error("codec_urgent", "Stub process 'codec_urgent_0_0' is not healthy.")
-    assert "down" in health.unavailable("codec_urgent")
+    health.on_dead("codec_urgent", "Stub process 'codec_urgent_0_0' is not healthy.")
+    down = health.unavailable("codec_urgent")
+    assert down.reason is EndReason.LANE_DOWN and "down" in down.message
 
 
 def test_fault_hook_is_off_unless_the_environment_turns_it_on(monkeypatch):

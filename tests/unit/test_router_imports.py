@@ -12,7 +12,7 @@ def test_the_router_does_not_import_torch():
         utils = types.ModuleType("triton_python_backend_utils")  # what the stub provides, as far as imports go
         utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
         sys.modules["triton_python_backend_utils"] = utils
-        import backend_python.triton.router_model
+        import backend_python.router.model
         print("torch" in sys.modules)
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

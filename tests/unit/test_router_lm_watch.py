@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import threading
 
-from backend_python.triton.lane_health import UNHEALTHY
-from backend_python.triton.live_streams import LiveStreams
-from backend_python.triton.lm_watch import LMWatch
+from backend_python.router.live_streams import LiveStreams
+from backend_python.router.lm_watch import LMWatch
+from protocol.reasons import DONE, Ended, EndReason
+
+LM_DIED = Ended(EndReason.LANE_DOWN, "the LM died")
+GONE = Ended(EndReason.CANCELLED, "gone")
 
 
 def registry():
-    finished: list[tuple[str, str | None]] = []
+    finished: list[tuple[str, Ended]] = []
     return LiveStreams(lambda job, error: finished.append((job, error))), finished
 
 
 def test_a_stream_ends_once_whoever_ends_it():
     streams, finished = registry()
     streams.add("a", "job-a")
-    assert streams.end("a", "the LM died") is True
-    assert streams.end("a", None) is False  # the worker's own end comes later: nothing is sent
-    assert finished == [("job-a", "the LM died")] and len(streams) == 0
+    assert streams.end("a", LM_DIED) is True
+    assert streams.end("a", DONE) is False  # the worker's own end comes later: nothing is sent
+    assert finished == [("job-a", LM_DIED)] and len(streams) == 0
 
 
 def test_no_chunk_is_sent_after_the_end():
@@ -27,7 +30,7 @@ def test_no_chunk_is_sent_after_the_end():
     sent = []
     streams.add("a", "job-a")
     assert streams.send("a", lambda: sent.append(1)) is True
-    streams.end("a", "gone")
+    streams.end("a", GONE)
     assert streams.send("a", lambda: sent.append(2)) is False
     assert sent == [1]
 
@@ -36,9 +39,9 @@ def test_end_all_ends_every_live_stream_and_only_those():
     streams, finished = registry()
     for name in "abc":
         streams.add(name, f"job-{name}")
-    streams.end("b", None)
-    assert streams.end_all("the LM died") == 2
-    assert sorted(finished) == [("job-a", "the LM died"), ("job-b", None), ("job-c", "the LM died")]
+    streams.end("b", DONE)
+    assert streams.end_all(LM_DIED) == 2
+    assert sorted(finished) == [("job-a", LM_DIED), ("job-b", DONE), ("job-c", LM_DIED)]
 
 
 def test_ending_waits_for_a_chunk_being_sent():
@@ -52,38 +55,37 @@ def test_ending_waits_for_a_chunk_being_sent():
     sender = threading.Thread(target=lambda: streams.send("a", slow_send))
     sender.start()
     in_send.wait(5)
-    ender = threading.Thread(target=lambda: streams.end("a", "gone"))
+    ender = threading.Thread(target=lambda: streams.end("a", GONE))
     ender.start()
     ender.join(0.2)
     assert ender.is_alive() and finished == []  # the final response waits for the chunk in flight
     release.set()
     sender.join(5)
     ender.join(5)
-    assert finished == [("job-a", "gone")]
+    assert finished == [("job-a", GONE)]
 
 
-def watch(probe_result: str | None, has_streams: bool = True, available: bool = True):
-    dead: list[str] = []
+def watch(is_dead: bool, has_streams: bool = True, available: bool = True):
+    dead: list[int] = []
     probes: list[int] = []
 
-    def probe():
+    def probe() -> bool:
         probes.append(1)
-        return probe_result
-    return LMWatch(probe, dead.append, lambda: has_streams, lambda: available), dead, probes
+        return is_dead
+    return LMWatch(probe, lambda: dead.append(1), lambda: has_streams, lambda: available), dead, probes
 
 
-def test_a_failing_probe_reports_the_dead_lm():
-    lm_watch, dead, _ = watch(f"Stub process 'speechlm_lm_0_0' {UNHEALTHY}.")
-    assert lm_watch.check() is True and len(dead) == 1
+def test_a_probe_that_finds_the_stub_gone_reports_the_dead_lm():
+    lm_watch, dead, _ = watch(True)
+    assert lm_watch.check() is True and dead == [1]
 
 
-def test_other_probe_errors_and_answers_are_not_a_death():
-    for result in (None, "some other error"):
-        lm_watch, dead, _ = watch(result)
-        assert lm_watch.check() is False and dead == []
+def test_a_living_stub_is_not_a_death():
+    lm_watch, dead, probes = watch(False)
+    assert lm_watch.check() is False and dead == [] and probes == [1]
 
 
 def test_no_probe_without_streams_or_while_the_lm_is_known_down():
     for has_streams, available in ((False, True), (True, False)):
-        lm_watch, dead, probes = watch(f"x {UNHEALTHY}", has_streams, available)
+        lm_watch, dead, probes = watch(True, has_streams, available)
         assert lm_watch.check() is False and probes == [] and dead == []

@@ -1,5 +1,5 @@
-"""The LM lane; the code lives in backend_python.triton.lm_model."""
-from backend_python.triton.lm_model import LMModel
+"""The LM lane; the code lives in backend_python.lm_lane.model."""
+from backend_python.lm_lane.model import LMModel
 
 
 class TritonPythonModel(LMModel):

@@ -1,5 +1,5 @@
-"""The streaming router; the code lives in backend_python.triton.router_model."""
-from backend_python.triton.router_model import RouterModel
+"""The streaming router; the code lives in backend_python.router.model."""
+from backend_python.router.model import RouterModel
 
 
 class TritonPythonModel(RouterModel):

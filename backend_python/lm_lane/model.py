@@ -1,15 +1,16 @@
-"""Triton glue of the LM lane (`speechlm_lm`, decoupled).
+"""Triton glue of the LM lane (`speechlm_lm`, decoupled); its sinks are in sinks.py.
 
 `execute` parses each request, builds its prompt (a bad voice fails here, at
 once) and hands it to the engine thread; it returns None. The engine sends one
 response per chunk: `tokens` INT32 [context + new frames, K], `context_frames`
 INT32 [1], `chunk_index` INT32 [1] — plus `audio` FP32 [n] and `sample_rate`
 INT32 [1] in timeshare mode, where the codec runs inline — then the final flag. A request that
-fails gets one response with only `error` BYTES [1] (the message), then the final flag.
+fails gets one response with only `error` BYTES [1] (its `Ended` in the wire form of
+protocol/wire.py), then the final flag.
 
 The router's requests name its chunk channel (`voxlane_channel` parameters): those get a single
 response at once, the final flag (with `error` when refused), and their chunks, the same arrays,
-go through the channel (see chunk_channel.py for why).
+go through the channel (see backend_python/triton/chunk_channel.py for why).
 """
 from __future__ import annotations
 
@@ -18,20 +19,19 @@ import logging
 import os
 import uuid
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.engine.reasons import CANCELLED
-from backend_python.engine.sequence import Chunk, Sequence
-from backend_python.triton.chunk_channel import CHANNEL_PARAMETER, CHUNK, END, KEY_PARAMETER, ChannelClients, ChannelError
+from backend_python.engine.sequence import Sequence
+from backend_python.lm_lane.sinks import FINAL, ChannelSink, ResponseSink, error_response
+from backend_python.triton.chunk_channel import CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients, ChannelError
 from backend_python.triton.metrics import LMMetrics, LMPhaseMetrics
 from backend_python.triton.params import set_up_lane
 from backend_python.triton.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
+from protocol.reasons import Ended, EndReason
 from scheduler import ServingMode
 
 log = logging.getLogger("voxlane.lm")
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 def _is_cancel(request) -> bool:
@@ -39,67 +39,9 @@ def _is_cancel(request) -> bool:
     return tensor is not None and bool(tensor.as_numpy().reshape(-1)[0])
 
 
-class ClientGone(RuntimeError):
-    """The request was cancelled: stop generating for it."""
-
-
-class ResponseSink:
-    """Delivers one request's chunks through its Triton response sender."""
-
-    def __init__(self, sender, sample_rate: int | None) -> None:
-        self._sender = sender
-        self._sample_rate = sample_rate  # set when chunks carry inline-decoded audio
-
-    def emit(self, chunk: Chunk) -> None:
-        if self._sender.is_cancelled():  # the engine then drops the request and frees its slot
-            raise ClientGone("the client cancelled the request")
-        tensors = [pb_utils.Tensor(name, array) for name, array in chunk_arrays(chunk, self._sample_rate).items()]
-        self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
-
-    def finish(self, error: str | None) -> None:
-        # every stream ends with a plain final flag, and an error travels before it as the `error`
-        # output: through BLS in Triton 2.51 an error response never ended the router's response
-        # iterator, and tritonserver then hung at shutdown (the router's model never unloaded)
-        if error is not None and error != CANCELLED:
-            self._sender.send(_error_response(error))
-        self._sender.send(flags=FINAL)
-
-
-def chunk_arrays(chunk: Chunk, sample_rate: int | None) -> dict:
-    """A chunk's outputs by name, as numpy arrays."""
-    arrays = {"tokens": chunk.tokens.numpy().astype(np.int32),
-              "context_frames": np.array([chunk.context_frames], dtype=np.int32),
-              "chunk_index": np.array([chunk.chunk_index], dtype=np.int32)}
-    if chunk.audio is not None:
-        arrays["audio"] = chunk.audio.numpy().astype(np.float32, copy=False)
-        arrays["sample_rate"] = np.array([sample_rate], dtype=np.int32)
-    return arrays
-
-
-class ChannelSink:
-    """Delivers one request's chunks through the router's chunk channel (its Triton request has ended)."""
-
-    def __init__(self, connection, stream_id: str, sample_rate: int | None) -> None:
-        self._connection = connection
-        self._stream_id = stream_id
-        self._sample_rate = sample_rate
-
-    def emit(self, chunk: Chunk) -> None:
-        self._connection.send(self._stream_id, CHUNK, chunk_arrays(chunk, self._sample_rate))
-
-    def finish(self, error: str | None) -> None:
-        self._connection.send(self._stream_id, END, error)
-
-
-def _error_response(message: str):
-    """A response carrying only the `error` output BYTES [1]."""
-    error = np.array([message.encode("utf-8")], dtype=np.object_)
-    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("error", error)])
-
-
-def _refuse(sender, message: str) -> None:
+def _refuse(sender, ended: Ended) -> None:
     """A router request's single response: the final flag, carrying the error."""
-    sender.send(_error_response(message), flags=FINAL)
+    sender.send(error_response(ended), flags=FINAL)
 
 
 def _channel_of(request) -> tuple[str, str] | None:
@@ -159,16 +101,20 @@ class LMModel:
             sender.send(flags=FINAL)
             return
         channel = _channel_of(request)
-        refuse = (lambda message: _refuse(sender, message)) if channel else ResponseSink(sender, None).finish
+        refuse = (lambda ended: _refuse(sender, ended)) if channel else ResponseSink(sender, None).end
         request_id = request.request_id() or uuid.uuid4().hex
         try:
             seq = self._sequence(request, request_id, self._sink(sender, channel, request_id))
-        except (RequestError, ChannelError) as exc:
-            refuse(str(exc))
+        except RequestError as exc:
+            refuse(exc.ended)
+            return
+        except ChannelError as exc:
+            refuse(Ended(EndReason.INTERNAL, str(exc)))
             return
         if not self.engine.try_add(seq):
             limit = self.engine.config.max_queued
-            refuse(f"server overloaded: {limit} requests already wait for the LM lane; retry later")
+            refuse(Ended(EndReason.OVERLOADED,
+                         f"server overloaded: {limit} requests already wait for the LM lane; retry later"))
             return
         if channel:
             sender.send(flags=FINAL)  # accepted: the chunks follow through the channel
@@ -188,17 +134,28 @@ class LMModel:
             return None if tensor is None else tensor.as_numpy()
 
         req: SpeechRequest = parse_speech_request(get, self.limits)
+        is_known_voice = req.voice is None or req.voice in self.model.voices
         try:
             prompt = self.model.encode_prompt(req.text, req.voice)
             sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty, req.seed)
         except ValueError as exc:
-            raise RequestError(str(exc)) from None
+            raise (RequestError(str(exc)) if is_known_voice
+                   else RequestError(str(exc), param="voice", code="unknown_voice")) from None
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         generator = torch.Generator(device=self.device).manual_seed(seed)
         max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
+        self._check_fits(prompt.num_tokens, max_frames)
         return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
                         sink=sink, generator=generator)
+
+    def _check_fits(self, num_prompt_tokens: int, max_frames: int) -> None:
+        """Refuse at once what the engine would fail at prefill (its own check stays): it is bad input."""
+        needed = num_prompt_tokens + max_frames + 1
+        max_seq_len = self.engine.config.max_seq_len
+        if needed > max_seq_len:
+            raise RequestError(f"request needs {needed} positions (prompt {num_prompt_tokens} tokens + "
+                               f"{max_frames} frames) but the server's max_seq_len is {max_seq_len}")
 
     def finalize(self) -> None:
         self.phase_metrics.stop()

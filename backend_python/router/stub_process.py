@@ -53,12 +53,12 @@ class StubWatch:
         self._parent_pid = os.getppid() if parent_pid is None else parent_pid
         self._pid: int | None = None
 
-    def probe(self) -> str | None:
-        """None while the stub lives (or cannot be found); Triton's wording once it has died."""
+    def is_dead(self) -> bool:
+        """True once the stub found earlier has died (False while it lives or is not found yet)."""
         if self._pid is None:
             self._pid = find_stub(self.model, self._parent_pid, self._proc)
-            return None
+            return False
         if is_alive(self._pid, self._proc):
-            return None
+            return False
         self._pid = None  # a reload starts a new stub: find it again
-        return f"Stub process '{self.model}' is not healthy (its process exited)."
+        return True

@@ -1,8 +1,7 @@
 """The router's live streams, each ended exactly once.
 
-A stream normally ends in its own worker thread. When the LM's process dies the worker stays blocked
-on the LM's BLS response iterator forever (Triton 2.51 never ends it), so the LM watch ends the
-stream from its thread instead. Both go through `end`: the first caller sends the final response,
+A stream normally ends in its own worker thread (with the `Ended` its relay returns). When the LM's
+process dies the LM watch ends every stream from its thread at once (and wakes their workers). Both go through `end`: the first caller sends the final response,
 later ones do nothing, and a chunk is only sent while the stream is not ended (under the same lock),
 so nothing follows a final response.
 """
@@ -12,6 +11,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from protocol.reasons import Ended
+
 
 @dataclass
 class _Live:
@@ -20,8 +21,8 @@ class _Live:
 
 
 class LiveStreams:
-    def __init__(self, finish: Callable[[object, str | None], None]) -> None:
-        """`finish(job, error)` sends a stream's final response (and its bookkeeping)."""
+    def __init__(self, finish: Callable[[object, Ended], None]) -> None:
+        """`finish(job, ended)` sends a stream's final response (and its bookkeeping)."""
         self._finish = finish
         self._lock = threading.Lock()
         self._live: dict[str, tuple[object, _Live]] = {}
@@ -45,8 +46,8 @@ class LiveStreams:
             send()
             return True
 
-    def end(self, stream_id: str, error: str | None) -> bool:
-        """End the stream with `error` (None: success); False when it had ended already."""
+    def end(self, stream_id: str, ended: Ended) -> bool:
+        """End the stream as `ended` says; False when it had ended already."""
         entry = self._entry(stream_id)
         if entry is None:
             return False
@@ -57,14 +58,14 @@ class LiveStreams:
             live.is_ended = True
             with self._lock:
                 self._live.pop(stream_id, None)
-            self._finish(job, error)
+            self._finish(job, ended)
         return True
 
-    def end_all(self, error: str) -> int:
-        """End every live stream with `error`; how many this call ended."""
+    def end_all(self, ended: Ended) -> int:
+        """End every live stream as `ended` says; how many this call ended."""
         with self._lock:
             ids = list(self._live)
-        return sum(self.end(stream_id, error) for stream_id in ids)
+        return sum(self.end(stream_id, ended) for stream_id in ids)
 
     def _entry(self, stream_id: str):
         with self._lock:

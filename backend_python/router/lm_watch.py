@@ -4,8 +4,8 @@ A stream's worker waits for the LM's next chunk on the chunk channel; when the L
 dies, nothing more comes, so the stream would wait forever. While any stream is live this thread
 probes the LM every `period_s` (the router looks for the LM's stub process in /proc: no request
 to the LM, since every BLS request made at runtime costs tritonserver memory in Triton 2.51); a probe
-that reports Triton's "is not healthy" calls `on_dead(message)` once. Probing resumes when
-`is_lm_available()` says the LM was loaded again.
+that finds the stub gone calls `on_dead()` once. Probing resumes when `is_lm_available()` says the
+LM was loaded again.
 """
 from __future__ import annotations
 
@@ -13,17 +13,15 @@ import logging
 import threading
 from typing import Callable
 
-from backend_python.triton.lane_health import UNHEALTHY
-
 log = logging.getLogger("voxlane.router")
 
 
 class LMWatch:
-    def __init__(self, probe: Callable[[], str | None], on_dead: Callable[[str], None],
+    def __init__(self, is_dead: Callable[[], bool], on_dead: Callable[[], None],
                  has_streams: Callable[[], bool], is_lm_available: Callable[[], bool],
                  period_s: float = 1.0) -> None:
-        """`probe()` returns the LM's error message, or None when it answered."""
-        self._probe, self._on_dead = probe, on_dead
+        """`is_dead()` probes the LM's process (StubWatch.is_dead)."""
+        self._is_dead, self._on_dead = is_dead, on_dead
         self._has_streams, self._is_lm_available = has_streams, is_lm_available
         self._period_s = period_s
         self._stopped = threading.Event()
@@ -40,10 +38,9 @@ class LMWatch:
         """One probe when it is due; True when it found the LM dead (and reported it)."""
         if not (self._has_streams() and self._is_lm_available()):
             return False
-        error = self._probe()
-        if error is None or UNHEALTHY not in error:
+        if not self._is_dead():
             return False
-        self._on_dead(error)
+        self._on_dead()
         return True
 
     def _loop(self) -> None:

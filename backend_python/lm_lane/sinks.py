@@ -1,0 +1,86 @@
+"""Where the LM engine's chunks and endings go: a direct client's Triton stream, or the router's chunk channel.
+
+The engine ends a request with None (done), `EndReason.CANCELLED`, or an error string (a failed
+prefill or step: an internal failure); `ended_of` turns that into the `Ended` value both sinks send.
+"""
+from __future__ import annotations
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend_python.engine.sequence import Chunk
+from protocol.channel import ChannelKind
+from protocol.reasons import CANCELLED_BY_CLIENT, DONE, Ended, EndReason
+from protocol.wire import encode_error
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class ClientGone(RuntimeError):
+    """The request was cancelled: stop generating for it."""
+
+
+def ended_of(error: str | None) -> Ended:
+    """The engine's end of a request as a value."""
+    if error is None:
+        return DONE
+    if error is EndReason.CANCELLED:
+        return CANCELLED_BY_CLIENT
+    return Ended(EndReason.INTERNAL, error)
+
+
+class ResponseSink:
+    """Delivers one request's chunks through its Triton response sender."""
+
+    def __init__(self, sender, sample_rate: int | None) -> None:
+        self._sender = sender
+        self._sample_rate = sample_rate  # set when chunks carry inline-decoded audio
+
+    def emit(self, chunk: Chunk) -> None:
+        if self._sender.is_cancelled():  # the engine then drops the request and frees its slot
+            raise ClientGone("the client cancelled the request")
+        tensors = [pb_utils.Tensor(name, array) for name, array in chunk_arrays(chunk, self._sample_rate).items()]
+        self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
+
+    def finish(self, error: str | None) -> None:
+        self.end(ended_of(error))
+
+    def end(self, ended: Ended) -> None:
+        # every stream ends with a plain final flag, and an error travels before it as the `error`
+        # output: through BLS in Triton 2.51 an error response never ended the router's response
+        # iterator, and tritonserver then hung at shutdown (the router's model never unloaded)
+        if ended.is_error:
+            self._sender.send(error_response(ended))
+        self._sender.send(flags=FINAL)
+
+
+class ChannelSink:
+    """Delivers one request's chunks through the router's chunk channel (its Triton request has ended)."""
+
+    def __init__(self, connection, stream_id: str, sample_rate: int | None) -> None:
+        self._connection = connection
+        self._stream_id = stream_id
+        self._sample_rate = sample_rate
+
+    def emit(self, chunk: Chunk) -> None:
+        self._connection.send(self._stream_id, ChannelKind.CHUNK, chunk_arrays(chunk, self._sample_rate))
+
+    def finish(self, error: str | None) -> None:
+        self._connection.send(self._stream_id, ChannelKind.END, ended_of(error))
+
+
+def chunk_arrays(chunk: Chunk, sample_rate: int | None) -> dict:
+    """A chunk's outputs by name, as numpy arrays."""
+    arrays = {"tokens": chunk.tokens.numpy().astype(np.int32),
+              "context_frames": np.array([chunk.context_frames], dtype=np.int32),
+              "chunk_index": np.array([chunk.chunk_index], dtype=np.int32)}
+    if chunk.audio is not None:
+        arrays["audio"] = chunk.audio.numpy().astype(np.float32, copy=False)
+        arrays["sample_rate"] = np.array([sample_rate], dtype=np.int32)
+    return arrays
+
+
+def error_response(ended: Ended):
+    """A response carrying only the `error` output BYTES [1]: the ending in its wire form."""
+    error = np.array([encode_error(ended).encode("utf-8")], dtype=np.object_)
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("error", error)])

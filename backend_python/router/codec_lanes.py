@@ -1,0 +1,82 @@
+"""The router's calls to the codec lanes: decode one window, the chunks in flight per lane, lane
+health, and the latency estimates those calls feed."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend_python.router import bls
+from backend_python.router.lane_health import LaneHealth
+from backend_python.triton.metrics import RouterMetrics
+from protocol.models import CODEC, CODEC_URGENT
+from protocol.reasons import Ended, EndReason
+from scheduler import Lane, LatencyEstimator
+
+LANE_MODELS = {Lane.URGENT: CODEC_URGENT, Lane.BACKGROUND: CODEC}
+
+
+class _InFlight:
+    """Chunks in flight per lane: the batch a new chunk would join."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = {lane: 0 for lane in Lane}
+
+    def enter(self, lane: Lane) -> None:
+        with self._lock:
+            self._counts[lane] += 1
+
+    def leave(self, lane: Lane) -> None:
+        with self._lock:
+            self._counts[lane] -= 1
+
+    def peek(self, lane: Lane) -> int:
+        with self._lock:
+            return self._counts[lane] + 1
+
+
+class CodecLanes:
+    def __init__(self, estimator: LatencyEstimator, metrics: RouterMetrics, lane_health: LaneHealth) -> None:
+        self.estimator = estimator
+        self._metrics = metrics
+        self._lane_health = lane_health
+        self._in_flight = _InFlight()
+
+    def batch_size_if_joined(self, lane: Lane) -> int:
+        """The batch a chunk sent to `lane` now would join (the routing's latency estimate keys on it)."""
+        return self._in_flight.peek(lane)
+
+    def decode(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict):
+        """Decode one window (`tokens`: [frames, K] int32, the first `context` frames left context) on
+        `lane`: (audio [n] float32, sample_rate), or the Ended of a stream that cannot go on."""
+        model = LANE_MODELS[lane]
+        if (down := self._lane_health.unavailable(model)) is not None:
+            return down
+        request = pb_utils.InferenceRequest(
+            model_name=model, requested_output_names=["audio", "sample_rate", "batch_size"],
+            inputs=[pb_utils.Tensor("codes", tokens[None].astype(np.int32)),
+                    pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32))],
+            parameters=parameters)
+        self._in_flight.enter(lane)
+        started = time.monotonic()
+        try:
+            response = request.exec()
+        finally:
+            self._in_flight.leave(lane)
+        if response.has_error():
+            return self._on_call_error(model, response.error().message())
+        elapsed = time.monotonic() - started
+        self.estimator.observe(lane, max(1, bls.scalar_output(response, "batch_size")), elapsed)
+        self._metrics.on_codec_call(lane, elapsed)
+        audio = pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)
+        # a copy: as_numpy() views the response's shared memory, freed with the response (a view
+        # sent later crashed the stub)
+        return np.array(audio, dtype=np.float32), bls.scalar_output(response, "sample_rate")
+
+    def _on_call_error(self, model: str, message: str) -> Ended:
+        if bls.triton_failure(message) is EndReason.LANE_DOWN:
+            return self._lane_health.on_dead(model, message)
+        return Ended(EndReason.INTERNAL, f"{model} failed: {message}")

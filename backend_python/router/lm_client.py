@@ -1,0 +1,59 @@
+"""The router's calls to the LM lane: start a stream, cancel one, and the BLS iterators they leave.
+
+A stream starts with one decoupled BLS request to `speechlm_lm` naming the router's chunk channel;
+its one response is the final flag, with `error` when the LM refused (chunk_channel.py says why the
+chunks do not follow on that stream). Triton 2.51 cannot cancel a BLS request, so a cancel is a
+control request (`cancel` = true, the stream's request id). Every iterator is held a while after it
+ends (graveyard.py) and freed in `release_all`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend_python.router import bls
+from backend_python.router.graveyard import Graveyard
+from backend_python.router.lane_health import LaneHealth
+from backend_python.router.stream import Job
+from protocol.models import LM
+from protocol.reasons import Ended, EndReason
+
+
+class LMClient:
+    def __init__(self, channel_parameters: dict[str, str], lane_health: LaneHealth) -> None:
+        self._channel_parameters = channel_parameters
+        self._lane_health = lane_health
+        self._graveyard = Graveyard()
+
+    def start(self, job: Job) -> Ended | None:
+        """Hand the stream to the LM; None when it accepted, else why not."""
+        request = pb_utils.InferenceRequest(
+            model_name=LM, requested_output_names=["error"], inputs=job.inputs,
+            request_id=job.stream_id, parameters=self._channel_parameters)
+        responses = request.exec(decoupled=True)
+        self._graveyard.hold(responses)
+        for response in responses:
+            if response.has_error():  # from Triton itself: the LM could not be reached
+                return self._on_call_error(response.error().message())
+            if (refused := bls.lm_refusal(response)) is not None:
+                return refused
+        return None
+
+    def cancel(self, stream_id: str) -> None:
+        """End the LM's stream `stream_id` (its client went away); its slot frees at the LM's next step.
+        Unknown ids are ignored there."""
+        control = pb_utils.InferenceRequest(
+            model_name=LM, requested_output_names=[], request_id=stream_id,
+            inputs=[pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_))])
+        responses = control.exec(decoupled=True)
+        self._graveyard.hold(responses)
+        for _ in responses:
+            pass
+
+    def release_all(self) -> None:
+        self._graveyard.release_all()
+
+    def _on_call_error(self, message: str) -> Ended:
+        if bls.triton_failure(message) is EndReason.LANE_DOWN:
+            return self._lane_health.on_dead(LM, message)
+        return Ended(EndReason.INTERNAL, f"{LM} failed: {message}")

@@ -1,0 +1,65 @@
+"""What goes back to a stream's client: its chunks and its one final response, with their bookkeeping
+(live streams, the cancel watch, metrics, the playback clock)."""
+from __future__ import annotations
+
+import time
+
+import triton_python_backend_utils as pb_utils
+
+from backend_python.router.cancel_watch import CancelWatch
+from backend_python.router.live_streams import LiveStreams
+from backend_python.router.stream import DecodedChunk, Job
+from backend_python.triton.metrics import RouterMetrics
+from protocol.reasons import Ended, EndReason
+from protocol.wire import encode_error
+from scheduler import PlaybackClock
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def error_response(ended: Ended):
+    """A Triton error response carrying `ended` in its wire form."""
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(encode_error(ended)))
+
+
+class Outlet:
+    def __init__(self, metrics: RouterMetrics, cancel_watch: CancelWatch) -> None:
+        self._metrics, self._cancel_watch = metrics, cancel_watch
+        self._streams = LiveStreams(self._finish)
+
+    @property
+    def num_live(self) -> int:
+        return len(self._streams)
+
+    def open(self, job: Job) -> None:
+        self._metrics.add_live(1)
+        self._cancel_watch.add(job.stream_id, job.sender.is_cancelled)
+        self._streams.add(job.stream_id, job)
+
+    def send(self, job: Job, chunk: DecodedChunk, clock: PlaybackClock) -> bool:
+        """Send one chunk; False when the stream was ended meanwhile (by the LM watch)."""
+        response = pb_utils.InferenceResponse(output_tensors=chunk.tensors())
+        if not self._streams.send(job.stream_id, lambda: job.sender.send(response)):
+            return False
+        now = time.monotonic()
+        deadline = clock.deadline(chunk.index) if chunk.index > 0 else None
+        self._metrics.on_chunk(chunk.lane, is_stall=deadline is not None and now > deadline)
+        if chunk.index == 0:
+            self._metrics.on_first_chunk(now - job.arrival)
+        clock.on_sent(chunk.index, chunk.duration_s, now)
+        return True
+
+    def end(self, job: Job, ended: Ended) -> None:
+        self._streams.end(job.stream_id, ended)  # a no-op when the LM watch ended it first
+
+    def end_all(self, ended: Ended) -> int:
+        return self._streams.end_all(ended)
+
+    def _finish(self, job: Job, ended: Ended) -> None:
+        """A stream's final response (LiveStreams calls it once per stream)."""
+        self._cancel_watch.remove(job.stream_id)  # before the final response: see CancelWatch
+        self._metrics.add_live(-1)
+        if ended.reason is EndReason.DONE:
+            job.sender.send(flags=FINAL)
+        else:
+            job.sender.send(error_response(ended), flags=FINAL)

@@ -1,0 +1,67 @@
+"""One stream's relay loop: get the LM's next chunk → route it → decode it → send it; returns how it ended."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from backend_python.router.codec_lanes import CodecLanes
+from backend_python.router.lm_client import LMClient
+from backend_python.router.stream import DecodedChunk, Job
+from backend_python.triton.chunk_channel import ChunkChannel
+from protocol.channel import ChannelKind
+from protocol.reasons import CANCELLED_BY_CLIENT, Ended, EndReason
+from scheduler import ChunkRouter, Lane, PlaybackClock
+
+# what a relay returns when the stream was ended from outside (the LM watch) while its chunk was ready
+ENDED_ELSEWHERE = Ended(EndReason.LANE_DOWN, "the stream was ended by the router (its LM lane died)")
+
+
+class Relay:
+    def __init__(self, channel: ChunkChannel, lm: LMClient, router: ChunkRouter, codecs: CodecLanes) -> None:
+        self._channel, self._lm, self._router, self._codecs = channel, lm, router, codecs
+
+    def run(self, job: Job, clock: PlaybackClock, send: Callable[[DecodedChunk], bool]) -> Ended:
+        """Relay `job`'s chunks to `send` (False: the stream was ended meanwhile) until the stream ends."""
+        messages = self._channel.subscribe(job.stream_id)  # before the LM can send anything
+        try:
+            refused = self._lm.start(job)
+            return refused if refused is not None else self._pump(job, clock, send, messages)
+        finally:
+            self._channel.unsubscribe(job.stream_id)
+
+    def _pump(self, job: Job, clock: PlaybackClock, send, messages) -> Ended:
+        while True:
+            kind, payload = messages.get()  # the LM's death wakes it too (the channel's end_all)
+            if kind is ChannelKind.END:  # the LM ended the stream: done, cancelled or failed
+                return payload
+            if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
+                self._lm.cancel(job.stream_id)
+                return CANCELLED_BY_CLIENT
+            chunk = self._decoded(payload, clock, job.codec_parameters)
+            if isinstance(chunk, Ended):  # this stream cannot go on: free its LM slot too
+                self._lm.cancel(job.stream_id)
+                return chunk
+            if not send(chunk):
+                return ENDED_ELSEWHERE
+
+    def _decoded(self, arrays: dict, clock: PlaybackClock, codec_parameters: dict) -> DecodedChunk | Ended:
+        """Route and decode one LM chunk (its arrays by output name)."""
+        index = int(arrays["chunk_index"][0])
+        now = time.monotonic()
+        lane = self._router.route(clock, index, now, self._codecs.batch_size_if_joined(Lane.BACKGROUND)).lane
+        decoded = (_inline_audio(arrays) if lane is Lane.INLINE
+                   else self._codecs.decode(lane, arrays["tokens"], int(arrays["context_frames"][0]), codec_parameters))
+        if isinstance(decoded, Ended):
+            return decoded
+        chunk = DecodedChunk(index, lane, *decoded)
+        clock.on_emitted(index, chunk.duration_s)
+        return chunk
+
+
+def _inline_audio(arrays: dict) -> tuple[np.ndarray, int] | Ended:
+    """(audio, sample_rate) that the LM decoded itself (timeshare)."""
+    if "audio" not in arrays:
+        return Ended(EndReason.INTERNAL, "the LM lane sent no inline audio: is speechlm_lm in timeshare mode too?")
+    return arrays["audio"].reshape(-1), int(arrays["sample_rate"].reshape(-1)[0])

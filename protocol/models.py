@@ -1,0 +1,8 @@
+"""The Triton model names: the repository's folders, and what clients and BLS calls name."""
+from __future__ import annotations
+
+ROUTER = "vox_ensemble"  # the decoupled BLS router: the public streaming model
+LM = "speechlm_lm"  # the LM lane
+CODEC = "codec"  # the background codec lane
+CODEC_URGENT = "codec_urgent"  # the urgent codec lane
+LANE_MODELS = (LM, CODEC, CODEC_URGENT)  # every model behind the router

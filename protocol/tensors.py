@@ -1,0 +1,54 @@
+"""The tensors of `vox_ensemble` (the same inputs reach `speechlm_lm`): one table, read by the
+server's request parser and by every client that builds a request.
+
+Every input and the scalar outputs have shape [1]. A limit of None is not fixed here: the
+`max_audio_seconds` default and ceiling are model parameters (`RequestLimits` reads them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    triton_type: str  # Triton's datatype name
+    dtype: type  # the numpy dtype of its array
+    shape: tuple[int, ...] = (1,)
+    default: object = None  # the value an absent optional input means (None: no default / decided elsewhere)
+    low: float | None = None  # inclusive bounds of a numeric input
+    high: float | None = None
+    is_required: bool = False
+
+
+REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
+    TensorSpec("text", "BYTES", np.object_, is_required=True),  # UTF-8; length limit: RequestLimits
+    TensorSpec("voice", "BYTES", np.object_),  # default: the model's first voice
+    TensorSpec("temperature", "FP32", np.float32, default=0.9, low=0.0, high=10.0),  # 0 is greedy
+    TensorSpec("top_p", "FP32", np.float32, default=1.0, low=1e-6, high=1.0),
+    TensorSpec("top_k", "INT32", np.int32, default=50, low=0, high=100_000),  # 0 disables
+    TensorSpec("repetition_penalty", "FP32", np.float32, default=1.05, low=1e-3, high=10.0),
+    TensorSpec("seed", "INT64", np.int64),  # default: a random seed
+    TensorSpec("max_audio_seconds", "FP32", np.float32, low=1e-3),  # default and ceiling: RequestLimits
+    TensorSpec("ignore_eos", "BOOL", np.bool_, default=False),
+)}
+INPUT_NAMES = tuple(REQUEST_INPUTS)
+OPTIONAL_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if not spec.is_required)
+SCALAR_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if spec.triton_type != "BYTES")
+
+RESPONSE_OUTPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
+    TensorSpec("audio", "FP32", np.float32, shape=(-1,)),  # mono PCM in [-1, 1]
+    TensorSpec("sample_rate", "INT32", np.int32),
+    TensorSpec("chunk_index", "INT32", np.int32),  # 0, 1, 2, ... in order
+    TensorSpec("lane", "BYTES", np.object_),  # "urgent", "background" or "inline"
+)}
+
+
+def scalar_array(name: str, value: object) -> np.ndarray:
+    """A request input's value as its [1] array (BYTES from str or bytes)."""
+    spec = REQUEST_INPUTS[name]
+    if spec.triton_type == "BYTES":
+        return np.array([value.encode("utf-8") if isinstance(value, str) else value], dtype=np.object_)
+    return np.array([value], dtype=spec.dtype)

@@ -1,0 +1,172 @@
+"""The middle test layer: the Triton models run in-process on a fake `triton_python_backend_utils`.
+
+The `pb` fixture installs the fake (fake_pb_utils.py) into `sys.modules` before any Triton model
+module is imported; `lanes` builds a router (RouterModel, initialised as Triton would) whose BLS
+calls reach fake codec lanes and the real LM glue (LMModel) over a fake engine, and the real
+chunk channel between them. No tritonserver runs.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tests.middle import fake_pb_utils
+
+SAMPLES_PER_FRAME = 1920
+SAMPLE_RATE = 24000
+STUB_DIED = "Stub process '{model}_0_0' is not healthy."  # what Triton 2.51 answers for a dead stub
+
+
+@pytest.fixture(scope="session")
+def pb():
+    saved = sys.modules.get("triton_python_backend_utils")
+    sys.modules["triton_python_backend_utils"] = fake_pb_utils
+    yield fake_pb_utils
+    if saved is None:
+        sys.modules.pop("triton_python_backend_utils", None)
+    else:
+        sys.modules["triton_python_backend_utils"] = saved
+
+
+class FakeEngine:
+    """The LM engine's surface that the LM glue uses; the test plays its loop through each sequence's sink."""
+
+    def __init__(self, max_queued: int = 4, max_seq_len: int = 4096) -> None:
+        self.config = SimpleNamespace(max_queued=max_queued, max_seq_len=max_seq_len)
+        self.is_accepting = True
+        self.added: queue.Queue = queue.Queue()
+        self.cancelled: list[str] = []
+        self._live: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def try_add(self, seq) -> bool:
+        if not self.is_accepting:
+            return False
+        with self._lock:
+            self._live[seq.request_id] = seq
+        self.added.put(seq)
+        return True
+
+    def cancel_id(self, request_id: str) -> None:
+        from protocol.reasons import EndReason
+        self.cancelled.append(request_id)
+        self.finish(request_id, EndReason.CANCELLED)
+
+    def finish(self, request_id: str, error) -> None:
+        """End a live request as the engine would (once): None, EndReason.CANCELLED or an error string."""
+        with self._lock:
+            seq = self._live.pop(request_id, None)
+        if seq is not None:
+            seq.sink.finish(error)
+
+    def next_sequence(self, timeout_s: float = 5.0):
+        return self.added.get(timeout=timeout_s)
+
+    def stop(self) -> None:
+        pass
+
+
+class FakeSpeechLM:
+    voices = ("tiny",)
+    frame_rate = 12.5
+
+    def encode_prompt(self, text: str, voice: str | None):
+        if voice is not None and voice not in self.voices:
+            raise ValueError(f"unknown voice {voice!r}; known voices: {list(self.voices)}")
+        return SimpleNamespace(num_tokens=len(text) + 4)
+
+
+def lm_glue(engine: FakeEngine):
+    """The real LM glue over a fake engine and model (what `initialize` would load)."""
+    from backend_python.lm_lane.model import LMModel
+    from backend_python.triton.chunk_channel import ChannelClients
+    from backend_python.triton.request_inputs import RequestLimits
+    lm = LMModel.__new__(LMModel)
+    lm.model, lm.engine, lm.codec, lm.device = FakeSpeechLM(), engine, None, "cpu"
+    lm.limits, lm.channels = RequestLimits(), ChannelClients()
+    return lm
+
+
+class FakeCodec:
+    """A codec lane: silence of the right length, or Triton's answer once its stub has died."""
+
+    def __init__(self, model: str) -> None:
+        self.model, self.is_dead, self.calls = model, False, 0
+
+    def __call__(self, request, decoupled: bool):
+        pb = fake_pb_utils
+        self.calls += 1
+        if self.is_dead:
+            return [pb.InferenceResponse(error=pb.TritonError(STUB_DIED.format(model=self.model)))]
+        codes = pb.get_input_tensor_by_name(request, "codes").as_numpy()
+        context = int(pb.get_input_tensor_by_name(request, "context_frames").as_numpy().reshape(-1)[0])
+        audio = np.zeros((1, (codes.shape[1] - context) * SAMPLES_PER_FRAME), np.float32)
+        return [pb.InferenceResponse(output_tensors=[
+            pb.Tensor("audio", audio), pb.Tensor("sample_rate", np.array([[SAMPLE_RATE]], np.int32)),
+            pb.Tensor("batch_size", np.array([[1]], np.int32))])]
+
+
+class Lanes:
+    """A router over fake lanes; `lm_is_dead` is what the router's LM watch finds."""
+
+    def __init__(self, pb, mode: str) -> None:
+        from backend_python.router import model as router_model
+        pb.SERVER.reset()
+        self.pb, self.engine = pb, FakeEngine()
+        self.lm = lm_glue(self.engine)
+        self.codecs = {name: FakeCodec(name) for name in ("codec", "codec_urgent")}
+        pb.SERVER.handlers.update(self.codecs)
+        pb.SERVER.handlers["speechlm_lm"] = self._call_lm
+        self.lm_is_dead = False
+        lanes = self
+
+        class StubWatch:
+            def __init__(self, model: str) -> None:
+                pass
+
+            def is_dead(self) -> bool:
+                return lanes.lm_is_dead
+        router_model.StubWatch, saved = StubWatch, router_model.StubWatch
+        try:
+            self.router = router_model.RouterModel()
+            self.router.initialize({"model_config": json.dumps({"parameters": {"mode": {"string_value": mode}}})})
+        finally:
+            router_model.StubWatch = saved
+
+    def _call_lm(self, request, decoupled: bool):
+        self.lm.execute([request])
+        return request.sender.responses
+
+    def speak(self, text: str = "Hello there.", **inputs):
+        """Send one client request to the router; its fake request (whose sender records the stream)."""
+        tensors = [self.pb.Tensor("text", np.array([text.encode()], dtype=np.object_))]
+        tensors += [self.pb.Tensor(name, np.array([value.encode() if isinstance(value, str) else value]))
+                    for name, value in inputs.items()]
+        request = self.pb.Request(tensors)
+        self.router.execute([request])
+        return request
+
+    def close(self) -> None:
+        self.router.finalize()
+        self.lm.channels.close()
+
+
+@pytest.fixture
+def lanes(pb, request):
+    mode = getattr(request, "param", "voxlane")
+    built = Lanes(pb, mode)
+    yield built
+    built.close()
+
+
+def chunk(index: int, new_frames: int = 2, context_frames: int = 0, num_codebooks: int = 4):
+    import torch
+
+    from backend_python.engine.sequence import Chunk
+    return Chunk(index, torch.zeros(context_frames + new_frames, num_codebooks, dtype=torch.int64), context_frames)

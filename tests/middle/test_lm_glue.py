@@ -1,0 +1,60 @@
+"""The LM glue for a direct client (no router): its chunks and its ending on the Triton stream."""
+from __future__ import annotations
+
+import numpy as np
+
+from protocol.reasons import EndReason
+from protocol.wire import decode_error
+from tests.middle.conftest import FakeEngine, chunk, lm_glue
+
+
+def direct_request(pb, text: str = "Hello."):
+    return pb.Request([pb.Tensor("text", np.array([text.encode()], dtype=np.object_))], request_id="r1")
+
+
+def error_of(response):
+    tensor = next(t for t in response.output_tensors() if t.name() == "error")
+    return decode_error(tensor.as_numpy()[0].decode())
+
+
+def test_a_direct_stream_gets_its_chunks_then_a_plain_final_flag(pb):
+    engine = FakeEngine()
+    lm = lm_glue(engine)
+    request = direct_request(pb)
+    lm.execute([request])
+    seq = engine.next_sequence()
+    seq.sink.emit(chunk(0))
+    engine.finish(seq.request_id, None)
+    names = [[t.name() for t in r.output_tensors()] for r in request.sender.responses]
+    assert names == [["tokens", "context_frames", "chunk_index"]]
+    assert request.sender.sent[-1] == (None, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def test_a_failed_direct_stream_carries_its_reason_in_the_error_output(pb):
+    engine = FakeEngine()
+    lm = lm_glue(engine)
+    request = direct_request(pb)
+    lm.execute([request])
+    engine.finish(engine.next_sequence().request_id, "decode failed: boom")
+    ended = error_of(request.sender.responses[-1])
+    assert (ended.reason, ended.message) == (EndReason.INTERNAL, "decode failed: boom")
+
+
+def test_a_cancelled_direct_stream_ends_without_an_error(pb):
+    engine = FakeEngine()
+    lm = lm_glue(engine)
+    request = direct_request(pb)
+    lm.execute([request])
+    lm.execute([pb.Request([pb.Tensor("cancel", np.array([True]))], request_id="r1")])
+    assert engine.cancelled == ["r1"] and request.sender.responses == []
+    assert request.sender.is_final.is_set()
+
+
+def test_an_lm_request_naming_an_unreachable_channel_is_refused_as_internal(pb):
+    lm = lm_glue(FakeEngine())
+    request = pb.Request([pb.Tensor("text", np.array([b"Hi."], dtype=np.object_))],
+                         {"voxlane_channel": "voxlane-nobody", "voxlane_channel_key": "0" * 32})
+    lm.execute([request])
+    (response,) = request.sender.responses
+    ended = error_of(response)
+    assert ended.reason is EndReason.INTERNAL and "voxlane-nobody" in ended.message

@@ -1,0 +1,155 @@
+"""The router's relay and the LM glue in-process (fake pb_utils, fake codec lanes, fake LM engine):
+routing, cancellation and lane death end every stream with the right reason."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from protocol.reasons import EndReason
+from protocol.wire import decode_error
+from tests.middle.conftest import SAMPLES_PER_FRAME, chunk
+
+
+def outcome(request, timeout_s: float = 5.0):
+    """(the chunks' (index, lane, samples), the stream's Ended or None when it finished cleanly)."""
+    assert request.sender.is_final.wait(timeout_s), "the stream never ended"
+    chunks, ended = [], None
+    for response in request.sender.responses:
+        if response.has_error():
+            ended = decode_error(response.error().message())
+            continue
+        outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
+        chunks.append((int(outputs["chunk_index"][0]), outputs["lane"][0].decode(), outputs["audio"].size))
+    return chunks, ended
+
+
+def wait_until(predicate, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_chunks_are_routed_decoded_and_sent_in_order(lanes):
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    for i in range(3):
+        seq.sink.emit(chunk(i, new_frames=2 + i))
+    lanes.engine.finish(seq.request_id, None)
+    chunks, ended = outcome(request)
+    assert ended is None
+    assert [(i, n) for i, _, n in chunks] == [(i, (2 + i) * SAMPLES_PER_FRAME) for i in range(3)]
+    assert chunks[0][1] == "urgent"  # a request's first chunk is urgent
+    assert lanes.codecs["codec_urgent"].calls + lanes.codecs["codec"].calls == 3
+
+
+@pytest.mark.parametrize("lanes", ["partition"], indirect=True)
+def test_partition_sends_every_chunk_to_the_background_lane(lanes):
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0))
+    seq.sink.emit(chunk(1))
+    lanes.engine.finish(seq.request_id, None)
+    chunks, ended = outcome(request)
+    assert ended is None and [lane for _, lane, _ in chunks] == ["background", "background"]
+    assert lanes.codecs["codec_urgent"].calls == 0
+
+
+def test_a_dead_codec_lane_ends_the_stream_as_lane_down_and_frees_its_lm_slot(lanes):
+    lanes.codecs["codec_urgent"].is_dead = True
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0))  # chunk 0 goes to the urgent lane
+    chunks, ended = outcome(request)
+    assert chunks == [] and ended.reason is EndReason.LANE_DOWN
+    assert "codec_urgent failed" in ended.message and "process died" in ended.message
+    assert lanes.pb.SERVER.unloaded == ["codec_urgent"]
+    assert lanes.engine.cancelled == [seq.request_id]  # the LM stops generating for it
+    later = lanes.speak()  # the lane is out of service: refused at once, before any codec call
+    calls = lanes.codecs["codec_urgent"].calls
+    lanes.engine.next_sequence().sink.emit(chunk(0))
+    _, ended = outcome(later)
+    assert ended.reason is EndReason.LANE_DOWN and "/v2/repository/models/codec_urgent/load" in ended.message
+    assert lanes.codecs["codec_urgent"].calls == calls
+
+
+def test_a_failing_codec_call_is_internal_not_lane_down(lanes):
+    def failing(request, decoupled):
+        pb = lanes.pb
+        return [pb.InferenceResponse(error=pb.TritonError("codec decode failed: boom"))]
+    lanes.pb.SERVER.handlers["codec_urgent"] = failing
+    request = lanes.speak()
+    lanes.engine.next_sequence().sink.emit(chunk(0))
+    _, ended = outcome(request)
+    assert ended.reason is EndReason.INTERNAL and "boom" in ended.message
+    assert lanes.pb.SERVER.unloaded == []
+
+
+def test_a_dead_lm_ends_every_live_stream_as_lane_down_and_refuses_new_ones(lanes):
+    requests = [lanes.speak(f"Stream {i}.") for i in range(2)]
+    seqs = [lanes.engine.next_sequence() for _ in requests]
+    seqs[0].sink.emit(chunk(0))
+    assert wait_until(lambda: len(requests[0].sender.responses) == 1)
+    lanes.lm_is_dead = True
+    assert lanes.router.lm_watch.check() is True
+    for request in requests:
+        _, ended = outcome(request)
+        assert ended.reason is EndReason.LANE_DOWN and "speechlm_lm lane is down" in ended.message
+    assert lanes.pb.SERVER.unloaded == ["speechlm_lm"]
+    _, ended = outcome(lanes.speak("After the LM died."))
+    assert ended.reason is EndReason.LANE_DOWN and "/v2/repository/models/speechlm_lm/load" in ended.message
+
+
+def test_a_client_that_cancels_between_chunks_ends_cancelled_and_the_lm_drops_it(lanes):
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0))
+    assert wait_until(lambda: len(request.sender.responses) == 1)
+    request.sender.cancel()
+    seq.sink.emit(chunk(1))  # seen when this chunk arrives (or earlier, by the cancel watch)
+    chunks, ended = outcome(request)
+    assert [i for i, _, _ in chunks] == [0] and ended.reason is EndReason.CANCELLED
+    assert seq.request_id in lanes.engine.cancelled
+
+
+def test_a_client_that_cancels_while_waiting_for_the_lm_is_dropped_by_the_cancel_watch(lanes):
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    request.sender.cancel()  # no chunk comes: only the cancel watch (every 0.2 s) can see it
+    chunks, ended = outcome(request)
+    assert chunks == [] and ended.reason is EndReason.CANCELLED
+    assert lanes.engine.cancelled == [seq.request_id]
+
+
+def test_an_lm_failure_mid_stream_ends_the_stream_as_internal(lanes):
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    lanes.engine.finish(seq.request_id, "decode failed: boom")
+    _, ended = outcome(request)
+    assert ended.reason is EndReason.INTERNAL and ended.message == "decode failed: boom"
+
+
+def test_an_overloaded_lm_refuses_as_overloaded(lanes):
+    lanes.engine.is_accepting = False
+    _, ended = outcome(lanes.speak())
+    assert ended.reason is EndReason.OVERLOADED and ended.message.startswith("server overloaded")
+
+
+def test_bad_input_is_refused_with_the_input_it_names(lanes):
+    _, ended = outcome(lanes.speak("   "))  # the router's own check, before the LM
+    assert (ended.reason, ended.param) == (EndReason.REFUSED_BAD_INPUT, "text")
+    _, ended = outcome(lanes.speak(top_p=np.float32(2.0)))
+    assert (ended.reason, ended.param) == (EndReason.REFUSED_BAD_INPUT, "top_p")
+    _, ended = outcome(lanes.speak(voice="nobody"))  # the LM's check: the model knows its voices
+    assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "voice", "unknown_voice")
+    assert "nobody" in ended.message and lanes.engine.added.empty()
+
+
+def test_a_request_too_long_for_the_kv_cache_is_refused_as_bad_input_at_once(lanes):
+    lanes.engine.config.max_seq_len = 16
+    _, ended = outcome(lanes.speak(max_audio_seconds=np.float32(10.0)))
+    assert ended.reason is EndReason.REFUSED_BAD_INPUT and "max_seq_len is 16" in ended.message

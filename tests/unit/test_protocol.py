@@ -1,0 +1,53 @@
+"""The wire protocol: torch-free, and its one wire form reads back what it wrote."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from protocol.reasons import Ended, EndReason
+from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS, scalar_array
+from protocol.wire import decode_error, encode_error
+
+
+def test_protocol_imports_neither_torch_nor_triton():
+    code = "import sys, protocol, protocol.tensors; print(sorted({'torch', 'tritonclient'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("ended", [
+    Ended(EndReason.LANE_DOWN, "the codec lane is down: its process died"),
+    Ended(EndReason.OVERLOADED, "server overloaded: 2 requests already wait; retry later"),
+    Ended(EndReason.REFUSED_BAD_INPUT, "unknown voice 'x'; known voices: ['tiny']", "voice", "unknown_voice"),
+    Ended(EndReason.REFUSED_BAD_INPUT, "input 'text' is empty or whitespace only", "text"),
+    Ended(EndReason.INTERNAL, "[not a code] internal error: boom"),  # brackets inside the message stay text
+    Ended(EndReason.CANCELLED, ""),
+])
+def test_every_ending_reads_back_from_its_wire_form(ended):
+    assert decode_error(encode_error(ended)) == ended
+
+
+def test_the_wire_form_is_a_bracketed_code():
+    assert encode_error(Ended(EndReason.LANE_DOWN, "down")) == "[lane_down] down"
+    assert encode_error(Ended(EndReason.REFUSED_BAD_INPUT, "bad", "top_p")) == "[bad_input param=top_p] bad"
+    with pytest.raises(ValueError):
+        encode_error(Ended(EndReason.REFUSED_BAD_INPUT, "bad", "two words"))
+
+
+def test_a_message_without_a_known_code_is_tritons_own_refusal():
+    for text in ("unexpected shape for input 'text' for model 'vox_ensemble'", "[nonsense] x"):
+        assert decode_error(text) == Ended(EndReason.REFUSED_BAD_INPUT, text)
+
+
+def test_only_overloaded_and_lane_down_are_worth_retrying_elsewhere():
+    assert {r for r in EndReason if r.is_retryable_elsewhere} == {EndReason.OVERLOADED, EndReason.LANE_DOWN}
+    assert {r for r in EndReason if not r.is_error} == {EndReason.DONE, EndReason.CANCELLED}
+
+
+def test_the_tensor_table_names_every_input_once_with_its_array():
+    assert INPUT_NAMES[0] == "text" and REQUEST_INPUTS["text"].is_required
+    assert scalar_array("top_k", 5).dtype == REQUEST_INPUTS["top_k"].dtype
+    assert scalar_array("voice", "tiny").tolist() == [b"tiny"]
