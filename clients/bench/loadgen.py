@@ -59,15 +59,20 @@ def plan_run(config: BenchConfig, utterances: list[Utterance], rate: float, seed
     return plan
 
 
-def build_request(config: BenchConfig, planned: PlannedRequest) -> service_pb2.ModelInferRequest:
+def request_tensors(config: BenchConfig, planned: PlannedRequest) -> dict[str, np.ndarray]:
+    """The inputs of one planned request, each of shape [1] (perf_analyzer's input data holds the same)."""
     tensors = {"text": np.array([planned.utterance.text.encode()], dtype=np.object_),
                "seed": np.array([planned.seed], dtype=np.int64),
                "max_audio_seconds": np.array([planned.audio_s], dtype=np.float32),
                "ignore_eos": np.array([config.ignore_eos], dtype=np.bool_)}
     if config.voice:
         tensors["voice"] = np.array([config.voice.encode()], dtype=np.object_)
+    return tensors
+
+
+def build_request(config: BenchConfig, planned: PlannedRequest) -> service_pb2.ModelInferRequest:
     request = service_pb2.ModelInferRequest(model_name=MODEL, id=planned.request_id)
-    for name, array in tensors.items():
+    for name, array in request_tensors(config, planned).items():
         request.inputs.add(name=name, datatype=_DATATYPES[array.dtype.kind], shape=[1])
         raw = serialize_byte_tensor(array).item() if array.dtype == np.object_ else array.tobytes()
         request.raw_input_contents.append(raw)
