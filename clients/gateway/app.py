@@ -18,6 +18,7 @@ from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, 
 from clients.gateway.encoders import ChunkEncoder
 from clients.gateway.errors import ApiError, bad_request
 from clients.gateway.formats import FORMATS
+from clients.gateway.playground import add_playground_routes
 from clients.gateway.service import Gateway
 from clients.gateway.speech import SpeechRequest, parse_speech
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
@@ -32,6 +33,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app[GATEWAY] = gateway
     app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/models", models),
                     web.get("/v1/models/{model}", model), web.get("/health", health), web.get("/metrics", metrics)])
+    add_playground_routes(app)
     return app
 
 
@@ -97,7 +99,7 @@ class _Writer:
         await self.response.prepare(self.request)
 
     async def write_chunk(self, chunk: AudioChunk) -> None:
-        await self._write(self._encoder.encode(chunk.audio))
+        await self._write(self._encoder.encode(chunk.audio), {"chunk_index": chunk.index, "lane": chunk.lane})
         self.gateway.stats.on_chunk_written(time.perf_counter() - chunk.arrived_s)
 
     async def finish(self, num_chunks: int) -> None:
@@ -107,9 +109,10 @@ class _Writer:
             await self.response.write(audio_done(len(self.speech_request.text), num_chunks))
         await self.response.write_eof()
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes, chunk: dict | None = None) -> None:
         if data:  # a compressed format may hold a short chunk back until the next one
-            await self.response.write(audio_delta(data) if self.speech_request.stream_format == "sse" else data)
+            is_sse = self.speech_request.stream_format == "sse"
+            await self.response.write(audio_delta(data, chunk) if is_sse else data)
 
 
 async def models(request: web.Request) -> web.Response:
