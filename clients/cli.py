@@ -1,4 +1,4 @@
-"""The `voxlane` command line: serve, say, demo, doctor, gateway."""
+"""The `voxlane` command line: serve, say, demo, doctor, gateway, perf-analyzer."""
 from __future__ import annotations
 
 import argparse
@@ -27,10 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     _add_server_flags(demo)
     demo.add_argument("-o", "--output", default="demo.wav")
     demo.add_argument("--text", default=DEMO_TEXT)
-    commands.add_parser("doctor", help="check the Triton install and its Python backend stub")
+    commands.add_parser("doctor", help="check the Triton install, its Python backend stub and perf_analyzer")
+    commands.add_parser("perf-analyzer", add_help=False,
+                        help="run the tritonclient wheel's perf_analyzer with its libraries found (ARGS pass through)")
     add_microbench(commands)
     handlers = {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor, "microbench": _microbench,
                 **add_commands(commands), **add_gateway_command(commands)}
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["perf-analyzer"]:  # every later argument is perf_analyzer's own, even -h
+        from clients.perf_analyzer.runtime import exec_perf_analyzer
+        return exec_perf_analyzer(argv[1:])
     args = parser.parse_args(argv)
     try:
         return handlers[args.command](args)
@@ -174,9 +180,15 @@ def _microbench(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from clients.perf_analyzer.runtime import PerfAnalyzerError, find_binary, version
     install = find_triton()
     print(f"tritonserver: {install.binary}\npython backend stub: installed for Python "
           f"{sys.version_info.major}.{sys.version_info.minor}")
+    try:
+        print(f"perf_analyzer: {find_binary()} ({version()}; run it as `voxlane perf-analyzer ARGS`)")
+    except PerfAnalyzerError as exc:
+        print(f"voxlane: doctor: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

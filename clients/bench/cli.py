@@ -19,6 +19,11 @@ def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
     bench.add_argument("--protocol", choices=PROTOCOLS, default="grpc",
                        help="grpc: Triton's stream; openai: POST /v1/audio/speech to the gateway (raw PCM)")
     _add_bench_flags(bench)
+    bench.add_argument("--export-perf-analyzer", type=Path, default=None, metavar="DIR",
+                       help="write each run's plan as perf_analyzer input data, request intervals and a command; "
+                            "send nothing")
+    bench.add_argument("--from-perf-analyzer", type=Path, nargs="+", default=None, metavar="EXPORT.json",
+                       help="TTFA, chunk gaps and stalls from perf_analyzer --profile-export-file files; send nothing")
     plot = subparsers.add_parser("plot", help="plot attainment, p99 TTFA and goodput vs rate from results.json files")
     plot.add_argument("results", nargs="+", type=Path, help="results.json files (or their directories)")
     plot.add_argument("-o", "--output", type=Path, default=Path("bench.png"))
@@ -72,6 +77,9 @@ def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
 def _bench(args: argparse.Namespace) -> int:
     from clients.bench.runner import BenchError, run_bench
     config = bench_config(args, args.url)
+    if args.export_perf_analyzer or args.from_perf_analyzer:
+        from clients.perf_analyzer.cli import cross_check
+        return cross_check(config, args.export_perf_analyzer, args.from_perf_analyzer)
     try:
         results = run_bench(config)
     except BenchError as exc:

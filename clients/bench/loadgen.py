@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import grpc
+import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from tritonclient.utils import serialize_byte_tensor
 
@@ -59,14 +60,19 @@ def plan_run(config: BenchConfig, utterances: list[Utterance], rate: float, seed
     return plan
 
 
-def build_request(config: BenchConfig, planned: PlannedRequest) -> service_pb2.ModelInferRequest:
+def request_tensors(config: BenchConfig, planned: PlannedRequest) -> dict[str, np.ndarray]:
+    """The inputs of one planned request, each of shape [1] (perf_analyzer's input data holds the same)."""
     values = {"text": planned.utterance.text, "seed": planned.seed, "max_audio_seconds": planned.audio_s,
               "ignore_eos": config.ignore_eos}
     if config.voice:
         values["voice"] = config.voice
+    return {name: scalar_array(name, value) for name, value in values.items()}
+
+
+def build_request(config: BenchConfig, planned: PlannedRequest) -> service_pb2.ModelInferRequest:
     request = service_pb2.ModelInferRequest(model_name=ROUTER, id=planned.request_id)
-    for name, value in values.items():
-        array, spec = scalar_array(name, value), REQUEST_INPUTS[name]
+    for name, array in request_tensors(config, planned).items():
+        spec = REQUEST_INPUTS[name]
         request.inputs.add(name=name, datatype=spec.triton_type, shape=list(spec.shape))
         raw = serialize_byte_tensor(array).item() if spec.triton_type == "BYTES" else array.tobytes()
         request.raw_input_contents.append(raw)

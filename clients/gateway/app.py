@@ -14,15 +14,17 @@ from contextlib import aclosing
 
 from aiohttp import web
 
-from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event, pcm16, wav_header
+from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event
+from clients.gateway.encoders import ChunkEncoder
 from clients.gateway.errors import ApiError, bad_request
+from clients.gateway.formats import FORMATS
+from clients.gateway.playground import add_playground_routes
 from clients.gateway.service import Gateway
 from clients.gateway.speech import SpeechRequest, parse_speech
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
 
 log = logging.getLogger("voxlane.gateway")
 GATEWAY = web.AppKey("gateway", Gateway)
-CONTENT_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
 MAX_BODY_BYTES = 1 << 20
 
 
@@ -31,6 +33,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app[GATEWAY] = gateway
     app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/models", models),
                     web.get("/v1/models/{model}", model), web.get("/health", health), web.get("/metrics", metrics)])
+    add_playground_routes(app)
     return app
 
 
@@ -80,32 +83,36 @@ async def _relay(request: web.Request, gateway: Gateway, speech_request: SpeechR
 
 
 class _Writer:
-    """One response in the request's format: WAV header first, PCM after; raw or as SSE events."""
+    """One response in the request's format and rate, encoded chunk by chunk; raw or as SSE events."""
 
     def __init__(self, request: web.Request, gateway: Gateway, speech_request: SpeechRequest, sample_rate: int):
         self.request, self.gateway, self.speech_request = request, gateway, speech_request
+        fmt = FORMATS[speech_request.response_format]
+        self._encoder = ChunkEncoder(fmt, sample_rate, speech_request.sample_rate)
         is_sse = speech_request.stream_format == "sse"
-        content_type = "text/event-stream" if is_sse else CONTENT_TYPES[speech_request.response_format]
+        content_type = "text/event-stream" if is_sse else fmt.content_type
         self.response = web.StreamResponse(headers={"Content-Type": content_type, "Cache-Control": "no-cache",
-                                                    "X-Sample-Rate": str(sample_rate)})
+                                                    "X-Sample-Rate": str(self._encoder.rate)})
         self.response.enable_chunked_encoding()
-        self._prefix = wav_header(sample_rate) if speech_request.response_format == "wav" else b""
 
     async def start(self) -> None:
         await self.response.prepare(self.request)
 
     async def write_chunk(self, chunk: AudioChunk) -> None:
-        data, self._prefix = self._prefix + pcm16(chunk.audio), b""
-        await self.response.write(audio_delta(data) if self.speech_request.stream_format == "sse" else data)
+        await self._write(self._encoder.encode(chunk.audio), {"chunk_index": chunk.index, "lane": chunk.lane})
         self.gateway.stats.on_chunk_written(time.perf_counter() - chunk.arrived_s)
 
     async def finish(self, num_chunks: int) -> None:
         is_sse = self.speech_request.stream_format == "sse"
-        if self._prefix:  # no audio at all: the WAV header alone
-            await self.response.write(audio_delta(self._prefix) if is_sse else self._prefix)
+        await self._write(self._encoder.finish())  # the codec's delay; a stream with no audio: its header alone
         if is_sse:
             await self.response.write(audio_done(len(self.speech_request.text), num_chunks))
         await self.response.write_eof()
+
+    async def _write(self, data: bytes, chunk: dict | None = None) -> None:
+        if data:  # a compressed format may hold a short chunk back until the next one
+            is_sse = self.speech_request.stream_format == "sse"
+            await self.response.write(audio_delta(data, chunk) if is_sse else data)
 
 
 async def models(request: web.Request) -> web.Response:

@@ -28,9 +28,12 @@ def sse_event(payload: dict) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
-def audio_delta(data: bytes) -> bytes:
-    """OpenAI's `speech.audio.delta`: the next bytes of the same stream `stream_format=audio` sends."""
-    return sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+def audio_delta(data: bytes, chunk: dict | None = None) -> bytes:
+    """OpenAI's `speech.audio.delta`: the next bytes of the same stream `stream_format=audio` sends.
+
+    VoxLane adds the Triton chunk the bytes came with (`chunk_index`, `lane`); the end-of-stream bytes
+    of a codec's delay belong to no chunk."""
+    return sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode(), **(chunk or {})})
 
 
 def audio_done(num_input_chars: int, num_chunks: int) -> bytes:

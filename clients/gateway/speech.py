@@ -5,9 +5,9 @@ import math
 from dataclasses import dataclass, field
 
 from clients.gateway.errors import ApiError, bad_request
+from clients.gateway.formats import FORMATS, SAMPLE_RATES
 
-RESPONSE_FORMATS = ("wav", "pcm")
-UNSUPPORTED_FORMATS = ("mp3", "opus", "aac", "flac")  # OpenAI's other formats: no encoder in the gateway
+RESPONSE_FORMATS = tuple(FORMATS)  # OpenAI's formats: wav, pcm, mp3, opus, aac, flac
 STREAM_FORMATS = ("audio", "sse")
 # OpenAI's built-in voices: the model's default voice, so unchanged OpenAI client code runs
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
@@ -17,6 +17,7 @@ OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 EXTRA_FIELDS = {"seed": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
                 "max_audio_seconds": float, "ignore_eos": bool}
 OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "stream_format", "instructions")
+OUTPUT_FIELDS = ("sample_rate",)  # VoxLane's: the rate of the audio sent (default: the model's)
 
 
 @dataclass(frozen=True)
@@ -29,16 +30,18 @@ class SpeechRequest:
     response_format: str = "wav"
     stream_format: str = "audio"
     params: dict = field(default_factory=dict)
+    sample_rate: int | None = None  # None: the model's own rate
 
 
 def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | ApiError:
     """The request, or the first thing wrong with it (OpenAI's error shape)."""
     if not isinstance(body, dict):
         return bad_request("the request body must be a JSON object")
-    unknown = sorted(set(body) - set(OPENAI_FIELDS) - set(EXTRA_FIELDS))
+    unknown = sorted(set(body) - set(OPENAI_FIELDS) - set(EXTRA_FIELDS) - set(OUTPUT_FIELDS))
     if unknown:
         return bad_request(f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
-    checks = (_check_model(body, model_ids), _check_input(body), _check_formats(body), _check_unsupported(body))
+    checks = (_check_model(body, model_ids), _check_input(body), _check_formats(body), _check_sample_rate(body),
+              _check_unsupported(body))
     for error in checks:
         if error is not None:
             return error
@@ -49,7 +52,7 @@ def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | Ap
     if isinstance(params, ApiError):
         return params
     return SpeechRequest(body["model"], body["input"], voice, body.get("response_format", "wav"),
-                         body.get("stream_format", "audio"), params)
+                         body.get("stream_format", "audio"), params, body.get("sample_rate"))
 
 
 def _check_model(body: dict, model_ids: tuple[str, ...]) -> ApiError | None:
@@ -70,9 +73,6 @@ def _check_input(body: dict) -> ApiError | None:
 
 def _check_formats(body: dict) -> ApiError | None:
     fmt = body.get("response_format", "wav")
-    if fmt in UNSUPPORTED_FORMATS:
-        return bad_request(f"response_format '{fmt}' is not supported here; use one of {', '.join(RESPONSE_FORMATS)}",
-                           param="response_format", code="unsupported_value")
     if fmt not in RESPONSE_FORMATS:
         return bad_request(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {fmt!r}",
                            param="response_format")
@@ -80,6 +80,21 @@ def _check_formats(body: dict) -> ApiError | None:
     if stream not in STREAM_FORMATS:
         return bad_request(f"stream_format must be one of {', '.join(STREAM_FORMATS)}, got {stream!r}",
                            param="stream_format")
+    return None
+
+
+def _check_sample_rate(body: dict) -> ApiError | None:
+    rate = body.get("sample_rate")
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or rate not in SAMPLE_RATES:
+        return bad_request(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}, got {rate!r}",
+                           param="sample_rate")
+    fmt = FORMATS.get(body.get("response_format", "wav"))
+    if fmt is not None and rate not in fmt.sample_rates:
+        return bad_request(f"response_format '{fmt.name}' carries sample_rate "
+                           f"{', '.join(map(str, fmt.sample_rates))} only, got {rate}",
+                           param="sample_rate", code="unsupported_value")
     return None
 
 

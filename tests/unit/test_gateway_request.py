@@ -32,8 +32,11 @@ def test_openai_voice_is_the_default_voice_and_extras_become_router_inputs():
 @pytest.mark.parametrize("fields, status, param", [
     ({"speed": 1.25}, 400, "speed"),
     ({"speed": "fast"}, 400, "speed"),
-    ({"response_format": "opus"}, 400, "response_format"),
     ({"response_format": "ogg"}, 400, "response_format"),
+    ({"sample_rate": 11025}, 400, "sample_rate"),
+    ({"sample_rate": "24000"}, 400, "sample_rate"),
+    ({"sample_rate": True}, 400, "sample_rate"),
+    ({"response_format": "opus", "sample_rate": 22050}, 400, "sample_rate"),  # libopus takes 8/16/24/48 kHz
     ({"stream_format": "chunks"}, 400, "stream_format"),
     ({"instructions": "whisper"}, 400, "instructions"),
     ({"input": None}, 400, "input"),
@@ -48,6 +51,14 @@ def test_bad_fields_are_named(fields, status, param):
     error = parse_speech(body(**fields), MODELS)
     assert isinstance(error, ApiError) and (error.status, error.param) == (status, param)
     assert set(error.to_json()["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("fmt", ["wav", "pcm", "mp3", "opus", "aac", "flac"])
+def test_every_openai_format_is_accepted_at_every_rate_it_carries(fmt):
+    assert parse_speech(body(response_format=fmt), MODELS).sample_rate is None  # the model's own rate
+    for rate in (8000, 16000, 24000, 48000) + (() if fmt == "opus" else (22050, 44100)):
+        parsed = parse_speech(body(response_format=fmt, sample_rate=rate), MODELS)
+        assert (parsed.response_format, parsed.sample_rate) == (fmt, rate)
 
 
 def test_speed_one_is_accepted():
