@@ -129,7 +129,13 @@ class ServeConfig:
         return LaneSettings(model=self.model, device=self.device, dtype=self.resolved_dtype,
                             mps_active_thread_percentage=self.sm_percentage(model_name),
                             num_threads=self.num_threads, pin_gpu=self.is_disaggregated,  # each stub sees its GPU
-                            cudnn_benchmark=self._runs_codec(model_name))
+                            cudnn_benchmark=self._runs_codec(model_name),
+                            stream_states=self._keeps_stream_states(model_name))
+
+    def _keeps_stream_states(self, model_name: str) -> bool:
+        """The lane that sees a stream's chunks in order keeps their codec state: the background lane,
+        or the LM itself in timeshare (the same engine improvement for the baseline)."""
+        return model_name == models.CODEC or (model_name == models.LM and self._runs_codec(model_name))
 
     def _runs_codec(self, model_name: str) -> bool:
         """Whether this lane's process decodes audio (the LM does, inline, in timeshare)."""

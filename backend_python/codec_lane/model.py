@@ -1,8 +1,13 @@
 """Triton glue of a codec lane (`codec` and `codec_urgent`: same code, two models).
 
 Dynamic batching hands `execute` every queued chunk at once; they decode in
-one `decode_windows` call. Inputs per request: `codes` INT32 [1, frames, K]
-(left context first), `context_frames` INT32 [1, 1]. Outputs: `audio` FP32
+one call. Inputs per request: `codes` INT32 [1, frames, K] (left context first),
+`context_frames` INT32 [1, 1], and optionally the chunk's place in its stream:
+`stream_id` BYTES [1, 1], `start_frame` INT32 [1, 1], `is_last` BOOL [1, 1]. A lane
+with `stream_states` (the background lane) keeps each stream's decoder state and
+decodes only a chunk's new frames when the chunk continues where its stream's
+state stands; any other chunk takes the windowed path and leaves a state
+(engine/codec_runner.py). Outputs: `audio` FP32
 [1, new_frames * samples_per_frame], `sample_rate` INT32 [1, 1], `batch_size`
 INT32 [1, 1] (how many chunks shared the call: the router's latency estimate
 keys on it). A malformed request is answered with its own error; the others
@@ -27,9 +32,12 @@ class CodecModel:
         setup = set_up_lane(args)
         from backend_python.models import registry
         self.device = setup.device
-        from backend_python.engine.codec_runner import CodecRunner
+        from backend_python.engine.codec_runner import CodecRunner, StreamChunk
+        self._chunk = StreamChunk  # imported here: torch only after the lane's MPS limit is set
         self.codec = registry.load_codec(setup.spec, device=setup.device, dtype=setup.lane.dtype)
-        self.runner = CodecRunner(self.codec, use_cuda_graphs=setup.lane.cuda_graphs)
+        from backend_python.engine.codec_states import CodecStateLimits
+        self.runner = CodecRunner(self.codec, use_cuda_graphs=setup.lane.cuda_graphs,
+                                  stream_states=CodecStateLimits() if setup.lane.stream_states else None)
         self.runner.warm_up()
         self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
 
@@ -73,12 +81,24 @@ class CodecModel:
             raise ValueError(f"context_frames {context} leaves no new frame in a {codes.shape[1]}-frame window")
         if codes.min() < 0 or codes.max() >= self.codec.codebook_size:
             raise ValueError(f"codes must be in [0, {self.codec.codebook_size})")
-        return torch.from_numpy(codes[0].astype(np.int64)).to(self.device), context
+        tokens = torch.from_numpy(codes[0].astype(np.int64)).to(self.device)
+        stream_id = _optional(request, "stream_id")
+        if stream_id is None:
+            return tokens, context
+        start = _optional(request, "start_frame")
+        is_last = _optional(request, "is_last")
+        return self._chunk(stream_id.decode("utf-8"), tokens, context, 0 if start is None else int(start),
+                           bool(is_last) if is_last is not None else False)
 
     def _decode(self, windows: list) -> list[np.ndarray]:
+        """Windows are (codes, context) pairs, or StreamChunks where the router named the stream."""
         if not windows:
             return []
-        audio = self.runner.decode_windows(windows)
+        chunks = [w if isinstance(w, self._chunk) else self._chunk("", w[0], w[1], w[1]) for w in windows]
+        if self.runner.states is None or any(not c.stream_id for c in chunks):
+            audio = self.runner.decode_windows([(c.codes, c.context_frames) for c in chunks])
+        else:
+            audio = self.runner.decode_chunks(chunks)
         return [a.float().cpu().numpy() for a in audio]
 
     def _response(self, error: str | None, audio: np.ndarray | None, batch_size: int):
@@ -89,3 +109,9 @@ class CodecModel:
             pb_utils.Tensor("sample_rate", np.array([[self.codec.sample_rate]], dtype=np.int32)),
             pb_utils.Tensor("batch_size", np.array([[batch_size]], dtype=np.int32)),
         ])
+
+
+def _optional(request, name: str):
+    """The scalar of an optional [1, 1] input, or None when the request left it out."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy().reshape(-1)[0]

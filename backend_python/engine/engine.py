@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from backend_python.engine.codec_runner import CodecRunner
+from backend_python.engine.codec_runner import CodecRunner, StreamChunk
 from backend_python.engine.config import EngineConfig  # noqa: F401 (re-exported: the LM model imports it here)
 from protocol.reasons import EndReason
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
@@ -241,7 +241,7 @@ class LMEngine:
         for span in self._chunk_plan.ready_chunks(seq.num_frames, seq.num_chunks, is_done):
             context = min(self.config.codec_left_context_frames, span.start)
             tokens = torch.stack(seq.frames[span.start - context: span.end])  # [context + new, K]
-            chunks.append(Chunk(span.index, tokens, context))
+            chunks.append(Chunk(span.index, tokens, context, start_frame=span.start, is_last=span.is_last))
             seq.num_chunks = span.index + 1
         return chunks
 
@@ -259,9 +259,8 @@ class LMEngine:
                 seq.is_cancelled = True
 
     def _decode_inline(self, ready: list[tuple[Sequence, Chunk]]) -> list[tuple[Sequence, Chunk]]:
-        windows = [(chunk.tokens.to(self.model.device), chunk.context_frames) for _, chunk in ready]
         try:
-            audio = self.codec.decode_windows(windows)
+            audio = self._inline_audio(ready)
         except (RuntimeError, ValueError) as exc:
             log.exception("inline codec decode failed")
             for seq, _ in ready:
@@ -269,10 +268,20 @@ class LMEngine:
             return []
         return [(seq, replace(chunk, audio=pcm.float().cpu())) for (seq, chunk), pcm in zip(ready, audio)]
 
+    def _inline_audio(self, ready: list[tuple[Sequence, Chunk]]) -> list[torch.Tensor]:
+        """The chunks' new samples: through the runner's stream states where it keeps them, else windowed."""
+        device = self.model.device
+        if not isinstance(self.codec, CodecRunner):
+            return self.codec.decode_windows([(chunk.tokens.to(device), chunk.context_frames) for _, chunk in ready])
+        return self.codec.decode_chunks([StreamChunk(seq.request_id, chunk.tokens.to(device), chunk.context_frames,
+                                                     chunk.start_frame, chunk.is_last) for seq, chunk in ready])
+
     def _finish(self, seq: Sequence, error: str | None) -> None:
         if seq.status is SeqStatus.FINISHED:
             return
         seq.status = SeqStatus.FINISHED
+        if isinstance(self.codec, CodecRunner) and error is not None:
+            self.codec.release_stream(seq.request_id)  # a stream that ended early keeps no codec state
         try:
             seq.sink.finish(error)
         except Exception:  # a dead client must not take the loop with it

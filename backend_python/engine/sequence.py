@@ -24,6 +24,8 @@ class Chunk:
     tokens: torch.Tensor  # [context_frames + new_frames, K] int64, cpu
     context_frames: int
     audio: torch.Tensor | None = None  # [new_frames * samples_per_frame] float32, cpu; inline lane only
+    start_frame: int = 0  # the request's index of the first new frame (a codec lane's stream state keys on it)
+    is_last: bool = False  # the request's final chunk
 
     @property
     def num_new_frames(self) -> int:

@@ -3,7 +3,8 @@
 `execute` parses each request, builds its prompt (a bad voice fails here, at
 once) and hands it to the engine thread; it returns None. The engine sends one
 response per chunk: `tokens` INT32 [context + new frames, K], `context_frames`
-INT32 [1], `chunk_index` INT32 [1] — plus `audio` FP32 [n] and `sample_rate`
+INT32 [1], `chunk_index` INT32 [1], `start_frame` INT32 [1] (the first new frame's index in the
+request), `is_last` BOOL [1] — plus `audio` FP32 [n] and `sample_rate`
 INT32 [1] in timeshare mode, where the codec runs inline — then the final flag. A request that
 fails gets one response with only `error` BYTES [1] (its `Ended` in the wire form of
 protocol/wire.py), then the final flag.
@@ -68,7 +69,7 @@ class LMModel:
         self.codec = (registry.load_codec(spec, device=device, dtype=dtype)
                       if config.scheduler.mode is ServingMode.TIMESHARE else None)
         self.metrics = LMMetrics()
-        self.engine = LMEngine(self.model, config, self._inline_codec(setup.lane.cuda_graphs),
+        self.engine = LMEngine(self.model, config, self._inline_codec(setup.lane.cuda_graphs, setup.lane.stream_states),
                                on_step=self.metrics.on_step)
         self.device = device
         self.channels = ChannelClients()
@@ -76,12 +77,14 @@ class LMModel:
         self.engine.start()
         self.phase_metrics.start()
 
-    def _inline_codec(self, use_cuda_graphs: bool):
+    def _inline_codec(self, use_cuda_graphs: bool, stream_states: bool):
         """The timeshare codec behind the same runner (and CUDA graphs) as the codec lanes: a fair baseline."""
         if self.codec is None:
             return None
         from backend_python.engine.codec_runner import CodecRunner
-        runner = CodecRunner(self.codec, use_cuda_graphs=use_cuda_graphs)
+        from backend_python.engine.codec_states import CodecStateLimits
+        runner = CodecRunner(self.codec, use_cuda_graphs=use_cuda_graphs,
+                             stream_states=CodecStateLimits() if stream_states else None)
         runner.warm_up()
         return runner
 

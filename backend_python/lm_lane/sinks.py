@@ -73,7 +73,9 @@ def chunk_arrays(chunk: Chunk, sample_rate: int | None) -> dict:
     """A chunk's outputs by name, as numpy arrays."""
     arrays = {"tokens": chunk.tokens.numpy().astype(np.int32),
               "context_frames": np.array([chunk.context_frames], dtype=np.int32),
-              "chunk_index": np.array([chunk.chunk_index], dtype=np.int32)}
+              "chunk_index": np.array([chunk.chunk_index], dtype=np.int32),
+              "start_frame": np.array([chunk.start_frame], dtype=np.int32),
+              "is_last": np.array([chunk.is_last], dtype=np.bool_)}
     if chunk.audio is not None:
         arrays["audio"] = chunk.audio.numpy().astype(np.float32, copy=False)
         arrays["sample_rate"] = np.array([sample_rate], dtype=np.int32)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -38,6 +39,20 @@ class _InFlight:
             return self._counts[lane] + 1
 
 
+@dataclass(frozen=True)
+class StreamPlace:
+    """A chunk's place in its stream: a lane that keeps stream states decodes only its new frames."""
+
+    stream_id: str
+    start_frame: int  # the stream's index of the chunk's first new frame
+    is_last: bool
+
+    def tensors(self) -> list:
+        return [pb_utils.Tensor("stream_id", np.array([[self.stream_id.encode()]], dtype=np.object_)),
+                pb_utils.Tensor("start_frame", np.array([[self.start_frame]], dtype=np.int32)),
+                pb_utils.Tensor("is_last", np.array([[self.is_last]], dtype=np.bool_))]
+
+
 class CodecLanes:
     def __init__(self, estimator: LatencyEstimator, metrics: RouterMetrics, lane_health: LaneHealth) -> None:
         self.estimator = estimator
@@ -49,16 +64,19 @@ class CodecLanes:
         """The batch a chunk sent to `lane` now would join (the routing's latency estimate keys on it)."""
         return self._in_flight.peek(lane)
 
-    def decode(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict):
+    def decode(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict,
+               place: StreamPlace | None = None):
         """Decode one window (`tokens`: [frames, K] int32, the first `context` frames left context) on
-        `lane`: (audio [n] float32, sample_rate), or the Ended of a stream that cannot go on."""
+        `lane`: (audio [n] float32, sample_rate), or the Ended of a stream that cannot go on. `place`
+        names the chunk's stream for the background lane, which keeps stream states."""
         model = LANE_MODELS[lane]
         if (down := self._lane_health.unavailable(model)) is not None:
             return down
         request = pb_utils.InferenceRequest(
             model_name=model, requested_output_names=["audio", "sample_rate", "batch_size"],
             inputs=[pb_utils.Tensor("codes", tokens[None].astype(np.int32)),
-                    pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32))],
+                    pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32)),
+                    *(place.tensors() if place is not None and lane is Lane.BACKGROUND else [])],
             parameters=parameters)
         self._in_flight.enter(lane)
         started = time.monotonic()

@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from backend_python.router.codec_lanes import CodecLanes
+from backend_python.router.codec_lanes import CodecLanes, StreamPlace
 from backend_python.router.lm_client import LMClient
 from backend_python.router.stream import DecodedChunk, Job
 from backend_python.triton.chunk_channel import ChunkChannel
@@ -39,25 +39,33 @@ class Relay:
             if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
                 self._lm.cancel(job.stream_id)
                 return CANCELLED_BY_CLIENT
-            chunk = self._decoded(payload, clock, job.codec_parameters)
+            chunk = self._decoded(payload, clock, job)
             if isinstance(chunk, Ended):  # this stream cannot go on: free its LM slot too
                 self._lm.cancel(job.stream_id)
                 return chunk
             if not send(chunk):
                 return ENDED_ELSEWHERE
 
-    def _decoded(self, arrays: dict, clock: PlaybackClock, codec_parameters: dict) -> DecodedChunk | Ended:
+    def _decoded(self, arrays: dict, clock: PlaybackClock, job: Job) -> DecodedChunk | Ended:
         """Route and decode one LM chunk (its arrays by output name)."""
         index = int(arrays["chunk_index"][0])
         now = time.monotonic()
         lane = self._router.route(clock, index, now, self._codecs.batch_size_if_joined(Lane.BACKGROUND)).lane
         decoded = (_inline_audio(arrays) if lane is Lane.INLINE
-                   else self._codecs.decode(lane, arrays["tokens"], int(arrays["context_frames"][0]), codec_parameters))
+                   else self._codecs.decode(lane, arrays["tokens"], int(arrays["context_frames"][0]),
+                                            job.codec_parameters, _place(job.stream_id, arrays)))
         if isinstance(decoded, Ended):
             return decoded
         chunk = DecodedChunk(index, lane, *decoded)
         clock.on_emitted(index, chunk.duration_s)
         return chunk
+
+
+def _place(stream_id: str, arrays: dict) -> StreamPlace | None:
+    """Where the chunk sits in its stream (an LM that sends no `start_frame` names none)."""
+    if "start_frame" not in arrays:
+        return None
+    return StreamPlace(stream_id, int(arrays["start_frame"][0]), bool(arrays["is_last"][0]))
 
 
 def _inline_audio(arrays: dict) -> tuple[np.ndarray, int] | Ended:

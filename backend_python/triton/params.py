@@ -28,6 +28,7 @@ class LaneSettings:
     cuda_graphs: bool = True  # codecs on CUDA replay graphs per bucket (parameter `cuda_graphs`: false = eager)
     cudnn_benchmark: bool = False  # cuDNN tunes each conv shape once (the graphed codec sees only its buckets)
     torch_compile: bool = True  # the LM on CUDA fuses its decode kernels with Inductor (`torch_compile`: false = off)
+    stream_states: bool = False  # a codec lane keeps each stream's decoder state and decodes only new frames
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -85,7 +86,7 @@ def _render(value) -> str:
 
 _PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percentage": int, "num_threads": int,
             "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
-            "torch_compile": _parse_bool}
+            "torch_compile": _parse_bool, "stream_states": _parse_bool}
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ class FakeCodec:
 
     def __init__(self, model: str) -> None:
         self.model, self.is_dead, self.calls = model, False, 0
+        self.places = []  # (stream_id, start_frame, is_last) of each call that named its stream, else None
 
     def __call__(self, request, decoupled: bool):
         pb = fake_pb_utils
@@ -105,6 +106,11 @@ class FakeCodec:
         if self.is_dead:
             return [pb.InferenceResponse(error=pb.TritonError(STUB_DIED.format(model=self.model)))]
         codes = pb.get_input_tensor_by_name(request, "codes").as_numpy()
+        stream = pb.get_input_tensor_by_name(request, "stream_id")
+        self.places.append(None if stream is None else (
+            stream.as_numpy().reshape(-1)[0].decode(),
+            int(pb.get_input_tensor_by_name(request, "start_frame").as_numpy().reshape(-1)[0]),
+            bool(pb.get_input_tensor_by_name(request, "is_last").as_numpy().reshape(-1)[0])))
         context = int(pb.get_input_tensor_by_name(request, "context_frames").as_numpy().reshape(-1)[0])
         audio = np.zeros((1, (codes.shape[1] - context) * SAMPLES_PER_FRAME), np.float32)
         return [pb.InferenceResponse(output_tensors=[
@@ -165,8 +171,10 @@ def lanes(pb, request):
     built.close()
 
 
-def chunk(index: int, new_frames: int = 2, context_frames: int = 0, num_codebooks: int = 4):
+def chunk(index: int, new_frames: int = 2, context_frames: int = 0, num_codebooks: int = 4, start_frame: int = 0,
+          is_last: bool = False):
     import torch
 
     from backend_python.engine.sequence import Chunk
-    return Chunk(index, torch.zeros(context_frames + new_frames, num_codebooks, dtype=torch.int64), context_frames)
+    return Chunk(index, torch.zeros(context_frames + new_frames, num_codebooks, dtype=torch.int64), context_frames,
+                 start_frame=start_frame, is_last=is_last)

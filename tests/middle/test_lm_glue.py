@@ -26,7 +26,7 @@ def test_a_direct_stream_gets_its_chunks_then_a_plain_final_flag(pb):
     seq.sink.emit(chunk(0))
     engine.finish(seq.request_id, None)
     names = [[t.name() for t in r.output_tensors()] for r in request.sender.responses]
-    assert names == [["tokens", "context_frames", "chunk_index"]]
+    assert names == [["tokens", "context_frames", "chunk_index", "start_frame", "is_last"]]
     assert request.sender.sent[-1] == (None, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 

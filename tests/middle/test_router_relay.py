@@ -59,6 +59,28 @@ def test_partition_sends_every_chunk_to_the_background_lane(lanes):
     assert lanes.codecs["codec_urgent"].calls == 0
 
 
+@pytest.mark.parametrize("lanes", ["partition"], indirect=True)
+def test_the_background_lane_is_told_each_chunks_place_in_its_stream(lanes):
+    """It keeps stream states: the stream's id, the chunk's first frame and whether it is the last."""
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0, new_frames=2))
+    seq.sink.emit(chunk(1, new_frames=4, context_frames=2, start_frame=2, is_last=True))
+    lanes.engine.finish(seq.request_id, None)
+    _, ended = outcome(request)
+    assert ended is None
+    assert lanes.codecs["codec"].places == [(seq.request_id, 0, False), (seq.request_id, 2, True)]
+
+
+def test_the_urgent_lane_is_not_told_stream_places(lanes):
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0))
+    lanes.engine.finish(seq.request_id, None)
+    outcome(request)
+    assert lanes.codecs["codec_urgent"].places == [None]
+
+
 def test_a_dead_codec_lane_ends_the_stream_as_lane_down_and_frees_its_lm_slot(lanes):
     lanes.codecs["codec_urgent"].is_dead = True
     request = lanes.speak()
