@@ -32,7 +32,8 @@ for s in r["summaries"]:
 PY
     ;;
   tests)
-    timeout ${LIMIT_S:-400} python3 -m pytest -q -p no:cacheprovider tests/unit/test_qwen3_tts_graphs.py \
-      tests/unit/test_prefill_graphs.py tests/unit/test_codec_runner.py 2>&1 | tail -15 | tee "$out/cuda_tests.txt" ;;
+    timeout ${LIMIT_S:-400} python3 -m pytest -q -p no:cacheprovider -x --durations=8 tests/unit/test_codec_stream.py \
+      tests/unit/test_codec_states.py tests/unit/test_codec_runner.py tests/unit/test_prefill_graphs.py \
+      tests/unit/test_qwen3_tts_graphs.py 2>&1 | tail -30 | tee "$out/cuda_tests.txt" ;;
 esac
 crashed_logs "$out"/*.log
