@@ -19,7 +19,7 @@ from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
 from ..layers.compile import compile_hot_path
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
-from ..prefill_graphs import PrefillGraphs, plan_groups
+from ..prefill_graphs import PREFILL_LENGTHS, PrefillGraphs, plan_groups
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
 from ..slots import SlotSpeechLM
 from . import checkpoint
@@ -149,12 +149,14 @@ class Qwen3TTSLM(SlotSpeechLM):
         graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, num_slots),
                              mem.scratch_row, self.noise_width, t.hidden_size, self.num_codebooks, self.device,
                              mem.hidden.dtype)
-        self._prefill_graphs = self._build_prefill_graphs(mem) if self.use_cuda_graphs else None
+        self._prefill_graphs = (self._build_prefill_graphs(mem) if self.use_cuda_graphs and
+                                mem.kv.max_seq_len >= PREFILL_LENGTHS[0] else None)
         return self._capture_graphs(graphs)
 
     def _build_prefill_graphs(self, mem: SlotMemory) -> PrefillGraphs:
+        lengths = tuple(n for n in PREFILL_LENGTHS if n <= mem.kv.max_seq_len)  # a padded row fits its cache row
         graphs = PrefillGraphs(self._prefill_rows, mem.scratch_row, self.config.talker.hidden_size, self.device,
-                               mem.hidden.dtype)
+                               mem.hidden.dtype, lengths=lengths)
         with torch.no_grad():
             graphs.capture_all()
         return graphs
@@ -178,7 +180,8 @@ class Qwen3TTSLM(SlotSpeechLM):
         if self._prefill_graphs is None or not self.use_cuda_graphs:
             return super().prefill_batch(slots, prompts)
         embeds, trailing = zip(*(self._prompt_embeddings(prompt) for prompt in prompts))
-        groups, eager = plan_groups([e.shape[0] for e in embeds])
+        graphs = self._prefill_graphs
+        groups, eager = plan_groups([e.shape[0] for e in embeds], graphs.batch_sizes, graphs.lengths, graphs.max_tokens)
         for group in groups:
             self._prefill_graphs.run(group, [embeds[i] for i in group.indices], [slots[i] for i in group.indices])
         for i in eager:
