@@ -50,8 +50,7 @@ class SlotSpeechLM(SpeechLM):
         self._memory = self._allocate_memory(num_slots, max_seq_len)
         self._states = {}
         self._graphs = self._build_graphs(num_slots) if is_cuda else None
-        if is_cuda and self.use_torch_compile:
-            self._warm_up_prefill()
+
 
     @abstractmethod
     def _fuse_projections(self) -> None:
@@ -59,13 +58,6 @@ class SlotSpeechLM(SpeechLM):
 
     def _compile(self) -> None:
         """Compile the decode frame's hot path (CUDA); a family that does not compile keeps it eager."""
-
-    def _warm_up_prefill(self) -> None:
-        """Prefill prompts of two lengths into slot 0 and free it: the compiled layers' prefill shapes
-        (first a static length, then a dynamic one) compile now, not on the first requests."""
-        for text in ("Warm up.", "A longer sentence warms up the prefill for prompts of any length, once."):
-            self.prefill(0, self.encode_prompt(text, None))
-            self.release(0)
 
     @abstractmethod
     def _allocate_memory(self, num_slots: int, max_seq_len: int) -> Any:

@@ -303,8 +303,9 @@ class DecoderStack(nn.Module):
         for layer in self.layers:
             layer.compile(fullgraph=True)
 
-    def forward(self, x: torch.Tensor, step: Step, cache: KVCache) -> torch.Tensor:
-        """x: [B, T, hidden] -> final-normed hidden states [B, T, hidden]."""
+    def forward(self, x: torch.Tensor, step: Step, cache: KVCache, compiled: bool = True) -> torch.Tensor:
+        """x: [B, T, hidden] -> final-normed hidden states [B, T, hidden]. `compiled=False` runs the
+        layers' plain forward even where they were compiled (prefill: its many shapes would each compile)."""
         for i, layer in enumerate(self.layers):
-            x = layer(x, step, cache.k[i], cache.v[i])
+            x = (layer if compiled else layer.forward)(x, step, cache.k[i], cache.v[i])
         return self.norm(x)

@@ -125,8 +125,9 @@ class Qwen3TTSLM(SlotSpeechLM):
         self.talker.fuse_projections()
 
     def _compile(self) -> None:
-        """Inductor fuses each decoder layer (talker and predictor) and the sampling chain; the frame
-        graphs then capture the compiled kernels. Compiling happens in the graphs' warm-up runs."""
+        """Inductor fuses each decoder layer (talker and predictor) and the sampling chain for the decode
+        frame; the frame graphs then capture the compiled kernels (compiling happens in their warm-up
+        runs). Prefill keeps the plain layers, under its own graphs."""
         compile_hot_path((self.talker.model, self.talker.code_predictor.model))
         self.talker.code_predictor.sample = self._sample = torch.compile(sample, fullgraph=True)
 
@@ -202,7 +203,8 @@ class Qwen3TTSLM(SlotSpeechLM):
         real position -> its hidden state, next logits and a fresh repetition record in slot memory."""
         mem = self._require_memory()
         positions = torch.arange(embeds.shape[1], device=embeds.device).expand(embeds.shape[0], -1)  # [B, L]
-        hidden = self.talker(embeds, rows, positions, mem.kv, last)  # [B, H]
+        # the plain layers: prefill's (batch, length) shapes would each compile; its graphs remove the launches
+        hidden = self.talker(embeds, rows, positions, mem.kv, last, compiled=False)  # [B, H]
         mem.hidden[rows], mem.logits[rows] = hidden, self.talker.logits(hidden)
         mem.seen.index_fill_(0, rows, False)  # a fill, not `seen[rows] = False`: no CPU scalar in a graph
 

@@ -58,11 +58,11 @@ class Talker(nn.Module):
                                 device, dtype)
 
     def forward(self, embeds: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
-                cache: KVCache, last: torch.Tensor | None = None) -> torch.Tensor:
+                cache: KVCache, last: torch.Tensor | None = None, compiled: bool = True) -> torch.Tensor:
         """embeds: [B, T, hidden], rows: [B], positions: [B, T] -> the hidden state [B, hidden] (normed) at
         each row's `last` index ([B] int64, a right-padded prefill), or at the last token."""
         step = Step.build(rows, positions, self.cfg.head_dim, self.cfg.rope_theta, cache, embeds.dtype)
-        hidden = self.model(embeds, step, cache)  # [B, T, hidden]
+        hidden = self.model(embeds, step, cache, compiled)  # [B, T, hidden]
         if last is None:
             return hidden[:, -1]
         return hidden.gather(1, last[:, None, None].expand(-1, 1, hidden.shape[-1]))[:, 0]
