@@ -38,10 +38,12 @@ def streams_summary(results, wall_s: float) -> dict:
 
 
 def measure(args: argparse.Namespace) -> dict:
+    shares = {} if args.codec_sm_pct is None else {"codec_sm_pct": args.codec_sm_pct,
+                                                   "lm_sm_pct": 100 - args.codec_sm_pct}
     config = ServeConfig(model=args.model, device=args.device, mode=ServingMode(args.mode),
-                         ports=Ports(*free_ports(3)))
+                         ports=Ports(*free_ports(3)), **shares)
     started = time.perf_counter()
-    report: dict = {"model": args.model, "mode": args.mode}
+    report: dict = {"model": args.model, "mode": args.mode, "codec_sm_pct": config.codec_sm_pct}
     with Server(config, log_path=args.log) as server:
         report["startup_s"] = round(time.perf_counter() - started, 1)
         run_sequential(server.grpc_url, 2, 1.6)  # warm-up
@@ -66,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default="qwen3-tts-1.7b")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     parser.add_argument("--mode", choices=MODES, default="voxlane")
+    parser.add_argument("--codec-sm-pct", type=int, default=None, help="the codec lanes' MPS share (LM: 100 - it)")
     parser.add_argument("--sequential", type=int, default=8)
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--stream-seconds", type=float, default=12.0)
