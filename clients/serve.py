@@ -44,8 +44,10 @@ class ServeConfig:
     chunk_growth: float | None = _CHUNKING.chunk_growth  # chunk sizes ramp 2, 4, 8, 10, …; None: 2, 10, 10, …
     num_threads: int = _LANE.num_threads  # torch threads per model process (cpu)
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
-    lm_sm_pct: int = 75  # MPS active-thread percentage of the LM lane
-    codec_sm_pct: int = 25  # of the background codec lane: ~32 of an H200's 132 SMs
+    # MPS active-thread percentages: measured on an H200 with qwen3-tts-1.7b, a 60/40 split holds the SLO
+    # for 90 % of requests at 34 req/s where 75/25 holds it for 82 % (BENCHMARKS.md, "Engine work")
+    lm_sm_pct: int = 60  # of the LM lane
+    codec_sm_pct: int = 40  # of the background codec lane: ~53 of an H200's 132 SMs
     admission: str = SchedulerConfig.admission_policy.value  # LM admission policy: deadline-aware | prefill-first
     gpus: tuple[str, ...] = ()  # physical GPUs of this server (CUDA_VISIBLE_DEVICES); (): inherit
     codec_gpu: int = 0  # which of this server's GPUs runs the codec lanes (the LM runs on its first)

@@ -4,7 +4,9 @@
 `voxlane_lm_step_batch` counts its decode steps by batch size (backend_python/triton/metrics.py).
 A run's `server_time` block is the change of these between a scrape before and one after it.
 The LM exports them once a second, so a scrape lags the server by up to that much: the bench
-waits `EXPORT_LAG_S` after a run before its second scrape.
+waits `EXPORT_LAG_S` after a run before its second scrape, and that wait (an idle LM) is inside the
+window. `busy_share` is each working phase's share of the time the LM was not idle: it does not
+depend on the window's edges.
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def server_time(before: dict[str, float] | None, after: dict[str, float] | None)
     steps = delta.get("voxlane_lm_step_batch_count", 0.0)
     batch_sum = delta.get("voxlane_lm_step_batch_sum", 0.0)
     return {"seconds": seconds, "share": {p: round(s / total, 4) if total else None for p, s in seconds.items()},
-            "num_steps": int(steps), "mean_step_batch": round(batch_sum / steps, 2) if steps else None,
+            "busy_share": _busy_share(seconds), "num_steps": int(steps), "mean_step_batch": round(batch_sum / steps, 2) if steps else None,
             "step_batch_le": {name[len("voxlane_lm_step_batch_bucket{"):-1]: int(value) for name, value in delta.items()
                               if name.startswith("voxlane_lm_step_batch_bucket{")}}
 
@@ -71,5 +73,10 @@ def add_server_times(blocks: list[dict | None]) -> dict | None:
         for le, count in b["step_batch_le"].items():
             buckets[le] = buckets.get(le, 0) + count
     return {"seconds": seconds, "share": {p: round(s / total, 4) if total else None for p, s in seconds.items()},
-            "num_steps": steps, "mean_step_batch": round(batch_sum / steps, 2) if steps else None,
+            "busy_share": _busy_share(seconds), "num_steps": steps, "mean_step_batch": round(batch_sum / steps, 2) if steps else None,
             "step_batch_le": buckets}
+
+
+def _busy_share(seconds: dict[str, float]) -> dict[str, float | None]:
+    busy = sum(s for phase, s in seconds.items() if phase != "idle")
+    return {p: round(s / busy, 4) if busy else None for p, s in seconds.items() if p != "idle"}

@@ -26,6 +26,7 @@ def test_a_run_block_is_the_change_between_two_scrapes():
     block = server_time(parse(BEFORE), parse(AFTER))
     assert block["seconds"] == {"prefill": 1.0, "decode": 6.0, "host": 1.0, "idle": 2.0}
     assert block["share"] == {"prefill": 0.1, "decode": 0.6, "host": 0.1, "idle": 0.2}
+    assert block["busy_share"] == {"prefill": 0.125, "decode": 0.75, "host": 0.125}
     assert block["num_steps"] == 100 and block["mean_step_batch"] == 4.0
     assert block["step_batch_le"] == {"4": 30}
 

@@ -18,7 +18,7 @@ def test_replicate_gives_each_gpu_a_whole_server_on_its_own_ports():
     servers = FleetConfig(server=CUDA, gpus=("2", "3")).server_configs()
     assert [s.gpus for s in servers] == [("2",), ("3",)]
     assert [s.ports for s in servers] == [Ports(8000, 8001, 8002), Ports(8010, 8011, 8012)]
-    assert all(s.codec_gpu == 0 and s.sm_percentage("speechlm_lm") == 75 for s in servers)
+    assert all(s.codec_gpu == 0 and s.sm_percentage("speechlm_lm") == ServeConfig().lm_sm_pct for s in servers)
 
 
 def test_cpu_replicas_inherit_the_environment():
@@ -40,7 +40,7 @@ def test_disaggregate_renders_the_lm_on_the_first_gpu_and_codecs_on_the_second(t
     lm = (repo / "speechlm_lm" / "config.pbtxt").read_text()
     assert "gpus: [ 0 ]" in lm and 'key: "pin_gpu" value: { string_value: "true" }' in lm
     assert 'key: "mps_active_thread_percentage" value: { string_value: "100" }' in lm  # a GPU of its own
-    for lane, pct in (("codec", "25"), ("codec_urgent", "100")):
+    for lane, pct in (("codec", str(ServeConfig().codec_sm_pct)), ("codec_urgent", "100")):
         text = (repo / lane / "config.pbtxt").read_text()
         assert "gpus: [ 1 ]" in text
         assert f'key: "mps_active_thread_percentage" value: {{ string_value: "{pct}" }}' in text
