@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from clients.gateway.audio import pcm16, wav_header
-from clients.gateway.formats import AudioFormat
+from backend_python.audio.formats import AudioFormat
+from backend_python.audio.pcm import pcm16, wav_header
 
 # muxer options: hand each packet to the sink at once; Ogg pages of at most 20 ms instead of 1 s
 MUX_OPTIONS = {"flush_packets": "1"}
