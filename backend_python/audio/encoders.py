@@ -25,7 +25,7 @@ class Resampler:
         self.stream = soxr.ResampleStream(source_rate, rate, 1, dtype="float32", quality="HQ")
 
     def process(self, audio: np.ndarray, is_last: bool = False) -> np.ndarray:
-        return self.stream.resample_chunk(np.ascontiguousarray(audio, dtype=np.float32), last=is_last)
+        return self.stream.resample_chunk(np.ascontiguousarray(audio, dtype=np.float32), last=bool(is_last))
 
 
 class _Sink:
