@@ -14,7 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from protocol.models import ROUTER
 from protocol.reasons import Ended
-from protocol.tensors import REQUEST_INPUTS, SCALAR_INPUTS, scalar_array
+from protocol.tensors import OPTIONAL_INPUTS, REQUEST_INPUTS, scalar_array
 from protocol.wire import decode_error
 
 
@@ -29,10 +29,11 @@ class StreamError(RuntimeError):
 @dataclass
 class AudioChunk:
     index: int
-    audio: np.ndarray  # [n] float32
+    audio: np.ndarray  # [n] float32 ([0] with an encoded `audio_format`)
     sample_rate: int
     lane: str
     arrival_s: float  # seconds after the request was sent
+    data: bytes | None = None  # `audio_bytes`: the chunk's encoded bytes (only with an encoded `audio_format`)
 
 
 @dataclass
@@ -52,6 +53,11 @@ class StreamResult:
         return np.concatenate([c.audio for c in self.chunks]) if self.chunks else np.zeros(0, np.float32)
 
     @property
+    def data(self) -> bytes:
+        """The stream's encoded bytes (`audio_format` other than pcm_f32), in order: one whole file."""
+        return b"".join(c.data or b"" for c in self.chunks)
+
+    @property
     def audio_seconds(self) -> float:
         return self.audio.size / self.sample_rate if self.chunks else 0.0
 
@@ -65,15 +71,17 @@ class StreamResult:
 
 
 def build_inputs(text: str | bytes, voice: str | None = None, **params) -> list[grpcclient.InferInput]:
-    """The request tensors, each of shape [1]; `params` are the optional scalar inputs."""
+    """The request tensors, each of shape [1]; `params` are the other optional inputs (e.g. `seed`,
+    `audio_format`, `sample_rate`)."""
     inputs = [_input("text", text)]
     if voice is not None:
         inputs.append(_input("voice", voice))
     for name, value in params.items():
         if value is None:
             continue
-        if name not in SCALAR_INPUTS:
-            raise ValueError(f"unknown request parameter {name!r}; known: {sorted(SCALAR_INPUTS)}")
+        if name not in OPTIONAL_INPUTS or name == "voice":
+            known = sorted(set(OPTIONAL_INPUTS) - {"voice"})
+            raise ValueError(f"unknown request parameter {name!r}; known: {known}")
         inputs.append(_input(name, value))
     return inputs
 
@@ -119,6 +127,8 @@ def _collect(responses: queue.Queue, started: float, timeout_s: float) -> Stream
 
 
 def _chunk(item, arrival_s: float) -> AudioChunk:
+    data = item.as_numpy("audio_bytes")
     return AudioChunk(index=int(item.as_numpy("chunk_index")[0]), audio=item.as_numpy("audio"),
                       sample_rate=int(item.as_numpy("sample_rate")[0]),
-                      lane=item.as_numpy("lane")[0].decode(), arrival_s=arrival_s)
+                      lane=item.as_numpy("lane")[0].decode(), arrival_s=arrival_s,
+                      data=None if data is None else bytes(data[0]))

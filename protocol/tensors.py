@@ -1,5 +1,5 @@
-"""The tensors of `vox_ensemble` (the same inputs reach `speechlm_lm`): one table, read by the
-server's request parser and by every client that builds a request.
+"""The tensors of `vox_ensemble` (its inputs but the output options reach `speechlm_lm` too): one table,
+read by the server's request parser and by every client that builds a request.
 
 Every input and the scalar outputs have shape [1]. A limit of None is not fixed here: the
 `max_audio_seconds` default and ceiling are model parameters (`RequestLimits` reads them).
@@ -21,6 +21,7 @@ class TensorSpec:
     low: float | None = None  # inclusive bounds of a numeric input
     high: float | None = None
     is_required: bool = False
+    is_output_option: bool = False  # how the audio is sent back: the router applies it, the LM never sees it
 
 
 REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
@@ -33,14 +34,19 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("seed", "INT64", np.int64),  # default: a random seed
     TensorSpec("max_audio_seconds", "FP32", np.float32, low=1e-3),  # default and ceiling: RequestLimits
     TensorSpec("ignore_eos", "BOOL", np.bool_, default=False),
+    # the allowed values: backend_python.audio.formats (SAMPLE_RATES, TRITON_FORMATS)
+    TensorSpec("sample_rate", "INT32", np.int32, is_output_option=True),  # default: the model's rate
+    TensorSpec("audio_format", "BYTES", np.object_, default="pcm_f32", is_output_option=True),
 )}
 INPUT_NAMES = tuple(REQUEST_INPUTS)
 OPTIONAL_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if not spec.is_required)
+LM_INPUT_NAMES = tuple(name for name, spec in REQUEST_INPUTS.items() if not spec.is_output_option)
 SCALAR_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if spec.triton_type != "BYTES")
 
 RESPONSE_OUTPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
-    TensorSpec("audio", "FP32", np.float32, shape=(-1,)),  # mono PCM in [-1, 1]
-    TensorSpec("sample_rate", "INT32", np.int32),
+    TensorSpec("audio", "FP32", np.float32, shape=(-1,)),  # mono PCM in [-1, 1]; [0] with an encoded format
+    TensorSpec("audio_bytes", "BYTES", np.object_),  # the chunk's encoded bytes; only with an encoded format
+    TensorSpec("sample_rate", "INT32", np.int32),  # the rate of the audio sent
     TensorSpec("chunk_index", "INT32", np.int32),  # 0, 1, 2, ... in order
     TensorSpec("lane", "BYTES", np.object_),  # "urgent", "background" or "inline"
 )}

@@ -30,8 +30,10 @@ from backend_python.triton import fault_inject
 from backend_python.triton.chunk_channel import ChunkChannel
 from backend_python.triton.metrics import RouterMetrics
 from backend_python.triton.params import model_parameters
+from backend_python.audio.stream import StreamAudio
 from backend_python.triton.request_inputs import (RequestError, RequestLimits, SpeechRequest,
-                                                  check_request_parameters, parse_speech_request)
+                                                  check_request_parameters, parse_audio_options,
+                                                  parse_speech_request)
 from protocol.models import LM
 from protocol.reasons import Ended, EndReason
 from scheduler import ChunkRouter, LatencyEstimator, PlaybackClock, SchedulerConfig
@@ -85,10 +87,12 @@ class RouterModel:
             if (down := self.lane_health.unavailable(LM)) is not None:
                 return down
             req: SpeechRequest = parse_speech_request(lambda name: as_numpy(request, name), self.limits)
+            options = parse_audio_options(lambda name: as_numpy(request, name))
         except RequestError as exc:
             return exc.ended
         return Job(stream_id=uuid.uuid4().hex, inputs=copied_inputs(request), sender=sender,
-                   arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text))
+                   arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text),
+                   audio=StreamAudio(options.audio_format, options.sample_rate))
 
     def _stream(self, job: Job) -> None:
         clock = PlaybackClock()

@@ -56,7 +56,7 @@ class Relay:
                                             job.codec_parameters, _place(job.stream_id, arrays)))
         if isinstance(decoded, Ended):
             return decoded
-        chunk = DecodedChunk(index, lane, *decoded)
+        chunk = DecodedChunk(index, lane, *decoded, is_last=bool(arrays.get("is_last", [False])[0]))
         clock.on_emitted(index, chunk.duration_s)
         return chunk
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from protocol.tensors import INPUT_NAMES
+from backend_python.audio.stream import AudioPiece, StreamAudio
+from protocol.tensors import LM_INPUT_NAMES
 from scheduler import Lane
 
 
@@ -15,10 +16,11 @@ class Job:
     """One admitted request (copies, never the request object)."""
 
     stream_id: str  # the LM request's id: the cancel control request names it
-    inputs: list  # the client's tensors, copied
+    inputs: list  # the client's tensors for the LM, copied
     sender: object  # the request's response sender
     arrival: float  # time.monotonic() when execute saw it
     codec_parameters: dict  # BLS parameters of its codec calls (the test-only fault tag, or empty)
+    audio: StreamAudio  # its chunks resampled and encoded as the client asked (`audio_format`, `sample_rate`)
 
 
 @dataclass(frozen=True)
@@ -27,19 +29,25 @@ class DecodedChunk:
 
     index: int
     lane: Lane
-    audio: np.ndarray  # [n] float32
+    audio: np.ndarray  # [n] float32, at the codec's rate
     sample_rate: int
+    is_last: bool = False  # the LM marked it its stream's last chunk
 
     @property
     def duration_s(self) -> float:
         return self.audio.size / self.sample_rate
 
-    def tensors(self) -> list:
-        """The response tensors (protocol.tensors.RESPONSE_OUTPUTS)."""
-        return [pb_utils.Tensor("audio", self.audio),
-                pb_utils.Tensor("sample_rate", np.array([self.sample_rate], dtype=np.int32)),
-                pb_utils.Tensor("chunk_index", np.array([self.index], dtype=np.int32)),
-                pb_utils.Tensor("lane", np.array([self.lane.value.encode()], dtype=np.bytes_))]
+    def tensors(self, piece: AudioPiece | None = None) -> list:
+        """The response tensors (protocol.tensors.RESPONSE_OUTPUTS): the chunk as decoded, or as `piece`
+        (resampled, encoded) says; `audio_bytes` only with an encoded piece."""
+        piece = piece or AudioPiece(self.audio, None, self.sample_rate)
+        tensors = [pb_utils.Tensor("audio", piece.audio),
+                   pb_utils.Tensor("sample_rate", np.array([piece.sample_rate], dtype=np.int32)),
+                   pb_utils.Tensor("chunk_index", np.array([self.index], dtype=np.int32)),
+                   pb_utils.Tensor("lane", np.array([self.lane.value.encode()], dtype=np.bytes_))]
+        if piece.data is not None:
+            tensors.append(pb_utils.Tensor("audio_bytes", np.array([piece.data], dtype=np.object_)))
+        return tensors
 
 
 def as_numpy(request, name: str):
@@ -48,6 +56,7 @@ def as_numpy(request, name: str):
 
 
 def copied_inputs(request) -> list:
-    """The client's inputs as new tensors for the LM request (not the request's own tensors)."""
-    return [pb_utils.Tensor(name, array.copy()) for name in INPUT_NAMES
+    """The client's inputs as new tensors for the LM request (not the request's own tensors); the output
+    options stay here (the LM's config has no such inputs)."""
+    return [pb_utils.Tensor(name, array.copy()) for name in LM_INPUT_NAMES
             if (array := as_numpy(request, name)) is not None]

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from backend_python.audio.formats import FORMATS, PCM_F32, SAMPLE_RATES, TRITON_FORMATS
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS
 
@@ -61,6 +62,18 @@ class SpeechRequest:
     ignore_eos: bool
 
 
+@dataclass(frozen=True)
+class AudioOptions:
+    """How a stream's audio goes back to its client (the router applies it; the LM never sees it)."""
+
+    audio_format: str = PCM_F32
+    sample_rate: int | None = None  # None: the model's own rate
+
+    @property
+    def is_encoded(self) -> bool:
+        return self.audio_format != PCM_F32
+
+
 GetInput = Callable[[str], "np.ndarray | None"]
 
 
@@ -79,6 +92,25 @@ def parse_speech_request(get: GetInput, limits: RequestLimits) -> SpeechRequest:
         max_audio_seconds=_ranged(get, "max_audio_seconds", limits.default_audio_seconds, limits.max_audio_seconds),
         ignore_eos=bool(_scalar(get, "ignore_eos") or REQUEST_INPUTS["ignore_eos"].default),
     )
+
+
+def parse_audio_options(get: GetInput) -> AudioOptions:
+    """The output options `audio_format` and `sample_rate`; raises RequestError naming the bad one."""
+    fmt = _scalar(get, "audio_format")
+    fmt = REQUEST_INPUTS["audio_format"].default if fmt is None else _decode_utf8(fmt, "audio_format").strip()
+    if fmt not in TRITON_FORMATS:
+        raise RequestError(f"input 'audio_format' must be one of {', '.join(TRITON_FORMATS)}, got {fmt!r}",
+                           param="audio_format")
+    rate = _scalar(get, "sample_rate")
+    if rate is not None and int(rate) not in SAMPLE_RATES:
+        raise RequestError(f"input 'sample_rate' must be one of {', '.join(map(str, SAMPLE_RATES))}, got {rate!r}",
+                           param="sample_rate")
+    rate = None if rate is None else int(rate)
+    allowed = FORMATS[fmt].sample_rates if fmt in FORMATS else SAMPLE_RATES
+    if rate is not None and rate not in allowed:
+        raise RequestError(f"audio_format '{fmt}' carries sample_rate {', '.join(map(str, allowed))} only, got {rate}",
+                           param="sample_rate", code="unsupported_value")
+    return AudioOptions(fmt, rate)
 
 
 def check_request_parameters(parameters_json: str) -> None:

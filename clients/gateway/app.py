@@ -14,10 +14,10 @@ from contextlib import aclosing
 
 from aiohttp import web
 
+from backend_python.audio.encoders import ChunkEncoder
+from backend_python.audio.formats import FORMATS
 from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event
-from clients.gateway.encoders import ChunkEncoder
 from clients.gateway.errors import ApiError, bad_request
-from clients.gateway.formats import FORMATS
 from clients.gateway.playground import add_playground_routes
 from clients.gateway.service import Gateway
 from clients.gateway.speech import SpeechRequest, parse_speech

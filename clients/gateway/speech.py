@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, field
 
 from clients.gateway.errors import ApiError, bad_request
-from clients.gateway.formats import FORMATS, SAMPLE_RATES
+from backend_python.audio.formats import FORMATS, SAMPLE_RATES
 
 RESPONSE_FORMATS = tuple(FORMATS)  # OpenAI's formats: wav, pcm, mp3, opus, aac, flac
 STREAM_FORMATS = ("audio", "sse")

@@ -99,6 +99,7 @@ class FakeCodec:
     def __init__(self, model: str) -> None:
         self.model, self.is_dead, self.calls = model, False, 0
         self.places = []  # (stream_id, start_frame, is_last) of each call that named its stream, else None
+        self.signal = None  # samples -> audio [n] float32 (e.g. a tone); None: silence
 
     def __call__(self, request, decoupled: bool):
         pb = fake_pb_utils
@@ -112,7 +113,8 @@ class FakeCodec:
             int(pb.get_input_tensor_by_name(request, "start_frame").as_numpy().reshape(-1)[0]),
             bool(pb.get_input_tensor_by_name(request, "is_last").as_numpy().reshape(-1)[0])))
         context = int(pb.get_input_tensor_by_name(request, "context_frames").as_numpy().reshape(-1)[0])
-        audio = np.zeros((1, (codes.shape[1] - context) * SAMPLES_PER_FRAME), np.float32)
+        num_samples = (codes.shape[1] - context) * SAMPLES_PER_FRAME
+        audio = (np.zeros(num_samples, np.float32) if self.signal is None else self.signal(num_samples)).reshape(1, -1)
         return [pb.InferenceResponse(output_tensors=[
             pb.Tensor("audio", audio), pb.Tensor("sample_rate", np.array([[SAMPLE_RATE]], np.int32)),
             pb.Tensor("batch_size", np.array([[1]], np.int32))])]
@@ -130,6 +132,7 @@ class Lanes:
         pb.SERVER.handlers.update(self.codecs)
         pb.SERVER.handlers["speechlm_lm"] = self._call_lm
         self.lm_is_dead = False
+        self.lm_input_names: list[list[str]] = []  # the input names of each request the LM got
         lanes = self
 
         class StubWatch:
@@ -146,6 +149,7 @@ class Lanes:
             router_model.StubWatch = saved
 
     def _call_lm(self, request, decoupled: bool):
+        self.lm_input_names.append([t.name() for t in request.inputs()])
         self.lm.execute([request])
         return request.sender.responses
 

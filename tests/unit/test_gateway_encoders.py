@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clients.gateway.audio import pcm16, wav_header
-from clients.gateway.encoders import ChunkEncoder
-from clients.gateway.formats import FORMATS
+from backend_python.audio.encoders import ChunkEncoder
+from backend_python.audio.formats import FORMATS
+from backend_python.audio.pcm import pcm16, wav_header
 from tests.audio_decode import aligned_correlation, decode, fft_resample
 
 SOURCE_RATE = 24000

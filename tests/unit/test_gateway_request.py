@@ -9,7 +9,8 @@ import wave
 import numpy as np
 import pytest
 
-from clients.gateway.audio import audio_delta, audio_done, pcm16, wav_header
+from backend_python.audio.pcm import pcm16, wav_header
+from clients.gateway.audio import audio_delta, audio_done
 from clients.gateway.errors import ApiError, from_ended
 from clients.gateway.speech import SpeechRequest, parse_speech
 from protocol.wire import decode_error

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from clients.gateway.audio import pcm16, wav_header
-from clients.gateway.formats import AudioFormat
+from backend_python.audio.formats import AudioFormat
+from backend_python.audio.pcm import pcm16, wav_header
 
 # muxer options: hand each packet to the sink at once; Ogg pages of at most 20 ms instead of 1 s
 MUX_OPTIONS = {"flush_packets": "1"}
@@ -25,7 +25,7 @@ class Resampler:
         self.stream = soxr.ResampleStream(source_rate, rate, 1, dtype="float32", quality="HQ")
 
     def process(self, audio: np.ndarray, is_last: bool = False) -> np.ndarray:
-        return self.stream.resample_chunk(np.ascontiguousarray(audio, dtype=np.float32), last=is_last)
+        return self.stream.resample_chunk(np.ascontiguousarray(audio, dtype=np.float32), last=bool(is_last))
 
 
 class _Sink:

@@ -32,3 +32,6 @@ FORMATS = {f.name: f for f in (
     AudioFormat("aac", "audio/aac", "adts", "aac", bit_rate=64_000),  # ADTS: playable from any frame, no index
     AudioFormat("flac", "audio/flac", "flac", "flac", is_lossless=True),
 )}
+
+PCM_F32 = "pcm_f32"  # Triton's own: FP32 samples in the `audio` output, no encoder
+TRITON_FORMATS = (PCM_F32, *FORMATS)  # what `vox_ensemble`'s `audio_format` input may ask for
