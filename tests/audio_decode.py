@@ -82,3 +82,11 @@ def fft_resample(audio: np.ndarray, source_rate: int, rate: int) -> np.ndarray:
     k = min(out.size, spectrum.size)
     out[:k] = spectrum[:k]
     return (np.fft.irfft(out, n) * n / audio.size).astype(np.float32)
+
+
+def assert_same_pcm16(got: np.ndarray, expected: np.ndarray) -> None:
+    """Two requests' 16-bit audio with the same seed. Their float audio can differ by rounding where
+    their chunks took other codec paths (tests/e2e/test_streaming.py, `PATH_ROUNDING`): a sample then
+    lands one 16-bit step away. Anything more is a real difference."""
+    assert got.shape == expected.shape
+    assert np.abs(got.astype(np.int64) - expected.astype(np.int64)).max(initial=0) <= 1

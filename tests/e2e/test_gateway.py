@@ -18,6 +18,7 @@ from clients.bench.runner import run_bench
 from clients.gateway.config import GatewayConfig
 from clients.gateway.server import GatewayProcess
 from clients.stream import synthesize
+from tests.audio_decode import assert_same_pcm16
 from tests.e2e.test_cancel import wait_for
 from tests.e2e.test_metrics import scrape
 
@@ -67,14 +68,14 @@ def test_wav_stream_is_a_valid_wav_of_the_grpc_audio(client, grpc_pcm):
     assert (riff, wave, fmt, data) == (b"RIFF", b"WAVE", b"fmt ", b"data")
     assert (audio_format, channels, rate, bits) == (1, 1, 24000, 16)
     assert size == 0xFFFFFFFF  # streamed: the length is not known when the header goes out
-    np.testing.assert_array_equal(np.frombuffer(body[44:], "<i2"), grpc_pcm)
+    assert_same_pcm16(np.frombuffer(body[44:], "<i2"), grpc_pcm)
     assert len(times) > 1  # chunk by chunk, not one buffered body
 
 
 def test_pcm_stream_matches_the_grpc_audio(client, grpc_pcm):
     body, _, content_type = speak(client, response_format="pcm", stream_format="audio")
     assert content_type == "audio/pcm"
-    np.testing.assert_array_equal(np.frombuffer(body, "<i2"), grpc_pcm)
+    assert_same_pcm16(np.frombuffer(body, "<i2"), grpc_pcm)
 
 
 def test_sse_stream_has_one_delta_per_chunk_then_done(client, grpc_pcm):
@@ -83,7 +84,7 @@ def test_sse_stream_has_one_delta_per_chunk_then_done(client, grpc_pcm):
     events = [json.loads(line[len("data: "):]) for line in body.decode().split("\n\n") if line]
     assert [e["type"] for e in events] == ["speech.audio.delta"] * 4 + ["speech.audio.done"]
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
-    np.testing.assert_array_equal(np.frombuffer(pcm, "<i2"), grpc_pcm)
+    assert_same_pcm16(np.frombuffer(pcm, "<i2"), grpc_pcm)
     assert events[-1]["usage"]["output_tokens"] == 4
 
 

@@ -58,10 +58,20 @@ def test_eight_concurrent_streams_complete_in_order(family):
         assert result.audio.size == num_frames(family, seconds) * family.samples_per_frame
 
 
+# Where the codec keeps stream states (Qwen3-TTS's background lane), a chunk's audio depends on the
+# path that decoded it: from its stream's state, or windowed (the urgent lane, or a first chunk there).
+# Within the first 32 frames both paths see the whole history and equal a full decode up to float
+# rounding (tests/e2e/test_chunked_codec.py pins 1e-4), so two runs routed differently differ by that.
+PATH_ROUNDING = 1e-4
+
+
 def test_same_seed_same_audio(family):
     first = synthesize(family.url, TEXT, seed=11, max_audio_seconds=1.6, ignore_eos=True)
     second = synthesize(family.url, TEXT, seed=11, max_audio_seconds=1.6, ignore_eos=True)
-    np.testing.assert_array_equal(first.audio, second.audio)
+    if [c.lane for c in first.chunks] == [c.lane for c in second.chunks]:
+        np.testing.assert_array_equal(first.audio, second.audio)
+    else:  # routed differently (by timing): the same frames, decoded by the two paths
+        np.testing.assert_allclose(first.audio, second.audio, rtol=0, atol=PATH_ROUNDING)
 
 
 def test_every_voice_is_served(family):
