@@ -25,7 +25,8 @@ from ..slots import SlotSpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
 from .presets import build_tiny_tokenizer
-from .prompt import AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prompt_embeddings, resolve_language
+from .prompt import (AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prompt_embeddings, resolve_language,
+                     to_device)
 from .talker import Talker
 
 MIN_FRAMES_BEFORE_EOS = 2  # the reference generates with min_new_tokens=2
@@ -171,8 +172,8 @@ class Qwen3TTSLM(SlotSpeechLM):
     @torch.no_grad()
     def prefill(self, slot: int, prompt: Prompt) -> None:
         embeds, trailing = self._prompt_embeddings(prompt)
-        rows = torch.tensor([slot], device=self.device)
-        self._prefill_rows(embeds[None], rows, torch.tensor([embeds.shape[0] - 1], device=self.device))
+        rows, last = to_device([slot, embeds.shape[0] - 1], self.device)
+        self._prefill_rows(embeds[None], rows[None], last[None])
         self._states[slot] = SlotState(position=embeds.shape[0], num_frames=0, trailing=trailing)
 
     @torch.no_grad()
@@ -186,8 +187,8 @@ class Qwen3TTSLM(SlotSpeechLM):
         for group in groups:
             self._prefill_graphs.run(group, [embeds[i] for i in group.indices], [slots[i] for i in group.indices])
         for i in eager:
-            self._prefill_rows(embeds[i][None], torch.tensor([slots[i]], device=self.device),
-                               torch.tensor([embeds[i].shape[0] - 1], device=self.device))
+            rows, last = to_device([slots[i], embeds[i].shape[0] - 1], self.device)
+            self._prefill_rows(embeds[i][None], rows[None], last[None])
         for slot, e, text in zip(slots, embeds, trailing):
             self._states[slot] = SlotState(position=e.shape[0], num_frames=0, trailing=text)
 

@@ -59,15 +59,23 @@ def prompt_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
                       device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (prefill embeds [num_tokens, H], trailing text embeds [num_text_tokens, H])."""
     codec_ids = codec_prefix_ids(cfg, int(prompt.tensors["speaker_id"]), int(prompt.tensors["language_id"]))
-    codec = talker.embed_codec(torch.tensor(codec_ids, device=device))  # [N, H]
+    # ids go to the device without waiting for it: `torch.tensor(..., device=cuda)` synchronises with the
+    # decode step in flight, which would undo the engine's overlapped step at every admission
+    codec = talker.embed_codec(to_device(codec_ids, device))  # [N, H]
     special_ids = [cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id]
-    tts_bos, tts_eos, tts_pad = talker.embed_text(torch.tensor([special_ids], device=device))[0]
-    ids = prompt.tensors["text_ids"].to(device)
+    tts_bos, tts_eos, tts_pad = talker.embed_text(to_device([special_ids], device))[0]
+    ids = prompt.tensors["text_ids"].to(device, non_blocking=True)
     role = talker.embed_text(ids[:NUM_ROLE_TOKENS])
     tags = torch.cat((tts_pad.expand(len(codec_ids) - 2, -1), tts_bos[None])) + codec[:-1]
     first_text = talker.embed_text(ids[NUM_ROLE_TOKENS:NUM_ROLE_TOKENS + 1]) + codec[-1:]
     trailing = torch.cat((talker.embed_text(ids[NUM_ROLE_TOKENS + 1:-NUM_SUFFIX_TOKENS]), tts_eos[None]))
     return torch.cat((role, tags, first_text)), trailing
+
+
+def to_device(values: list, device: torch.device) -> torch.Tensor:
+    """A small host list as a device tensor, copied without a wait for the device (pageable memory is
+    staged at once; the device reads it in stream order)."""
+    return torch.tensor(values).to(device, non_blocking=True)
 
 
 @torch.no_grad()
