@@ -24,7 +24,9 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STUBS = "/work/shared/tools/qwen3tts-reference/stubs"  # torchaudio stub: only the 25 Hz tokenizer needs it
+# the reference set-up's torchaudio stub (only the 25 Hz tokenizer needs it), beside the checkout
+STUBS = os.environ.get("QWEN3TTS_REFERENCE_STUBS",
+                       os.path.join(os.path.dirname(REPO), "shared", "tools", "qwen3tts-reference", "stubs"))
 sys.path[:0] = [STUBS, REPO]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
