@@ -139,10 +139,13 @@ def _add_say(parser: argparse.ArgumentParser) -> None:
 
 
 def _say(args: argparse.Namespace) -> int:
-    from clients.stream import StreamError, synthesize
+    from clients.stream import ServerUnreachable, StreamError, synthesize
     try:
         result = synthesize(args.url, args.text, voice=args.voice, seed=args.seed,
                             temperature=args.temperature, max_audio_seconds=args.max_audio_seconds)
+    except ServerUnreachable as exc:
+        print(f"voxlane: {exc} (is `voxlane serve` running there? --url picks the server)", file=sys.stderr)
+        return 1
     except StreamError as exc:
         print(f"voxlane: server error: {exc}", file=sys.stderr)
         return 1

@@ -26,6 +26,10 @@ class StreamError(RuntimeError):
         self.ended = ended
 
 
+class ServerUnreachable(ConnectionError):
+    """No server answered at the URL (refused, unresolvable or down): nothing was sent."""
+
+
 @dataclass
 class AudioChunk:
     index: int
@@ -102,14 +106,17 @@ def synthesize(url: str, text: str | bytes, voice: str | None = None, timeout_s:
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
     try:
         started = time.perf_counter()
-        client.async_stream_infer(ROUTER, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
-        return _collect(responses, started, timeout_s)
+        try:
+            client.async_stream_infer(ROUTER, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+        except InferenceServerException:
+            pass  # the stream broke before the request went out; its callback queued the reason
+        return _collect(responses, started, timeout_s, url)
     finally:
         client.stop_stream(cancel_requests=True)
         client.close()
 
 
-def _collect(responses: queue.Queue, started: float, timeout_s: float) -> StreamResult:
+def _collect(responses: queue.Queue, started: float, timeout_s: float, url: str) -> StreamResult:
     result = StreamResult()
     deadline = started + timeout_s
     while True:
@@ -117,6 +124,8 @@ def _collect(responses: queue.Queue, started: float, timeout_s: float) -> Stream
             item, error = responses.get(timeout=max(0.0, deadline - time.perf_counter()))
         except queue.Empty:
             raise TimeoutError(f"stream did not finish within {timeout_s:.0f} s") from None
+        if isinstance(error, InferenceServerException) and error.status() == _UNREACHABLE:
+            raise ServerUnreachable(f"cannot reach the server at {url}: {error.message()}")
         if error is not None:
             raise StreamError(decode_error(error.message() if isinstance(error, InferenceServerException)
                                            else str(error)))
@@ -124,6 +133,9 @@ def _collect(responses: queue.Queue, started: float, timeout_s: float) -> Stream
             result.chunks.append(_chunk(item, time.perf_counter() - started))
         if item.get_response().parameters["triton_final_response"].bool_param:
             return result
+
+
+_UNREACHABLE = "StatusCode.UNAVAILABLE"  # gRPC's status when no connection could be made
 
 
 def _chunk(item, arrival_s: float) -> AudioChunk:

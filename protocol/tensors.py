@@ -57,4 +57,12 @@ def scalar_array(name: str, value: object) -> np.ndarray:
     spec = REQUEST_INPUTS[name]
     if spec.triton_type == "BYTES":
         return np.array([value.encode("utf-8") if isinstance(value, str) else value], dtype=np.object_)
+    if np.issubdtype(spec.dtype, np.integer) and not fits_integer(name, value):  # numpy would wrap it
+        raise ValueError(f"input '{name}' must fit {spec.triton_type}, got {value!r}")
     return np.array([value], dtype=spec.dtype)
+
+
+def fits_integer(name: str, value: int) -> bool:
+    """Whether `value` fits the integer input `name`'s dtype (a value outside it is an error, never a wrap)."""
+    info = np.iinfo(REQUEST_INPUTS[name].dtype)
+    return info.min <= int(value) <= info.max

@@ -131,6 +131,7 @@ class LMModel:
         import torch
 
         from backend_python.models.base import SamplingParams
+        from backend_python.models.layers.seeding import seeded_generator
 
         def get(name):
             tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -145,7 +146,7 @@ class LMModel:
             raise (RequestError(str(exc)) if is_known_voice
                    else RequestError(str(exc), param="voice", code="unknown_voice")) from None
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
-        generator = torch.Generator(device=self.device).manual_seed(seed)
+        generator = seeded_generator(seed, self.device)  # every bit of the seed counts (seeding.py)
         max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
         self._check_fits(prompt.num_tokens, max_frames)
         return Sequence(request_id=request_id, prompt=prompt,

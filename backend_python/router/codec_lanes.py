@@ -1,5 +1,12 @@
 """The router's calls to the codec lanes: decode one window, the chunks in flight per lane, lane
-health, and the latency estimates those calls feed."""
+health, and the latency estimates those calls feed.
+
+Both lanes run the same codec and decode any window alone (its left context travels with it), so
+while one lane is down its chunks go to the other at once, the chunk that met the crash too: a
+stream loses no audio unless both lanes are down. A chunk sent to the lane it was not routed to
+decodes without its stream place (the windowed path); a background lane that comes back starts a
+stream's state afresh at that stream's next chunk.
+"""
 from __future__ import annotations
 
 import threading
@@ -17,6 +24,7 @@ from protocol.reasons import Ended, EndReason
 from scheduler import Lane, LatencyEstimator
 
 LANE_MODELS = {Lane.URGENT: CODEC_URGENT, Lane.BACKGROUND: CODEC}
+OTHER_LANE = {Lane.URGENT: Lane.BACKGROUND, Lane.BACKGROUND: Lane.URGENT}
 
 
 class _InFlight:
@@ -67,11 +75,22 @@ class CodecLanes:
     def decode(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict,
                place: StreamPlace | None = None):
         """Decode one window (`tokens`: [frames, K] int32, the first `context` frames left context) on
-        `lane`: (audio [n] float32, sample_rate), or the Ended of a stream that cannot go on. `place`
-        names the chunk's stream for the background lane, which keeps stream states."""
+        `lane`, or on the other lane while `lane` is down: (audio [n] float32, sample_rate), or the
+        Ended of a stream that cannot go on. `place` names the chunk's stream for the background
+        lane, which keeps stream states."""
+        ended = None
+        for serving in (lane, OTHER_LANE[lane]):
+            if (down := self._lane_health.unavailable(LANE_MODELS[serving])) is not None:
+                ended = ended or down
+                continue
+            decoded = self._call(serving, tokens, context, parameters, place if serving is lane else None)
+            if not (isinstance(decoded, Ended) and decoded.reason is EndReason.LANE_DOWN):
+                return decoded
+            ended = ended or decoded  # the lane died under this call: the other lane takes the chunk
+        return ended
+
+    def _call(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict, place: StreamPlace | None):
         model = LANE_MODELS[lane]
-        if (down := self._lane_health.unavailable(model)) is not None:
-            return down
         request = pb_utils.InferenceRequest(
             model_name=model, requested_output_names=["audio", "sample_rate", "batch_size"],
             inputs=[pb_utils.Tensor("codes", tokens[None].astype(np.int32)),

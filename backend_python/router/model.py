@@ -19,13 +19,13 @@ import triton_python_backend_utils as pb_utils
 
 from backend_python.router.cancel_watch import CancelWatch
 from backend_python.router.codec_lanes import CodecLanes
-from backend_python.router.lane_health import LaneHealth
+from backend_python.router.lane_health import HealPolicy, LaneHealth, ModelControl
 from backend_python.router.lm_client import LMClient
 from backend_python.router.lm_watch import LMWatch
 from backend_python.router.outlet import FINAL, Outlet, error_response
 from backend_python.router.relay import Relay
 from backend_python.router.stream import Job, as_numpy, copied_inputs
-from backend_python.router.stub_process import StubWatch
+from backend_python.router.stub_process import StubWatch, stub_is_running
 from backend_python.triton import fault_inject
 from backend_python.triton.chunk_channel import ChunkChannel
 from backend_python.triton.metrics import RouterMetrics
@@ -47,7 +47,8 @@ class RouterModel:
         self.config = SchedulerConfig.from_dict(params, ignore_unknown=True)
         self.limits = RequestLimits.from_parameters(params)
         self.metrics = RouterMetrics()
-        self.lane_health = LaneHealth(pb_utils.unload_model, pb_utils.is_model_ready)
+        control = ModelControl(pb_utils.unload_model, pb_utils.load_model, pb_utils.is_model_ready, stub_is_running)
+        self.lane_health = LaneHealth(control, HealPolicy.from_parameters(params), self.metrics.on_lane_change)
         self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
         self.channel = ChunkChannel()
         self.lm = LMClient(self.channel.parameters, self.lane_health)
@@ -74,6 +75,7 @@ class RouterModel:
     def finalize(self) -> None:
         """Free the held BLS iterators here: left to the stub's own teardown, they kept this model
         from unloading and tritonserver waited out its exit timeout on SIGTERM."""
+        self.lane_health.stop()
         self.lm_watch.stop()
         self.cancel_watch.stop()
         self.channel.close()

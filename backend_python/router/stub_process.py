@@ -45,6 +45,12 @@ def _read(path: Path) -> bytes:
         return b""
 
 
+def stub_is_running(model: str) -> bool:
+    """Whether a live stub process of `model` runs under this process's tritonserver."""
+    pid = find_stub(model, os.getppid())
+    return pid is not None and is_alive(pid)
+
+
 class StubWatch:
     """Remembers `model`'s stub pid (found again after a reload) and says when it has died."""
 

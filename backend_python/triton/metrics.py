@@ -6,6 +6,8 @@
 | `voxlane_ttfa_ms` | histogram | | server-side time from request arrival to its first chunk sent |
 | `voxlane_stalls_total` | counter | | chunks sent after their playback deadline |
 | `voxlane_live_requests` | gauge | | streams in flight in the router |
+| `voxlane_lane_up` | gauge | `lane` | 1 while the lane model (`speechlm_lm`, `codec`, `codec_urgent`) serves, 0 while it is down |
+| `voxlane_lane_restarts_total` | counter | `lane` | times the router reloaded the lane after its process died |
 | `voxlane_codec_ms` | histogram | `lane` | a chunk's codec call as the router sees it (queueing + batch decode) |
 | `voxlane_lm_batch_size` | gauge | | requests in the LM lane's running batch after its last step |
 | `voxlane_lm_prefill_seconds_total` | counter | | the LM thread's time prefilling admitted requests |
@@ -23,6 +25,7 @@ import threading
 
 import triton_python_backend_utils as pb_utils
 
+from protocol.models import LANE_MODELS
 from scheduler import Lane
 
 log = logging.getLogger("voxlane.metrics")
@@ -49,7 +52,16 @@ class RouterMetrics:
                                      pb_utils.MetricFamily.GAUGE)
         codec = pb_utils.MetricFamily("voxlane_codec_ms", "Codec call latency per chunk as the router sees it",
                                       pb_utils.MetricFamily.HISTOGRAM)
-        self._families = (chunks, ttfa, stalls, live, codec)  # a family must outlive its metrics
+        up = pb_utils.MetricFamily("voxlane_lane_up", "1 while the lane model serves, 0 while it is down",
+                                   pb_utils.MetricFamily.GAUGE)
+        restarts = pb_utils.MetricFamily("voxlane_lane_restarts_total",
+                                         "Times the router reloaded the lane after its process died",
+                                         pb_utils.MetricFamily.COUNTER)
+        self._families = (chunks, ttfa, stalls, live, codec, up, restarts)  # a family must outlive its metrics
+        self._lane_up = {model: up.Metric(labels={"lane": model}) for model in LANE_MODELS}
+        self._lane_restarts = {model: restarts.Metric(labels={"lane": model}) for model in LANE_MODELS}
+        for gauge in self._lane_up.values():
+            gauge.set(1)
         self._codec = {lane: codec.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)
                        for lane in (Lane.URGENT, Lane.BACKGROUND)}
         self._chunks = {lane: chunks.Metric(labels={"lane": lane.value}) for lane in Lane}
@@ -75,6 +87,13 @@ class RouterMetrics:
         with self._lock:
             self._num_live += delta
             self._live.set(self._num_live)
+
+    def on_lane_change(self, model: str, is_up: bool, is_restart: bool) -> None:
+        """A lane went down or came back (LaneHealth's on_change: once per change, off the hot path)."""
+        with self._lock:
+            self._lane_up[model].set(1 if is_up else 0)
+            if is_restart:
+                self._lane_restarts[model].increment(1)
 
 
 class LMMetrics:

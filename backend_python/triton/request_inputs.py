@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from backend_python.audio.formats import FORMATS, PCM_F32, SAMPLE_RATES, TRITON_FORMATS
+from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS
 
@@ -118,7 +119,7 @@ def check_request_parameters(parameters_json: str) -> None:
     field of an HTTP `generate` body, which Triton passes on as one) would be silently ignored."""
     names = sorted(json.loads(parameters_json or "{}"))
     if names:
-        raise RequestError(f"unknown request parameter '{names[0]}'; the settings of this model are its "
+        raise RequestError(f"unknown request parameter {quoted(names[0])}; the settings of this model are its "
                            f"inputs: {', '.join(INPUT_NAMES)}")
 
 
@@ -133,12 +134,20 @@ def _parse_text(array: np.ndarray | None, limits: RequestLimits) -> str:
     if bad:
         raise RequestError(f"input 'text' contains control character U+{ord(bad[0]):04X}", param="text")
     text = text.strip()
-    if not text:
+    if not any(_is_speakable(c) for c in text):  # only spaces and invisible format characters
         raise RequestError("input 'text' is empty or whitespace only", param="text")
     if len(text) > limits.max_text_chars:
         raise RequestError(f"input 'text' has {len(text)} characters; the limit is {limits.max_text_chars}",
                            param="text")
     return text
+
+
+def _is_speakable(char: str) -> bool:
+    """Not a space, a separator or a format character (U+200B, U+FEFF, ...), which carry no sound."""
+    return not char.isspace() and unicodedata.category(char) not in _SILENT_CATEGORIES
+
+
+_SILENT_CATEGORIES = ("Cc", "Cf", "Zs", "Zl", "Zp")
 
 
 def _decode_utf8(value: object, name: str) -> str:
@@ -170,9 +179,14 @@ def _ranged(get: GetInput, name: str, default: float | None = None, high: float 
     if value is None:
         return spec.default if default is None else default
     value = float(value)
-    if not math.isfinite(value) or not low <= value <= high:
+    if not math.isfinite(value) or not _at_dtype(low, spec.dtype) <= value <= _at_dtype(high, spec.dtype):
         raise RequestError(f"input '{name}' must be in [{low:g}, {high:g}], got {value!r}", param=name)
     return value
+
+
+def _at_dtype(bound: float, dtype: type) -> float:
+    """A documented bound as the input's dtype holds it: FP32 1e-6 arrives as 9.99999997e-07."""
+    return float(np.array(bound, dtype=dtype)) if np.issubdtype(dtype, np.floating) else bound
 
 
 def _optional_int(get: GetInput, name: str) -> int | None:

@@ -17,10 +17,10 @@ from aiohttp import web
 from backend_python.audio.encoders import ChunkEncoder
 from backend_python.audio.formats import FORMATS
 from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event
-from clients.gateway.errors import ApiError, bad_request
+from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request
 from clients.gateway.playground import add_playground_routes
 from clients.gateway.service import Gateway
-from clients.gateway.speech import SpeechRequest, parse_speech
+from clients.gateway.speech import SpeechRequest, model_not_found, parse_speech, served_models
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
 
 log = logging.getLogger("voxlane.gateway")
@@ -29,12 +29,39 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
     app[GATEWAY] = gateway
     app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/models", models),
                     web.get("/v1/models/{model}", model), web.get("/health", health), web.get("/metrics", metrics)])
     add_playground_routes(app)
     return app
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler) -> web.StreamResponse:
+    """aiohttp's own refusals (413 for a body over MAX_BODY_BYTES, 405, 404 for an unknown path) in
+    OpenAI's JSON shape too, like every other error of the gateway."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        error = ApiError(exc.status, _http_error_message(request, exc), INVALID_REQUEST if exc.status < 500
+                         else SERVER_ERROR, code=exc.reason.lower().replace(" ", "_"))
+        response = error_response(request.app[GATEWAY], error)
+        if isinstance(exc, web.HTTPMethodNotAllowed):
+            response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return response
+
+
+def _http_error_message(request: web.Request, exc: web.HTTPException) -> str:
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return f"the request body is larger than the limit of {MAX_BODY_BYTES} bytes"
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        return f"{request.method} is not allowed on {request.path}; use {', '.join(sorted(exc.allowed_methods))}"
+    if isinstance(exc, web.HTTPNotFound):
+        return f"no route {request.method} {request.path}"
+    return exc.reason
 
 
 def error_response(gateway: Gateway, error: ApiError) -> web.Response:
@@ -117,15 +144,14 @@ class _Writer:
 
 async def models(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
-    return web.json_response({"object": "list", "data": [_model_json(m) for m in gateway.model_ids]})
+    return web.json_response({"object": "list", "data": [_model_json(m) for m in served_models(gateway.model_ids)]})
 
 
 async def model(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
     name = request.match_info["model"]
-    if name not in gateway.model_ids:
-        return error_response(gateway, ApiError(404, f"the model '{name}' does not exist", param="model",
-                                                code="model_not_found"))
+    if name not in served_models(gateway.model_ids):
+        return error_response(gateway, model_not_found(name, gateway.model_ids))
     return web.json_response(_model_json(name))
 
 

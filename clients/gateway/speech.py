@@ -4,8 +4,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from clients.gateway.errors import ApiError, bad_request
 from backend_python.audio.formats import FORMATS, SAMPLE_RATES
+from clients.gateway.errors import ApiError, bad_request
+from protocol.quoting import quoted
+from protocol.tensors import REQUEST_INPUTS, fits_integer
 
 RESPONSE_FORMATS = tuple(FORMATS)  # OpenAI's formats: wav, pcm, mp3, opus, aac, flac
 STREAM_FORMATS = ("audio", "sse")
@@ -39,7 +41,7 @@ def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | Ap
         return bad_request("the request body must be a JSON object")
     unknown = sorted(set(body) - set(OPENAI_FIELDS) - set(EXTRA_FIELDS) - set(OUTPUT_FIELDS))
     if unknown:
-        return bad_request(f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
+        return bad_request(f"unrecognized request argument supplied: {quoted(unknown[0])}", param=unknown[0])
     checks = (_check_model(body, model_ids), _check_input(body), _check_formats(body), _check_sample_rate(body),
               _check_unsupported(body))
     for error in checks:
@@ -59,26 +61,45 @@ def _check_model(body: dict, model_ids: tuple[str, ...]) -> ApiError | None:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return bad_request("'model' is required (a string)", param="model")
-    if model not in model_ids and not model.startswith(OPENAI_MODELS):
-        return ApiError(404, f"the model '{model}' does not exist; this server has {', '.join(model_ids)}",
-                        param="model", code="model_not_found")
+    if model not in served_models(model_ids):
+        return model_not_found(model, model_ids)
     return None
+
+
+def served_models(model_ids: tuple[str, ...]) -> tuple[str, ...]:
+    """The model names a request may give: the served model's own and OpenAI's TTS models (its aliases)."""
+    return model_ids + tuple(m for m in OPENAI_MODELS if m not in model_ids)
+
+
+def model_not_found(model: str, model_ids: tuple[str, ...]) -> ApiError:
+    return ApiError(404, f"the model {quoted(model)} does not exist; this server has "
+                         f"{', '.join(served_models(model_ids))}", param="model", code="model_not_found")
 
 
 def _check_input(body: dict) -> ApiError | None:
     if not isinstance(body.get("input"), str):
         return bad_request("'input' is required (the text to speak)", param="input")
-    return None  # length and content are the server's to judge: it names the limit
+    return _check_unicode(body["input"], "input")  # length and content are the server's to judge
+
+
+def _check_unicode(text: str, param: str) -> ApiError | None:
+    """JSON can spell a lone surrogate ("\\ud800"), which no UTF-8 request can carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return bad_request(f"'{param}' is not valid Unicode: lone surrogate U+{ord(text[exc.start]):04X} "
+                           f"at character {exc.start}", param=param)
+    return None
 
 
 def _check_formats(body: dict) -> ApiError | None:
     fmt = body.get("response_format", "wav")
     if fmt not in RESPONSE_FORMATS:
-        return bad_request(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {fmt!r}",
+        return bad_request(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {quoted(fmt)}",
                            param="response_format")
     stream = body.get("stream_format", "audio")
     if stream not in STREAM_FORMATS:
-        return bad_request(f"stream_format must be one of {', '.join(STREAM_FORMATS)}, got {stream!r}",
+        return bad_request(f"stream_format must be one of {', '.join(STREAM_FORMATS)}, got {quoted(stream)}",
                            param="stream_format")
     return None
 
@@ -88,7 +109,7 @@ def _check_sample_rate(body: dict) -> ApiError | None:
     if rate is None:
         return None
     if isinstance(rate, bool) or rate not in SAMPLE_RATES:
-        return bad_request(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}, got {rate!r}",
+        return bad_request(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}, got {quoted(rate)}",
                            param="sample_rate")
     fmt = FORMATS.get(body.get("response_format", "wav"))
     if fmt is not None and rate not in fmt.sample_rates:
@@ -101,7 +122,7 @@ def _check_sample_rate(body: dict) -> ApiError | None:
 def _check_unsupported(body: dict) -> ApiError | None:
     speed = body.get("speed", 1.0)
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed != 1.0:
-        return bad_request(f"speed {speed!r} is not supported: VoxLane speaks at speed 1.0 only",
+        return bad_request(f"speed {quoted(speed)} is not supported: VoxLane speaks at speed 1.0 only",
                            param="speed", code="unsupported_value")
     if body.get("instructions"):
         return bad_request("instructions are not supported by this model", param="instructions",
@@ -116,7 +137,7 @@ def _voice(voice: object) -> str | None | ApiError:
         return None
     if not isinstance(voice, str) or not voice:
         return bad_request("'voice' must be a voice name or {\"id\": name}", param="voice")
-    return voice
+    return _check_unicode(voice, "voice") or voice
 
 
 def _extra_params(body: dict) -> dict | ApiError:
@@ -126,7 +147,10 @@ def _extra_params(body: dict) -> dict | ApiError:
             continue
         value = _typed(body[name], kind)
         if value is None:
-            return bad_request(f"'{name}' must be {_KIND_NAMES[kind]}, got {body[name]!r}", param=name)
+            return bad_request(f"'{name}' must be {_KIND_NAMES[kind]}, got {quoted(body[name])}", param=name)
+        if kind is int and not fits_integer(name, value):  # never wrapped into the tensor's dtype
+            return bad_request(f"'{name}' is out of range: {quoted(value)} does not fit its "
+                               f"{REQUEST_INPUTS[name].triton_type} input", param=name)
         params[name] = value
     return params
 

@@ -35,6 +35,8 @@ BAD_REQUESTS = [
     pytest.param(dict(text="Hi.", top_k=10**9), "top_k", id="huge-top-k"),
     pytest.param(dict(text="Hi.", repetition_penalty=float("-inf")), "repetition_penalty", id="inf-penalty"),
     pytest.param(dict(text="Hi.", voice="nobody"), "nobody", id="unknown-voice"),
+    pytest.param(dict(text="\u200b\ufeff"), "empty", id="only-invisible-characters"),
+    pytest.param(dict(text=" \u2060\u200b "), "empty", id="invisible-and-spaces"),
 ]
 
 
@@ -140,3 +142,22 @@ def test_an_lm_request_naming_an_unknown_chunk_channel_is_refused(url):
     assert result.as_numpy("tokens") is None
     assert result.get_response().parameters["triton_final_response"].bool_param
     assert synthesize(url, GOOD, seed=1, max_audio_seconds=0.4, ignore_eos=True).chunks
+
+
+def test_seeds_that_share_their_low_32_bits_give_different_audio(url):
+    def audio(seed: int) -> np.ndarray:
+        return synthesize(url, GOOD, seed=seed, max_audio_seconds=0.8, ignore_eos=True).audio
+    first = audio(1)
+    assert not np.array_equal(first, audio(4294967297))
+    assert np.array_equal(first, audio(1))
+
+
+def test_an_unknown_voice_is_quoted_short(url):
+    with pytest.raises(StreamError) as caught:
+        synthesize(url, "Hi.", voice="v" * 10_000)
+    message = str(caught.value)
+    assert "unknown voice 'vvv" in message and "10000 characters" in message and len(message) < 300, message[:400]
+
+
+def test_the_documented_top_p_minimum_is_accepted(url):
+    assert synthesize(url, GOOD, seed=2, top_p=1e-6, max_audio_seconds=0.4, ignore_eos=True).chunks

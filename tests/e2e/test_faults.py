@@ -3,11 +3,13 @@
 - A request whose codec call raises ends with an error; the streams beside it, in the same
   codec batches, finish untouched. The failure comes from the test-only hook
   (`VOXLANE_FAULT_INJECT`, backend_python/triton/fault_inject.py).
-- A codec stub process that dies: the requests that need it get a clear error at once instead of
-  hanging, readiness says the lane is down (the router unloads it: explicit model control), and
-  loading it again through the repository API brings it back.
-- Behind the gateway, a dead lane is a 503 with `Retry-After` (reason `lane_down`), and with a
-  second, healthy server the gateway serves the stream there instead.
+- A codec stub process that dies (`codec` or `codec_urgent`): its chunks go to the other codec lane
+  at once, so the stream running into the crash and every new one keep their full audio, and the
+  router reloads the lane itself (explicit model control): it is ready again, without an operator.
+- An LM stub process that dies: its streams end with `lane_down` at once instead of hanging, the
+  router reloads it, and it serves again. Behind the gateway, a request that meets the dead LM is a
+  503 with `Retry-After` (reason `lane_down`), and with a second, healthy server the gateway serves
+  the stream there instead.
 """
 from __future__ import annotations
 
@@ -85,35 +87,42 @@ def test_a_failing_codec_call_ends_only_its_own_request(faulty_server):
     assert is_ready(faulty_server)
 
 
-def load_model(server, model: str) -> None:
-    url = f"http://127.0.0.1:{server.config.ports.http}/v2/repository/models/{model}/load"
-    urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=120).close()
+def lane_metrics(server, lane: str) -> tuple[float, float]:
+    """(voxlane_lane_up, voxlane_lane_restarts_total) of `lane`."""
+    values = scrape(server)
+    return values[f'voxlane_lane_up{{lane="{lane}"}}'], values[f'voxlane_lane_restarts_total{{lane="{lane}"}}']
 
 
-def test_a_killed_codec_stub_fails_requests_fast_and_shows_in_readiness(faulty_server):
+def kill_stub(server, model: str) -> None:
+    os.kill(server_processes(server.process.process.pid)[model], signal.SIGKILL)
+
+
+def wait_reloaded(server, model: str, restarts: int) -> None:
+    """The router reloads `model` by itself: ready again, up, and counted."""
+    assert wait_for(lambda: lane_metrics(server, model) == (1.0, restarts), timeout_s=120), lane_metrics(server, model)
+    assert is_ready(server, f"/v2/models/{model}/ready") and wait_for(lambda: is_ready(server), timeout_s=30)
+
+
+@pytest.mark.parametrize("model", ["codec", "codec_urgent"])
+def test_a_killed_codec_stub_costs_no_audio_and_the_lane_comes_back_by_itself(faulty_server, model):
     url = faulty_server.grpc_url
-    stub = server_processes(faulty_server.process.process.pid)["codec"]
-    os.kill(stub, signal.SIGKILL)
-    # chunk 0 goes to the urgent lane; later chunks of a long stream reach the dead background lane
-    result, seconds = request(url, "After the crash.", seed=1, seconds=6.0)
-    assert isinstance(result, str) and "codec failed" in result and "process died" in result, result
-    assert seconds < 10.0
-    assert not is_ready(faulty_server, "/v2/models/codec/ready")
-    assert not is_ready(faulty_server)  # strict readiness: the server is not ready without a lane
-    assert is_ready(faulty_server, "/v2/models/codec_urgent/ready")
-    result, seconds = request(url, "While it is down.", seed=2, seconds=6.0)
-    assert isinstance(result, str) and "codec lane is down" in result and "/load" in result, result
-    assert seconds < 5.0
-    assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 0, timeout_s=5)
-
-
-def test_the_lane_serves_again_once_loaded(faulty_server):
-    load_model(faulty_server, "codec")
-    assert wait_for(lambda: is_ready(faulty_server), timeout_s=60)
-    result, _ = request(faulty_server.grpc_url, "After the reload.", seed=3, seconds=6.0)
+    restarts = lane_metrics(faulty_server, model)[1]
+    with ThreadPoolExecutor(2) as pool:  # one stream runs into the crash, one starts after it
+        running = pool.submit(request, url, "Running through the crash.", 1, 6.0)
+        time.sleep(0.5)
+        kill_stub(faulty_server, model)
+        time.sleep(0.2)
+        after = pool.submit(request, url, "Started after the crash.", 2, 6.0)
+        outcomes = [running.result(timeout=60), after.result(timeout=60)]
+    for result, _ in outcomes:
+        assert not isinstance(result, str), result
+        assert [c.index for c in result.chunks] == list(range(len(result.chunks)))
+        assert result.audio.size == 75 * 1920  # 6 s at 12.5 frames/s: every frame decoded
+    wait_reloaded(faulty_server, model, restarts + 1)
+    result, _ = request(url, "After the reload.", seed=3, seconds=6.0)
     assert not isinstance(result, str), result
-    assert [c.index for c in result.chunks] == list(range(len(result.chunks)))
-    assert "background" in [c.lane for c in result.chunks]
+    assert {"urgent", "background"} <= {c.lane for c in result.chunks}  # both lanes serve again
+    assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 0, timeout_s=5)
 
 
 def post_speech(gateway: GatewayProcess, text: str) -> tuple[int, dict, bytes]:
@@ -134,24 +143,30 @@ def started_streams(gateway: GatewayProcess) -> dict[str, int]:
         return {s["url"]: s["streams_started"] for s in json.load(response)["servers"]}
 
 
-def test_a_dead_lane_behind_the_gateway_is_503_with_retry_after_and_a_healthy_server_takes_over(
+def test_a_killed_lm_stub_ends_its_streams_is_503_behind_the_gateway_and_comes_back_by_itself(
         faulty_server, server, tmp_path):
-    """The urgent lane decodes every stream's first chunk: with its stub dead, a stream fails before
-    any audio, so the gateway can answer 503 (or try its other server)."""
-    os.kill(server_processes(faulty_server.process.process.pid)["codec_urgent"], signal.SIGKILL)
+    """Streams blocked on the dead LM end with a clear error (the router's LM watch probes the LM
+    while streams are live) instead of hanging; a request that meets it fails before any audio, so
+    the gateway answers 503 (or tries its other server) while the router reloads the LM."""
+    url = faulty_server.grpc_url
     faulty, healthy = faulty_server.grpc_url, server.grpc_url
     alone = GatewayProcess(GatewayConfig(tritons=(faulty,), port=free_ports(1)[0]), log_path=tmp_path / "alone.log")
     both = GatewayProcess(GatewayConfig(tritons=(faulty, healthy), port=free_ports(1)[0], down_s=60.0),
                           log_path=tmp_path / "both.log")
+    restarts = lane_metrics(faulty_server, "speechlm_lm")[1]
     try:
         alone.wait_ready(60)
         both.wait_ready(60)
-        status, headers, body = post_speech(alone, "The lane just died.")
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(request, url, f"A long stream, number {i}.", i, 30.0) for i in range(3)]
+            assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 3, timeout_s=30)
+            kill_stub(faulty_server, "speechlm_lm")
+            results = [future.result(timeout=60) for future in futures]
+        for result, seconds in results:
+            assert isinstance(result, str) and "speechlm_lm lane is down" in result, result
+        status, headers, body = post_speech(alone, "The LM just died.")
         assert status == 503 and int(headers["Retry-After"]) > 0, (status, body)
         assert json.loads(body)["error"]["code"] == "lane_down", body
-        # the server is skipped a while now (`down_s`): with no other server the gateway is unavailable
-        status, headers, body = post_speech(alone, "The lane is known down.")
-        assert status == 503 and int(headers["Retry-After"]) > 0, (status, body)
         for text in ("Served elsewhere.", "Straight to the healthy one."):
             status, _, body = post_speech(both, text)
             assert status == 200 and len(body) == 10 * 1920 * 2, (status, body[:300])
@@ -159,23 +174,7 @@ def test_a_dead_lane_behind_the_gateway_is_503_with_retry_after_and_a_healthy_se
     finally:
         alone.stop()
         both.stop()
-    load_model(faulty_server, "codec_urgent")
-    assert wait_for(lambda: is_ready(faulty_server), timeout_s=60)
-
-
-def test_a_killed_lm_stub_ends_its_streams_and_shows_in_readiness(faulty_server):
-    """Last in this module: the LM stays down. Streams blocked on the dead LM end with a clear error
-    (the router's LM watch probes the LM while streams are live) instead of hanging."""
-    url = faulty_server.grpc_url
-    with ThreadPoolExecutor(3) as pool:
-        futures = [pool.submit(request, url, f"A long stream, number {i}.", i, 30.0) for i in range(3)]
-        assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 3, timeout_s=30)
-        os.kill(server_processes(faulty_server.process.process.pid)["speechlm_lm"], signal.SIGKILL)
-        results = [future.result(timeout=60) for future in futures]
-    for result, seconds in results:
-        assert isinstance(result, str) and "speechlm_lm lane is down" in result, result
-    assert not is_ready(faulty_server, "/v2/models/speechlm_lm/ready")
-    result, seconds = request(url, "While the LM is down.", seed=9)
-    assert isinstance(result, str) and "speechlm_lm lane is down" in result and "/load" in result, result
-    assert seconds < 5.0
+    wait_reloaded(faulty_server, "speechlm_lm", restarts + 1)
+    result, _ = request(url, "After the LM came back.", seed=9)
+    assert not isinstance(result, str), result
     assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 0, timeout_s=5)

@@ -5,6 +5,7 @@ import base64
 import json
 import struct
 import time
+import urllib.error
 import urllib.request
 from dataclasses import replace
 
@@ -114,8 +115,60 @@ def test_unknown_model_and_wrong_extra_field_types(client):
     assert caught.value.body["param"] == "seed"
 
 
-def test_models_lists_the_served_model(client):
-    assert [m.id for m in client.models.list().data] == ["qwen3-tts-tiny"]
+def test_models_lists_the_served_model_first_then_openais_names(client):
+    assert [m.id for m in client.models.list().data] == ["qwen3-tts-tiny", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"]
+
+
+@pytest.mark.parametrize("model", ["qwen3-tts-tiny", "tts-1", "gpt-4o-mini-tts"])
+def test_every_listed_model_answers_on_its_own(client, model):
+    assert client.models.retrieve(model).id == model
+
+
+def test_a_model_that_only_starts_like_openais_is_refused(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("tts-1xyz")
+    assert caught.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.audio.speech.create(model="tts-1xyz", input=TEXT, voice="alloy", response_format="pcm")
+    assert caught.value.body["code"] == "model_not_found"
+
+
+def raw_request(gateway, path: str, body: bytes | None = None, method: str = "POST") -> tuple[int, dict, dict]:
+    """(status, headers, JSON body) of one request; the body must be JSON whatever the status."""
+    request = urllib.request.Request(gateway.url + path, data=body, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(response.headers), json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        assert exc.headers["Content-Type"].startswith("application/json"), exc.headers["Content-Type"]
+        return exc.code, dict(exc.headers), json.loads(exc.read())
+
+
+def speech_body(**fields) -> bytes:
+    return json.dumps({"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "pcm",
+                       **EXTRA, **fields}).encode()
+
+
+@pytest.mark.parametrize("body, param", [
+    (speech_body(input="\ud800"), "input"),  # json.dumps writes the lone surrogate as \ud800
+    (speech_body(seed=2 ** 63), "seed"),
+    (speech_body(top_k=4294967301), "top_k"),
+    (b"{not json", None),
+])
+def test_input_errors_are_400_in_openais_shape(gateway, body, param):
+    status, _, answer = raw_request(gateway, "/v1/audio/speech", body)
+    assert status == 400 and answer["error"]["type"] == "invalid_request_error", answer
+    assert answer["error"]["param"] == param and answer["error"]["message"]
+
+
+def test_an_oversized_body_a_wrong_method_and_an_unknown_path_are_4xx_json(gateway):
+    status, _, answer = raw_request(gateway, "/v1/audio/speech", b'{"input": "' + b"a" * (2 << 20) + b'"}')
+    assert status == 413 and "larger than" in answer["error"]["message"], answer
+    status, headers, answer = raw_request(gateway, "/v1/audio/speech", method="GET")
+    assert status == 405 and "POST" in headers["Allow"] and answer["error"]["type"] == "invalid_request_error"
+    status, _, answer = raw_request(gateway, "/v1/nothing-here", method="GET")
+    assert status == 404 and answer["error"]["message"]
 
 
 def test_client_that_disconnects_cancels_its_triton_stream(client, gateway, server):

@@ -21,6 +21,7 @@ from tests.middle import fake_pb_utils
 SAMPLES_PER_FRAME = 1920
 SAMPLE_RATE = 24000
 STUB_DIED = "Stub process '{model}_0_0' is not healthy."  # what Triton 2.51 answers for a dead stub
+HEAL_PARAMETERS = {"lane_reload_delay_s": "0.01", "lane_unload_wait_s": "2", "lane_reload_attempts": "3"}
 
 
 @pytest.fixture(scope="session")
@@ -131,6 +132,7 @@ class Lanes:
         self.codecs = {name: FakeCodec(name) for name in ("codec", "codec_urgent")}
         pb.SERVER.handlers.update(self.codecs)
         pb.SERVER.handlers["speechlm_lm"] = self._call_lm
+        pb.SERVER.on_load = self._fresh_stub
         self.lm_is_dead = False
         self.lm_input_names: list[list[str]] = []  # the input names of each request the LM got
         lanes = self
@@ -141,12 +143,25 @@ class Lanes:
 
             def is_dead(self) -> bool:
                 return lanes.lm_is_dead
-        router_model.StubWatch, saved = StubWatch, router_model.StubWatch
+        saved = router_model.StubWatch, router_model.stub_is_running
+        router_model.StubWatch, router_model.stub_is_running = StubWatch, self._has_live_stub
+        parameters = {"mode": mode, **HEAL_PARAMETERS}
         try:
             self.router = router_model.RouterModel()
-            self.router.initialize({"model_config": json.dumps({"parameters": {"mode": {"string_value": mode}}})})
+            self.router.initialize({"model_config": json.dumps(
+                {"parameters": {key: {"string_value": value} for key, value in parameters.items()}})})
         finally:
-            router_model.StubWatch = saved
+            router_model.StubWatch, router_model.stub_is_running = saved
+
+    def _fresh_stub(self, model: str) -> None:
+        """A load starts the model's stub afresh."""
+        if model in self.codecs:
+            self.codecs[model].is_dead = False
+        else:
+            self.lm_is_dead = False
+
+    def _has_live_stub(self, model: str) -> bool:
+        return not (self.codecs[model].is_dead if model in self.codecs else self.lm_is_dead)
 
     def _call_lm(self, request, decoupled: bool):
         self.lm_input_names.append([t.name() for t in request.inputs()])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Callable
 
 import numpy as np
@@ -117,7 +118,11 @@ class FakeServer:
     def __init__(self) -> None:
         self.handlers: dict[str, Handler] = {}
         self.unloaded: list[str] = []
+        self.loaded: list[str] = []
         self.ready: dict[str, bool] = {}
+        self.on_load: Callable[[str], None] = lambda model: None  # a load starts a fresh stub (or raises)
+        self.unload_takes_s = 0.0  # how long readiness keeps saying ready after an unload
+        self.ready_until: dict[str, float] = {}
 
     def reset(self) -> None:
         self.__init__()
@@ -140,10 +145,20 @@ class InferenceRequest:
 def unload_model(model_name: str) -> None:
     SERVER.unloaded.append(model_name)
     SERVER.ready[model_name] = False
+    SERVER.ready_until[model_name] = time.monotonic() + SERVER.unload_takes_s
+
+
+def load_model(model_name: str, config: str = "", files: dict | None = None) -> None:
+    """Triton 2.51's trap: a load while the unload has not shown yet leaves the dead model in place."""
+    SERVER.loaded.append(model_name)
+    if time.monotonic() < SERVER.ready_until.get(model_name, 0.0):
+        return
+    SERVER.on_load(model_name)
+    SERVER.ready[model_name] = True
 
 
 def is_model_ready(model_name: str) -> bool:
-    return SERVER.ready.get(model_name, True)
+    return SERVER.ready.get(model_name, True) or time.monotonic() < SERVER.ready_until.get(model_name, 0.0)
 
 
 class _Metric:

@@ -2,12 +2,13 @@
 routing, cancellation and lane death end every stream with the right reason."""
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import pytest
 
-from protocol.reasons import EndReason
+from protocol.reasons import Ended, EndReason
 from protocol.wire import decode_error
 from tests.middle.conftest import SAMPLES_PER_FRAME, chunk
 
@@ -81,22 +82,82 @@ def test_the_urgent_lane_is_not_told_stream_places(lanes):
     assert lanes.codecs["codec_urgent"].places == [None]
 
 
-def test_a_dead_codec_lane_ends_the_stream_as_lane_down_and_frees_its_lm_slot(lanes):
+def lane_metrics(lanes, family: str) -> dict[str, float]:
+    families = {f.name: f for f in lanes.router.metrics._families}
+    return {m.labels["lane"]: m.value for m in families[family].metrics}
+
+
+@pytest.mark.parametrize("dead, other", [("codec_urgent", "codec"), ("codec", "codec_urgent")])
+def test_a_dead_codec_lanes_chunks_go_to_the_other_lane_at_once_and_the_lane_is_reloaded(lanes, dead, other):
+    """The chunk that meets the crash is decoded by the other lane: the stream loses no audio."""
+    lanes.pb.SERVER.unload_takes_s = 0.2  # readiness shows the unload late: the load must wait for it
+    lanes.codecs[dead].is_dead = True
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    for i in range(4):
+        seq.sink.emit(chunk(i, new_frames=2, context_frames=2 if i else 0, start_frame=2 * i))
+    lanes.engine.finish(seq.request_id, None)
+    chunks, ended = outcome(request)
+    assert ended is None and [(i, n) for i, _, n in chunks] == [(i, 2 * SAMPLES_PER_FRAME) for i in range(4)]
+    assert lanes.codecs[other].calls >= 1 and lanes.engine.cancelled == []
+    assert wait_until(lambda: lanes.router.lane_health.unavailable(dead) is None)  # reloaded, no operator
+    assert lanes.pb.SERVER.unloaded == [dead] and lanes.pb.SERVER.loaded == [dead]  # after the unload showed
+    assert lane_metrics(lanes, "voxlane_lane_restarts_total")[dead] == 1
+    assert lane_metrics(lanes, "voxlane_lane_up") == {"speechlm_lm": 1, "codec": 1, "codec_urgent": 1}
+    calls = lanes.codecs[dead].calls
+    later = lanes.speak()  # the reloaded lane serves again
+    later_seq = lanes.engine.next_sequence()
+    for i in range(4):
+        later_seq.sink.emit(chunk(i, new_frames=2, context_frames=2 if i else 0, start_frame=2 * i))
+    lanes.engine.finish(later_seq.request_id, None)
+    chunks, ended = outcome(later)
+    assert ended is None and len(chunks) == 4 and lanes.codecs[dead].calls > calls
+
+
+def test_a_lane_that_is_down_shows_in_its_metric_until_it_is_back(lanes):
+    gate = threading.Event()
+    lanes.pb.SERVER.on_load = lambda model: gate.wait(5) and lanes._fresh_stub(model)
     lanes.codecs["codec_urgent"].is_dead = True
     request = lanes.speak()
     seq = lanes.engine.next_sequence()
-    seq.sink.emit(chunk(0))  # chunk 0 goes to the urgent lane
+    seq.sink.emit(chunk(0))
+    assert wait_until(lambda: lane_metrics(lanes, "voxlane_lane_up")["codec_urgent"] == 0)
+    assert lanes.router.lane_health.unavailable("codec_urgent").reason is EndReason.LANE_DOWN
+    gate.set()
+    assert wait_until(lambda: lane_metrics(lanes, "voxlane_lane_up")["codec_urgent"] == 1)
+    lanes.engine.finish(seq.request_id, None)
     chunks, ended = outcome(request)
-    assert chunks == [] and ended.reason is EndReason.LANE_DOWN
-    assert "codec_urgent failed" in ended.message and "process died" in ended.message
-    assert lanes.pb.SERVER.unloaded == ["codec_urgent"]
+    assert ended is None and len(chunks) == 1
+
+
+def test_with_both_codec_lanes_dead_the_stream_ends_as_lane_down_and_frees_its_lm_slot(lanes):
+    lanes.pb.SERVER.on_load = lambda model: None  # the reload never brings them back
+    for codec in lanes.codecs.values():
+        codec.is_dead = True
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0))
+    chunks, ended = outcome(request)
+    assert chunks == [] and ended.reason is EndReason.LANE_DOWN and "process died" in ended.message
     assert lanes.engine.cancelled == [seq.request_id]  # the LM stops generating for it
-    later = lanes.speak()  # the lane is out of service: refused at once, before any codec call
-    calls = lanes.codecs["codec_urgent"].calls
-    lanes.engine.next_sequence().sink.emit(chunk(0))
-    _, ended = outcome(later)
-    assert ended.reason is EndReason.LANE_DOWN and "/v2/repository/models/codec_urgent/load" in ended.message
-    assert lanes.codecs["codec_urgent"].calls == calls
+
+
+def test_reloading_is_bounded_and_then_left_to_an_operator(lanes):
+    def refuse(model):
+        raise RuntimeError("load failed")
+    lanes.pb.SERVER.on_load = refuse
+    lanes.codecs["codec_urgent"].is_dead = True
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0))
+    assert wait_until(lambda: "reloading it failed" in (lanes.router.lane_health.unavailable("codec_urgent")
+                                                        or Ended(EndReason.DONE)).message)
+    assert lanes.pb.SERVER.loaded == ["codec_urgent"] * 3  # lane_reload_attempts
+    lanes.pb.SERVER.ready["codec_urgent"] = True  # an operator loaded it
+    lanes.codecs["codec_urgent"].is_dead = False
+    assert wait_until(lambda: lanes.router.lane_health.unavailable("codec_urgent") is None)
+    lanes.engine.finish(seq.request_id, None)
+    assert outcome(request)[1] is None  # its chunk went to the other lane meanwhile
 
 
 def test_a_failing_codec_call_is_internal_not_lane_down(lanes):
@@ -122,8 +183,28 @@ def test_a_dead_lm_ends_every_live_stream_as_lane_down_and_refuses_new_ones(lane
         _, ended = outcome(request)
         assert ended.reason is EndReason.LANE_DOWN and "speechlm_lm lane is down" in ended.message
     assert lanes.pb.SERVER.unloaded == ["speechlm_lm"]
-    _, ended = outcome(lanes.speak("After the LM died."))
-    assert ended.reason is EndReason.LANE_DOWN and "/v2/repository/models/speechlm_lm/load" in ended.message
+
+
+def test_a_dead_lm_is_refused_while_it_reloads_and_serves_again_after(lanes):
+    gate = threading.Event()
+    lanes.pb.SERVER.on_load = lambda model: gate.wait(5) and lanes._fresh_stub(model)
+    request = lanes.speak("Before the LM died.")
+    lanes.engine.next_sequence()
+    lanes.lm_is_dead = True
+    assert lanes.router.lm_watch.check() is True
+    _, ended = outcome(request)
+    assert ended.reason is EndReason.LANE_DOWN
+    _, ended = outcome(lanes.speak("While it reloads."))
+    assert ended.reason is EndReason.LANE_DOWN and "being reloaded" in ended.message
+    gate.set()
+    assert wait_until(lambda: lanes.router.lane_health.unavailable("speechlm_lm") is None)
+    assert lane_metrics(lanes, "voxlane_lane_restarts_total")["speechlm_lm"] == 1
+    request = lanes.speak("After the reload.")
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0))
+    lanes.engine.finish(seq.request_id, None)
+    chunks, ended = outcome(request)
+    assert ended is None and len(chunks) == 1
 
 
 def test_a_client_that_cancels_between_chunks_ends_cancelled_and_the_lm_drops_it(lanes):

@@ -102,3 +102,38 @@ def test_sse_events_carry_base64_audio_and_usage():
     assert delta == {"type": "speech.audio.delta", "audio": base64.b64encode(b"\x01\x02").decode()}
     done = json.loads(audio_done(6, 3)[len(b"data: "):])
     assert done["type"] == "speech.audio.done" and done["usage"]["total_tokens"] == 9
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"input": "\ud800"}, "input"),  # a lone surrogate: JSON can spell it, UTF-8 cannot
+    ({"voice": "a\udfffb"}, "voice"),
+    ({"seed": 2 ** 63}, "seed"),  # past INT64
+    ({"seed": -(2 ** 63) - 1}, "seed"),
+    ({"top_k": 4294967301}, "top_k"),  # past INT32: never wrapped to 5
+])
+def test_values_the_tensors_cannot_carry_are_bad_requests(fields, param):
+    error = parse_speech(body(**fields), MODELS)
+    assert isinstance(error, ApiError) and (error.status, error.param) == (400, param), error
+
+
+def test_the_widest_seeds_pass():
+    for seed in (2 ** 63 - 1, -(2 ** 63), 4294967297):
+        assert parse_speech(body(seed=seed), MODELS).params == {"seed": seed}
+
+
+@pytest.mark.parametrize("model", ["tts-1", "tts-1-hd", "gpt-4o-mini-tts", "qwen3-tts-tiny"])
+def test_the_served_model_and_openais_names_are_accepted(model):
+    assert parse_speech(body(model=model), MODELS).model == model
+
+
+@pytest.mark.parametrize("model", ["tts-1xyz", "tts-1-hd-2", "gpt-4o-mini-tts-preview"])
+def test_a_name_that_only_starts_like_openais_is_refused(model):
+    error = parse_speech(body(model=model), MODELS)
+    assert isinstance(error, ApiError) and (error.status, error.code) == (404, "model_not_found")
+
+
+@pytest.mark.parametrize("fields", [{"response_format": "x" * 10_000}, {"x" * 10_000: 1},
+                                    {"model": "m" * 10_000}, {"seed": "9" * 10_000}])
+def test_errors_quote_at_most_a_short_piece_of_a_bad_value(fields):
+    error = parse_speech(body(**fields), MODELS)
+    assert isinstance(error, ApiError) and len(error.message) < 300, error.message[:400]

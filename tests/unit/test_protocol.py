@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS, scalar_array
 from protocol.wire import decode_error, encode_error
@@ -51,3 +52,19 @@ def test_the_tensor_table_names_every_input_once_with_its_array():
     assert INPUT_NAMES[0] == "text" and REQUEST_INPUTS["text"].is_required
     assert scalar_array("top_k", 5).dtype == REQUEST_INPUTS["top_k"].dtype
     assert scalar_array("voice", "tiny").tolist() == [b"tiny"]
+
+
+@pytest.mark.parametrize("name, value", [("top_k", 4294967301), ("top_k", -(2 ** 31) - 1), ("seed", 2 ** 63)])
+def test_an_integer_outside_its_dtype_is_an_error_never_a_wrap(name, value):
+    with pytest.raises(ValueError, match=name):
+        scalar_array(name, value)
+
+
+def test_the_edges_of_an_integer_dtype_fit():
+    assert scalar_array("seed", 2 ** 63 - 1)[0] == 2 ** 63 - 1 and scalar_array("top_k", 2 ** 31 - 1)[0] == 2 ** 31 - 1
+
+
+def test_a_quote_of_a_long_value_is_short_and_says_its_length():
+    assert quoted("tiny") == "'tiny'"
+    long = quoted("v" * 10_000)
+    assert len(long) < 110 and long.startswith("'vvv") and "10000 characters" in long

@@ -1,10 +1,13 @@
 """The request contract's parser, without a server."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from backend_python.triton.request_inputs import RequestError, RequestLimits, parse_speech_request
+from backend_python.triton.request_inputs import (RequestError, RequestLimits, check_request_parameters,
+                                                  parse_speech_request)
 
 LIMITS = RequestLimits(max_text_chars=50, max_audio_seconds=30.0, default_audio_seconds=10.0)
 
@@ -45,3 +48,25 @@ def test_limits_from_model_parameters():
     limits = RequestLimits.from_parameters({"max_text_chars": "10", "max_audio_seconds": "90"})
     assert (limits.max_text_chars, limits.max_audio_seconds) == (10, 90.0)
     assert RequestLimits.from_parameters({}) == RequestLimits()
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\ufeff", " \u200b\ufeff\u2060 ", "\u200d\u3000"])
+def test_text_with_no_speakable_character_is_empty(text):
+    with pytest.raises(RequestError, match="empty"):
+        parse(text=np.array([text.encode()], dtype=object))
+
+
+def test_invisible_characters_beside_speakable_ones_pass():
+    assert parse(text=np.array(["\ufeffHi\u200b".encode()], dtype=object)).text == "\ufeffHi\u200b"
+
+
+def test_the_documented_top_p_minimum_is_accepted_as_float32():
+    assert parse(text=np.array([b"Hi"], dtype=object), top_p=np.float32(1e-6)).top_p == pytest.approx(1e-6)
+    with pytest.raises(RequestError, match="top_p"):
+        parse(text=np.array([b"Hi"], dtype=object), top_p=np.float32(9e-7))
+
+
+def test_a_long_unknown_parameter_is_quoted_short():
+    with pytest.raises(RequestError) as caught:
+        check_request_parameters(json.dumps({"x" * 10_000: 1}))
+    assert len(str(caught.value)) < 300 and "10000 characters" in str(caught.value)

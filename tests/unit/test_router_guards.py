@@ -8,7 +8,7 @@ import pytest
 
 from backend_python.triton import fault_inject
 from backend_python.router.cancel_watch import CancelWatch
-from backend_python.router.lane_health import LaneHealth
+from backend_python.router.lane_health import HealPolicy, LaneHealth, ModelControl
 from backend_python.triton.request_inputs import RequestError, check_request_parameters
 from protocol.reasons import EndReason
 
@@ -62,35 +62,77 @@ def test_cancel_watch_survives_a_failing_cancel():
         watch.stop()
 
 
-def test_a_dead_stub_is_unloaded_once_and_serves_again_when_loaded():
-    unloads: list[str] = []
-    ready = {"codec": True}
+class FakeControl:
+    """Model control of a server whose loads fail `failing_loads` times, then start a live stub."""
 
-    def unload(model: str) -> None:
-        unloads.append(model)
-        ready[model] = False
+    def __init__(self, failing_loads: int = 0, can_unload: bool = True) -> None:
+        self.ready = {"codec": True, "codec_urgent": True}
+        self.calls: list[tuple[str, str]] = []
+        self.failing_loads, self.can_unload = failing_loads, can_unload
+        self.is_stub_alive = {"codec": True, "codec_urgent": True}
 
-    health = LaneHealth(unload=unload, is_ready=lambda m: ready[m])
-    assert health.unavailable("codec") is None and unloads == []
+    def unload(self, model: str) -> None:
+        if not self.can_unload:
+            raise RuntimeError("explicit model load / unload is not allowed")
+        self.calls.append(("unload", model))
+        self.ready[model] = False
+
+    def load(self, model: str) -> None:
+        self.calls.append(("load", model))
+        if self.failing_loads > 0:
+            self.failing_loads -= 1
+            raise RuntimeError("load failed")
+        self.ready[model], self.is_stub_alive[model] = True, True
+
+    def control(self) -> ModelControl:
+        return ModelControl(self.unload, self.load, lambda m: self.ready[m], lambda m: self.is_stub_alive[m])
+
+
+FAST = HealPolicy(reload_attempts=3, first_delay_s=0.01, unload_wait_s=1.0, poll_s=0.01)
+
+
+def wait_for(predicate, timeout_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_dead_stub_is_reloaded_once_per_death_and_serves_again():
+    fake, changes = FakeControl(failing_loads=1), []
+    health = LaneHealth(fake.control(), FAST, lambda *change: changes.append(change))
+    assert health.unavailable("codec") is None
+    fake.is_stub_alive["codec"] = False
     ended = health.on_dead("codec", "Stub process 'codec_0_0' is not healthy.")
     assert ended.reason is EndReason.LANE_DOWN and "codec failed" in ended.message and "process died" in ended.message
     health.on_dead("codec", "Stub process 'codec_0_0' is not healthy.")  # a second stream, same crash
-    assert unloads == ["codec"]
-    down = health.unavailable("codec")
-    assert down.reason is EndReason.LANE_DOWN and "POST /v2/repository/models/codec/load" in down.message
     assert health.unavailable("codec_urgent") is None
-    ready["codec"] = True  # an operator loaded it again
-    assert health.unavailable("codec") is None
+    assert wait_for(lambda: health.unavailable("codec") is None)
+    assert fake.calls == [("unload", "codec"), ("load", "codec"), ("unload", "codec"), ("load", "codec")]
+    assert changes == [("codec", False, False), ("codec", True, True)]
+
+
+def test_reloading_gives_up_after_its_attempts_and_then_notices_an_operators_load():
+    fake = FakeControl(failing_loads=99)
+    health = LaneHealth(fake.control(), FAST)
+    health.on_dead("codec", "dead")
+    assert wait_for(lambda: "reloading it failed" in health.unavailable("codec").message)
+    assert fake.calls.count(("load", "codec")) == 3
+    assert "POST /v2/repository/models/codec/load" in health.unavailable("codec").message
+    fake.ready["codec"] = True  # an operator loaded it again
+    assert wait_for(lambda: health.unavailable("codec") is None)
 
 
 def test_a_lane_that_cannot_be_unloaded_stays_down():
-    def unload(model: str) -> None:
-        raise RuntimeError("explicit model load / unload is not allowed")
-
-    health = LaneHealth(unload=unload, is_ready=lambda m: True)  # the dead model still looks ready
+    fake = FakeControl(can_unload=False)  # the dead model still looks ready
+    health = LaneHealth(fake.control(), FAST)
     health.on_dead("codec_urgent", "Stub process 'codec_urgent_0_0' is not healthy.")
+    assert wait_for(lambda: "cannot be unloaded" in health.unavailable("codec_urgent").message)
+    time.sleep(1.2)  # past the operator check: a ready dead model must not count as reloaded
     down = health.unavailable("codec_urgent")
-    assert down.reason is EndReason.LANE_DOWN and "down" in down.message
+    assert down.reason is EndReason.LANE_DOWN and fake.calls == []
 
 
 def test_fault_hook_is_off_unless_the_environment_turns_it_on(monkeypatch):

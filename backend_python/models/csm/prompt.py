@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from protocol.quoting import quoted
+
 from ..base import Prompt
 
 
@@ -16,7 +18,7 @@ def resolve_speaker(speakers: tuple[str, ...], voice: str | None) -> str:
     if voice is None:
         return speakers[0]
     if voice not in speakers:
-        raise ValueError(f"unknown voice {voice!r}; known voices: {list(speakers)}")
+        raise ValueError(f"unknown voice {quoted(voice)}; known voices: {list(speakers)}")
     return voice
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from protocol.quoting import quoted
+
 from ..base import DecodeBatch, Prompt
 from ..frame_buffers import batch_buckets
 from ..layers.decoder import KVCache
@@ -161,7 +163,7 @@ class OrpheusLM(SlotSpeechLM):
         if voice is None:
             return self.voices[0]
         if voice.lower() not in self.voices:
-            raise ValueError(f"unknown voice {voice!r}; known voices: {list(self.voices)}")
+            raise ValueError(f"unknown voice {quoted(voice)}; known voices: {list(self.voices)}")
         return voice.lower()
 
     def _cache_upto(self, num_positions: int) -> KVCache:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from protocol.quoting import quoted
+
 from ..base import DecodeBatch, Prompt
 from ..frame_buffers import batch_buckets
 from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
@@ -228,7 +230,7 @@ class Qwen3TTSLM(SlotSpeechLM):
         if voice is None:
             return self.voices[0]
         if voice.lower() not in self.config.talker.spk_id:
-            raise ValueError(f"unknown voice {voice!r}; known voices: {list(self.voices)}")
+            raise ValueError(f"unknown voice {quoted(voice)}; known voices: {list(self.voices)}")
         return voice.lower()
 
     def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
