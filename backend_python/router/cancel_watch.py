@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from backend_python.triton.periodic import Periodic
+
 log = logging.getLogger("voxlane.router")
 
 
@@ -39,18 +41,15 @@ class _Watched:
 class CancelWatch:
     def __init__(self, on_cancel: Callable[[str], None], period_s: float = 0.2) -> None:
         self._on_cancel = on_cancel
-        self._period_s = period_s
         self._lock = threading.Lock()
         self._live: dict[str, _Watched] = {}
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="voxlane-cancel-watch", daemon=True)
+        self._thread = Periodic("voxlane-cancel-watch", period_s, self._poll)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=2 * self._period_s + 1.0)
+        self._thread.stop()
 
     def add(self, stream_id: str, is_cancelled: Callable[[], bool]) -> None:
         with self._lock:
@@ -68,13 +67,12 @@ class CancelWatch:
         with self._lock:
             return len(self._live)
 
-    def _loop(self) -> None:
-        while not self._stopped.wait(self._period_s):
-            for stream_id in self._cancelled_now():
-                try:
-                    self._on_cancel(stream_id)
-                except Exception:  # one failed cancel must not stop the watch for the others
-                    log.exception("cancelling stream %s failed", stream_id)
+    def _poll(self) -> None:
+        for stream_id in self._cancelled_now():
+            try:
+                self._on_cancel(stream_id)
+            except Exception:  # one failed cancel must not stop the watch for the others
+                log.exception("cancelling stream %s failed", stream_id)
 
     def _cancelled_now(self) -> list[str]:
         """Cancelled streams, removed from the watch (each is reported once)."""

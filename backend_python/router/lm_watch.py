@@ -9,11 +9,9 @@ LM was loaded again.
 """
 from __future__ import annotations
 
-import logging
-import threading
 from typing import Callable
 
-log = logging.getLogger("voxlane.router")
+from backend_python.triton.periodic import Periodic
 
 
 class LMWatch:
@@ -23,16 +21,13 @@ class LMWatch:
         """`is_dead()` probes the LM's process (StubWatch.is_dead)."""
         self._is_dead, self._on_dead = is_dead, on_dead
         self._has_streams, self._is_lm_available = has_streams, is_lm_available
-        self._period_s = period_s
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="voxlane-lm-watch", daemon=True)
+        self._thread = Periodic("voxlane-lm-watch", period_s, self.check)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=self._period_s + 1.0)
+        self._thread.stop()
 
     def check(self) -> bool:
         """One probe when it is due; True when it found the LM dead (and reported it)."""
@@ -42,10 +37,3 @@ class LMWatch:
             return False
         self._on_dead()
         return True
-
-    def _loop(self) -> None:
-        while not self._stopped.wait(self._period_s):
-            try:
-                self.check()
-            except Exception:  # a failed probe must not end the watch
-                log.exception("probing the LM failed")

@@ -20,15 +20,15 @@ The four `voxlane_lm_*_seconds_total` counters together cover the LM thread's wa
 """
 from __future__ import annotations
 
-import logging
 import threading
 
 import triton_python_backend_utils as pb_utils
 
+from backend_python.triton.periodic import Periodic
+
 from protocol.models import LANE_MODELS
 from scheduler import Lane
 
-log = logging.getLogger("voxlane.metrics")
 STEP_BATCH_BUCKETS = [1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0]
 PHASE_FLUSH_PERIOD_S = 1.0
 TTFA_BUCKETS_MS = [10.0, 25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0, 2000.0, 5000.0]
@@ -123,7 +123,7 @@ class LMPhaseMetrics:
         """`drain()` -> `PhaseTotals` since its last call."""
         from backend_python.engine.timing import LoopPhase
 
-        self._drain, self._period_s = drain, period_s
+        self._drain = drain
         self._families, self._seconds = [], {}
         for phase in LoopPhase:
             family = pb_utils.MetricFamily(f"voxlane_lm_{phase.value}_seconds_total",
@@ -135,15 +135,13 @@ class LMPhaseMetrics:
                                       pb_utils.MetricFamily.HISTOGRAM)
         self._families.append(batch)
         self._batch = batch.Metric(labels={}, buckets=STEP_BATCH_BUCKETS)
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="voxlane-lm-metrics", daemon=True)
+        self._thread = Periodic("voxlane-lm-metrics", period_s, self.flush)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=self._period_s + 1.0)
+        self._thread.stop()
 
     def flush(self) -> None:
         totals = self._drain()
@@ -153,10 +151,3 @@ class LMPhaseMetrics:
         for batch_size, count in totals.step_batch_sizes.items():
             for _ in range(count):
                 self._batch.observe(float(batch_size))
-
-    def _loop(self) -> None:
-        while not self._stopped.wait(self._period_s):
-            try:
-                self.flush()
-            except Exception:  # a failed export must not end the export thread
-                log.exception("exporting the LM's phase metrics failed")

@@ -5,7 +5,6 @@ import queue
 import random
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,17 +12,13 @@ import tritonclient.grpc as grpcclient
 
 from clients.live_stream import LiveStream, Outcome
 from clients.stream import build_inputs, synthesize
+from tests import waiting
 from tests.e2e.test_metrics import scrape
 from tests.e2e.test_streaming import TEXT
 
 
 def wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
+    return waiting.wait_for(predicate, timeout_s, poll_s=0.1)
 
 
 def start_long_stream(url: str) -> grpcclient.InferenceServerClient:

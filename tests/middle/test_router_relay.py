@@ -3,7 +3,6 @@ routing, cancellation and lane death end every stream with the right reason."""
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from protocol.reasons import Ended, EndReason
 from protocol.wire import decode_error
 from tests.middle.conftest import SAMPLES_PER_FRAME, chunk
+from tests.waiting import wait_for as wait_until
 
 
 def outcome(request, timeout_s: float = 5.0):
@@ -24,15 +24,6 @@ def outcome(request, timeout_s: float = 5.0):
         outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
         chunks.append((int(outputs["chunk_index"][0]), outputs["lane"][0].decode(), outputs["audio"].size))
     return chunks, ended
-
-
-def wait_until(predicate, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_chunks_are_routed_decoded_and_sent_in_order(lanes):

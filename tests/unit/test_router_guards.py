@@ -11,6 +11,7 @@ from backend_python.router.cancel_watch import CancelWatch
 from backend_python.router.lane_health import HealPolicy, LaneHealth, ModelControl
 from backend_python.triton.request_inputs import RequestError, check_request_parameters
 from protocol.reasons import EndReason
+from tests.waiting import wait_for
 
 
 def test_request_parameters_are_refused_by_name():
@@ -89,15 +90,6 @@ class FakeControl:
 
 
 FAST = HealPolicy(reload_attempts=3, first_delay_s=0.01, unload_wait_s=1.0, poll_s=0.01)
-
-
-def wait_for(predicate, timeout_s: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_a_dead_stub_is_reloaded_once_per_death_and_serves_again():
