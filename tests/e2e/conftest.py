@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from clients.bench.compare import free_ports
+from clients.gateway.config import GatewayConfig
+from clients.gateway.server import GatewayProcess
 from clients.serve import ServeConfig, Server
 from clients.triton_launch import Ports
 
@@ -89,3 +91,13 @@ def family_facts(preset: str, url: str) -> FamilyServer:
     codec = registry.load_codec(spec, device="cpu", dtype="float32")
     return FamilyServer(preset, url, codec.num_codebooks, lm.frame_rate, codec.sample_rate,
                         codec.samples_per_frame, lm.voices)
+
+
+@pytest.fixture(scope="module")
+def gateway(server, tmp_path_factory):
+    """The OpenAI gateway in front of the default server (a test module may bring its own)."""
+    config = GatewayConfig(tritons=(server.grpc_url,), port=free_ports(1)[0])
+    process = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
+    process.wait_ready(60)
+    yield process
+    process.stop()

@@ -7,22 +7,10 @@ import urllib.request
 
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
 from clients.stream import synthesize
 from tests import dashboard
 
 SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})? ", re.MULTILINE)
-
-
-@pytest.fixture(scope="module")
-def gateway(server, tmp_path_factory):
-    config = GatewayConfig(tritons=(server.grpc_url,), port=free_ports(1)[0])
-    process = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
-    process.wait_ready(60)
-    yield process
-    process.stop()
 
 
 def _series(url: str) -> set[str]:

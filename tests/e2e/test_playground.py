@@ -7,24 +7,12 @@ import shutil
 
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
 from tests.audio_decode import decode
 
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")
 TIMEOUT_MS = 60_000
-
-
-@pytest.fixture(scope="module")
-def gateway(server, tmp_path_factory):
-    config = GatewayConfig(tritons=(server.grpc_url,), port=free_ports(1)[0])
-    process = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
-    process.wait_ready(60)
-    yield process
-    process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -52,14 +52,6 @@ def test_smallest_bucket():
     assert smallest_at_least((1, 2, 4, 8), 9) is None
 
 
-@pytest.fixture
-def no_tf32():
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 @needs_cuda
 def test_fused_snake_matches_the_torch_expression(no_tf32):
     from backend_python.models.kernels.snake import snake_beta, snake_beta_reference

@@ -220,14 +220,6 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 CUDA_ATOL = 1e-4  # fp32 without TF32, as the windowed graphs' test: other kernels, the same arithmetic
 
 
-@pytest.fixture
-def no_tf32():
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 @needs_cuda
 def test_stream_graph_replay_equals_the_eager_stream_decode(no_tf32):
     cuda = Qwen3TTSCodec.from_config(tiny_codec_config(), device="cuda", seed=3)
