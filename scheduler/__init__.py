@@ -17,7 +17,7 @@ from .config import AdmissionPolicyName, SchedulerConfig
 from .lanes import Lane, ServingMode
 from .latency import LatencyEstimator, LatencyStat
 from .playback import PlaybackClock
-from .routing import ChunkRouter, RouteDecision, RouteReason
+from .routing import ROUTES, ChunkRouter, RouteDecision, RouteReason
 
 __all__ = [
     "AdmissionPolicy",
@@ -35,6 +35,7 @@ __all__ = [
     "PrefillFirstPolicy",
     "RouteDecision",
     "RouteReason",
+    "ROUTES",
     "SchedulerConfig",
     "ServingMode",
     "StreamStatus",

@@ -32,6 +32,11 @@ class RouteReason(str, Enum):
     MODE = "mode"  # the serving mode has only one lane
 
 
+# every (lane, reason) pair `ChunkRouter.route` can give: the router's metrics count each
+ROUTES = ((Lane.URGENT, RouteReason.FIRST_CHUNK), (Lane.URGENT, RouteReason.LOW_SLACK),
+          (Lane.BACKGROUND, RouteReason.SLACK_OK), *((lane, RouteReason.MODE) for lane in Lane))
+
+
 @dataclass(frozen=True)
 class RouteDecision:
     """Lane for one chunk; `slack_s`/`margin_s` are None when the rule did not need them."""

@@ -10,13 +10,15 @@ state stands; any other chunk takes the windowed path and leaves a state
 (engine/codec_runner.py). Outputs: `audio` FP32
 [1, new_frames * samples_per_frame], `sample_rate` INT32 [1, 1], `batch_size`
 INT32 [1, 1] (how many chunks shared the call: the router's latency estimate
-keys on it). A malformed request is answered with its own error; the others
+keys on it), `run_ms` FP32 [1, 1] (the wall time of this `execute`'s decode, the same for every chunk
+of the batch: the router splits its call time into queueing and run with it). A malformed request is answered with its own error; the others
 in the batch still decode. So is a request whose decode raises: when a batched
 decode fails, each window is decoded alone and only the failing ones get an error.
 """
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -52,11 +54,13 @@ class CodecModel:
                 errors.append(str(exc))
             faulty.append(fault_inject.is_tagged(self._fault_marker, request.parameters()))
         valid = [i for i, w in enumerate(windows) if w is not None]
+        started = time.perf_counter()
         decoded = dict(zip(valid, self._decode_isolated([windows[i] for i in valid], [faulty[i] for i in valid])))
+        run_ms = (time.perf_counter() - started) * 1e3
         for i, audio in decoded.items():
             if isinstance(audio, str):
                 errors[i] = audio
-        return [self._response(err, decoded.get(i) if err is None else None, len(windows))
+        return [self._response(err, decoded.get(i) if err is None else None, len(windows), run_ms)
                 for i, err in enumerate(errors)]
 
     def _decode_isolated(self, windows: list, faulty: list[bool]) -> list:
@@ -101,13 +105,14 @@ class CodecModel:
             audio = self.runner.decode_chunks(chunks)
         return [a.float().cpu().numpy() for a in audio]
 
-    def _response(self, error: str | None, audio: np.ndarray | None, batch_size: int):
+    def _response(self, error: str | None, audio: np.ndarray | None, batch_size: int, run_ms: float):
         if error is not None:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(error))
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("audio", audio.reshape(1, -1).astype(np.float32)),
             pb_utils.Tensor("sample_rate", np.array([[self.codec.sample_rate]], dtype=np.int32)),
             pb_utils.Tensor("batch_size", np.array([[batch_size]], dtype=np.int32)),
+            pb_utils.Tensor("run_ms", np.array([[run_ms]], dtype=np.float32)),
         ])
 
 

@@ -28,3 +28,8 @@ def lm_refusal(response) -> Ended | None:
 def scalar_output(response, name: str) -> int:
     """An INT32 output of shape [1] or [1, 1] as an int."""
     return int(pb_utils.get_output_tensor_by_name(response, name).as_numpy().reshape(-1)[0])
+
+
+def float_output(response, name: str) -> float:
+    """An FP32 output of shape [1] or [1, 1] as a float."""
+    return float(pb_utils.get_output_tensor_by_name(response, name).as_numpy().reshape(-1)[0])

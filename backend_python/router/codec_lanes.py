@@ -92,7 +92,7 @@ class CodecLanes:
     def _call(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict, place: StreamPlace | None):
         model = LANE_MODELS[lane]
         request = pb_utils.InferenceRequest(
-            model_name=model, requested_output_names=["audio", "sample_rate", "batch_size"],
+            model_name=model, requested_output_names=["audio", "sample_rate", "batch_size", "run_ms"],
             inputs=[pb_utils.Tensor("codes", tokens[None].astype(np.int32)),
                     pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32)),
                     *(place.tensors() if place is not None and lane is Lane.BACKGROUND else [])],
@@ -107,7 +107,7 @@ class CodecLanes:
             return self._on_call_error(model, response.error().message())
         elapsed = time.monotonic() - started
         self.estimator.observe(lane, max(1, bls.scalar_output(response, "batch_size")), elapsed)
-        self._metrics.on_codec_call(lane, elapsed)
+        self._metrics.on_codec_call(lane, elapsed, bls.float_output(response, "run_ms") / 1e3)
         audio = pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)
         # a copy: as_numpy() views the response's shared memory, freed with the response (a view
         # sent later crashed the stub)

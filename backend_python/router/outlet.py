@@ -49,7 +49,7 @@ class Outlet:
             return False
         now = time.monotonic()
         deadline = clock.deadline(chunk.index) if chunk.index > 0 else None
-        self._metrics.on_chunk(chunk.lane, is_stall=deadline is not None and now > deadline)
+        self._metrics.on_chunk(chunk.lane, chunk.reason, None if deadline is None else deadline - now)
         if chunk.index == 0:
             self._metrics.on_first_chunk(now - job.arrival)
         clock.on_sent(chunk.index, chunk.duration_s, now)

@@ -50,13 +50,15 @@ class Relay:
         """Route and decode one LM chunk (its arrays by output name)."""
         index = int(arrays["chunk_index"][0])
         now = time.monotonic()
-        lane = self._router.route(clock, index, now, self._codecs.batch_size_if_joined(Lane.BACKGROUND)).lane
+        route = self._router.route(clock, index, now, self._codecs.batch_size_if_joined(Lane.BACKGROUND))
+        lane = route.lane
         decoded = (_inline_audio(arrays) if lane is Lane.INLINE
                    else self._codecs.decode(lane, arrays["tokens"], int(arrays["context_frames"][0]),
                                             job.codec_parameters, _place(job.stream_id, arrays)))
         if isinstance(decoded, Ended):
             return decoded
-        chunk = DecodedChunk(index, lane, *decoded, is_last=bool(arrays.get("is_last", [False])[0]))
+        chunk = DecodedChunk(index, lane, *decoded, is_last=bool(arrays.get("is_last", [False])[0]),
+                             reason=route.reason)
         clock.on_emitted(index, chunk.duration_s)
         return chunk
 

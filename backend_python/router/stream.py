@@ -8,7 +8,7 @@ import triton_python_backend_utils as pb_utils
 
 from backend_python.audio.stream import AudioPiece, StreamAudio
 from protocol.tensors import LM_INPUT_NAMES
-from scheduler import Lane
+from scheduler import Lane, RouteReason
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class DecodedChunk:
     audio: np.ndarray  # [n] float32, at the codec's rate
     sample_rate: int
     is_last: bool = False  # the LM marked it its stream's last chunk
+    reason: RouteReason | None = None  # why the routing rule chose `lane` (metrics)
 
     @property
     def duration_s(self) -> float:

@@ -9,6 +9,10 @@
 | `voxlane_lane_up` | gauge | `lane` | 1 while the lane model (`speechlm_lm`, `codec`, `codec_urgent`) serves, 0 while it is down |
 | `voxlane_lane_restarts_total` | counter | `lane` | times the router reloaded the lane after its process died |
 | `voxlane_codec_ms` | histogram | `lane` | a chunk's codec call as the router sees it (queueing + batch decode) |
+| `voxlane_codec_run_ms` | histogram | `lane` | the lane's own run time of the batch decode that held the chunk |
+| `voxlane_codec_queue_ms` | histogram | `lane` | the rest of the call: `voxlane_codec_ms` minus the run time (queueing, transfer) |
+| `voxlane_chunks_routed_total` | counter | `lane`, `reason` | chunks sent, by routed lane and the reason the rule gave (`first_chunk`, `low_slack`, `slack_ok`, `mode`) |
+| `voxlane_chunk_slack_ms` | histogram | | a chunk's playback deadline minus its send time (chunk 0 has none; below 0 is a stall) |
 | `voxlane_lm_batch_size` | gauge | | requests in the LM lane's running batch after its last step |
 | `voxlane_lm_prefill_seconds_total` | counter | | the LM thread's time prefilling admitted requests |
 | `voxlane_lm_decode_seconds_total` | counter | | its time launching decode steps and waiting for their codes |
@@ -27,12 +31,13 @@ import triton_python_backend_utils as pb_utils
 from backend_python.triton.periodic import Periodic
 
 from protocol.models import LANE_MODELS
-from scheduler import Lane
+from scheduler import ROUTES, Lane, RouteReason
 
 STEP_BATCH_BUCKETS = [1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0]
 PHASE_FLUSH_PERIOD_S = 1.0
 TTFA_BUCKETS_MS = [10.0, 25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0, 2000.0, 5000.0]
 CODEC_BUCKETS_MS = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
+SLACK_BUCKETS_MS = [-500.0, -200.0, -100.0, -50.0, 0.0, 50.0, 100.0, 200.0, 300.0, 500.0, 1000.0, 2000.0, 5000.0]
 
 
 class RouterMetrics:
@@ -57,27 +62,52 @@ class RouterMetrics:
         restarts = pb_utils.MetricFamily("voxlane_lane_restarts_total",
                                          "Times the router reloaded the lane after its process died",
                                          pb_utils.MetricFamily.COUNTER)
-        self._families = (chunks, ttfa, stalls, live, codec, up, restarts)  # a family must outlive its metrics
+        run = pb_utils.MetricFamily("voxlane_codec_run_ms", "The codec lane's run time of the batch decode per chunk",
+                                    pb_utils.MetricFamily.HISTOGRAM)
+        queue = pb_utils.MetricFamily("voxlane_codec_queue_ms", "Codec call time per chunk less the lane's run time",
+                                      pb_utils.MetricFamily.HISTOGRAM)
+        routed = pb_utils.MetricFamily("voxlane_chunks_routed_total", "Chunks sent, by routed lane and routing reason",
+                                       pb_utils.MetricFamily.COUNTER)
+        slack = pb_utils.MetricFamily("voxlane_chunk_slack_ms", "A chunk's playback deadline minus its send time",
+                                      pb_utils.MetricFamily.HISTOGRAM)
+        self._families = (chunks, ttfa, stalls, live, codec, up, restarts,
+                          run, queue, routed, slack)  # a family must outlive its metrics
         self._lane_up = {model: up.Metric(labels={"lane": model}) for model in LANE_MODELS}
         self._lane_restarts = {model: restarts.Metric(labels={"lane": model}) for model in LANE_MODELS}
         for gauge in self._lane_up.values():
             gauge.set(1)
         self._codec = {lane: codec.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)
                        for lane in (Lane.URGENT, Lane.BACKGROUND)}
+        self._codec_run = {lane: run.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)
+                           for lane in (Lane.URGENT, Lane.BACKGROUND)}
+        self._codec_queue = {lane: queue.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)
+                             for lane in (Lane.URGENT, Lane.BACKGROUND)}
+        self._routed = {(lane, reason): routed.Metric(labels={"lane": lane.value, "reason": reason.value})
+                        for lane, reason in ROUTES}
+        self._slack = slack.Metric(labels={}, buckets=SLACK_BUCKETS_MS)
         self._chunks = {lane: chunks.Metric(labels={"lane": lane.value}) for lane in Lane}
         self._ttfa = ttfa.Metric(labels={}, buckets=TTFA_BUCKETS_MS)
         self._stalls = stalls.Metric(labels={})
         self._live = live.Metric(labels={})
 
-    def on_chunk(self, lane: Lane, is_stall: bool) -> None:
+    def on_chunk(self, lane: Lane, reason: RouteReason | None, slack_s: float | None) -> None:
+        """A chunk sent: its routed lane, the rule's reason, and its deadline minus now (None for chunk 0,
+        whose deadline is its own send); a negative slack is a stall."""
         with self._lock:
             self._chunks[lane].increment(1)
-            if is_stall:
-                self._stalls.increment(1)
+            if (routed := self._routed.get((lane, reason))) is not None:
+                routed.increment(1)
+            if slack_s is not None:
+                self._slack.observe(slack_s * 1e3)
+                if slack_s < 0:
+                    self._stalls.increment(1)
 
-    def on_codec_call(self, lane: Lane, seconds: float) -> None:
+    def on_codec_call(self, lane: Lane, seconds: float, run_s: float) -> None:
+        """One codec call: its time as the router saw it and the lane's own run time within it."""
         with self._lock:
             self._codec[lane].observe(seconds * 1e3)
+            self._codec_run[lane].observe(run_s * 1e3)
+            self._codec_queue[lane].observe(max(0.0, seconds - run_s) * 1e3)
 
     def on_first_chunk(self, ttfa_s: float) -> None:
         with self._lock:

@@ -24,7 +24,8 @@ def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
                             "send nothing")
     bench.add_argument("--from-perf-analyzer", type=Path, nargs="+", default=None, metavar="EXPORT.json",
                        help="TTFA, chunk gaps and stalls from perf_analyzer --profile-export-file files; send nothing")
-    plot = subparsers.add_parser("plot", help="plot attainment, p99 TTFA and goodput vs rate from results.json files")
+    plot = subparsers.add_parser("plot", help="plot attainment, p99 TTFA and goodput vs rate "
+                                 "(and the lanes under load beside) from results.json files")
     plot.add_argument("results", nargs="+", type=Path, help="results.json files (or their directories)")
     plot.add_argument("-o", "--output", type=Path, default=Path("bench.png"))
     compare = subparsers.add_parser("compare", help="start the server in each mode, bench it, print capacity ratios")
@@ -93,9 +94,12 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace) -> int:
     from clients.bench.plot import plot_results
+    from clients.bench.plot_lanes import has_lanes, lanes_path, plot_lanes
     from clients.bench.runner import load_results
-    path = plot_results([load_results(p) for p in args.results], args.output)
-    print(f"wrote {path}")
+    results = [load_results(p) for p in args.results]
+    print(f"wrote {plot_results(results, args.output)}")
+    if has_lanes(results):  # a second figure: the lanes under load
+        print(f"wrote {plot_lanes(results, lanes_path(args.output))}")
     return 0
 
 

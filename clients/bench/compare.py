@@ -11,6 +11,7 @@ from pathlib import Path
 
 from clients.bench.config import BenchConfig
 from clients.bench.plot import plot_results
+from clients.bench.plot_lanes import has_lanes, lanes_path, plot_lanes
 from clients.bench.runner import run_bench
 from clients.bench.summary import ATTAINMENT_TARGETS
 from clients.serve import ServeConfig, Server
@@ -67,6 +68,8 @@ def run_compare(config: CompareConfig, log=print) -> dict:
     (out / "compare.json").write_text(json.dumps(report, indent=1))
     if results:
         plot_results(list(results.values()), out / "compare.png")
+        if has_lanes(list(results.values())):
+            plot_lanes(list(results.values()), lanes_path(out / "compare.png"))
     log(format_report(report))
     return report
 

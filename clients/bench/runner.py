@@ -13,7 +13,8 @@ from clients.bench.config import BenchConfig
 from clients.bench.loadgen import PlannedRequest, RunResult, plan_run, run_load
 from clients.bench.records import Slo
 from clients.bench.server_info import read_gateway_settings, read_server_settings
-from clients.bench.server_time import EXPORT_LAG_S, add_server_times, metrics_url_for, scrape, server_time
+from clients.bench.lanes import lane_delta, lanes_block, parse_lanes, pool
+from clients.bench.server_time import EXPORT_LAG_S, add_server_times, metrics_url_for, parse, scrape_text, server_time
 from clients.bench.summary import ATTAINMENT_TARGETS, RunWindow, capacities, next_search_rate, summarize_rate
 from clients.bench.workload import Utterance, load_workload
 
@@ -58,20 +59,23 @@ async def _run_all(config: BenchConfig, utterances: list[Utterance], log) -> dic
 
 
 async def _run_rate(config: BenchConfig, utterances, rate: float, runs: list[RunResult], log) -> dict:
-    rate_runs, times = [], []
+    rate_runs, times, lane_deltas = [], [], []
     metrics_url = config.metrics_url or metrics_url_for(config.url)
     for seed in config.seeds:
         plan = plan_run(config, utterances, rate, seed)
-        before = scrape(metrics_url) if config.protocol == "grpc" else None
+        before = scrape_text(metrics_url) if config.protocol == "grpc" else None
         rate_runs.append(await run_load(config, plan, rate, seed))
         if before is not None:
             await asyncio.sleep(EXPORT_LAG_S)  # the LM's last second of the run reaches /metrics
-            times.append(server_time(before, scrape(metrics_url)))
+            after = scrape_text(metrics_url)
+            times.append(server_time(parse(before), _parsed(after, parse)))
+            lane_deltas.append(lane_delta(parse_lanes(before), _parsed(after, parse_lanes)))
     runs.extend(rate_runs)
     summary = summarize_rate(rate, [RunWindow(r.records, r.window_s, r.wall_s) for r in rate_runs],
                              Slo(config.ttfa_slo_ms / 1e3))
     summary["client_overhead"] = _worst_overhead(rate_runs)
     summary["server_time"] = add_server_times(times)
+    summary["lanes"] = lanes_block(pool(lane_deltas))
     log(format_summary(summary))
     return summary
 
@@ -82,6 +86,10 @@ async def _warm_up(config: BenchConfig, utterances: list[Utterance]) -> None:
     result = await run_load(replace(config, request_timeout_s=WARMUP_TIMEOUT_S), [warm], 0.0, 0)
     if result.records[0].error:
         raise BenchError(f"warm-up request to {config.url} failed: {result.records[0].error}")
+
+
+def _parsed(text: str | None, parse_text):
+    return None if text is None else parse_text(text)
 
 
 def _worst_overhead(runs: list[RunResult]) -> dict:
@@ -104,7 +112,8 @@ def format_summary(s: dict) -> str:
     return (f"rate {s['rate']:g}/s: {s['num_requests']} req, {s['num_errors']} err, "
             f"TTFA p50/p90/p99 {ttfa['p50']}/{ttfa['p90']}/{ttfa['p99']} ms, stall rate {s['stall_rate']}, "
             f"SLO {s['slo_attainment']}, goodput {s['goodput_rps']}/s, completed {s['completed_rps']}/s, "
-            f"client loop lag p99 {lag['p99']} ms{_format_server_time(s.get('server_time'))}")
+            f"client loop lag p99 {lag['p99']} ms{_format_server_time(s.get('server_time'))}"
+            f"{_format_lanes(s.get('lanes'))}")
 
 
 def _format_server_time(block: dict | None) -> str:
@@ -112,6 +121,14 @@ def _format_server_time(block: dict | None) -> str:
         return ""
     shares = ", ".join(f"{phase} {share:.0%}" for phase, share in block["share"].items() if share is not None)
     return f"; LM time: {shares}; mean step batch {block['mean_step_batch']}"
+
+
+def _format_lanes(block: dict | None) -> str:
+    if not block or block["urgent_share_total"] is None:
+        return ""
+    share = block["urgent_share"]
+    return (f"; urgent {block['urgent_share_total']:.0%} (first {share['first_chunk']:.0%}, "
+            f"low slack {share['low_slack']:.0%}), slack p10 {block['slack_ms']['p10']} ms")
 
 
 def load_results(path: Path) -> dict:

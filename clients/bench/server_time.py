@@ -27,12 +27,17 @@ def metrics_url_for(grpc_url: str, metrics_port: int = 8002) -> str:
 
 def scrape(url: str, timeout_s: float = 5.0) -> dict[str, float] | None:
     """The LM lane's phase samples by name (histogram buckets as `name{le}`), or None if unreachable."""
+    text = scrape_text(url, timeout_s)
+    return None if text is None else parse(text)
+
+
+def scrape_text(url: str, timeout_s: float = 5.0) -> str | None:
+    """The /metrics text, or None if unreachable."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            text = response.read().decode()
+            return response.read().decode()
     except (urllib.error.URLError, OSError):
         return None
-    return parse(text)
 
 
 def parse(text: str) -> dict[str, float]:

@@ -58,7 +58,7 @@ def test_summaries_agree_with_the_records(results):
         runs = [run for run in results["runs"] if run["rate"] == summary["rate"]]
         windows = [RunWindow(tuple(_records(run)), run["window_s"], run["wall_s"]) for run in runs]
         recomputed = summarize_rate(summary["rate"], windows, slo)
-        assert {k: v for k, v in summary.items() if k not in ("client_overhead", "server_time")} == recomputed
+        assert {k: v for k, v in summary.items() if k not in ("client_overhead", "server_time", "lanes")} == recomputed
 
 
 def test_each_rate_records_where_the_lm_spent_its_time(results):
@@ -85,3 +85,21 @@ def test_plot_writes_a_png(results, tmp_path):
                            str(tmp_path / "fig.png")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "fig_lanes.png").read_bytes()[:4] == b"\x89PNG"  # the lanes under load
+
+
+def test_each_rate_records_its_lanes_under_load(results):
+    """Every chunk the rate's runs received is counted once by its routing reason; chunk 0 of each
+    request is urgent as the first chunk, so that share is requests over chunks."""
+    for summary in results["summaries"]:
+        runs = [run for run in results["runs"] if run["rate"] == summary["rate"]]
+        records = [r for run in runs for r in _records(run)]
+        num_chunks = sum(len(r.chunks) for r in records)
+        block = summary["lanes"]
+        assert block["num_chunks"] == num_chunks
+        assert block["routed"]["urgent"]["first_chunk"] == len(records)
+        assert block["urgent_share"]["first_chunk"] == pytest.approx(len(records) / num_chunks, abs=1e-4)
+        assert block["slack_ms"]["count"] == num_chunks - len(records)
+        for lane in ("urgent", "background"):
+            assert block["run_ms"][lane]["count"] == block["queue_ms"][lane]["count"]
+        assert block["run_ms"]["urgent"]["count"] >= len(records) and block["run_ms"]["urgent"]["mean"] > 0

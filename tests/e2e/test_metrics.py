@@ -31,6 +31,7 @@ def test_long_utterance_uses_both_codec_lanes_and_metrics_count_them(server, url
         codec_key = f'voxlane_codec_ms_count{{lane="{lane}"}}'
         assert after[codec_key] - before.get(codec_key, 0.0) == lanes.count(lane)
     assert after["voxlane_ttfa_ms_count"] - before.get("voxlane_ttfa_ms_count", 0.0) == 1
+    assert_lane_metrics_count(before, after, lanes)
     assert after["voxlane_live_requests"] == 0
     assert after["voxlane_lm_batch_size"] == 0  # the running batch is empty again
     assert "voxlane_stalls_total" in after
@@ -53,3 +54,21 @@ def test_lm_phase_counters_cover_its_time_and_count_its_steps(server, url):
     assert abs(sum(phases.values()) - elapsed) < 1.5
     steps = after["voxlane_lm_step_batch_count"] - before.get("voxlane_lm_step_batch_count", 0.0)
     assert steps >= round(result.audio_seconds * 12.5)  # a step per frame at least (12.5 frames/s)
+
+
+def assert_lane_metrics_count(before: dict, after: dict, lanes: list[str]) -> None:
+    """Routing reasons, slack and the codec calls' queue/run split account for every chunk of one stream."""
+    def delta(key: str) -> float:
+        return after[key] - before.get(key, 0.0)
+
+    routed = {(lane, reason): delta(f'voxlane_chunks_routed_total{{lane="{lane}",reason="{reason}"}}')
+              for lane, reason in (("urgent", "first_chunk"), ("urgent", "low_slack"), ("background", "slack_ok"))}
+    assert routed[("urgent", "first_chunk")] == 1
+    assert routed[("urgent", "low_slack")] == lanes.count("urgent") - 1
+    assert routed[("background", "slack_ok")] == lanes.count("background")
+    assert delta("voxlane_chunk_slack_ms_count") == len(lanes) - 1  # chunk 0 has no deadline before its send
+    for lane in ("urgent", "background"):
+        for family in ("voxlane_codec_run_ms", "voxlane_codec_queue_ms"):
+            assert delta(f'{family}_count{{lane="{lane}"}}') == lanes.count(lane), (family, lane)
+        run, call = delta(f'voxlane_codec_run_ms_sum{{lane="{lane}"}}'), delta(f'voxlane_codec_ms_sum{{lane="{lane}"}}')
+        assert 0 < run <= call  # the lane's decode is inside the router's call

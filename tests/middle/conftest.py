@@ -101,6 +101,7 @@ class FakeCodec:
         self.model, self.is_dead, self.calls = model, False, 0
         self.places = []  # (stream_id, start_frame, is_last) of each call that named its stream, else None
         self.signal = None  # samples -> audio [n] float32 (e.g. a tone); None: silence
+        self.run_ms = 0.0  # the decode's run time the lane reports
 
     def __call__(self, request, decoupled: bool):
         pb = fake_pb_utils
@@ -118,7 +119,8 @@ class FakeCodec:
         audio = (np.zeros(num_samples, np.float32) if self.signal is None else self.signal(num_samples)).reshape(1, -1)
         return [pb.InferenceResponse(output_tensors=[
             pb.Tensor("audio", audio), pb.Tensor("sample_rate", np.array([[SAMPLE_RATE]], np.int32)),
-            pb.Tensor("batch_size", np.array([[1]], np.int32))])]
+            pb.Tensor("batch_size", np.array([[1]], np.int32)),
+            pb.Tensor("run_ms", np.array([[self.run_ms]], np.float32))])]
 
 
 class Lanes:

@@ -1,7 +1,7 @@
 """ChunkRouter: first chunk urgent, slack below margin urgent, else background; modes."""
 import pytest
 
-from scheduler import (ChunkRouter, Lane, LatencyEstimator, PlaybackClock, RouteReason,
+from scheduler import (ROUTES, ChunkRouter, Lane, LatencyEstimator, PlaybackClock, RouteReason,
                        SchedulerConfig, ServingMode)
 
 
@@ -139,3 +139,21 @@ def test_mode_lanes():
     assert ServingMode.TIMESHARE.lanes == (Lane.INLINE,)
     assert [m.is_partitioned for m in ServingMode] == [False, False, True, True]
     assert [lane.value for lane in Lane] == ["urgent", "background", "inline"]
+
+
+def test_the_reason_says_why_a_chunk_went_urgent_as_the_clock_runs_towards_its_deadline():
+    """First chunk, then low slack once now passes deadline - expected - margin; never another pair."""
+    fake = FakeClock(50.0)
+    router, _ = make_router()  # expected 0.05, margin 0.10: urgent from 0.15 s before the deadline
+    clock = playing_clock(fake.t, [0.8, 0.8])  # chunk 1's deadline: 50.8
+    reasons = [router.route(PlaybackClock(), 0, now=fake.t).reason]
+    for _ in range(8):
+        decision = router.route(clock, 1, fake.advance(0.1))
+        assert (decision.lane, decision.reason) in ROUTES
+        reasons.append(decision.reason)
+    assert reasons == [RouteReason.FIRST_CHUNK] + [RouteReason.SLACK_OK] * 6 + [RouteReason.LOW_SLACK] * 2
+
+
+def test_the_reasons_are_the_metric_labels():
+    assert [r.value for r in RouteReason] == ["first_chunk", "low_slack", "slack_ok", "mode"]
+    assert {lane for lane, reason in ROUTES if reason is not RouteReason.MODE} == {Lane.URGENT, Lane.BACKGROUND}
