@@ -164,8 +164,10 @@ def test_a_failing_codec_call_is_internal_not_lane_down(lanes):
 
 
 def test_a_dead_lm_ends_every_live_stream_as_lane_down_and_refuses_new_ones(lanes):
-    requests = [lanes.speak(f"Stream {i}.") for i in range(2)]
-    seqs = [lanes.engine.next_sequence() for _ in requests]
+    requests, seqs = [], []
+    for i in range(2):  # one at a time: each stream's thread reaches the LM in its own time
+        requests.append(lanes.speak(f"Stream {i}."))
+        seqs.append(lanes.engine.next_sequence())
     seqs[0].sink.emit(chunk(0))
     assert wait_until(lambda: len(requests[0].sender.responses) == 1)
     lanes.lm_is_dead = True
