@@ -14,6 +14,7 @@ from clients.mps import MpsError
 from clients.fleet import LAYOUTS, Fleet, FleetConfig
 from clients.serve import ADMISSION_POLICIES, MODES, ServeConfig, Server
 from clients.triton_launch import Ports, find_triton
+from scheduler import FlowConfig
 
 DEMO_TEXT = "VoxLane streams speech while the model is still talking."
 
@@ -68,6 +69,10 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="MPS active-thread %% of the background codec lane (~32 of 132 SMs)")
     parser.add_argument("--admission", choices=ADMISSION_POLICIES, default=defaults.admission,
                         help="how new requests join the LM's running batch")
+    parser.add_argument("--max-unread-audio-s", type=float, default=defaults.flow.max_unread_audio_s,
+                        help="backpressure: seconds of audio a stream may run ahead of what its client took (0: off)")
+    parser.add_argument("--stall-timeout-s", type=float, default=defaults.flow.stall_timeout_s,
+                        help="cancel an acking stream whose client takes nothing this long (0: never)")
     parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
 
 
@@ -77,7 +82,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        max_slots=args.max_slots, max_queued=args.max_queued, first_chunk_frames=args.first_chunk_frames,
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        lm_sm_pct=args.lm_sm_pct,
-                       codec_sm_pct=args.codec_sm_pct, admission=args.admission)
+                       codec_sm_pct=args.codec_sm_pct, admission=args.admission,
+                       flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s))
 
 
 def _growth(value: str) -> float | None:

@@ -13,7 +13,7 @@ from backend_python.triton.params import LaneSettings
 from clients.mps import MpsDaemon
 from clients.triton_launch import Ports, TritonProcess, find_triton
 from protocol import models
-from scheduler import AdmissionPolicyName, ChunkingConfig, SchedulerConfig, ServingMode
+from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 LANE_MODELS = models.LANE_MODELS
@@ -51,6 +51,7 @@ class ServeConfig:
     admission: str = SchedulerConfig.admission_policy.value  # LM admission policy: deadline-aware | prefill-first
     gpus: tuple[str, ...] = ()  # physical GPUs of this server (CUDA_VISIBLE_DEVICES); (): inherit
     codec_gpu: int = 0  # which of this server's GPUs runs the codec lanes (the LM runs on its first)
+    flow: FlowConfig = field(default_factory=FlowConfig)  # backpressure: the router's bound and stall timeout
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", _mode(self.mode))
@@ -146,7 +147,7 @@ class ServeConfig:
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""
         if model_name == ROUTER_MODEL:
-            return self.scheduler_config().to_parameters()
+            return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters()}
         params = self.lane_settings(model_name).to_parameters()
         if model_name == models.LM:
             params.update(self.engine_config().to_parameters())

@@ -34,6 +34,10 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("seed", "INT64", np.int64),  # default: a random seed
     TensorSpec("max_audio_seconds", "FP32", np.float32, low=1e-3),  # default and ceiling: RequestLimits
     TensorSpec("ignore_eos", "BOOL", np.bool_, default=False),
+    # true: the client acks each chunk it has taken (CONTROL_INPUTS' `ack_chunk`, same request id, same
+    # stream) and the server bounds what is sent but not acked; false: the bound runs on real-time
+    # playback from the first chunk (Triton tells a backend nothing of what its client has read)
+    TensorSpec("client_acks", "BOOL", np.bool_, default=False),
     # the allowed values: backend_python.audio.formats (SAMPLE_RATES, TRITON_FORMATS)
     TensorSpec("sample_rate", "INT32", np.int32, is_output_option=True),  # default: the model's rate
     TensorSpec("audio_format", "BYTES", np.object_, default="pcm_f32", is_output_option=True),
@@ -42,6 +46,18 @@ INPUT_NAMES = tuple(REQUEST_INPUTS)
 OPTIONAL_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if not spec.is_required)
 LM_INPUT_NAMES = tuple(name for name, spec in REQUEST_INPUTS.items() if not spec.is_output_option)
 SCALAR_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if spec.triton_type != "BYTES")
+
+# A control request on a speech request's stream: not a speech request (no `text`), no response.
+CONTROL_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
+    # the client has taken every chunk up to this index of the stream whose request id it carries
+    TensorSpec("ack_chunk", "INT32", np.int32, low=0),
+)}
+
+# Internal inputs of `speechlm_lm` that the router sets (scheduler/flow.py): on a stream's request, the
+# bound on audio emitted but not taken (FP32 seconds; absent: unbounded); alone on a control request
+# naming a live stream's id, the frames its client has taken (INT32).
+MAX_UNREAD_AUDIO_S = "max_unread_audio_s"
+TAKEN_FRAMES = "taken_frames"
 
 RESPONSE_OUTPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("audio", "FP32", np.float32, shape=(-1,)),  # mono PCM in [-1, 1]; [0] with an encoded format

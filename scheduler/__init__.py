@@ -14,12 +14,14 @@ from .admission import (
 )
 from .chunking import ChunkingConfig, ChunkPlan, ChunkSpan
 from .config import AdmissionPolicyName, SchedulerConfig
+from .flow import AckedFlow, FlowConfig, UnreadBound
 from .lanes import Lane, ServingMode
 from .latency import LatencyEstimator, LatencyStat
 from .playback import PlaybackClock
 from .routing import ROUTES, ChunkRouter, RouteDecision, RouteReason
 
 __all__ = [
+    "AckedFlow",
     "AdmissionPolicy",
     "AdmissionPolicyName",
     "AdmissionState",
@@ -27,6 +29,7 @@ __all__ = [
     "ChunkRouter",
     "ChunkSpan",
     "ChunkingConfig",
+    "FlowConfig",
     "DeadlineAwarePolicy",
     "Lane",
     "LatencyEstimator",
@@ -38,6 +41,7 @@ __all__ = [
     "ROUTES",
     "SchedulerConfig",
     "ServingMode",
+    "UnreadBound",
     "StreamStatus",
     "WaitingRequest",
     "make_admission_policy",

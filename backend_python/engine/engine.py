@@ -58,6 +58,7 @@ class LMEngine:
         self._free_slots = list(range(config.max_slots))
         self._stopped = threading.Event()
         self._cancel_ids: set[str] = set()
+        self._taken: dict[str, int] = {}  # flow updates not yet applied, by request id
         self._cancel_lock = threading.Lock()
         self._chunk_plan = ChunkPlan(config.scheduler.chunking)
         model.allocate_slots(config.max_slots, config.max_seq_len)
@@ -89,6 +90,12 @@ class LMEngine:
             self._cancel_ids.add(request_id)  # read and cleared by the loop between steps
         self._inbox.put(None)  # wake the loop if it waits for work
 
+    def set_taken(self, request_id: str, frames: int) -> None:
+        """The client of acking request `request_id` has taken `frames` frames (from any thread)."""
+        with self._cancel_lock:
+            self._taken[request_id] = max(frames, self._taken.get(request_id, 0))
+        self._inbox.put(None)  # wake the loop: the request may go on
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopped.set()
         self._inbox.put(None)
@@ -98,7 +105,7 @@ class LMEngine:
     def _loop(self) -> None:
         with torch.inference_mode():
             while not self._stopped.is_set():
-                self._collect(block=not (self._running or self._waiting or self._pending))
+                self._collect(self._wait_s())
                 try:
                     self.step()
                 except Exception as exc:  # a bug in a step ends the requests in it, never the loop
@@ -106,27 +113,40 @@ class LMEngine:
                     self._reset(f"internal error: {exc}")
         self._fail_all("server is shutting down")
 
-    def _collect(self, block: bool) -> None:
-        """Move everything queued into `waiting`; None entries only wake the loop (cancel, stop).
+    def _wait_s(self) -> float | None:
+        """How long the loop may sleep on its inbox: 0 with work to do, None (until woken) with none,
+        else until the first playback-paced request may go on (every running request is paused)."""
+        if self._pending or (self._waiting and self._free_slots):
+            return 0.0
+        now = self._clock()
+        if any(not seq.is_paused(now) for seq in self._running):
+            return 0.0
+        resumes = [t for seq in self._running if (t := seq.resumes_at()) is not None]
+        return max(0.0, min(resumes) - now) if resumes else None
+
+    def _collect(self, wait_s: float | None) -> None:
+        """Move everything queued into `waiting`, waiting up to `wait_s` (None: until something comes)
+        for the first item; None entries only wake the loop (cancel, flow update, stop).
 
         The whole inbox, past any None: a request left behind a wake-up would miss a cancel that
         `_drop_cancelled` reads (and clears) before the request reaches `waiting`."""
         items = []
         self.phases.charge(LoopPhase.HOST)
         try:
-            items.append(self._inbox.get(block=block))
+            items.append(self._inbox.get_nowait() if wait_s == 0 else self._inbox.get(timeout=wait_s))
             while True:
                 items.append(self._inbox.get_nowait())
         except queue.Empty:
             pass
-        self.phases.charge(LoopPhase.IDLE if block else LoopPhase.HOST)
+        self.phases.charge(LoopPhase.HOST if wait_s == 0 else LoopPhase.IDLE)
         self._waiting.extend(item for item in items if item is not None)
 
     def step(self) -> None:
         self._drop_cancelled()
+        self._apply_taken()
         self._retire()
         self._admit()
-        launched = self._launch() if self._running else None
+        launched = self._launch()
         if not self._is_overlapped and launched is not None:
             launched, self._pending = None, launched
         if self._pending is not None:  # overlapped: the previous step's host work hides behind this one
@@ -194,8 +214,12 @@ class LMEngine:
                              f"{seq.max_frames} frames) but the server's max_seq_len is {self.config.max_seq_len}")
 
     def _launch(self) -> "_LaunchedStep | None":
-        """Launch one frame for every running request; its codes are copied to the host asynchronously."""
-        rows = list(self._running)
+        """Launch one frame for every running request not paused on its client; its codes are copied to
+        the host asynchronously. None when there is nothing to launch."""
+        now = self._clock()
+        rows = [seq for seq in self._running if not seq.is_paused(now)]
+        if not rows:
+            return None
         batch = DecodeBatch(slots=[s.slot for s in rows], sampling=[s.sampling for s in rows],
                             generators=[s.generator for s in rows], ignore_eos=[s.ignore_eos for s in rows])
         self.phases.charge(LoopPhase.HOST)
@@ -252,6 +276,7 @@ class LMEngine:
         for seq, chunk in ready:
             if seq.t_first_emitted is None:
                 seq.t_first_emitted = self._clock()
+            seq.emitted_frames = chunk.start_frame + chunk.num_new_frames
             try:
                 seq.sink.emit(chunk)
             except Exception as exc:  # the client is gone: stop generating for it, keep the others
@@ -292,6 +317,14 @@ class LMEngine:
             self._running.remove(seq)
             self._release(seq.slot)
             self._free_slots.append(seq.slot)
+
+    def _apply_taken(self) -> None:
+        with self._cancel_lock:
+            taken, self._taken = self._taken, {}
+        if taken:
+            for seq in self._running + self._waiting:
+                if seq.request_id in taken and seq.unread is not None:
+                    seq.unread.on_taken(taken[seq.request_id])
 
     def _drop_cancelled(self) -> None:
         with self._cancel_lock:

@@ -8,6 +8,7 @@ from typing import Protocol
 import torch
 
 from backend_python.models.base import Prompt, SamplingParams
+from scheduler import UnreadBound
 
 
 class SeqStatus(enum.Enum):
@@ -56,6 +57,16 @@ class Sequence:
     is_cancelled: bool = False
     arrival_time: float = 0.0  # engine clock, set by LMEngine.add
     t_first_emitted: float | None = None  # engine clock, when chunk 0 left the engine
+    unread: UnreadBound | None = None  # backpressure (scheduler/flow.py); None: never paused
+    emitted_frames: int = 0  # frames in the chunks handed to the sink
+
+    def is_paused(self, now: float) -> bool:
+        """Whether its client has fallen the bound behind: decode nothing for it now."""
+        return self.unread is not None and self.unread.is_paused(self.emitted_frames, now, self.t_first_emitted)
+
+    def resumes_at(self) -> float | None:
+        """When a paused request goes on by itself (playback-paced), or None: it waits for an update."""
+        return None if self.unread is None else self.unread.resumes_at(self.emitted_frames, self.t_first_emitted)
 
     @property
     def num_frames(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import uuid
 
@@ -30,7 +31,8 @@ from backend_python.triton.params import set_up_lane
 from backend_python.triton.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 from protocol.reasons import Ended, EndReason
-from scheduler import ServingMode
+from protocol.tensors import MAX_UNREAD_AUDIO_S, TAKEN_FRAMES
+from scheduler import ServingMode, UnreadBound
 
 log = logging.getLogger("voxlane.lm")
 
@@ -38,6 +40,12 @@ log = logging.getLogger("voxlane.lm")
 def _is_cancel(request) -> bool:
     tensor = pb_utils.get_input_tensor_by_name(request, "cancel")
     return tensor is not None and bool(tensor.as_numpy().reshape(-1)[0])
+
+
+def _scalar_input(request, name: str):
+    """An internal input's single value, or None when absent."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy().reshape(-1)[0]
 
 
 def _refuse(sender, ended: Ended) -> None:
@@ -103,6 +111,10 @@ class LMModel:
             self.engine.cancel_id(request.request_id())
             sender.send(flags=FINAL)
             return
+        if (taken := _scalar_input(request, TAKEN_FRAMES)) is not None:  # the router: the client took more
+            self.engine.set_taken(request.request_id(), int(taken))
+            sender.send(flags=FINAL)
+            return
         channel = _channel_of(request)
         refuse = (lambda ended: _refuse(sender, ended)) if channel else ResponseSink(sender, None).end
         request_id = request.request_id() or uuid.uuid4().hex
@@ -151,7 +163,15 @@ class LMModel:
         self._check_fits(prompt.num_tokens, max_frames)
         return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
-                        sink=sink, generator=generator)
+                        sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks))
+
+    def _unread_bound(self, request, acks: bool) -> UnreadBound | None:
+        """The backpressure bound the router asks for (`max_unread_audio_s`); none without it."""
+        seconds = _scalar_input(request, MAX_UNREAD_AUDIO_S)
+        if seconds is None or not float(seconds) > 0:
+            return None
+        rate = self.model.frame_rate
+        return UnreadBound(max_unread_frames=max(1, math.ceil(float(seconds) * rate)), frame_rate=rate, acks=acks)
 
     def _check_fits(self, num_prompt_tokens: int, max_frames: int) -> None:
         """Refuse at once what the engine would fail at prefill (its own check stays): it is bad input."""

@@ -3,7 +3,8 @@
 A stream starts with one decoupled BLS request to `speechlm_lm` naming the router's chunk channel;
 its one response is the final flag, with `error` when the LM refused (chunk_channel.py says why the
 chunks do not follow on that stream). Triton 2.51 cannot cancel a BLS request, so a cancel is a
-control request (`cancel` = true, the stream's request id). Every iterator is held a while after it
+control request (`cancel` = true, the stream's request id), and so is a backpressure update
+(`taken_frames`). Every iterator is held a while after it
 ends (graveyard.py) and freed in `release_all`.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from backend_python.router.lane_health import LaneHealth
 from backend_python.router.stream import Job
 from protocol.models import LM
 from protocol.reasons import Ended, EndReason
+from protocol.tensors import TAKEN_FRAMES
 
 
 class LMClient:
@@ -42,13 +44,20 @@ class LMClient:
     def cancel(self, stream_id: str) -> None:
         """End the LM's stream `stream_id` (its client went away); its slot frees at the LM's next step.
         Unknown ids are ignored there."""
-        control = pb_utils.InferenceRequest(
-            model_name=LM, requested_output_names=[], request_id=stream_id,
-            inputs=[pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_))])
+        self._control(stream_id, pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_)))
+
+    def _control(self, stream_id: str, tensor) -> None:
+        """A control request naming the LM's stream `stream_id`: its one response is the final flag."""
+        control = pb_utils.InferenceRequest(model_name=LM, requested_output_names=[], request_id=stream_id,
+                                            inputs=[tensor])
         responses = control.exec(decoupled=True)
         self._graveyard.hold(responses)
         for _ in responses:
             pass
+
+    def update_taken(self, stream_id: str, frames: int) -> None:
+        """Tell the LM that `stream_id`'s client has taken its first `frames` frames (backpressure)."""
+        self._control(stream_id, pb_utils.Tensor(TAKEN_FRAMES, np.array([frames], dtype=np.int32)))
 
     def release_all(self) -> None:
         self._graveyard.release_all()

@@ -15,8 +15,10 @@ import threading
 import time
 import uuid
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.router.acks import ACK, AckRoutes, parse_ack
 from backend_python.router.cancel_watch import CancelWatch
 from backend_python.router.codec_lanes import CodecLanes
 from backend_python.router.lane_health import HealPolicy, LaneHealth, ModelControl
@@ -36,7 +38,8 @@ from backend_python.triton.request_inputs import (RequestError, RequestLimits, S
                                                   parse_speech_request)
 from protocol.models import LM
 from protocol.reasons import Ended, EndReason
-from scheduler import ChunkRouter, LatencyEstimator, PlaybackClock, SchedulerConfig
+from protocol.tensors import MAX_UNREAD_AUDIO_S
+from scheduler import ChunkRouter, FlowConfig, LatencyEstimator, PlaybackClock, SchedulerConfig
 
 log = logging.getLogger("voxlane.router")
 
@@ -53,7 +56,10 @@ class RouterModel:
         self.channel = ChunkChannel()
         self.lm = LMClient(self.channel.parameters, self.lane_health)
         self.codecs = CodecLanes(LatencyEstimator.from_config(self.config), self.metrics, self.lane_health)
-        self.relay = Relay(self.channel, self.lm, ChunkRouter(self.config, self.codecs.estimator), self.codecs)
+        self.flow = FlowConfig.from_parameters(params)
+        self.ack_routes = AckRoutes()
+        self.relay = Relay(self.channel, self.lm, ChunkRouter(self.config, self.codecs.estimator), self.codecs,
+                           self.flow)
         self.cancel_watch = CancelWatch(self.lm.cancel)
         self.cancel_watch.start()
         self.outlet = Outlet(self.metrics, self.cancel_watch)
@@ -65,12 +71,29 @@ class RouterModel:
     def execute(self, requests: list) -> None:
         for request in requests:
             sender = request.get_response_sender()
+            if self._take_ack(request, sender):
+                continue
             job = self._admit(request, sender)
             if isinstance(job, Ended):
                 sender.send(error_response(job), flags=FINAL)
                 continue
             threading.Thread(target=self._stream, args=(job,), daemon=True, name="voxlane-stream").start()
         return None
+
+    def _take_ack(self, request, sender) -> bool:
+        """Pass an ack on to its stream's relay; False when the request is not an ack."""
+        try:
+            index = parse_ack(lambda name: as_numpy(request, name), has_other_inputs=len(request.inputs()) > 1)
+        except RequestError as exc:
+            sender.send(error_response(exc.ended), flags=FINAL)
+            return True
+        if index is None:
+            return False
+        stream_id = self.ack_routes.stream_of(request.request_id())
+        if stream_id is not None:  # else its stream has ended: a late ack means nothing now
+            self.channel.post(stream_id, ACK, index)
+        sender.send(flags=FINAL)
+        return True
 
     def finalize(self) -> None:
         """Free the held BLS iterators here: left to the stub's own teardown, they kept this model
@@ -90,11 +113,20 @@ class RouterModel:
                 return down
             req: SpeechRequest = parse_speech_request(lambda name: as_numpy(request, name), self.limits)
             options = parse_audio_options(lambda name: as_numpy(request, name))
+            stream_id = uuid.uuid4().hex
+            client_id = request.request_id() if req.client_acks else None
+            if client_id is not None:
+                self.ack_routes.register(client_id, stream_id)
         except RequestError as exc:
             return exc.ended
-        return Job(stream_id=uuid.uuid4().hex, inputs=copied_inputs(request), sender=sender,
+        return Job(stream_id=stream_id, inputs=copied_inputs(request) + self._flow_inputs(), sender=sender,
                    arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text),
-                   audio=StreamAudio(options.audio_format, options.sample_rate))
+                   audio=StreamAudio(options.audio_format, options.sample_rate), client_id=client_id)
+
+    def _flow_inputs(self) -> list:
+        """The LM's backpressure bound for a stream (none when the server turned it off)."""
+        bound = self.flow.max_unread_audio_s
+        return [pb_utils.Tensor(MAX_UNREAD_AUDIO_S, np.array([bound], dtype=np.float32))] if bound > 0 else []
 
     def _stream(self, job: Job) -> None:
         clock = PlaybackClock()
@@ -104,6 +136,9 @@ class RouterModel:
         except Exception as exc:  # one broken stream ends with an error, never the server
             log.exception("stream failed")
             ended = Ended(EndReason.INTERNAL, f"internal error: {exc}")
+        finally:
+            if job.client_id is not None:
+                self.ack_routes.unregister(job.client_id)
         self.outlet.end(job, ended)
 
     def _on_lm_dead(self) -> None:

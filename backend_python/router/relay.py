@@ -1,26 +1,30 @@
 """One stream's relay loop: get the LM's next chunk → route it → decode it → send it; returns how it ended."""
 from __future__ import annotations
 
+import queue
 import time
 from typing import Callable
 
 import numpy as np
 
+from backend_python.router.acks import ACK
 from backend_python.router.codec_lanes import CodecLanes, StreamPlace
 from backend_python.router.lm_client import LMClient
 from backend_python.router.stream import DecodedChunk, Job
 from backend_python.triton.chunk_channel import ChunkChannel
 from protocol.channel import ChannelKind
 from protocol.reasons import CANCELLED_BY_CLIENT, Ended, EndReason
-from scheduler import ChunkRouter, Lane, PlaybackClock
+from scheduler import AckedFlow, ChunkRouter, FlowConfig, Lane, PlaybackClock
 
+_STALL_POLL_S = 0.5  # how often an acking stream that hears nothing checks whether its client stalled
 # what a relay returns when the stream was ended from outside (the LM watch) while its chunk was ready
 ENDED_ELSEWHERE = Ended(EndReason.LANE_DOWN, "the stream was ended by the router (its LM lane died)")
 
 
 class Relay:
-    def __init__(self, channel: ChunkChannel, lm: LMClient, router: ChunkRouter, codecs: CodecLanes) -> None:
-        self._channel, self._lm, self._router, self._codecs = channel, lm, router, codecs
+    def __init__(self, channel: ChunkChannel, lm: LMClient, router: ChunkRouter, codecs: CodecLanes,
+                 flow: FlowConfig = FlowConfig()) -> None:
+        self._channel, self._lm, self._router, self._codecs, self._flow = channel, lm, router, codecs, flow
 
     def run(self, job: Job, clock: PlaybackClock, send: Callable[[DecodedChunk], bool]) -> Ended:
         """Relay `job`'s chunks to `send` (False: the stream was ended meanwhile) until the stream ends."""
@@ -32,19 +36,40 @@ class Relay:
             self._channel.unsubscribe(job.stream_id)
 
     def _pump(self, job: Job, clock: PlaybackClock, send, messages) -> Ended:
+        flow = AckedFlow(self._flow.max_unread_audio_s, self._flow.stall_timeout_s) if job.acks else None
         while True:
-            kind, payload = messages.get()  # the LM's death wakes it too (the channel's end_all)
+            try:  # the LM's death wakes it too (the channel's end_all)
+                kind, payload = messages.get(timeout=_STALL_POLL_S) if flow is not None else messages.get()
+            except queue.Empty:
+                kind, payload = None, None
             if kind is ChannelKind.END:  # the LM ended the stream: done, cancelled or failed
                 return payload
             if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
                 self._lm.cancel(job.stream_id)
                 return CANCELLED_BY_CLIENT
+            if flow is not None and (stalled := self._on_flow(job, flow, kind, payload)) is not None:
+                return stalled
+            if kind is not ChannelKind.CHUNK:
+                continue
             chunk = self._decoded(payload, clock, job)
             if isinstance(chunk, Ended):  # this stream cannot go on: free its LM slot too
                 self._lm.cancel(job.stream_id)
                 return chunk
             if not send(chunk):
                 return ENDED_ELSEWHERE
+            if flow is not None:
+                flow.on_sent(chunk.index, chunk.duration_s, _end_frame(payload), time.monotonic())
+
+    def _on_flow(self, job: Job, flow: AckedFlow, kind, payload) -> Ended | None:
+        """An ack (tell the LM when it is due) or a quiet spell (a stalled client is cancelled)."""
+        now = time.monotonic()
+        if kind == ACK and flow.on_ack(payload, now):
+            self._lm.update_taken(job.stream_id, flow.told_frames)
+        if flow.is_stalled(now):
+            self._lm.cancel(job.stream_id)
+            return Ended(EndReason.CANCELLED, f"stream cancelled: its client acked no audio for "
+                                              f"{flow.stall_timeout_s:g} s (the server's stall_timeout_s)")
+        return None
 
     def _decoded(self, arrays: dict, clock: PlaybackClock, job: Job) -> DecodedChunk | Ended:
         """Route and decode one LM chunk (its arrays by output name)."""
@@ -61,6 +86,12 @@ class Relay:
                              reason=route.reason)
         clock.on_emitted(index, chunk.duration_s)
         return chunk
+
+
+def _end_frame(arrays: dict) -> int:
+    """The stream's frame count once this LM chunk is taken: its first new frame plus its new frames."""
+    new_frames = arrays["tokens"].shape[0] - int(arrays["context_frames"][0])
+    return int(arrays["start_frame"][0]) + new_frames if "start_frame" in arrays else 0
 
 
 def _place(stream_id: str, arrays: dict) -> StreamPlace | None:

@@ -21,6 +21,11 @@ class Job:
     arrival: float  # time.monotonic() when execute saw it
     codec_parameters: dict  # BLS parameters of its codec calls (the test-only fault tag, or empty)
     audio: StreamAudio  # its chunks resampled and encoded as the client asked (`audio_format`, `sample_rate`)
+    client_id: str | None = None  # the client's request id when it acks chunks (`client_acks`): acks name it
+
+    @property
+    def acks(self) -> bool:
+        return self.client_id is not None
 
 
 @dataclass(frozen=True)

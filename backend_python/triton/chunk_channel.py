@@ -66,6 +66,14 @@ class ChunkChannel:
         with self._lock:
             self._queues.pop(stream_id, None)
 
+    def post(self, stream_id: str, kind: object, payload: object) -> bool:
+        """Put a message of the router's own (an ack) on a subscribed stream's queue; False when none."""
+        with self._lock:
+            q = self._queues.get(stream_id)
+        if q is not None:
+            q.put((kind, payload))
+        return q is not None
+
     def end_all(self, ended: Ended) -> None:
         """Wake every subscribed stream with an END message (the LM died: nothing more will come)."""
         with self._lock:

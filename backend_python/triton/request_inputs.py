@@ -61,6 +61,7 @@ class SpeechRequest:
     seed: int | None
     max_audio_seconds: float
     ignore_eos: bool
+    client_acks: bool = False  # the client acks the chunks it takes (protocol.tensors: `client_acks`)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ def parse_speech_request(get: GetInput, limits: RequestLimits) -> SpeechRequest:
         seed=_optional_int(get, "seed"),
         max_audio_seconds=_ranged(get, "max_audio_seconds", limits.default_audio_seconds, limits.max_audio_seconds),
         ignore_eos=bool(_scalar(get, "ignore_eos") or REQUEST_INPUTS["ignore_eos"].default),
+        client_acks=bool(_scalar(get, "client_acks") or REQUEST_INPUTS["client_acks"].default),
     )
 
 

@@ -9,6 +9,7 @@ import pytest
 from backend_python.audio.pcm import pcm16
 from protocol.reasons import EndReason
 from protocol.wire import decode_error
+from protocol.tensors import MAX_UNREAD_AUDIO_S
 from tests.audio_decode import decode
 from tests.middle.conftest import SAMPLE_RATE, chunk
 
@@ -62,7 +63,7 @@ def test_a_flac_stream_decodes_to_exactly_the_pcm(lanes, mark_last):
 
 def test_the_lm_never_sees_the_output_options(lanes):
     play(lanes, True, audio_format="mp3", sample_rate=np.int32(16000), seed=np.int64(3))
-    assert lanes.lm_input_names == [["text", "seed"]]
+    assert lanes.lm_input_names == [["text", "seed", MAX_UNREAD_AUDIO_S]]  # and the router's bound
 
 
 def test_default_options_send_the_codecs_audio_as_before(lanes):

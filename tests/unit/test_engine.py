@@ -49,7 +49,7 @@ def make_seq(lm, text: str, frames: int, seed: int = 0) -> tuple[Sequence, ListS
 
 def run_until_done(engine: LMEngine, sinks: list[ListSink], max_steps: int = 500) -> None:
     for _ in range(max_steps):
-        engine._collect(block=False)
+        engine._collect(0)
         engine.step()
         if all(s.done.is_set() for s in sinks):
             return
@@ -82,7 +82,7 @@ def test_request_joining_mid_flight_gets_the_same_tokens_as_alone(lm):
     first, first_sink = make_seq(lm, "Already running for a while.", frames=12, seed=1)
     engine.add(first)
     for _ in range(4):
-        engine._collect(block=False)
+        engine._collect(0)
         engine.step()
     late, late_sink = make_seq(lm, "Joining later.", frames=8, seed=7)
     engine.add(late)
@@ -118,7 +118,7 @@ def test_cancelled_request_frees_its_slot(lm):
     short, short_sink = make_seq(lm, "Short.", frames=2)
     engine.add(long)
     engine.add(short)
-    engine._collect(block=False)
+    engine._collect(0)
     engine.step()
     engine.cancel_id(long.request_id)
     run_until_done(engine, [long_sink, short_sink])
@@ -145,7 +145,7 @@ def test_deadline_aware_admission_holds_new_requests_while_streams_starve(lm):
     engine = LMEngine(lm, config, clock=clock)
     playing, playing_sink = make_seq(lm, "Already playing.", frames=40)
     engine.add(playing)
-    engine._collect(block=False)
+    engine._collect(0)
     engine.step()  # admitted at once (nothing is playing) and emits its first chunk
     assert playing_sink.chunks and playing.t_first_emitted == 0.0
     late, late_sink = make_seq(lm, "Arrives later.", frames=4)
@@ -153,7 +153,7 @@ def test_deadline_aware_admission_holds_new_requests_while_streams_starve(lm):
     admitted_at = None
     for step in range(1, 10):
         clock.now = float(step)  # one second per step: the LM falls behind real time
-        engine._collect(block=False)
+        engine._collect(0)
         engine.step()
         if late.slot is not None and admitted_at is None:
             admitted_at = clock.now
@@ -166,11 +166,11 @@ def test_prefill_first_admits_at_once(lm):
     engine = make_engine(lm)
     playing, _ = make_seq(lm, "Already playing.", frames=40)
     engine.add(playing)
-    engine._collect(block=False)
+    engine._collect(0)
     engine.step()
     late, _ = make_seq(lm, "Arrives later.", frames=4)
     engine.add(late)
-    engine._collect(block=False)
+    engine._collect(0)
     engine.step()
     assert late.slot is not None
 
@@ -229,7 +229,7 @@ def test_cancel_by_request_id_frees_the_slot(lm):
     engine = make_engine(lm, max_slots=1)
     long, long_sink = make_seq(lm, "Long.", frames=200)
     engine.add(long)
-    engine._collect(block=False)
+    engine._collect(0)
     engine.step()
     engine.cancel_id(long.request_id)
     engine.cancel_id("no-such-request")  # ignored
@@ -245,6 +245,6 @@ def test_a_cancel_reaches_a_request_queued_behind_a_wake_up(lm):
     engine.cancel_id("another-stream")  # puts a wake-up first
     engine.add(seq)
     engine.cancel_id(seq.request_id)
-    engine._collect(block=False)
+    engine._collect(0)
     engine.step()
     assert sink.done.is_set() and sink.error == "cancelled" and sink.chunks == []

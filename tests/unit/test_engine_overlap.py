@@ -40,7 +40,7 @@ def test_overlapped_engine_reads_nothing_before_the_next_launch(lm):
     engine = make_engine(lm, overlap_steps=True)
     seq, sink = make_seq(lm, "Hello.", frames=8)
     engine.add(seq)
-    engine._collect(block=False)
+    engine._collect(0)
     engine.step()
     assert seq.num_frames == 0 and not sink.chunks
     engine.step()
