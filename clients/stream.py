@@ -14,7 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from protocol.models import ROUTER
 from protocol.reasons import Ended
-from protocol.tensors import OPTIONAL_INPUTS, REQUEST_INPUTS, scalar_array
+from protocol.tensors import CONTROL_INPUTS, OPTIONAL_INPUTS, REQUEST_INPUTS, scalar_array
 from protocol.wire import decode_error
 
 
@@ -98,25 +98,47 @@ def _input(name: str, value: object) -> grpcclient.InferInput:
 
 
 def synthesize(url: str, text: str | bytes, voice: str | None = None, timeout_s: float = 120.0,
-               **params) -> StreamResult:
-    """Stream one request to the end; raises StreamError with the server's message on failure."""
-    inputs = build_inputs(text, voice, **params)
+               acks: bool = True, **params) -> StreamResult:
+    """Stream one request to the end; raises StreamError with the server's message on failure.
+
+    `acks`: ack each chunk as it arrives (`client_acks`), so the stream runs as fast as the server
+    makes it; without, the server paces it to real-time playback plus its `max_unread_audio_s`."""
+    inputs = build_inputs(text, voice, client_acks=True if acks else None, **params)
     client = grpcclient.InferenceServerClient(url=url)
     responses: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    request_id = uuid.uuid4().hex
     try:
         started = time.perf_counter()
         try:
-            client.async_stream_infer(ROUTER, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+            client.async_stream_infer(ROUTER, inputs, request_id=request_id, enable_empty_final_response=True)
         except InferenceServerException:
             pass  # the stream broke before the request went out; its callback queued the reason
-        return _collect(responses, started, timeout_s, url)
+        ack = (lambda index: send_ack(client, request_id, index)) if acks else None
+        return _collect(responses, started, timeout_s, url, ack)
     finally:
         client.stop_stream(cancel_requests=True)
         client.close()
 
 
-def _collect(responses: queue.Queue, started: float, timeout_s: float, url: str) -> StreamResult:
+def ack_input(index: int) -> grpcclient.InferInput:
+    """The one tensor of an ack: the client has taken every chunk up to `index`."""
+    spec = CONTROL_INPUTS["ack_chunk"]
+    tensor = grpcclient.InferInput(spec.name, list(spec.shape), spec.triton_type)
+    tensor.set_data_from_numpy(np.array([index], dtype=spec.dtype))
+    return tensor
+
+
+def send_ack(client: grpcclient.InferenceServerClient, request_id: str, index: int) -> None:
+    """Ack chunk `index` of the stream `request_id` on the client's open stream (no response comes)."""
+    try:
+        client.async_stream_infer(ROUTER, [ack_input(index)], request_id=request_id)
+    except InferenceServerException:
+        pass  # the stream has broken: its callback reports why
+
+
+def _collect(responses: queue.Queue, started: float, timeout_s: float, url: str,
+             ack=None) -> StreamResult:
     result = StreamResult()
     deadline = started + timeout_s
     while True:
@@ -131,6 +153,8 @@ def _collect(responses: queue.Queue, started: float, timeout_s: float, url: str)
                                            else str(error)))
         if item.as_numpy("audio") is not None:
             result.chunks.append(_chunk(item, time.perf_counter() - started))
+            if ack is not None:
+                ack(result.chunks[-1].index)
         if item.get_response().parameters["triton_final_response"].bool_param:
             return result
 

@@ -44,10 +44,12 @@ def model_cache(tmp_path_factory) -> Path:
     return path
 
 
-def start_server(preset: str, tmp_path_factory) -> Server:
+def start_server(preset: str, tmp_path_factory, **settings) -> Server:
+    """A server of `preset` on free ports; `settings` are other ServeConfig fields."""
     http, grpc, metrics = free_ports(3)
     log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    srv = Server(ServeConfig(model=preset, ports=Ports(http=http, grpc=grpc, metrics=metrics)), log_path=log)
+    srv = Server(ServeConfig(model=preset, ports=Ports(http=http, grpc=grpc, metrics=metrics), **settings),
+                 log_path=log)
     try:
         srv.start(timeout_s=240)
     except (RuntimeError, TimeoutError):
