@@ -7,6 +7,7 @@ stream (the client sees a truncated transfer, never a short file that looks comp
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -99,6 +100,11 @@ async def _relay(request: web.Request, gateway: Gateway, speech_request: SpeechR
             await writer.write_chunk(chunk)
             num_chunks += 1
             chunk = await anext(chunks, None)
+    except ClientTooSlow as exc:  # drop it: closing `chunks` (the caller's) cancels the Triton stream
+        log.warning("dropped a client: %s", exc)
+        if request.transport is not None:
+            request.transport.abort()
+        return writer.response
     except StreamFailure as exc:
         gateway.stats.num_errors[exc.error.status] += 1
         if speech_request.stream_format != "sse":
@@ -139,7 +145,15 @@ class _Writer:
     async def _write(self, data: bytes, chunk: dict | None = None) -> None:
         if data:  # a compressed format may hold a short chunk back until the next one
             is_sse = self.speech_request.stream_format == "sse"
-            await self.response.write(audio_delta(data, chunk) if is_sse else data)
+            timeout_s = self.gateway.config.write_timeout_s
+            try:  # the write returns once the socket has taken the bytes: a client that reads nothing stalls it
+                await asyncio.wait_for(self.response.write(audio_delta(data, chunk) if is_sse else data), timeout_s)
+            except asyncio.TimeoutError:
+                raise ClientTooSlow(f"it took no bytes for {timeout_s:g} s (the gateway's write timeout)") from None
+
+
+class ClientTooSlow(Exception):
+    """The HTTP client stopped taking the response's bytes."""
 
 
 async def models(request: web.Request) -> web.Response:

@@ -45,6 +45,8 @@ def gateway_command(config: GatewayConfig) -> list[str]:
         command += ["--triton-metrics", ",".join(config.metrics_urls)]
     if config.model_name:
         command += ["--model-name", config.model_name]
+    if config.write_timeout_s != GatewayConfig.write_timeout_s:
+        command += ["--write-timeout-s", f"{config.write_timeout_s:g}"]
     return command
 
 

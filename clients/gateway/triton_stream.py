@@ -22,7 +22,7 @@ from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavai
 from clients.gateway.speech import SpeechRequest
 from protocol.models import ROUTER
 from protocol.reasons import EndReason
-from protocol.tensors import REQUEST_INPUTS, scalar_array
+from protocol.tensors import CONTROL_INPUTS, REQUEST_INPUTS, scalar_array
 from protocol.wire import decode_error
 
 FINAL = "triton_final_response"
@@ -68,13 +68,19 @@ def _add_input(proto: service_pb2.ModelInferRequest, name: str, value: object) -
 
 
 async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> AsyncIterator[AudioChunk]:
-    """Yield each audio chunk as Triton sends it; raise StreamFailure on an error response or RPC failure."""
-    finished = asyncio.Event()
+    """Yield each audio chunk as Triton sends it; raise StreamFailure on an error response or RPC failure.
+
+    The stream acks each chunk once the caller asks for the next (`client_acks`): the gateway asks
+    when it has written the chunk to its HTTP client, so the server runs at most its bound ahead of
+    what that client took, and a client that stops reading stops the stream's generation."""
     proto = infer_request(request)
+    _add_input(proto, "client_acks", True)
+    outgoing: asyncio.Queue = asyncio.Queue()  # acks; None closes our half of the stream
 
     async def requests():
         yield proto
-        await finished.wait()  # keep our half of the stream open until the final response
+        while (message := await outgoing.get()) is not None:  # open until the final response
+            yield message
 
     call = stub.ModelStreamInfer(requests(), timeout=timeout_s)
     try:
@@ -82,14 +88,24 @@ async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> Async
             chunk, is_final = _parse(response, time.perf_counter())
             if chunk is not None:
                 yield chunk
+                outgoing.put_nowait(ack_request(proto.id, chunk.index))  # the caller has taken it
             if is_final:
                 return
         raise StreamFailure(unavailable("the Triton stream closed before its final response"), is_connection=True)
     except grpc.aio.AioRpcError as exc:
         raise StreamFailure(from_grpc_error(exc), is_connection=exc.code() == grpc.StatusCode.UNAVAILABLE) from None
     finally:
-        finished.set()
+        outgoing.put_nowait(None)
         call.cancel()  # a no-op after the final response; otherwise the client left: stop the server's work
+
+
+def ack_request(request_id: str, index: int) -> service_pb2.ModelInferRequest:
+    """An ack on the stream `request_id`: its client has taken every chunk up to `index` (no response comes)."""
+    spec = CONTROL_INPUTS["ack_chunk"]
+    proto = service_pb2.ModelInferRequest(model_name=ROUTER, id=request_id)
+    proto.inputs.add(name=spec.name, datatype=spec.triton_type, shape=list(spec.shape))
+    proto.raw_input_contents.append(np.array([index], dtype=spec.dtype).tobytes())
+    return proto
 
 
 def _parse(response, arrived_s: float) -> tuple[AudioChunk | None, bool]:

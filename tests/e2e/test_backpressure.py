@@ -8,6 +8,8 @@ playback. Meanwhile a client that reads gets its whole stream, in order.
 """
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
 import uuid
@@ -18,6 +20,9 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import serialize_byte_tensor
 
+from clients.bench.compare import free_ports
+from clients.gateway.config import GatewayConfig
+from clients.gateway.server import GatewayProcess
 from clients.live_stream import LiveStream
 from clients.stream import build_inputs, synthesize
 from protocol.models import ROUTER
@@ -28,9 +33,11 @@ from scheduler import FlowConfig
 from tests.e2e.conftest import DEFAULT_PRESET, start_server
 from tests.e2e.test_metrics import scrape
 from tests.waiting import wait_for
-from tools.procstats import snapshot
+from tools.procstats import snapshot, stat
 
 BOUND_S, STALL_S = 2.0, 3.0
+GATEWAY_WRITE_S = 2.0  # the gateway's write timeout here
+NUM_SILENT_HTTP = 2  # each must fill loopback's buffers first: more would only cost the suite time
 SAMPLE_RATE = 24_000
 NUM_SILENT = 12  # never-reading clients, half of them acking
 UTTERANCE_S = 60.0
@@ -128,3 +135,42 @@ def test_never_reading_clients_leave_every_process_bounded_and_a_reader_unharmed
         for client in silent:
             client.close()
     assert wait_for(lambda: scrape(paced)["voxlane_live_requests"] == 0, timeout_s=10)
+
+
+@pytest.fixture(scope="module")
+def slow_gateway(paced, tmp_path_factory):
+    config = GatewayConfig(tritons=(paced.grpc_url,), port=free_ports(1)[0], write_timeout_s=GATEWAY_WRITE_S)
+    process = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
+    process.wait_ready(60)
+    yield process
+    process.stop()
+
+
+def silent_http_request(gateway: GatewayProcess) -> socket.socket:
+    """POST a long PCM stream with a tiny receive window, and never read the answer. Loopback's socket
+    buffers still take about 3 MB (30 s of this audio) before the gateway's writes block."""
+    body = json.dumps({"model": "tts-1", "input": "A long story nobody listens to.", "response_format": "pcm",
+                       "sample_rate": 48_000, "seed": 7, "ignore_eos": True, "max_audio_seconds": 120.0}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((gateway.config.host, gateway.config.port))
+    sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return sock
+
+
+def test_the_gateway_drops_clients_that_take_no_bytes_and_their_streams_end(paced, slow_gateway):
+    """HTTP clients that read nothing: the gateway stays bounded, drops each once its writes have
+    blocked for the write timeout, and their Triton streams end (the gateway acks only what it wrote)."""
+    rss_kb = lambda: stat("gateway", slow_gateway.process.pid).rss_kb  # noqa: E731
+    before = rss_kb()
+    sockets = [silent_http_request(slow_gateway) for _ in range(NUM_SILENT_HTTP)]
+    try:
+        assert wait_for(lambda: scrape(paced)["voxlane_live_requests"] >= 1, timeout_s=30)
+        # each stream ends: its client took nothing for the write timeout, so the gateway dropped it
+        assert wait_for(lambda: scrape(paced)["voxlane_live_requests"] == 0, timeout_s=GATEWAY_WRITE_S + 40)
+        grown = rss_kb() - before
+        assert grown <= MAX_GROWTH_KB, f"the gateway grew {grown} kB with {NUM_SILENT_HTTP} clients not reading"
+    finally:
+        for sock in sockets:
+            sock.close()
