@@ -68,6 +68,12 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="MPS active-thread %% of the background codec lane (~32 of 132 SMs)")
     parser.add_argument("--admission", choices=ADMISSION_POLICIES, default=defaults.admission,
                         help="how new requests join the LM's running batch")
+    parser.add_argument("--codec-mps-priority", type=int, choices=(0, 1), default=defaults.codec_mps_priority,
+                        help="MPS client priority of the background codec lane (1: below the LM and the urgent lane)")
+    parser.add_argument("--urgent-budget", type=int, default=defaults.urgent_budget,
+                        help="urgent-lane chunks in flight beyond which a low-slack chunk goes background (0: no limit)")
+    parser.add_argument("--margin-quantile", type=_growth, default=defaults.margin_quantile,
+                        help="routing margin from this quantile of the background lane's latency ('none': the mean)")
     parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
 
 
@@ -77,7 +83,9 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        max_slots=args.max_slots, max_queued=args.max_queued, first_chunk_frames=args.first_chunk_frames,
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        lm_sm_pct=args.lm_sm_pct,
-                       codec_sm_pct=args.codec_sm_pct, admission=args.admission)
+                       codec_sm_pct=args.codec_sm_pct, admission=args.admission,
+                       codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
+                       margin_quantile=args.margin_quantile)
 
 
 def _growth(value: str) -> float | None:
