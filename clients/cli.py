@@ -69,7 +69,7 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admission", choices=ADMISSION_POLICIES, default=defaults.admission,
                         help="how new requests join the LM's running batch")
     parser.add_argument("--codec-mps-priority", type=int, choices=(0, 1), default=defaults.codec_mps_priority,
-                        help="MPS client priority of the background codec lane (1: below the LM and the urgent lane)")
+                        help="MPS client priority of the background codec lane in voxlane mode (1: below the LM and the urgent lane)")
     parser.add_argument("--urgent-budget", type=int, default=defaults.urgent_budget,
                         help="urgent-lane chunks in flight beyond which a low-slack chunk goes background (0: no limit)")
     parser.add_argument("--margin-quantile", type=_growth, default=defaults.margin_quantile,

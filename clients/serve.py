@@ -48,7 +48,9 @@ class ServeConfig:
     # for 90 % of requests at 34 req/s where 75/25 holds it for 82 % (BENCHMARKS.md, "Engine work")
     lm_sm_pct: int = 60  # of the LM lane
     codec_sm_pct: int = 40  # of the background codec lane: ~53 of an H200's 132 SMs
-    codec_mps_priority: int = _LANE.mps_client_priority  # the background codec's MPS client priority (1: below the rest)
+    # the background codec's MPS client priority in voxlane mode (1: below the LM and the urgent lane): measured on
+    # an H200, SLO attainment at 38 req/s 0.93 against 0.88 (BENCHMARKS.md, "Levers for the urgent lane")
+    codec_mps_priority: int = 1
     urgent_budget: int = SchedulerConfig.urgent_budget  # urgent chunks in flight before low-slack ones go background
     margin_quantile: float | None = SchedulerConfig.margin_quantile  # routing margin from this latency quantile
     admission: str = SchedulerConfig.admission_policy.value  # LM admission policy: deadline-aware | prefill-first
@@ -115,8 +117,10 @@ class ServeConfig:
         return {models.LM: self.lm_sm_pct, models.CODEC: self.codec_sm_pct}.get(model_name, 100)
 
     def mps_priority(self, model_name: str) -> int:
-        """The MPS client priority of one lane: the background codec's setting under MPS, else normal (0)."""
-        return self.codec_mps_priority if self.uses_mps and model_name == models.CODEC else 0
+        """The MPS client priority of one lane: the background codec's setting in voxlane mode under MPS, else
+        normal (0). Only voxlane has an urgent lane to take the chunks a yielding background lane makes late."""
+        is_yielding = self.uses_mps and self.mode is ServingMode.VOXLANE and model_name == models.CODEC
+        return self.codec_mps_priority if is_yielding else 0
 
     @property
     def resolved_dtype(self) -> str:

@@ -55,14 +55,15 @@ def test_bad_serve_settings_are_refused_clearly(kwargs, message):
         ServeConfig(**kwargs)
 
 
-@pytest.mark.parametrize("mode", ["voxlane", "partition", "colocate"])
-def test_the_background_codec_alone_takes_the_mps_client_priority(tmp_path, mode):
-    config = ServeConfig(device="cuda", mode=mode, codec_mps_priority=1)
-    repo = render_repository(config, tmp_path / "repo")
-    for model, priority in (("speechlm_lm", "0"), ("codec", "1"), ("codec_urgent", "0")):
+@pytest.mark.parametrize("mode, codec", [("voxlane", "1"), ("partition", "0"), ("colocate", "0")])
+def test_the_background_codec_yields_in_voxlane_mode_only(tmp_path, mode, codec):
+    """By default: voxlane has the urgent lane to take what a yielding background lane makes late."""
+    repo = render_repository(ServeConfig(device="cuda", mode=mode), tmp_path / "repo")
+    for model, priority in (("speechlm_lm", "0"), ("codec", codec), ("codec_urgent", "0")):
         text = (repo / model / "config.pbtxt").read_text()
         assert f'key: "mps_client_priority" value: {{ string_value: "{priority}" }}' in text, model
-    assert ServeConfig(device="cuda", partition="none", codec_mps_priority=1).mps_priority("codec") == 0  # no MPS
+    assert ServeConfig(device="cuda", partition="none").mps_priority("codec") == 0  # no MPS
+    assert ServeConfig(device="cuda", codec_mps_priority=0).mps_priority("codec") == 0
 
 
 def test_the_routing_levers_reach_the_router(tmp_path):
