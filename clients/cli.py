@@ -73,6 +73,12 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="backpressure: seconds of audio a stream may run ahead of what its client took (0: off)")
     parser.add_argument("--stall-timeout-s", type=float, default=defaults.flow.stall_timeout_s,
                         help="cancel an acking stream whose client takes nothing this long (0: never)")
+    parser.add_argument("--codec-mps-priority", type=int, choices=(0, 1), default=defaults.codec_mps_priority,
+                        help="MPS client priority of the background codec lane in voxlane mode (1: below the LM and the urgent lane)")
+    parser.add_argument("--urgent-budget", type=int, default=defaults.urgent_budget,
+                        help="urgent-lane chunks in flight beyond which a low-slack chunk goes background (0: no limit)")
+    parser.add_argument("--margin-quantile", type=_growth, default=defaults.margin_quantile,
+                        help="routing margin from this quantile of the background lane's latency ('none': the mean)")
     parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
 
 
@@ -83,7 +89,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, admission=args.admission,
-                       flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s))
+                       codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
+                       margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s))
 
 
 def _growth(value: str) -> float | None:

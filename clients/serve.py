@@ -48,6 +48,11 @@ class ServeConfig:
     # for 90 % of requests at 34 req/s where 75/25 holds it for 82 % (BENCHMARKS.md, "Engine work")
     lm_sm_pct: int = 60  # of the LM lane
     codec_sm_pct: int = 40  # of the background codec lane: ~53 of an H200's 132 SMs
+    # the background codec's MPS client priority in voxlane mode (1: below the LM and the urgent lane): measured on
+    # an H200, SLO attainment at 38 req/s 0.93 against 0.88 (BENCHMARKS.md, "Levers for the urgent lane")
+    codec_mps_priority: int = 1
+    urgent_budget: int = SchedulerConfig.urgent_budget  # urgent chunks in flight before low-slack ones go background
+    margin_quantile: float | None = SchedulerConfig.margin_quantile  # routing margin from this latency quantile
     admission: str = SchedulerConfig.admission_policy.value  # LM admission policy: deadline-aware | prefill-first
     gpus: tuple[str, ...] = ()  # physical GPUs of this server (CUDA_VISIBLE_DEVICES); (): inherit
     codec_gpu: int = 0  # which of this server's GPUs runs the codec lanes (the LM runs on its first)
@@ -112,6 +117,12 @@ class ServeConfig:
             return 100
         return {models.LM: self.lm_sm_pct, models.CODEC: self.codec_sm_pct}.get(model_name, 100)
 
+    def mps_priority(self, model_name: str) -> int:
+        """The MPS client priority of one lane: the background codec's setting in voxlane mode under MPS, else
+        normal (0). Only voxlane has an urgent lane to take the chunks a yielding background lane makes late."""
+        is_yielding = self.uses_mps and self.mode is ServingMode.VOXLANE and model_name == models.CODEC
+        return self.codec_mps_priority if is_yielding else 0
+
     @property
     def resolved_dtype(self) -> str:
         return self.dtype or ("bfloat16" if self.device == "cuda" else "float32")
@@ -121,6 +132,7 @@ class ServeConfig:
         chunking = ChunkingConfig(first_chunk_frames=self.first_chunk_frames, chunk_frames=self.chunk_frames,
                                   chunk_growth=self.chunk_growth)
         return SchedulerConfig(mode=self.mode, admission_policy=AdmissionPolicyName(self.admission),
+                               urgent_budget=self.urgent_budget, margin_quantile=self.margin_quantile,
                                chunking=chunking)
 
     def engine_config(self) -> EngineConfig:
@@ -131,6 +143,7 @@ class ServeConfig:
         """Model, device and torch settings of one lane's process."""
         return LaneSettings(model=self.model, device=self.device, dtype=self.resolved_dtype,
                             mps_active_thread_percentage=self.sm_percentage(model_name),
+                            mps_client_priority=self.mps_priority(model_name),
                             num_threads=self.num_threads, pin_gpu=self.is_disaggregated,  # each stub sees its GPU
                             cudnn_benchmark=self._runs_codec(model_name),
                             stream_states=self._keeps_stream_states(model_name))

@@ -28,7 +28,11 @@ class SchedulerConfig:
     """Routing, admission and chunking settings (seconds unless named otherwise).
 
     A chunk is urgent when its slack < margin, where
-    margin = margin_floor_s + safety_factor * expected background latency.
+    margin = margin_floor_s + safety_factor * expected background latency, or, with
+    `margin_quantile` q set, margin_floor_s + safety_factor * (q-quantile - expected): the
+    latency tail beyond the mean that the slack already counts.
+    With `urgent_budget` N > 0, a low-slack chunk that finds N chunks in flight on the urgent
+    lane goes to the background lane instead (first chunks stay urgent).
     """
 
     mode: ServingMode = ServingMode.VOXLANE
@@ -39,6 +43,9 @@ class SchedulerConfig:
     max_wait_s: float = 2.0  # a request waiting this long is admitted regardless
     latency_prior_s: float = 0.05  # expected decode latency before any observation
     latency_alpha: float = 0.2  # EWMA weight of a new latency observation
+    margin_quantile: float | None = None  # None: the margin scales the mean; q in (0, 1): that quantile's tail
+    latency_window: int = 64  # latest observations per (lane, batch size) the quantile is taken over
+    urgent_budget: int = 0  # urgent-lane chunks in flight beyond which low-slack chunks go background; 0: none
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
 
     def __post_init__(self) -> None:
@@ -51,6 +58,13 @@ class SchedulerConfig:
             raise ValueError(f"max_wait_s must be >= 0 (inf disables it), got {self.max_wait_s!r}")
         if not (isinstance(self.latency_alpha, (int, float)) and 0.0 < self.latency_alpha <= 1.0):
             raise ValueError(f"latency_alpha must be in (0, 1], got {self.latency_alpha!r}")
+        if self.margin_quantile is not None and not (isinstance(self.margin_quantile, (int, float))
+                                                     and 0.0 < self.margin_quantile < 1.0):
+            raise ValueError(f"margin_quantile must be in (0, 1) or None, got {self.margin_quantile!r}")
+        for name in ("latency_window", "urgent_budget"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= (name == "latency_window")):
+                raise ValueError(f"{name} must be an int >= {int(name == 'latency_window')}, got {value!r}")
 
     @classmethod
     def from_dict(cls, params: Mapping[str, Any], *, ignore_unknown: bool = False) -> SchedulerConfig:
@@ -91,7 +105,8 @@ def render_value(value: Any) -> str:
     return str(value)
 
 
-def _growth(value: Any) -> float | None:
+def _optional_float(value: Any) -> float | None:
+    """A number, or None written as "none" (no chunk ramp, no margin quantile)."""
     return None if value is None or (isinstance(value, str) and value.lower() == "none") else float(value)
 
 
@@ -105,9 +120,12 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_wait_s": float,
     "latency_prior_s": float,
     "latency_alpha": float,
+    "margin_quantile": _optional_float,
+    "latency_window": int,
+    "urgent_budget": int,
     "first_chunk_frames": int,
     "chunk_frames": int,
-    "chunk_growth": _growth,
+    "chunk_growth": _optional_float,
 }
 
 

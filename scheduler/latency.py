@@ -1,7 +1,9 @@
 """Online estimate of codec decode latency per lane and batch size."""
 from __future__ import annotations
 
+import math
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,22 +29,27 @@ class LatencyEstimator:
     `expected` for a batch size never observed on that lane returns the
     nearest observed batch size of the same lane (on a tie, the larger one:
     latency grows with batch size, so this errs towards urgency); a lane with
-    no observation at all returns `prior_s`. Thread-safe.
+    no observation at all returns `prior_s`. `quantile` reads the same bucket's latest `window`
+    observations. Thread-safe.
     """
 
-    def __init__(self, prior_s: float, alpha: float) -> None:
+    def __init__(self, prior_s: float, alpha: float, window: int = 64) -> None:
         if not prior_s >= 0.0:
             raise ValueError(f"prior_s must be >= 0, got {prior_s}")
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
         self._prior_s = prior_s
         self._alpha = alpha
+        self._window = window
         self._lock = threading.Lock()
         self._stats: dict[tuple[Lane, int], LatencyStat] = {}
+        self._recent: dict[tuple[Lane, int], deque[float]] = {}
 
     @classmethod
     def from_config(cls, config: SchedulerConfig) -> LatencyEstimator:
-        return cls(prior_s=config.latency_prior_s, alpha=config.latency_alpha)
+        return cls(prior_s=config.latency_prior_s, alpha=config.latency_alpha, window=config.latency_window)
 
     def observe(self, lane: Lane, batch_size: int, seconds: float) -> None:
         """Fold one measured decode latency of a batch of `batch_size` chunks into the estimate."""
@@ -55,16 +62,34 @@ class LatencyEstimator:
             mean = seconds if old is None else old.mean_s + self._alpha * (seconds - old.mean_s)
             count = 1 if old is None else old.count + 1
             self._stats[key] = LatencyStat(lane, batch_size, mean, count)
+            self._recent.setdefault(key, deque(maxlen=self._window)).append(seconds)
 
     def expected(self, lane: Lane, batch_size: int) -> float:
         """Expected decode seconds of a batch of `batch_size` chunks on `lane`."""
         _check_batch_size(batch_size)
         with self._lock:
-            sizes = [size for (stat_lane, size) in self._stats if stat_lane == lane]
-            if not sizes:
+            key = self._nearest(lane, batch_size)
+            return self._prior_s if key is None else self._stats[key].mean_s
+
+    def quantile(self, lane: Lane, batch_size: int, q: float) -> float:
+        """The q-quantile (0 < q < 1) of the latest observations of the bucket `expected` reads;
+        `prior_s` before any observation. Nearest rank: the value at or above a q share of them."""
+        _check_batch_size(batch_size)
+        if not 0.0 < q < 1.0:
+            raise ValueError(f"q must be in (0, 1), got {q}")
+        with self._lock:
+            key = self._nearest(lane, batch_size)
+            if key is None:
                 return self._prior_s
-            nearest = min(sizes, key=lambda size: (abs(size - batch_size), -size))
-            return self._stats[(lane, nearest)].mean_s
+            recent = sorted(self._recent[key])
+        return recent[min(len(recent) - 1, math.ceil(q * len(recent)) - 1)]
+
+    def _nearest(self, lane: Lane, batch_size: int) -> tuple[Lane, int] | None:
+        """The observed bucket of `lane` closest to `batch_size` (larger on a tie); the caller holds the lock."""
+        sizes = [size for (stat_lane, size) in self._stats if stat_lane == lane]
+        if not sizes:
+            return None
+        return lane, min(sizes, key=lambda size: (abs(size - batch_size), -size))
 
     def snapshot(self) -> list[LatencyStat]:
         """All buckets, for metrics and logs."""

@@ -42,9 +42,9 @@ class _InFlight:
         with self._lock:
             self._counts[lane] -= 1
 
-    def peek(self, lane: Lane) -> int:
+    def count(self, lane: Lane) -> int:
         with self._lock:
-            return self._counts[lane] + 1
+            return self._counts[lane]
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,11 @@ class CodecLanes:
 
     def batch_size_if_joined(self, lane: Lane) -> int:
         """The batch a chunk sent to `lane` now would join (the routing's latency estimate keys on it)."""
-        return self._in_flight.peek(lane)
+        return self._in_flight.count(lane) + 1
+
+    def in_flight(self, lane: Lane) -> int:
+        """Chunks being decoded on `lane` now, queued ones included (the urgent lane's budget counts them)."""
+        return self._in_flight.count(lane)
 
     def decode(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict,
                place: StreamPlace | None = None):

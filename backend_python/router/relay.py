@@ -75,7 +75,8 @@ class Relay:
         """Route and decode one LM chunk (its arrays by output name)."""
         index = int(arrays["chunk_index"][0])
         now = time.monotonic()
-        route = self._router.route(clock, index, now, self._codecs.batch_size_if_joined(Lane.BACKGROUND))
+        route = self._router.route(clock, index, now, self._codecs.batch_size_if_joined(Lane.BACKGROUND),
+                                   self._codecs.in_flight(Lane.URGENT))
         lane = route.lane
         decoded = (_inline_audio(arrays) if lane is Lane.INLINE
                    else self._codecs.decode(lane, arrays["tokens"], int(arrays["context_frames"][0]),

@@ -11,7 +11,7 @@
 | `voxlane_codec_ms` | histogram | `lane` | a chunk's codec call as the router sees it (queueing + batch decode) |
 | `voxlane_codec_run_ms` | histogram | `lane` | the lane's own run time of the batch decode that held the chunk |
 | `voxlane_codec_queue_ms` | histogram | `lane` | the rest of the call: `voxlane_codec_ms` minus the run time (queueing, transfer) |
-| `voxlane_chunks_routed_total` | counter | `lane`, `reason` | chunks sent, by routed lane and the reason the rule gave (`first_chunk`, `low_slack`, `slack_ok`, `mode`) |
+| `voxlane_chunks_routed_total` | counter | `lane`, `reason` | chunks sent, by routed lane and the reason the rule gave (`first_chunk`, `low_slack`, `slack_ok`, `urgent_full`, `mode`) |
 | `voxlane_chunk_slack_ms` | histogram | | a chunk's playback deadline minus its send time (chunk 0 has none; below 0 is a stall) |
 | `voxlane_lm_batch_size` | gauge | | requests in the LM lane's running batch after its last step |
 | `voxlane_lm_prefill_seconds_total` | counter | | the LM thread's time prefilling admitted requests |

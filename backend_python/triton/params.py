@@ -23,6 +23,7 @@ class LaneSettings:
     device: str = "cpu"
     dtype: str = "float32"
     mps_active_thread_percentage: int = 100
+    mps_client_priority: int = 0  # CUDA_MPS_CLIENT_PRIORITY: 0 normal, 1 below normal (yields to the other lanes)
     num_threads: int = 1  # torch threads: several model processes share the cores
     pin_gpu: bool = False  # the stub sees only its instance's GPU (disaggregated layouts: lanes on different GPUs)
     cuda_graphs: bool = True  # codecs on CUDA replay graphs per bucket (parameter `cuda_graphs`: false = eager)
@@ -37,6 +38,8 @@ class LaneSettings:
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if not 1 <= self.mps_active_thread_percentage <= 100:
             raise ValueError("mps_active_thread_percentage must be in [1, 100]")
+        if self.mps_client_priority not in (0, 1):
+            raise ValueError(f"mps_client_priority must be 0 (normal) or 1 (below normal), got {self.mps_client_priority}")
         if self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
 
@@ -53,9 +56,13 @@ class LaneSettings:
         return {f.name: _render(getattr(self, f.name)) for f in fields(self)}
 
     def apply_mps_limit(self) -> None:
-        """Must run before anything initialises CUDA in this stub process."""
-        if self.device == "cuda" and self.mps_active_thread_percentage < 100:
+        """The lane's MPS share and client priority; must run before anything initialises CUDA in this stub."""
+        if self.device != "cuda":
+            return
+        if self.mps_active_thread_percentage < 100:
             os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(self.mps_active_thread_percentage)
+        if self.mps_client_priority:
+            os.environ["CUDA_MPS_CLIENT_PRIORITY"] = str(self.mps_client_priority)
 
     def pin_instance_gpu(self, instance_device_id: str | None) -> str | None:
         """With `pin_gpu`, narrow CUDA_VISIBLE_DEVICES to the instance's GPU, which becomes device 0.
@@ -84,7 +91,8 @@ def _render(value) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
-_PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percentage": int, "num_threads": int,
+_PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percentage": int,
+            "mps_client_priority": int, "num_threads": int,
             "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
             "torch_compile": _parse_bool, "stream_states": _parse_bool}
 

@@ -33,7 +33,7 @@ def summarize_rate(rate: float, runs: list[RunWindow], slo: Slo) -> dict:
         "rate": rate, "num_runs": len(runs), "num_requests": len(records),
         "offered_rps": _ratio(len(records), window),
         "num_completed": num_completed, "num_errors": sum(r.error is not None for r in records),
-        "ttfa_ms": {f"p{q}": _percentile_ms(ttfas, q) for q in (50, 90, 99)},
+        "ttfa_ms": {f"p{q}": _percentile_ms(ttfas, q) for q in (50, 90, 95, 99)},
         "num_stalled": len(stalled), "stall_rate": _ratio(len(stalled), len(with_audio)),
         "stall_s_total": round(sum(o.stall_s for o in outcomes), 4),
         "num_slo_met": num_met, "slo_attainment": _ratio(num_met, len(records)),

@@ -126,7 +126,7 @@ class FakeCodec:
 class Lanes:
     """A router over fake lanes; `lm_is_dead` is what the router's LM watch finds."""
 
-    def __init__(self, pb, mode: str) -> None:
+    def __init__(self, pb, mode: str, scheduler: dict[str, str] | None = None) -> None:
         from backend_python.router import model as router_model
         pb.SERVER.reset()
         self.pb, self.engine = pb, FakeEngine()
@@ -147,7 +147,7 @@ class Lanes:
                 return lanes.lm_is_dead
         saved = router_model.StubWatch, router_model.stub_is_running
         router_model.StubWatch, router_model.stub_is_running = StubWatch, self._has_live_stub
-        parameters = {"mode": mode, **HEAL_PARAMETERS}
+        parameters = {"mode": mode, **HEAL_PARAMETERS, **(scheduler or {})}
         try:
             self.router = router_model.RouterModel()
             self.router.initialize({"model_config": json.dumps(
@@ -186,8 +186,9 @@ class Lanes:
 
 @pytest.fixture
 def lanes(pb, request):
-    mode = getattr(request, "param", "voxlane")
-    built = Lanes(pb, mode)
+    param = getattr(request, "param", "voxlane")  # a mode, or a dict of router parameters with its "mode"
+    settings = {"mode": param} if isinstance(param, str) else dict(param)
+    built = Lanes(pb, settings.pop("mode"), settings)
     yield built
     built.close()
 

@@ -20,6 +20,7 @@ def test_summary_counts_percentiles_goodput_and_throughput():
     assert s["offered_rps"] == pytest.approx(2.0)
     assert s["num_stalled"] == 1 and s["stall_rate"] == pytest.approx(0.25) and s["stall_s_total"] == pytest.approx(0.2)
     assert s["ttfa_ms"]["p50"] == pytest.approx(75.0)  # of 50, 50, 100, 300 ms
+    assert s["ttfa_ms"]["p95"] == pytest.approx(270.0)  # linear between 100 and 300
 
 
 def test_runs_of_several_seeds_pool():

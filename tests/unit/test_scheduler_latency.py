@@ -72,3 +72,19 @@ def test_thread_safety_smoke():
     assert sum(s.count for s in stats) == num_threads * per_thread
     for s in stats:  # each bucket only ever saw one value
         assert s.mean_s == pytest.approx(0.01 * s.batch_size)
+
+
+def test_quantile_is_the_nearest_rank_of_the_latest_window():
+    est = LatencyEstimator(prior_s=0.07, alpha=0.5, window=4)
+    assert est.quantile(Lane.BACKGROUND, 1, 0.9) == 0.07  # the prior before any observation
+    for seconds in (0.9, 0.1, 0.2, 0.3, 0.4):  # 0.9 falls out of the window of 4
+        est.observe(Lane.BACKGROUND, 2, seconds)
+    assert est.quantile(Lane.BACKGROUND, 2, 0.99) == pytest.approx(0.4)
+    assert est.quantile(Lane.BACKGROUND, 2, 0.5) == pytest.approx(0.2)
+    assert est.quantile(Lane.BACKGROUND, 2, 0.51) == pytest.approx(0.3)
+    assert est.quantile(Lane.BACKGROUND, 3, 0.99) == pytest.approx(0.4)  # the nearest bucket, like expected
+    assert est.quantile(Lane.URGENT, 2, 0.99) == 0.07
+    with pytest.raises(ValueError):
+        est.quantile(Lane.BACKGROUND, 2, 1.0)
+    with pytest.raises(ValueError):
+        LatencyEstimator(prior_s=0.05, alpha=0.5, window=0)

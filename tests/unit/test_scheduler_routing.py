@@ -14,8 +14,8 @@ class FakeClock:
         return self.t
 
 
-def make_router(mode=ServingMode.VOXLANE, floor=0.05, safety=1.0, prior=0.05):
-    config = SchedulerConfig(mode=mode, margin_floor_s=floor, safety_factor=safety, latency_prior_s=prior)
+def make_router(mode=ServingMode.VOXLANE, floor=0.05, safety=1.0, prior=0.05, **levers):
+    config = SchedulerConfig(mode=mode, margin_floor_s=floor, safety_factor=safety, latency_prior_s=prior, **levers)
     estimator = LatencyEstimator.from_config(config)
     return ChunkRouter(config, estimator), estimator
 
@@ -155,5 +155,5 @@ def test_the_reason_says_why_a_chunk_went_urgent_as_the_clock_runs_towards_its_d
 
 
 def test_the_reasons_are_the_metric_labels():
-    assert [r.value for r in RouteReason] == ["first_chunk", "low_slack", "slack_ok", "mode"]
+    assert [r.value for r in RouteReason] == ["first_chunk", "low_slack", "slack_ok", "urgent_full", "mode"]
     assert {lane for lane, reason in ROUTES if reason is not RouteReason.MODE} == {Lane.URGENT, Lane.BACKGROUND}

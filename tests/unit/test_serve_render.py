@@ -1,6 +1,8 @@
 """Rendering the run copy of the model repository for `voxlane serve`."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from clients.serve import REPOSITORY, ServeConfig, render_repository, set_parameter
@@ -51,3 +53,35 @@ def test_no_partition_means_whole_gpu_everywhere():
 def test_bad_serve_settings_are_refused_clearly(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ServeConfig(**kwargs)
+
+
+@pytest.mark.parametrize("mode, codec", [("voxlane", "1"), ("partition", "0"), ("colocate", "0")])
+def test_the_background_codec_yields_in_voxlane_mode_only(tmp_path, mode, codec):
+    """By default: voxlane has the urgent lane to take what a yielding background lane makes late."""
+    repo = render_repository(ServeConfig(device="cuda", mode=mode), tmp_path / "repo")
+    for model, priority in (("speechlm_lm", "0"), ("codec", codec), ("codec_urgent", "0")):
+        text = (repo / model / "config.pbtxt").read_text()
+        assert f'key: "mps_client_priority" value: {{ string_value: "{priority}" }}' in text, model
+    assert ServeConfig(device="cuda", partition="none").mps_priority("codec") == 0  # no MPS
+    assert ServeConfig(device="cuda", codec_mps_priority=0).mps_priority("codec") == 0
+
+
+def test_the_routing_levers_reach_the_router(tmp_path):
+    config = ServeConfig(device="cuda", urgent_budget=4, margin_quantile=0.95)
+    router = (render_repository(config, tmp_path / "repo") / "vox_ensemble" / "config.pbtxt").read_text()
+    assert 'key: "urgent_budget" value: { string_value: "4" }' in router
+    assert 'key: "margin_quantile" value: { string_value: "0.95" }' in router
+
+
+def test_a_lane_below_normal_priority_sets_it_before_cuda_starts(monkeypatch):
+    from backend_python.triton.params import LaneSettings
+    for name in ("CUDA_MPS_CLIENT_PRIORITY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):
+        monkeypatch.delenv(name, raising=False)
+    LaneSettings(device="cuda", mps_client_priority=0).apply_mps_limit()
+    LaneSettings(device="cpu", mps_client_priority=1).apply_mps_limit()
+    assert "CUDA_MPS_CLIENT_PRIORITY" not in os.environ
+    settings = LaneSettings.from_parameters({"device": "cuda", "mps_client_priority": "1"})
+    settings.apply_mps_limit()
+    assert os.environ["CUDA_MPS_CLIENT_PRIORITY"] == "1"
+    with pytest.raises(ValueError):
+        LaneSettings(mps_client_priority=2)
