@@ -22,21 +22,23 @@ class Relay:
     def __init__(self, channel: ChunkChannel, lm: LMClient, router: ChunkRouter, codecs: CodecLanes) -> None:
         self._channel, self._lm, self._router, self._codecs = channel, lm, router, codecs
 
-    def run(self, job: Job, clock: PlaybackClock, send: Callable[[DecodedChunk], bool]) -> Ended:
-        """Relay `job`'s chunks to `send` (False: the stream was ended meanwhile) until the stream ends."""
+    def run(self, job: Job, clock: PlaybackClock, send: Callable[[DecodedChunk], bool],
+            is_cancelled: Callable[[], bool]) -> Ended:
+        """Relay `job`'s chunks to `send` (False: the stream was ended meanwhile) until the stream ends;
+        `is_cancelled()`: the client is gone (or the stream was ended elsewhere: Outlet.is_cancelled)."""
         messages = self._channel.subscribe(job.stream_id)  # before the LM can send anything
         try:
             refused = self._lm.start(job)
-            return refused if refused is not None else self._pump(job, clock, send, messages)
+            return refused if refused is not None else self._pump(job, clock, send, is_cancelled, messages)
         finally:
             self._channel.unsubscribe(job.stream_id)
 
-    def _pump(self, job: Job, clock: PlaybackClock, send, messages) -> Ended:
+    def _pump(self, job: Job, clock: PlaybackClock, send, is_cancelled, messages) -> Ended:
         while True:
             kind, payload = messages.get()  # the LM's death wakes it too (the channel's end_all)
             if kind is ChannelKind.END:  # the LM ended the stream: done, cancelled or failed
                 return payload
-            if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
+            if is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
                 self._lm.cancel(job.stream_id)
                 return CANCELLED_BY_CLIENT
             chunk = self._decoded(payload, clock, job)
