@@ -50,7 +50,6 @@ def faulty_server(model_cache, tmp_path_factory):
         for key, value in saved.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
     yield server
-    server.process.stop(grace_s=3.0)  # the killed stub's old instance never finishes unloading
     server.stop()
 
 
