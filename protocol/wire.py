@@ -37,11 +37,16 @@ def encode_error(ended: Ended) -> str:
     return f"[{ended.reason.value}{''.join(f' {k}={v}' for k, v in fields.items())}] {ended.message}"
 
 
+def is_triton_unavailable(text: str) -> bool:
+    """Whether an uncoded error is Triton's refusal of a model it cannot serve now (stopping, unloaded)."""
+    return any(words in text for words in _TRITON_UNAVAILABLE)
+
+
 def decode_error(text: str) -> Ended:
     """The `Ended` a Triton error message carries (see the module docstring for uncoded messages)."""
     match = _PREFIX.match(text)
     if match is None or match.group(1) not in _REASONS:
-        if any(words in text for words in _TRITON_UNAVAILABLE):
+        if is_triton_unavailable(text):
             return Ended(EndReason.LANE_DOWN, f"the server cannot serve the model now: {text}")
         return Ended(EndReason.REFUSED_BAD_INPUT, text)
     fields = dict(pair.split("=", 1) for pair in match.group(2).split())

@@ -26,7 +26,9 @@ from protocol.reasons import EndReason
 
 log = logging.getLogger("voxlane.gateway")
 LIVE_METRIC = "voxlane_live_requests"
-_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+# a server that restarts is reached again within a few seconds (gRPC's default backoff grows to 120 s)
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                    ("grpc.initial_reconnect_backoff_ms", 250), ("grpc.max_reconnect_backoff_ms", 2000)]
 
 
 class Gateway:
