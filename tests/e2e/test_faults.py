@@ -172,7 +172,9 @@ def test_a_killed_lm_stub_ends_its_streams_is_503_behind_the_gateway_and_comes_b
         for text in ("Served elsewhere.", "Straight to the healthy one."):
             status, _, body = post_speech(both, text)
             assert status == 200 and len(body) == 10 * 1920 * 2, (status, body[:300])
-        assert started_streams(both) == {faulty: 1, healthy: 2}  # the faulty server is skipped after its refusal
+        # the faulty server is skipped after its refusal, or at once when a readiness poll saw its LM unloaded
+        started = started_streams(both)
+        assert started[healthy] == 2 and started[faulty] <= 1, started
     finally:
         alone.stop()
         both.stop()
