@@ -87,10 +87,12 @@ class Fleet:
         self.gateway.wait_ready(timeout_s)
 
     def stop(self) -> None:
+        """Stop the gateway and every server at once: each waits for its own process (at most ~4 s)."""
+        stops = [server.stop for server in self.servers]
         if self.gateway is not None:
-            self.gateway.stop()
-        with ThreadPoolExecutor(len(self.servers)) as pool:  # each waits for its tritonserver to drain
-            list(pool.map(Server.stop, self.servers))
+            stops.append(self.gateway.stop)
+        with ThreadPoolExecutor(len(stops)) as pool:
+            list(pool.map(lambda stop: stop(), stops))
 
     def is_running(self) -> bool:
         processes = [s.process.process for s in self.servers if s.process]

@@ -89,6 +89,15 @@ def _libpython_dir() -> str:
     return libdir if libdir and (Path(libdir) / ldlibrary).exists() else ""
 
 
+# How long tritonserver waits on SIGTERM for its models to unload before it exits anyway. A clean
+# unload takes 1-4.5 s on 2 CPU cores (most of it the codec stubs' teardown); a model that can never
+# finish unloading (the old instance of a lane whose stub was killed, a client stream whose state the
+# gRPC frontend keeps) used to hold every stop for Triton's default 30 s. In-flight streams end within
+# this bound too: the LM lane's unload ends them with LANE_DOWN ("the server is shutting down").
+EXIT_TIMEOUT_S = 3
+SHM_REGION = b"triton_python_backend_shm_region_"  # a stub's shared memory in /dev/shm, named on its command line
+
+
 @dataclass(frozen=True)
 class Ports:
     http: int = 8000
@@ -96,7 +105,8 @@ class Ports:
     metrics: int = 8002
 
 
-def server_command(install: TritonInstall, repository: Path, ports: Ports) -> list[str]:
+def server_command(install: TritonInstall, repository: Path, ports: Ports,
+                   exit_timeout_s: int = EXIT_TIMEOUT_S) -> list[str]:
     return [
         str(install.binary),
         f"--model-repository={repository}",
@@ -110,13 +120,15 @@ def server_command(install: TritonInstall, repository: Path, ports: Ports) -> li
         "--model-control-mode=explicit",
         "--load-model=*",
         "--exit-on-error=true",
+        f"--exit-timeout-secs={exit_timeout_s}",
         "--log-verbose=0",
         *os.environ.get("VOXLANE_TRITON_ARGS", "").split(),  # extra server flags, e.g. for debugging
     ]
 
 
 class TritonProcess:
-    """A running `tritonserver`; `stop()` sends SIGTERM, then SIGKILL after a grace period."""
+    """A running `tritonserver`; `stop()` sends SIGTERM, then SIGKILL after a grace period, and leaves
+    no stub process or stub shared memory behind."""
 
     def __init__(self, install: TritonInstall, repository: Path, ports: Ports,
                  env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
@@ -146,6 +158,8 @@ class TritonProcess:
         raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s")
 
     def stop(self, grace_s: float = 20.0) -> int:
+        """SIGTERM; tritonserver exits within its exit timeout (EXIT_TIMEOUT_S), SIGKILL is the backstop."""
+        regions = stub_shm_regions(self.process.pid)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -153,6 +167,32 @@ class TritonProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+        _end_orphans(self.process.pid, regions)
         if self._log:
             self._log.close()
         return self.process.returncode
+
+
+def stub_shm_regions(server_pid: int) -> list[Path]:
+    """The /dev/shm files of the stubs `server_pid` runs now (each stub's command line names its region)."""
+    regions = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or os.getpgid(int(entry.name)) != server_pid:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        regions += [Path("/dev/shm") / arg.decode() for arg in argv if arg.startswith(SHM_REGION)]
+    return regions
+
+
+def _end_orphans(server_pid: int, regions: list[Path]) -> None:
+    """A stub whose tritonserver exited on its exit timeout would linger until it notices; end it, and
+    remove the shared memory that only a clean unload frees."""
+    try:
+        os.killpg(server_pid, signal.SIGKILL)  # the server's session: only its stubs are left in it
+    except ProcessLookupError:
+        pass
+    for region in regions:
+        region.unlink(missing_ok=True)

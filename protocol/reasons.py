@@ -46,3 +46,7 @@ class Ended:
 
 DONE = Ended(EndReason.DONE)
 CANCELLED_BY_CLIENT = Ended(EndReason.CANCELLED, "cancelled by the client")
+# a stream cut short because its server stops (SIGTERM) or its LM lane is unloaded: the request itself is
+# fine, so it is LANE_DOWN (503, retried elsewhere), not INTERNAL
+SHUTTING_DOWN = Ended(EndReason.LANE_DOWN, "the server is shutting down (or its LM lane was unloaded); "
+                                           "retry on another server")

@@ -10,7 +10,9 @@ The code is an `EndReason` value; `param=` and `code=` (words: letters, digits, 
 are optional fields of bad input. Every error VoxLane's models send is written by `encode_error`;
 `decode_error` is its one reader. A message without the prefix is Triton's own: it refused the
 request against the model config (wrong dtype, shape or input name) before any VoxLane code ran,
-and is read as bad input.
+and is read as bad input, unless it is one of Triton's refusals of a model it cannot serve now (the
+server is stopping, the model is unloaded or loading): those are LANE_DOWN, so that the request is
+tried elsewhere (a 503 behind the gateway), never a 400.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ _FIELDS = ("param", "code")
 _WORD = r"[\w.-]+"
 _PREFIX = re.compile(rf"^\[(\w+)((?: \w+={_WORD})*)\] ")
 _VALUE = re.compile(rf"^{_WORD}$")
+# Triton 2.51's own words for a model it cannot serve now: read here, at the boundary, into a reason
+_TRITON_UNAVAILABLE = ("Request for unknown model", "Server not ready", "is not at ready state")
 
 
 def encode_error(ended: Ended) -> str:
@@ -33,10 +37,17 @@ def encode_error(ended: Ended) -> str:
     return f"[{ended.reason.value}{''.join(f' {k}={v}' for k, v in fields.items())}] {ended.message}"
 
 
+def is_triton_unavailable(text: str) -> bool:
+    """Whether an uncoded error is Triton's refusal of a model it cannot serve now (stopping, unloaded)."""
+    return any(words in text for words in _TRITON_UNAVAILABLE)
+
+
 def decode_error(text: str) -> Ended:
     """The `Ended` a Triton error message carries (see the module docstring for uncoded messages)."""
     match = _PREFIX.match(text)
     if match is None or match.group(1) not in _REASONS:
+        if is_triton_unavailable(text):
+            return Ended(EndReason.LANE_DOWN, f"the server cannot serve the model now: {text}")
         return Ended(EndReason.REFUSED_BAD_INPUT, text)
     fields = dict(pair.split("=", 1) for pair in match.group(2).split())
     return Ended(_REASONS[match.group(1)], text[match.end():], fields.get("param"), fields.get("code"))

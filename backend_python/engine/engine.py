@@ -24,7 +24,7 @@ import torch
 
 from backend_python.engine.codec_runner import CodecRunner, StreamChunk
 from backend_python.engine.config import EngineConfig  # noqa: F401 (re-exported: the LM model imports it here)
-from protocol.reasons import EndReason
+from protocol.reasons import SHUTTING_DOWN, Ended, EndReason
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
 from backend_python.models.base import Codec, DecodeBatch, SpeechLM
@@ -111,7 +111,7 @@ class LMEngine:
                 except Exception as exc:  # a bug in a step ends the requests in it, never the loop
                     log.exception("engine step failed")
                     self._reset(f"internal error: {exc}")
-        self._fail_all("server is shutting down")
+        self._fail_all(SHUTTING_DOWN)  # LANE_DOWN: the request was fine, another server takes it
 
     def _wait_s(self) -> float | None:
         """How long the loop may sleep on its inbox: 0 with work to do, None (until woken) with none,
@@ -301,7 +301,7 @@ class LMEngine:
         return self.codec.decode_chunks([StreamChunk(seq.request_id, chunk.tokens.to(device), chunk.context_frames,
                                                      chunk.start_frame, chunk.is_last) for seq, chunk in ready])
 
-    def _finish(self, seq: Sequence, error: str | None) -> None:
+    def _finish(self, seq: Sequence, error: str | EndReason | Ended | None) -> None:
         if seq.status is SeqStatus.FINISHED:
             return
         seq.status = SeqStatus.FINISHED
@@ -352,7 +352,7 @@ class LMEngine:
         except Exception:  # the slot is reset anyway; its next prefill overwrites it
             log.exception("releasing slot %d failed", slot)
 
-    def _fail_all(self, reason: str) -> None:
+    def _fail_all(self, reason: str | Ended) -> None:
         for seq in self._running + self._waiting:
             self._finish(seq, reason)
 

@@ -1,7 +1,8 @@
 """Where the LM engine's chunks and endings go: a direct client's Triton stream, or the router's chunk channel.
 
-The engine ends a request with None (done), `EndReason.CANCELLED`, or an error string (a failed
-prefill or step: an internal failure); `ended_of` turns that into the `Ended` value both sinks send.
+The engine ends a request with None (done), `EndReason.CANCELLED`, an error string (a failed
+prefill or step: an internal failure) or an `Ended` value (`SHUTTING_DOWN` when it stops); `ended_of`
+turns that into the `Ended` value both sinks send.
 """
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ class ClientGone(RuntimeError):
     """The request was cancelled: stop generating for it."""
 
 
-def ended_of(error: str | None) -> Ended:
+def ended_of(error: str | EndReason | Ended | None) -> Ended:
     """The engine's end of a request as a value."""
+    if isinstance(error, Ended):
+        return error
     if error is None:
         return DONE
     if error is EndReason.CANCELLED:

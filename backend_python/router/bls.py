@@ -9,9 +9,18 @@ from __future__ import annotations
 import triton_python_backend_utils as pb_utils
 
 from protocol.reasons import Ended, EndReason
-from protocol.wire import decode_error
+from protocol.wire import decode_error, is_triton_unavailable
 
 _STUB_DIED = "is not healthy"  # Triton 2.51's error for a call to a model whose stub died
+
+
+def stopping(model: str, error_message: str) -> Ended | None:
+    """The ending of a call that Triton refused because the server is stopping (SIGTERM) or `model`
+    is unloaded ("Server not ready", "Request for unknown model"), else None. LANE_DOWN, so that the
+    other codec lane takes the chunk and clients retry elsewhere; it is no death: nothing is reloaded."""
+    if not is_triton_unavailable(error_message):
+        return None
+    return Ended(EndReason.LANE_DOWN, f"the server is shutting down, or {model} is unloaded: {error_message}")
 
 
 def triton_failure(error_message: str) -> EndReason:

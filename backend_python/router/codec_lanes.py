@@ -118,6 +118,8 @@ class CodecLanes:
         return np.array(audio, dtype=np.float32), bls.scalar_output(response, "sample_rate")
 
     def _on_call_error(self, model: str, message: str) -> Ended:
+        if (stopping := bls.stopping(model, message)) is not None:
+            return stopping
         if bls.triton_failure(message) is EndReason.LANE_DOWN:
             return self._lane_health.on_dead(model, message)
         return Ended(EndReason.INTERNAL, f"{model} failed: {message}")

@@ -46,6 +46,15 @@ class LiveStreams:
             send()
             return True
 
+    def is_cancelled(self, stream_id: str, is_cancelled: Callable[[], bool]) -> bool:
+        """`is_cancelled()` (the sender's) while the stream is live; True once it has ended, without
+        asking: after a final response the sender must not be asked (that crashed tritonserver)."""
+        entry = self._entry(stream_id)
+        if entry is None:
+            return True
+        with entry[1].lock:
+            return entry[1].is_ended or is_cancelled()
+
     def end(self, stream_id: str, ended: Ended) -> bool:
         """End the stream as `ended` says; False when it had ended already."""
         entry = self._entry(stream_id)

@@ -63,6 +63,8 @@ class LMClient:
         self._graveyard.release_all()
 
     def _on_call_error(self, message: str) -> Ended:
+        if (stopping := bls.stopping(LM, message)) is not None:
+            return stopping
         if bls.triton_failure(message) is EndReason.LANE_DOWN:
             return self._lane_health.on_dead(LM, message)
         return Ended(EndReason.INTERNAL, f"{LM} failed: {message}")

@@ -132,7 +132,8 @@ class RouterModel:
         clock = PlaybackClock()
         self.outlet.open(job)
         try:
-            ended = self.relay.run(job, clock, lambda chunk: self.outlet.send(job, chunk, clock))
+            ended = self.relay.run(job, clock, lambda chunk: self.outlet.send(job, chunk, clock),
+                                   lambda: self.outlet.is_cancelled(job))
         except Exception as exc:  # one broken stream ends with an error, never the server
             log.exception("stream failed")
             ended = Ended(EndReason.INTERNAL, f"internal error: {exc}")

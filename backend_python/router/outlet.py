@@ -55,6 +55,10 @@ class Outlet:
         clock.on_sent(chunk.index, chunk.duration_s, now)
         return True
 
+    def is_cancelled(self, job: Job) -> bool:
+        """Whether the client is gone (or the stream was ended meanwhile, by the LM watch)."""
+        return self._streams.is_cancelled(job.stream_id, job.sender.is_cancelled)
+
     def _deliver(self, job: Job, chunk: DecodedChunk, response) -> None:
         job.sender.send(response)
         self._last_sent[job.stream_id] = chunk  # under the stream's lock, so never after its end

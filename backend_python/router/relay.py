@@ -26,16 +26,18 @@ class Relay:
                  flow: FlowConfig = FlowConfig()) -> None:
         self._channel, self._lm, self._router, self._codecs, self._flow = channel, lm, router, codecs, flow
 
-    def run(self, job: Job, clock: PlaybackClock, send: Callable[[DecodedChunk], bool]) -> Ended:
-        """Relay `job`'s chunks to `send` (False: the stream was ended meanwhile) until the stream ends."""
+    def run(self, job: Job, clock: PlaybackClock, send: Callable[[DecodedChunk], bool],
+            is_cancelled: Callable[[], bool]) -> Ended:
+        """Relay `job`'s chunks to `send` (False: the stream was ended meanwhile) until the stream ends;
+        `is_cancelled()`: the client is gone (or the stream was ended elsewhere: Outlet.is_cancelled)."""
         messages = self._channel.subscribe(job.stream_id)  # before the LM can send anything
         try:
             refused = self._lm.start(job)
-            return refused if refused is not None else self._pump(job, clock, send, messages)
+            return refused if refused is not None else self._pump(job, clock, send, is_cancelled, messages)
         finally:
             self._channel.unsubscribe(job.stream_id)
 
-    def _pump(self, job: Job, clock: PlaybackClock, send, messages) -> Ended:
+    def _pump(self, job: Job, clock: PlaybackClock, send, is_cancelled, messages) -> Ended:
         flow = AckedFlow(self._flow.max_unread_audio_s, self._flow.stall_timeout_s) if job.acks else None
         while True:
             try:  # the LM's death wakes it too (the channel's end_all)
@@ -44,7 +46,7 @@ class Relay:
                 kind, payload = None, None
             if kind is ChannelKind.END:  # the LM ended the stream: done, cancelled or failed
                 return payload
-            if job.sender.is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
+            if is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
                 self._lm.cancel(job.stream_id)
                 return CANCELLED_BY_CLIENT
             if flow is not None and (stalled := self._on_flow(job, flow, kind, payload)) is not None:

@@ -14,12 +14,13 @@ STUB = b"triton_python_backend_stub"
 
 
 def find_stub(model: str, parent_pid: int, proc: Path = PROC) -> int | None:
-    """The pid of `model`'s stub among `parent_pid`'s children, or None."""
+    """The pid of `model`'s live stub among `parent_pid`'s children, or None (an exited one that
+    tritonserver has not reaped yet may sit beside a reloaded one: it is skipped)."""
     needle = f"/{model}/".encode()
     for entry in proc.iterdir():
         if entry.name.isdigit() and _parent(entry) == parent_pid:
             cmdline = _read(entry / "cmdline")
-            if STUB in cmdline and needle in cmdline:
+            if STUB in cmdline and needle in cmdline and is_alive(int(entry.name), proc):
                 return int(entry.name)
     return None
 
@@ -60,11 +61,17 @@ class StubWatch:
         self._pid: int | None = None
 
     def is_dead(self) -> bool:
-        """True once the stub found earlier has died (False while it lives or is not found yet)."""
+        """True once the stub found earlier has died (False while it lives or is not found yet).
+
+        A stub replaced by a live one (an operator's reload: the old stub exits after the new one
+        started) is not a death: the new one is watched instead."""
         if self._pid is None:
             self._pid = find_stub(self.model, self._parent_pid, self._proc)
             return False
         if is_alive(self._pid, self._proc):
             return False
-        self._pid = None  # a reload starts a new stub: find it again
+        self._pid = find_stub(self.model, self._parent_pid, self._proc)
+        if self._pid is not None and is_alive(self._pid, self._proc):
+            return False
+        self._pid = None  # found again after the router's reload
         return True

@@ -24,6 +24,7 @@ class Backend:
     external_live: int = 0  # of those, the streams of other clients (estimated at the scrape)
     num_started: int = 0  # streams sent to it so far (the tie-break)
     down_until: float = 0.0  # not chosen before this time (it refused a connection)
+    is_ready: bool = True  # its last readiness poll (readiness.py): a server not ready gets no new stream
 
     @property
     def load(self) -> int:
@@ -40,9 +41,9 @@ class Balancer:
         self._clock = clock
 
     def acquire(self, exclude: tuple[Backend, ...] = ()) -> Backend | None:
-        """The least loaded server that is up and not in `exclude` (ties: the one used least); None if none."""
+        """The least loaded server that is up, ready and not in `exclude` (ties: the one used least); None if none."""
         now = self._clock()
-        candidates = [b for b in self.backends if b not in exclude and b.down_until <= now]
+        candidates = [b for b in self.backends if b not in exclude and b.down_until <= now and b.is_ready]
         if not candidates:
             return None
         backend = min(candidates, key=lambda b: (b.load, b.num_started))

@@ -15,6 +15,8 @@ class GatewayConfig:
     request_timeout_s: float = 600.0  # a whole stream
     scrape_interval_s: float = 0.5
     down_s: float = 2.0  # a server that refused a connection, or has a lane down, is skipped this long
+    readiness_interval_s: float = 0.5  # how often each server's readiness is asked (readiness.py)
+    max_attempts: int = 2  # servers a stream refused with 503 before any audio is tried on: one retry
     startup_timeout_s: float = 60.0  # for a first server to answer
     write_timeout_s: float = 30.0  # an HTTP client that takes no bytes this long is dropped (its stream cancelled)
 
@@ -25,6 +27,8 @@ class GatewayConfig:
             raise ValueError(f"--triton-metrics has {len(self.metrics_urls)} URLs for {len(self.tritons)} servers")
         if not 0 <= self.port <= 65535 or self.channels_per_server < 1:
             raise ValueError("--port must be in [0, 65535] and channels per server >= 1")
+        if self.max_attempts < 1:
+            raise ValueError("a stream needs at least one attempt")
         if min(self.request_timeout_s, self.scrape_interval_s, self.down_s, self.startup_timeout_s,
-               self.write_timeout_s) <= 0:
+               self.readiness_interval_s, self.write_timeout_s) <= 0:
             raise ValueError("timeouts and intervals must be > 0")

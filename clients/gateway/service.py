@@ -17,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 from clients.gateway.balancer import Backend, Balancer
 from clients.gateway.config import GatewayConfig
 from clients.gateway.errors import ApiError, unavailable
+from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve
 from clients.gateway.speech import SpeechRequest
 from clients.gateway.stats import GatewayStats
 from clients.gateway.triton_stream import AudioChunk, StreamFailure, stream_chunks
@@ -25,8 +26,9 @@ from protocol.reasons import EndReason
 
 log = logging.getLogger("voxlane.gateway")
 LIVE_METRIC = "voxlane_live_requests"
-PROBE_TIMEOUT_S = 2.0  # a server that does not answer a health or config call in this time is not ready
-_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+# a server that restarts is reached again within a few seconds (gRPC's default backoff grows to 120 s)
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                    ("grpc.initial_reconnect_backoff_ms", 250), ("grpc.max_reconnect_backoff_ms", 2000)]
 
 
 class Gateway:
@@ -40,6 +42,7 @@ class Gateway:
         self._channels: dict[str, list[grpc.aio.Channel]] = {}
         self._turn = itertools.count()
         self._scraper: asyncio.Task | None = None
+        self._readiness: asyncio.Task | None = None
 
     async def start(self) -> None:
         """Open the channels, learn the served model from a first server that answers, start scraping."""
@@ -51,21 +54,24 @@ class Gateway:
         self.model_ids = (model,)
         if any(b.metrics_url for b in self.balancer.backends):
             self._scraper = asyncio.create_task(self._scrape_forever())
+        await self.poll_readiness()
+        self._readiness = asyncio.create_task(self._poll_readiness_forever())
 
     async def close(self) -> None:
-        if self._scraper:
-            self._scraper.cancel()
+        for task in (self._scraper, self._readiness):
+            if task:
+                task.cancel()
         for channels in self._channels.values():
             for channel in channels:
                 await channel.close()
 
     async def stream_speech(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
-        """The request's chunks from the least loaded server; before any audio, a 503 (overloaded, a lane
-        down, unreachable) tries the next. A server that is unreachable or has a lane down is skipped
-        for `down_s` after."""
+        """The request's chunks from the least loaded ready server; before any audio, a 503 (overloaded,
+        a lane down, stopping, unreachable) is tried once more on another server (`max_attempts`). A
+        server that is unreachable or has a lane down is skipped for `down_s` after."""
         tried: tuple[Backend, ...] = ()
-        last_error: ApiError = unavailable("no Triton server is available")
-        while (backend := self.balancer.acquire(exclude=tried)) is not None:
+        last_error: ApiError = unavailable("no Triton server is ready")
+        while len(tried) < self.config.max_attempts and (backend := self.balancer.acquire(exclude=tried)) is not None:
             tried += (backend,)
             has_audio = False
             try:
@@ -104,12 +110,29 @@ class Gateway:
 
     async def health(self) -> dict:
         """Each server's readiness and load; `ok` when at least one is ready."""
-        ready = await asyncio.gather(*(is_ready(b.url) for b in self.balancer.backends))
+        ready = await asyncio.gather(*(can_serve(b.url) for b in self.balancer.backends))
         servers = [{"url": b.url, "ready": r, "live_streams": b.num_live, "reported_live": b.reported_live,
                     "external_live": b.external_live, "streams_started": b.num_started}
                    for b, r in zip(self.balancer.backends, ready)]
         return {"status": "ok" if any(ready) else "unavailable", "model": self.model_ids[0],
                 "mode": self.server_info.get("mode"), "servers": servers}
+
+    async def poll_readiness(self) -> None:
+        """Ask every server whether it can take a new stream (readiness.py); the balancer skips those
+        that cannot until a later poll says they can."""
+        ready = await asyncio.gather(*(can_serve(b.url) for b in self.balancer.backends))
+        for backend, is_ready in zip(self.balancer.backends, ready):
+            if backend.is_ready != is_ready:
+                log.warning("server %s is %s", backend.url, "ready again" if is_ready else "not ready")
+            backend.is_ready = is_ready
+
+    async def _poll_readiness_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.readiness_interval_s)
+            try:
+                await self.poll_readiness()
+            except Exception:  # one failed poll must not end the polling
+                log.exception("readiness poll failed")
 
     async def _scrape_forever(self) -> None:
         timeout = aiohttp.ClientTimeout(total=max(1.0, self.config.scrape_interval_s))
@@ -139,16 +162,6 @@ async def server_settings(url: str) -> dict | None:
 
 def _parameter(config: dict, key: str) -> str | None:
     return config.get("config", config).get("parameters", {}).get(key, {}).get("string_value")
-
-
-async def is_ready(url: str) -> bool:
-    client = grpcaio.InferenceServerClient(url=url)
-    try:
-        return await client.is_server_ready(client_timeout=PROBE_TIMEOUT_S)
-    except InferenceServerException:
-        return False
-    finally:
-        await client.close()
 
 
 async def scrape_live(session: aiohttp.ClientSession, url: str) -> int | None:

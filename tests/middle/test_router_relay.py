@@ -249,3 +249,19 @@ def test_a_request_too_long_for_the_kv_cache_is_refused_as_bad_input_at_once(lan
     lanes.engine.config.max_seq_len = 16
     _, ended = outcome(lanes.speak(max_audio_seconds=np.float32(10.0)))
     assert ended.reason is EndReason.REFUSED_BAD_INPUT and "max_seq_len is 16" in ended.message
+
+
+def test_a_stopping_server_ends_the_stream_as_lane_down_and_reloads_nothing(lanes):
+    """At SIGTERM Triton refuses the codec calls ("Server not ready"): the stream ends as LANE_DOWN
+    (clients retry elsewhere), not INTERNAL, and no lane is taken for dead (no reload while stopping)."""
+    def not_ready(model):
+        pb = lanes.pb
+        return lambda request, decoupled: [pb.InferenceResponse(error=pb.TritonError(
+            f"Model {model} - Error when running inference: Server not ready"))]
+    for model in ("codec", "codec_urgent"):
+        lanes.pb.SERVER.handlers[model] = not_ready(model)
+    request = lanes.speak()
+    lanes.engine.next_sequence().sink.emit(chunk(0))
+    _, ended = outcome(request)
+    assert ended.reason is EndReason.LANE_DOWN and "shutting down" in ended.message
+    assert lanes.pb.SERVER.unloaded == [] and lanes.router.lane_health.unavailable("codec") is None

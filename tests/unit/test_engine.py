@@ -248,3 +248,20 @@ def test_a_cancel_reaches_a_request_queued_behind_a_wake_up(lm):
     engine._collect(0)
     engine.step()
     assert sink.done.is_set() and sink.error == "cancelled" and sink.chunks == []
+
+
+def test_stopping_ends_live_and_waiting_requests_as_shutting_down(lm):
+    """A stop (the lane's finalize, at SIGTERM) ends every request with LANE_DOWN, which clients retry
+    elsewhere: the requests were fine."""
+    from protocol.reasons import SHUTTING_DOWN, EndReason
+
+    engine = make_engine(lm, max_slots=1)
+    pairs = [make_seq(lm, f"Long {i}.", frames=200, seed=i) for i in range(2)]  # one runs, one waits
+    for seq, _ in pairs:
+        engine.add(seq)
+    engine.start()
+    threading.Event().wait(0.3)  # the first is prefilled and decoding
+    engine.stop()
+    for _, sink in pairs:
+        assert sink.done.is_set() and sink.error == SHUTTING_DOWN  # the sinks send it as it is
+    assert SHUTTING_DOWN.reason is EndReason.LANE_DOWN and "shutting down" in SHUTTING_DOWN.message

@@ -80,3 +80,37 @@ def test_a_server_with_a_lane_down_passes_the_stream_on_and_is_skipped_a_while(m
     assert asyncio.run(collect(gateway)) == [0, 1]
     assert asyncio.run(collect(gateway)) == [0, 1]  # the next stream goes straight to the healthy server
     assert calls == ["a:1", "b:1", "b:1"] and gateway.balancer.backends[0].down_until > 0
+
+
+def test_a_refused_stream_is_retried_once_only(monkeypatch):
+    """Three servers that all refuse: the stream is tried on two (one retry), never on every server."""
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1", "c:1")))
+    refused = StreamFailure(unavailable("server overloaded", "overloaded"))
+    calls = fake_streams(monkeypatch, {"a:1": refused, "b:1": refused, "c:1": "ok"})
+    with pytest.raises(StreamFailure) as caught:
+        asyncio.run(collect(gateway))
+    assert caught.value.error.status == 503 and calls == ["a:1", "b:1"]
+
+
+def test_a_server_that_is_not_ready_gets_no_new_stream(monkeypatch):
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1")))
+    calls = fake_streams(monkeypatch, {"a:1": "ok", "b:1": "ok"})
+    gateway.balancer.backends[0].is_ready = False
+    assert asyncio.run(collect(gateway)) == [0, 1] and asyncio.run(collect(gateway)) == [0, 1]
+    assert calls == ["b:1", "b:1"]
+    gateway.balancer.backends[1].is_ready = False  # none ready: 503, nothing tried
+    with pytest.raises(StreamFailure) as caught:
+        asyncio.run(collect(gateway))
+    assert caught.value.error.status == 503 and calls == ["b:1", "b:1"]
+
+
+def test_readiness_is_polled_per_server(monkeypatch):
+    """One poll sets each server's readiness from what it answers (readiness.can_serve)."""
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1")))
+
+    async def can_serve(url):
+        return url == "b:1"
+
+    monkeypatch.setattr(service, "can_serve", can_serve)
+    asyncio.run(gateway.poll_readiness())
+    assert [b.is_ready for b in gateway.balancer.backends] == [False, True]

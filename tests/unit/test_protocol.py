@@ -68,3 +68,14 @@ def test_a_quote_of_a_long_value_is_short_and_says_its_length():
     assert quoted("tiny") == "'tiny'"
     long = quoted("v" * 10_000)
     assert len(long) < 110 and long.startswith("'vvv") and "10000 characters" in long
+
+
+@pytest.mark.parametrize("text", [
+    "Request for unknown model: 'vox_ensemble' is not found",
+    "Request for unknown model: 'vox_ensemble' has no available versions",
+    "Server not ready",
+])
+def test_tritons_refusal_of_a_model_it_cannot_serve_now_is_lane_down(text):
+    """A stopping server, or a model being unloaded: the request is fine, retry it elsewhere (503)."""
+    ended = decode_error(text)
+    assert ended.reason is EndReason.LANE_DOWN and text in ended.message

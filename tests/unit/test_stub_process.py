@@ -49,3 +49,15 @@ def test_watch_reports_a_death_once_and_finds_the_reloaded_stub(tmp_path):
     assert watch.is_dead()
     add_process(proc, 205, SERVER, "/x/triton_python_backend_stub /run/speechlm_lm/1/model.py 1")
     assert not watch.is_dead() and not watch.is_dead()  # the new stub is found and alive
+
+
+def test_a_stub_replaced_by_a_live_one_is_no_death(tmp_path):
+    """An operator's reload starts the new stub before the old one exits: the watch moves to it."""
+    proc = fake_proc(tmp_path)
+    watch = StubWatch("speechlm_lm", SERVER, proc)
+    assert not watch.is_dead()
+    add_process(proc, 206, SERVER, "/x/triton_python_backend_stub /run/speechlm_lm/1/model.py 1")
+    (proc / "202" / "stat").write_bytes(f"202 (triton_python_b) Z {SERVER} 1 1".encode())  # the old one exits
+    assert not watch.is_dead() and not watch.is_dead()
+    (proc / "206" / "stat").write_bytes(f"206 (triton_python_b) Z {SERVER} 1 1".encode())
+    assert watch.is_dead()  # the new one's death is seen
