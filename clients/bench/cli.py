@@ -56,6 +56,10 @@ def _add_bench_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channels", type=int, default=4, help="gRPC connections the streams share")
     parser.add_argument("--search", type=int, default=0, metavar="STEPS",
                         help="bisection steps for the 90%% capacity after the sweep")
+    parser.add_argument("--bracket", type=float, default=0.0, metavar="WIDTH",
+                        help="after the sweep, more rates until the 90%% and 99%% capacities each lie between "
+                             "two measured rates at most WIDTH req/s apart")
+    parser.add_argument("--max-rates", type=int, default=8, help="the most rates one run measures with --bracket")
     parser.add_argument("--metrics-url", default=None,
                         help="the server's Prometheus endpoint, for the LM's time breakdown per rate "
                              "(default: port 8002 on the --url host)")
@@ -72,6 +76,7 @@ def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
         audio_scale=args.audio_scale, max_audio_seconds=args.max_audio_seconds or base.max_audio_seconds,
         ignore_eos=args.ignore_eos, voice=args.voice,
         num_channels=args.channels if not args.smoke else base.num_channels, search_steps=args.search,
+        bracket_width=args.bracket, max_rates=args.max_rates,
         protocol=getattr(args, "protocol", "grpc"), metrics_url=args.metrics_url)
 
 
