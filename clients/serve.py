@@ -211,8 +211,12 @@ def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITO
 class Server:
     """A rendered repository plus the `tritonserver` serving it; a context manager."""
 
-    def __init__(self, config: ServeConfig, run_dir: Path | None = None, log_path: Path | None = None) -> None:
+    def __init__(self, config: ServeConfig, run_dir: Path | None = None, log_path: Path | None = None,
+                 shared_mps: MpsDaemon | None = None) -> None:
+        """`shared_mps`: a running daemon this server's lanes join (several servers on one GPU, measured one
+        at a time); it is left running at stop. None: the server starts and quits its own when it uses MPS."""
         self.config = config
+        self.shared_mps = shared_mps
         self._tmp = None if run_dir else tempfile.TemporaryDirectory(prefix="voxlane-run-")
         self.run_dir = Path(run_dir or self._tmp.name)
         self.log_path = log_path
@@ -222,7 +226,8 @@ class Server:
     def start(self, timeout_s: float = 300.0) -> "Server":
         repository = render_repository(self.config, self.run_dir / "model_repository")
         try:
-            env = {**self._start_mps(), **self.config.server_env(has_mps=self.mps is not None)}
+            mps_env = self._start_mps()
+            env = {**mps_env, **self.config.server_env(has_mps=bool(mps_env))}
             self.process = TritonProcess(find_triton(), repository, self.config.ports, env=env,
                                          log_path=self.log_path)
             self.process.wait_ready(timeout_s)
@@ -234,6 +239,8 @@ class Server:
     def _start_mps(self) -> dict[str, str]:
         if not self.config.uses_mps:
             return {}
+        if self.shared_mps is not None:
+            return self.shared_mps.env
         self.mps = MpsDaemon(self.run_dir, ",".join(self.config.gpus) or None)
         self.mps.start()
         return self.mps.env

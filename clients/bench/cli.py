@@ -28,6 +28,9 @@ def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
                                  "(and the lanes under load beside) from results.json files")
     plot.add_argument("results", nargs="+", type=Path, help="results.json files (or their directories)")
     plot.add_argument("-o", "--output", type=Path, default=Path("bench.png"))
+    plot.add_argument("--figure", choices=("curves", "capacity"), default="curves",
+                      help="curves: attainment, p99 TTFA and goodput vs rate (bands over seeds) and the lanes; "
+                           "capacity: capacity at 90%% and 99%% per results file, each seed's as a dot")
     compare = subparsers.add_parser("compare", help="start the server in each mode, bench it, print capacity ratios")
     # unset flags keep CompareConfig's defaults (timeshare and voxlane, the default model, cpu)
     compare.add_argument("--modes", nargs="+", choices=MODES, default=None)
@@ -56,6 +59,10 @@ def _add_bench_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channels", type=int, default=4, help="gRPC connections the streams share")
     parser.add_argument("--search", type=int, default=0, metavar="STEPS",
                         help="bisection steps for the 90%% capacity after the sweep")
+    parser.add_argument("--bracket", type=float, default=0.0, metavar="WIDTH",
+                        help="after the sweep, more rates until the 90%% and 99%% capacities each lie between "
+                             "two measured rates at most WIDTH req/s apart")
+    parser.add_argument("--max-rates", type=int, default=8, help="the most rates one run measures with --bracket")
     parser.add_argument("--metrics-url", default=None,
                         help="the server's Prometheus endpoint, for the LM's time breakdown per rate "
                              "(default: port 8002 on the --url host)")
@@ -72,6 +79,7 @@ def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
         audio_scale=args.audio_scale, max_audio_seconds=args.max_audio_seconds or base.max_audio_seconds,
         ignore_eos=args.ignore_eos, voice=args.voice,
         num_channels=args.channels if not args.smoke else base.num_channels, search_steps=args.search,
+        bracket_width=args.bracket, max_rates=args.max_rates,
         protocol=getattr(args, "protocol", "grpc"), metrics_url=args.metrics_url)
 
 
@@ -97,6 +105,10 @@ def _plot(args: argparse.Namespace) -> int:
     from clients.bench.plot_lanes import has_lanes, lanes_path, plot_lanes
     from clients.bench.runner import load_results
     results = [load_results(p) for p in args.results]
+    if args.figure == "capacity":
+        from clients.bench.plot_capacity import plot_capacity
+        print(f"wrote {plot_capacity(results, args.output)}")
+        return 0
     print(f"wrote {plot_results(results, args.output)}")
     if has_lanes(results):  # a second figure: the lanes under load
         print(f"wrote {plot_lanes(results, lanes_path(args.output))}")

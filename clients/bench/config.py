@@ -28,6 +28,8 @@ class BenchConfig:
     num_channels: int = 4  # gRPC connections the streams are spread over
     request_timeout_s: float = 300.0
     search_steps: int = 0  # bisection steps after the sweep (--search)
+    bracket_width: float = 0.0  # then more rates until each capacity lies within this (req/s); 0: off
+    max_rates: int = 8  # the most rates one run measures with --bracket
     warmup: bool = True
     protocol: str = "grpc"  # grpc: Triton's stream; openai: the gateway's /v1/audio/speech at `url`
     metrics_url: str | None = None  # the server's /metrics; None: port 8002 on the gRPC url's host
@@ -43,8 +45,8 @@ class BenchConfig:
             raise ValueError("--ttfa-slo-ms and --audio-scale must be > 0")
         if self.max_audio_seconds is not None and not 0 < self.max_audio_seconds <= MAX_AUDIO_SECONDS:
             raise ValueError(f"--max-audio-seconds must be in (0, {MAX_AUDIO_SECONDS:g}]")
-        if self.search_steps < 0:
-            raise ValueError("--search must be >= 0")
+        if self.search_steps < 0 or self.bracket_width < 0 or self.max_rates < 1:
+            raise ValueError("--search and --bracket must be >= 0, --max-rates >= 1")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
 

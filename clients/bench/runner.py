@@ -14,6 +14,7 @@ from clients.bench.loadgen import PlannedRequest, RunResult, plan_run, run_load
 from clients.bench.records import Slo
 from clients.bench.server_info import read_gateway_settings, read_server_settings
 from clients.bench.lanes import lane_delta, lanes_block, parse_lanes, pool
+from clients.bench.seeds import next_bracket_rate, per_seed, seed_capacities
 from clients.bench.server_time import EXPORT_LAG_S, add_server_times, metrics_url_for, parse, scrape_text, server_time
 from clients.bench.summary import ATTAINMENT_TARGETS, RunWindow, capacities, next_search_rate, summarize_rate
 from clients.bench.workload import Utterance, load_workload
@@ -27,35 +28,60 @@ class BenchError(RuntimeError):
     """The server could not serve the warm-up request; nothing was measured."""
 
 
-def run_bench(config: BenchConfig, log=print) -> dict:
-    """Run every rate (and the search steps), write `results.json` under `config.out`, return its content."""
+def run_bench(config: BenchConfig, log=print, extra: dict | None = None) -> dict:
+    """Run every rate (then the search and bracket steps), write `results.json` under `config.out`, return
+    its content. The file is rewritten after every rate, so a run cut short keeps what it measured;
+    `extra` (a label, say) is merged into it."""
     utterances, source = load_workload(config.workload)
-    results = asyncio.run(_run_all(config, utterances, log))
-    results["workload"] = {"source": source, "num_utterances": len(utterances)}
+    workload = {"source": source, "num_utterances": len(utterances)}
     config.out.mkdir(parents=True, exist_ok=True)
-    (config.out / RESULTS_FILE).write_text(json.dumps(results, indent=1))
+
+    def save(results: dict) -> None:
+        results.update(workload=workload, **(extra or {}))
+        (config.out / RESULTS_FILE).write_text(json.dumps(results, indent=1))
+
+    results = asyncio.run(_run_all(config, utterances, log, save))
+    save(results)
     return results
 
 
-async def _run_all(config: BenchConfig, utterances: list[Utterance], log) -> dict:
+async def _run_all(config: BenchConfig, utterances: list[Utterance], log, save=lambda results: None) -> dict:
     read = read_gateway_settings if config.protocol == "openai" else read_server_settings
     server = await read(config.url)
     if config.warmup:
         await _warm_up(config, utterances)
     runs: list[RunResult] = []
     summaries: dict[float, dict] = {}
-    for rate in config.rates:
+    client = _client_info()
+
+    def results() -> dict:
+        ordered = [summaries[r] for r in sorted(summaries)]
+        return {"config": config.to_json(), "server": server, "client": client,
+                "slo": {"ttfa_ms": config.ttfa_slo_ms, "stalls": 0}, "summaries": ordered,
+                "capacity": capacities(ordered), "capacity_per_seed": seed_capacities(ordered),
+                "runs": [_run_json(run) for run in runs]}
+
+    async def measure(rate: float) -> None:
         summaries[rate] = await _run_rate(config, utterances, rate, runs, log)
+        save(results())
+
+    for rate in config.rates:
+        await measure(rate)
     for _ in range(config.search_steps):
-        points = [(s["rate"], s["slo_attainment"]) for s in summaries.values()]
-        rate = round(next_search_rate(points, ATTAINMENT_TARGETS[0]), 4)
+        rate = round(next_search_rate(_points(summaries), ATTAINMENT_TARGETS[0]), 4)
         if rate in summaries:
             break
-        summaries[rate] = await _run_rate(config, utterances, rate, runs, log)
-    ordered = [summaries[r] for r in sorted(summaries)]
-    return {"config": config.to_json(), "server": server, "client": _client_info(),
-            "slo": {"ttfa_ms": config.ttfa_slo_ms, "stalls": 0}, "summaries": ordered,
-            "capacity": capacities(ordered), "runs": [_run_json(run) for run in runs]}
+        await measure(rate)
+    while len(summaries) < config.max_rates:
+        rate = next_bracket_rate(_points(summaries), config.bracket_width)
+        if rate is None or rate in summaries:
+            break
+        await measure(rate)
+    return results()
+
+
+def _points(summaries: dict[float, dict]) -> list[tuple[float, float]]:
+    return [(s["rate"], s["slo_attainment"]) for s in summaries.values()]
 
 
 async def _run_rate(config: BenchConfig, utterances, rate: float, runs: list[RunResult], log) -> dict:
@@ -71,8 +97,10 @@ async def _run_rate(config: BenchConfig, utterances, rate: float, runs: list[Run
             times.append(server_time(parse(before), _parsed(after, parse)))
             lane_deltas.append(lane_delta(parse_lanes(before), _parsed(after, parse_lanes)))
     runs.extend(rate_runs)
-    summary = summarize_rate(rate, [RunWindow(r.records, r.window_s, r.wall_s) for r in rate_runs],
-                             Slo(config.ttfa_slo_ms / 1e3))
+    windows = [RunWindow(r.records, r.window_s, r.wall_s) for r in rate_runs]
+    slo = Slo(config.ttfa_slo_ms / 1e3)
+    summary = summarize_rate(rate, windows, slo)
+    summary["per_seed"] = per_seed(rate, windows, [r.seed for r in rate_runs], slo)
     summary["client_overhead"] = _worst_overhead(rate_runs)
     summary["server_time"] = add_server_times(times)
     summary["lanes"] = lanes_block(pool(lane_deltas))

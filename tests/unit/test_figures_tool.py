@@ -1,0 +1,25 @@
+"""tools/figures.py: job specs and the rates an `@F` job starts at."""
+import pytest
+
+from tools.figures import SERVERS, parse_job, resolve_rates
+
+
+def test_a_job_spec_parses_and_names_its_results():
+    job = parse_job("voxlane:gamma:@0.8:3:2:4")
+    assert (job.server, job.arrival, job.rates, job.seeds, job.width, job.max_rates) == \
+        ("voxlane", "gamma", ("@0.8",), 3, 2.0, 4)
+    assert job.label == "voxlane-gamma" and parse_job("timeshare:poisson:@1.5/@2:1:0:2").label == "timeshare-poisson-past"
+
+
+@pytest.mark.parametrize("spec", ["voxlane:poisson:36:3:2", "nosuch:poisson:36:3:2:4", "voxlane:burst:36:3:2:4",
+                                  "voxlane:poisson:x:3:2:4"])
+def test_a_bad_spec_is_refused(spec):
+    with pytest.raises(ValueError):
+        parse_job(spec)
+
+
+def test_scaled_rates_land_on_the_two_req_s_grid_and_need_a_capacity():
+    assert resolve_rates(parse_job("voxlane:gamma:@0.8/30:3:2:4"), 34.9) == (28.0, 30.0)
+    with pytest.raises(ValueError):
+        resolve_rates(parse_job("voxlane:gamma:@0.8:3:2:4"), None)
+    assert set(SERVERS) >= {"timeshare", "colocate", "partition", "voxlane", "voxlane-pf"}
