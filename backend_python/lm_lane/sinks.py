@@ -1,7 +1,8 @@
 """Where the LM engine's chunks and endings go: a direct client's Triton stream, or the router's chunk channel.
 
-The engine ends a request with None (done), `EndReason.CANCELLED`, or an error string (a failed
-prefill or step: an internal failure); `ended_of` turns that into the `Ended` value both sinks send.
+The engine ends a request with None (done), `EndReason.CANCELLED`, an error string (a failed
+prefill or step: an internal failure) or an `Ended` (a streaming-text request's text was bad or
+stopped coming); `ended_of` turns that into the `Ended` value both sinks send.
 """
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ class ClientGone(RuntimeError):
     """The request was cancelled: stop generating for it."""
 
 
-def ended_of(error: str | None) -> Ended:
-    """The engine's end of a request as a value."""
+def ended_of(error) -> Ended:
+    """The engine's end of a request as a value (an `Ended` already is one)."""
+    if isinstance(error, Ended):
+        return error
     if error is None:
         return DONE
     if error is EndReason.CANCELLED:
@@ -42,7 +45,7 @@ class ResponseSink:
         tensors = [pb_utils.Tensor(name, array) for name, array in chunk_arrays(chunk, self._sample_rate).items()]
         self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
 
-    def finish(self, error: str | None) -> None:
+    def finish(self, error) -> None:
         self.end(ended_of(error))
 
     def end(self, ended: Ended) -> None:
@@ -65,7 +68,7 @@ class ChannelSink:
     def emit(self, chunk: Chunk) -> None:
         self._connection.send(self._stream_id, ChannelKind.CHUNK, chunk_arrays(chunk, self._sample_rate))
 
-    def finish(self, error: str | None) -> None:
+    def finish(self, error) -> None:
         self._connection.send(self._stream_id, ChannelKind.END, ended_of(error))
 
 

@@ -41,8 +41,11 @@ class IncrementalTokenizer:
         """Add text; commits what became final and returns how many ids were committed."""
         if self.is_closed:
             raise ValueError("the text is closed")
+        # whitespace after whitespace commits nothing (the whitespace at the end waits): no encode, so a
+        # long run of space pieces costs O(1) each
+        is_idle = text.isspace() and self._pending[-1:].isspace()
         self._pending += text
-        return self._commit()
+        return 0 if is_idle or not text else self._commit()
 
     def close(self, suffix: str = "") -> int:
         """No more text: `suffix` ends it and every id is committed; returns how many."""
