@@ -73,6 +73,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="backpressure: seconds of audio a stream may run ahead of what its client took (0: off)")
     parser.add_argument("--stall-timeout-s", type=float, default=defaults.flow.stall_timeout_s,
                         help="cancel an acking stream whose client takes nothing this long (0: never)")
+    parser.add_argument("--text-idle-timeout", type=float, default=defaults.text_idle_timeout_s,
+                        help="seconds a streaming-text session may wait for its next piece before it ends")
     parser.add_argument("--codec-mps-priority", type=int, choices=(0, 1), default=defaults.codec_mps_priority,
                         help="MPS client priority of the background codec lane in voxlane mode (1: below the LM and the urgent lane)")
     parser.add_argument("--urgent-budget", type=int, default=defaults.urgent_budget,
@@ -90,7 +92,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
-                       margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s))
+                       margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
+                       text_idle_timeout_s=args.text_idle_timeout)
 
 
 def _growth(value: str) -> float | None:
