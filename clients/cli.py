@@ -152,13 +152,19 @@ def _add_say(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--max-audio-seconds", type=float, default=None)
+    parser.add_argument("--stream-text", action="store_true",
+                        help="send TEXT word by word as a streaming-text session (the server speaks while it comes)")
+    parser.add_argument("--words-per-s", type=float, default=3.0, help="with --stream-text: the pace of the words")
 
 
 def _say(args: argparse.Namespace) -> int:
     from clients.stream import ServerUnreachable, StreamError, synthesize
+    from clients.text_stream import speak_streaming_text
+    settings = dict(voice=args.voice, seed=args.seed, temperature=args.temperature,
+                    max_audio_seconds=args.max_audio_seconds)
     try:
-        result = synthesize(args.url, args.text, voice=args.voice, seed=args.seed,
-                            temperature=args.temperature, max_audio_seconds=args.max_audio_seconds)
+        result = (speak_streaming_text(args.url, _paced_words(args.text, args.words_per_s), **settings)
+                  if args.stream_text else synthesize(args.url, args.text, **settings))
     except ServerUnreachable as exc:
         print(f"voxlane: {exc} (is `voxlane serve` running there? --url picks the server)", file=sys.stderr)
         return 1
@@ -167,6 +173,15 @@ def _say(args: argparse.Namespace) -> int:
         return 1
     _report(result, args.output)
     return 0
+
+
+def _paced_words(text: str, words_per_s: float):
+    """`text` word by word (each word with the space before it), `words_per_s` of them a second."""
+    import time
+    for i, word in enumerate(text.split(" ")):
+        if i:
+            time.sleep(1.0 / words_per_s)
+        yield word if i == 0 else " " + word
 
 
 def _report(result, output: str) -> None:

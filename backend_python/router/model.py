@@ -107,6 +107,7 @@ class RouterModel:
             return False
         is_final = bool(flags & SEQUENCE_END)
         try:
+            self.sessions.check_live(session_id)  # an unknown session first: the likelier mistake
             others = sorted(t.name() for t in request.inputs() if t.name() != "text")
             if others:
                 raise RequestError(f"a piece of a session carries only 'text', got {quoted(others[0])}",

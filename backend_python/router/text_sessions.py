@@ -103,6 +103,12 @@ class TextSessions:
                                    f"the piece is refused", param="text", code="session_closed")
             return session.stream_id, session.decode(data, is_final)
 
+    def check_live(self, session_id: object) -> None:
+        """Raises the RequestError of a piece for `session_id` when no live session has it."""
+        with self._lock:
+            if session_id not in self._live:
+                raise self._not_live(session_id)
+
     def end(self, session_id: object) -> None:
         """The session's stream ended: later pieces are refused as the pieces of an ended session."""
         with self._lock:
