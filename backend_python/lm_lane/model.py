@@ -162,6 +162,8 @@ class LMModel:
             text = self._open_text(req) if req.is_text_open else None
             prompt = self.model.encode_prompt(req.text, req.voice) if text is None else text.prompt()
             sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty, req.seed)
+        except RequestError:
+            raise
         except ValueError as exc:
             raise (RequestError(str(exc)) if is_known_voice
                    else RequestError(str(exc), param="voice", code="unknown_voice")) from None

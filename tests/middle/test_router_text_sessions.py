@@ -70,3 +70,10 @@ def test_whole_text_requests_are_unchanged_by_sequence_flags(lanes):
     assert seq.text is None and "text_open" not in lanes.lm_input_names[-1]
     lanes.engine.finish(seq.request_id, None)
     assert outcome(both) == ([], None)
+
+
+def test_a_family_that_needs_the_whole_text_refuses_a_session(lanes):
+    lanes.lm.model.supports_streaming_text, lanes.lm.family = False, "csm"
+    _, ended = outcome(lanes.speak("Hello", session=9, flags=SEQUENCE_START))
+    assert ended.code == "text_stream_unsupported" and "the csm family needs the whole text" in ended.message
+    assert answer(lanes.speak(" there.", session=9, flags=SEQUENCE_END)).code in ("session_ended", "unknown_session")
