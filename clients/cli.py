@@ -73,6 +73,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="backpressure: seconds of audio a stream may run ahead of what its client took (0: off)")
     parser.add_argument("--stall-timeout-s", type=float, default=defaults.flow.stall_timeout_s,
                         help="cancel an acking stream whose client takes nothing this long (0: never)")
+    parser.add_argument("--text-idle-timeout", type=float, default=defaults.text_idle_timeout_s,
+                        help="seconds a streaming-text session may wait for its next piece before it ends")
     parser.add_argument("--codec-mps-priority", type=int, choices=(0, 1), default=defaults.codec_mps_priority,
                         help="MPS client priority of the background codec lane in voxlane mode (1: below the LM and the urgent lane)")
     parser.add_argument("--urgent-budget", type=int, default=defaults.urgent_budget,
@@ -90,7 +92,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
-                       margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s))
+                       margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
+                       text_idle_timeout_s=args.text_idle_timeout)
 
 
 def _growth(value: str) -> float | None:
@@ -149,13 +152,19 @@ def _add_say(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--max-audio-seconds", type=float, default=None)
+    parser.add_argument("--stream-text", action="store_true",
+                        help="send TEXT word by word as a streaming-text session (the server speaks while it comes)")
+    parser.add_argument("--words-per-s", type=float, default=3.0, help="with --stream-text: the pace of the words")
 
 
 def _say(args: argparse.Namespace) -> int:
     from clients.stream import ServerUnreachable, StreamError, synthesize
+    from clients.text_stream import speak_streaming_text
+    settings = dict(voice=args.voice, seed=args.seed, temperature=args.temperature,
+                    max_audio_seconds=args.max_audio_seconds)
     try:
-        result = synthesize(args.url, args.text, voice=args.voice, seed=args.seed,
-                            temperature=args.temperature, max_audio_seconds=args.max_audio_seconds)
+        result = (speak_streaming_text(args.url, _paced_words(args.text, args.words_per_s), **settings)
+                  if args.stream_text else synthesize(args.url, args.text, **settings))
     except ServerUnreachable as exc:
         print(f"voxlane: {exc} (is `voxlane serve` running there? --url picks the server)", file=sys.stderr)
         return 1
@@ -164,6 +173,15 @@ def _say(args: argparse.Namespace) -> int:
         return 1
     _report(result, args.output)
     return 0
+
+
+def _paced_words(text: str, words_per_s: float):
+    """`text` word by word (each word with the space before it), `words_per_s` of them a second."""
+    import time
+    for i, word in enumerate(text.split(" ")):
+        if i:
+            time.sleep(1.0 / words_per_s)
+        yield word if i == 0 else " " + word
 
 
 def _report(result, output: str) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from backend_python.engine.config import EngineConfig
 from backend_python.triton.params import LaneSettings
+from backend_python.triton.request_inputs import RequestLimits
 from clients.mps import MpsDaemon
 from clients.triton_launch import Ports, TritonProcess, find_triton
 from protocol import models
@@ -57,6 +58,8 @@ class ServeConfig:
     gpus: tuple[str, ...] = ()  # physical GPUs of this server (CUDA_VISIBLE_DEVICES); (): inherit
     codec_gpu: int = 0  # which of this server's GPUs runs the codec lanes (the LM runs on its first)
     flow: FlowConfig = field(default_factory=FlowConfig)  # backpressure: the router's bound and stall timeout
+    # a streaming-text session whose text gets no piece this long ends (router and LM; the request's ceiling)
+    text_idle_timeout_s: float = RequestLimits.text_idle_timeout_s
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", _mode(self.mode))
@@ -75,6 +78,7 @@ class ServeConfig:
             raise ValueError("--gpus needs --device cuda")
         if not 0 <= self.codec_gpu < max(1, len(self.gpus)) or (self.codec_gpu and self.device != "cuda"):
             raise ValueError(f"the codec lanes' GPU {self.codec_gpu} is not one of this server's GPUs")
+        RequestLimits(text_idle_timeout_s=self.text_idle_timeout_s)
         self.engine_config()  # the typed configs validate the rest (chunk sizes, slots, threads)
         for model_name in LANE_MODELS:
             self.lane_settings(model_name)
@@ -159,11 +163,12 @@ class ServeConfig:
 
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""
+        text = {"text_idle_timeout_s": f"{self.text_idle_timeout_s:g}"}  # RequestLimits reads it in both
         if model_name == ROUTER_MODEL:
-            return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters()}
+            return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text}
         params = self.lane_settings(model_name).to_parameters()
         if model_name == models.LM:
-            params.update(self.engine_config().to_parameters())
+            params.update(self.engine_config().to_parameters(), **text)
         return {key: value for key, value in params.items() if key not in KEPT_FROM_REPOSITORY}
 
 

@@ -38,6 +38,8 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     # stream) and the server bounds what is sent but not acked; false: the bound runs on real-time
     # playback from the first chunk (Triton tells a backend nothing of what its client has read)
     TensorSpec("client_acks", "BOOL", np.bool_, default=False),
+    # a streaming-text session's bound on the wait for its next piece: default and ceiling RequestLimits
+    TensorSpec("text_idle_timeout_s", "FP32", np.float32, low=1e-3),
     # the allowed values: backend_python.audio.formats (SAMPLE_RATES, TRITON_FORMATS)
     TensorSpec("sample_rate", "INT32", np.int32, is_output_option=True),  # default: the model's rate
     TensorSpec("audio_format", "BYTES", np.object_, default="pcm_f32", is_output_option=True),
@@ -58,6 +60,23 @@ CONTROL_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
 # naming a live stream's id, the frames its client has taken (INT32).
 MAX_UNREAD_AUDIO_S = "max_unread_audio_s"
 TAKEN_FRAMES = "taken_frames"
+
+# Streaming text (a session: see SEQUENCE_START). On a stream's first request, `text_open` BOOL = true:
+# its `text` is the text's start and more follows. On a control request naming a live stream's id,
+# `text_piece` BYTES (UTF-8, whole characters, may be empty) is more text, and `text_final` BOOL = true
+# closes the text.
+TEXT_OPEN = "text_open"
+TEXT_PIECE = "text_piece"
+TEXT_FINAL = "text_final"
+
+# A streaming-text session on `vox_ensemble` is a Triton sequence: its requests share a `sequence_id`,
+# the first has the sequence-start flag (and carries the voice and sampling inputs), later ones carry only
+# `text` pieces, the last has the sequence-end flag. Triton's request flags (tritonserver.h):
+SEQUENCE_START = 1  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+SEQUENCE_END = 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+# The `code` of an error that answers one piece of a session: that piece is refused and changes nothing;
+# the session's stream goes on. Any other error ends the stream.
+PIECE_ERROR_CODES = ("bad_piece", "unknown_session", "session_closed", "session_ended")
 
 RESPONSE_OUTPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("audio", "FP32", np.float32, shape=(-1,)),  # mono PCM in [-1, 1]; [0] with an encoded format

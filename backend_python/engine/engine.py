@@ -4,6 +4,8 @@ One thread owns the model. Each step: admit waiting requests into free slots
 (prefill), launch one decode frame for every running request (one batched call),
 then cut finished chunks and hand them to each request's sink. Requests join and
 leave between steps; an error in one request's prefill ends only that request.
+A streaming-text request joins once its prompt's text has arrived and skips the
+steps whose frame needs text that has not (text_pieces.py).
 
 With `overlap_steps` (the default on CUDA) the host work of a step runs while the
 GPU computes the next one: step t+1 is launched before step t's codes are read
@@ -26,6 +28,7 @@ from backend_python.engine.codec_runner import CodecRunner, StreamChunk
 from backend_python.engine.config import EngineConfig  # noqa: F401 (re-exported: the LM model imports it here)
 from protocol.reasons import SHUTTING_DOWN, Ended, EndReason
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
+from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
 from backend_python.models.base import Codec, DecodeBatch, SpeechLM
 from scheduler import AdmissionState, ChunkPlan, StreamStatus, WaitingRequest, make_admission_policy
@@ -59,6 +62,7 @@ class LMEngine:
         self._stopped = threading.Event()
         self._cancel_ids: set[str] = set()
         self._taken: dict[str, int] = {}  # flow updates not yet applied, by request id
+        self._text = TextPieces()  # streaming-text pieces not yet applied
         self._cancel_lock = threading.Lock()
         self._chunk_plan = ChunkPlan(config.scheduler.chunking)
         model.allocate_slots(config.max_slots, config.max_seq_len)
@@ -69,7 +73,7 @@ class LMEngine:
         self._thread.start()
 
     def add(self, seq: Sequence) -> None:
-        seq.arrival_time = self._clock()
+        seq.arrival_time = seq.text_at = self._clock()
         self._inbox.put(seq)
 
     def try_add(self, seq: Sequence) -> bool:
@@ -96,6 +100,11 @@ class LMEngine:
             self._taken[request_id] = max(frames, self._taken.get(request_id, 0))
         self._inbox.put(None)  # wake the loop: the request may go on
 
+    def add_text(self, request_id: str, text: str, is_final: bool) -> None:
+        """More text for streaming-text request `request_id` (from any thread; unknown ids are ignored)."""
+        self._text.add(request_id, text, is_final, self._clock())
+        self._inbox.put(None)  # wake the loop: the request may go on
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopped.set()
         self._inbox.put(None)
@@ -116,13 +125,21 @@ class LMEngine:
     def _wait_s(self) -> float | None:
         """How long the loop may sleep on its inbox: 0 with work to do, None (until woken) with none,
         else until the first playback-paced request may go on (every running request is paused)."""
-        if self._pending or (self._waiting and self._free_slots):
+        if self._pending or (self._free_slots and any(seq.prompt is not None for seq in self._waiting)):
             return 0.0
         now = self._clock()
-        if any(not seq.is_paused(now) for seq in self._running):
+        if any(self._can_decode(seq, now) for seq in self._running):
             return 0.0
-        resumes = [t for seq in self._running if (t := seq.resumes_at()) is not None]
-        return max(0.0, min(resumes) - now) if resumes else None
+        wakes = [t for seq in self._running if (t := seq.resumes_at()) is not None]
+        wakes += [t for seq in self._running + self._waiting if (t := seq.text_deadline()) is not None]
+        return max(0.0, min(wakes) - now) if wakes else None
+
+    def _can_decode(self, seq: Sequence, now: float) -> bool:
+        """Neither paused on its client nor waiting for its text."""
+        return not seq.is_paused(now) and not self._needs_text(seq)
+
+    def _needs_text(self, seq: Sequence) -> bool:
+        return seq.is_text_open and self.model.is_waiting_for_text(seq.slot)
 
     def _collect(self, wait_s: float | None) -> None:
         """Move everything queued into `waiting`, waiting up to `wait_s` (None: until something comes)
@@ -144,6 +161,7 @@ class LMEngine:
     def step(self) -> None:
         self._drop_cancelled()
         self._apply_taken()
+        self._apply_text()
         self._retire()
         self._admit()
         launched = self._launch()
@@ -161,7 +179,7 @@ class LMEngine:
         """Prefill the waiting requests the admission policy lets in, in arrival order, in one call."""
         admitted = set(self._admission.admit(self._admission_state()))
         ready = []
-        for seq in [s for s in self._waiting if s.request_id in admitted]:
+        for seq in [s for s in self._waiting if s.request_id in admitted and s.prompt is not None]:
             self._waiting.remove(seq)
             seq.slot = self._free_slots.pop()
             try:
@@ -175,10 +193,11 @@ class LMEngine:
 
     def _admission_state(self) -> AdmissionState:
         now = self._clock()
+        # a stream waiting for its text stalls whatever admission does: it is not protected from prefills
         running = [StreamStatus(s.request_id, self._chunk_plan.start(s.num_chunks) / self.model.frame_rate,
-                                s.t_first_emitted) for s in self._running]
+                                s.t_first_emitted) for s in self._running if not self._needs_text(s)]
         waiting = [WaitingRequest(s.request_id, s.arrival_time, self._timing.prefill_s(s.prompt.num_tokens))
-                   for s in self._waiting]
+                   for s in self._waiting if s.prompt is not None]
         return AdmissionState(now=now, num_free_slots=len(self._free_slots), step_time_s=self._timing.step_s,
                               running=running, waiting=waiting)
 
@@ -217,7 +236,7 @@ class LMEngine:
         """Launch one frame for every running request not paused on its client; its codes are copied to
         the host asynchronously. None when there is nothing to launch."""
         now = self._clock()
-        rows = [seq for seq in self._running if not seq.is_paused(now)]
+        rows = [seq for seq in self._running if self._can_decode(seq, now)]
         if not rows:
             return None
         batch = DecodeBatch(slots=[s.slot for s in rows], sampling=[s.sampling for s in rows],
@@ -317,6 +336,14 @@ class LMEngine:
             self._running.remove(seq)
             self._release(seq.slot)
             self._free_slots.append(seq.slot)
+
+    def _apply_text(self) -> None:
+        """Feed the text pieces that came; end the requests whose text was bad or stopped coming."""
+        now, live = self._clock(), self._running + self._waiting
+        for seq, ended in self._text.apply(live) + idle_endings(live, now):
+            self._finish(seq, ended)
+            if seq in self._waiting:
+                self._waiting.remove(seq)
 
     def _apply_taken(self) -> None:
         with self._cancel_lock:

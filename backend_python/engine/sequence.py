@@ -7,7 +7,7 @@ from typing import Protocol
 
 import torch
 
-from backend_python.models.base import Prompt, SamplingParams
+from backend_python.models.base import Prompt, SamplingParams, TextFeed
 from scheduler import UnreadBound
 
 
@@ -38,13 +38,14 @@ class ChunkSink(Protocol):
 
     def emit(self, chunk: Chunk) -> None: ...
 
-    def finish(self, error: str | None) -> None: ...
+    def finish(self, error) -> None:
+        """The request's end: None (done), EndReason.CANCELLED, an error string (internal) or an `Ended`."""
 
 
 @dataclass
 class Sequence:
     request_id: str
-    prompt: Prompt
+    prompt: Prompt | None  # None: a streaming-text request whose prompt's text has not arrived yet
     sampling: SamplingParams
     ignore_eos: bool
     max_frames: int
@@ -59,6 +60,17 @@ class Sequence:
     t_first_emitted: float | None = None  # engine clock, when chunk 0 left the engine
     unread: UnreadBound | None = None  # backpressure (scheduler/flow.py); None: never paused
     emitted_frames: int = 0  # frames in the chunks handed to the sink
+    text: TextFeed | None = None  # a streaming-text request's text (more may come until it is closed)
+    text_idle_timeout_s: float = 30.0  # an open text with no new piece this long ends the request
+    text_at: float = 0.0  # engine clock, its latest text piece (or its arrival)
+
+    @property
+    def is_text_open(self) -> bool:
+        return self.text is not None and not self.text.is_closed
+
+    def text_deadline(self) -> float | None:
+        """When its open text times out (engine clock); None when the text is whole."""
+        return self.text_at + self.text_idle_timeout_s if self.is_text_open else None
 
     def is_paused(self, now: float) -> bool:
         """Whether its client has fallen the bound behind: decode nothing for it now."""

@@ -25,13 +25,14 @@ import triton_python_backend_utils as pb_utils
 
 from backend_python.engine.sequence import Sequence
 from backend_python.lm_lane.sinks import FINAL, ChannelSink, ResponseSink, error_response
+from backend_python.lm_lane.text import SpeakableText
 from backend_python.triton.chunk_channel import CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients, ChannelError
 from backend_python.triton.metrics import LMMetrics, LMPhaseMetrics
 from backend_python.triton.params import set_up_lane
 from backend_python.triton.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import MAX_UNREAD_AUDIO_S, TAKEN_FRAMES
+from protocol.tensors import MAX_UNREAD_AUDIO_S, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE
 from scheduler import ServingMode, UnreadBound
 
 log = logging.getLogger("voxlane.lm")
@@ -70,6 +71,7 @@ class LMModel:
         from backend_python.models import registry
         params, spec, device, dtype = setup.params, setup.spec, setup.device, setup.lane.dtype
         self.model = registry.load_lm(spec, device=device, dtype=dtype)
+        self.family = registry.family_of(spec).name
         self.model.use_torch_compile = setup.lane.torch_compile  # read when the engine allocates slots
         self.limits = RequestLimits.from_parameters(params)
         config = EngineConfig.from_parameters(params, registry.family_of(spec).codec_left_context_frames(spec))
@@ -115,6 +117,11 @@ class LMModel:
             self.engine.set_taken(request.request_id(), int(taken))
             sender.send(flags=FINAL)
             return
+        if (piece := _scalar_input(request, TEXT_PIECE)) is not None:  # the router: more streamed text
+            self.engine.add_text(request.request_id(), bytes(piece).decode("utf-8"),
+                                 bool(_scalar_input(request, TEXT_FINAL)))
+            sender.send(flags=FINAL)
+            return
         channel = _channel_of(request)
         refuse = (lambda ended: _refuse(sender, ended)) if channel else ResponseSink(sender, None).end
         request_id = request.request_id() or uuid.uuid4().hex
@@ -149,21 +156,34 @@ class LMModel:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
 
-        req: SpeechRequest = parse_speech_request(get, self.limits)
+        req: SpeechRequest = parse_speech_request(get, self.limits, is_text_open=bool(_scalar_input(request, TEXT_OPEN)))
         is_known_voice = req.voice is None or req.voice in self.model.voices
         try:
-            prompt = self.model.encode_prompt(req.text, req.voice)
+            text = self._open_text(req) if req.is_text_open else None
+            prompt = self.model.encode_prompt(req.text, req.voice) if text is None else text.prompt()
             sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty, req.seed)
+        except RequestError:
+            raise
         except ValueError as exc:
             raise (RequestError(str(exc)) if is_known_voice
                    else RequestError(str(exc), param="voice", code="unknown_voice")) from None
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         generator = seeded_generator(seed, self.device)  # every bit of the seed counts (seeding.py)
         max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
-        self._check_fits(prompt.num_tokens, max_frames)
+        self._check_fits(prompt.num_tokens if text is None else text.num_prompt_tokens, max_frames)
         return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
-                        sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks))
+                        sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks),
+                        text=text, text_idle_timeout_s=req.text_idle_timeout_s)
+
+    def _open_text(self, req: SpeechRequest) -> SpeakableText:
+        """A streaming-text request's text, its first piece in; refused for a family whose prompt needs it whole."""
+        if not self.model.supports_streaming_text:
+            raise RequestError(f"the {self.family} family needs the whole text in one request: it does not take "
+                               f"streamed text (a session of pieces) yet", param="text", code="text_stream_unsupported")
+        text = SpeakableText(self.model.open_text(req.voice))
+        text.append(req.text)
+        return text
 
     def _unread_bound(self, request, acks: bool) -> UnreadBound | None:
         """The backpressure bound the router asks for (`max_unread_audio_s`); none without it."""

@@ -1,8 +1,9 @@
 """Where the LM engine's chunks and endings go: a direct client's Triton stream, or the router's chunk channel.
 
 The engine ends a request with None (done), `EndReason.CANCELLED`, an error string (a failed
-prefill or step: an internal failure) or an `Ended` value (`SHUTTING_DOWN` when it stops); `ended_of`
-turns that into the `Ended` value both sinks send.
+prefill or step: an internal failure) or an `Ended` value (`SHUTTING_DOWN` when it stops; a
+streaming-text request's text was bad or stopped coming); `ended_of` turns that into the `Ended`
+value both sinks send.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class ClientGone(RuntimeError):
 
 
 def ended_of(error: str | EndReason | Ended | None) -> Ended:
-    """The engine's end of a request as a value."""
+    """The engine's end of a request as a value (an `Ended` already is one)."""
     if isinstance(error, Ended):
         return error
     if error is None:
@@ -45,7 +46,7 @@ class ResponseSink:
         tensors = [pb_utils.Tensor(name, array) for name, array in chunk_arrays(chunk, self._sample_rate).items()]
         self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
 
-    def finish(self, error: str | None) -> None:
+    def finish(self, error) -> None:
         self.end(ended_of(error))
 
     def end(self, ended: Ended) -> None:
@@ -68,7 +69,7 @@ class ChannelSink:
     def emit(self, chunk: Chunk) -> None:
         self._connection.send(self._stream_id, ChannelKind.CHUNK, chunk_arrays(chunk, self._sample_rate))
 
-    def finish(self, error: str | None) -> None:
+    def finish(self, error) -> None:
         self._connection.send(self._stream_id, ChannelKind.END, ended_of(error))
 
 

@@ -50,11 +50,44 @@ class Prompt:
     """Everything `prefill` needs for one request, built on CPU by `encode_prompt`.
 
     `tensors` is family-specific (e.g. text ids, speaker id); `num_tokens` is
-    the prefill length, which the engine checks against the KV capacity.
+    the prefill length, which the engine checks against the KV capacity. A
+    streaming-text request's prompt also holds its live `text`: the model reads
+    the text tokens that arrive after the prefill from it.
     """
 
     num_tokens: int
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    text: "TextFeed | None" = None
+
+
+class TextFeed(ABC):
+    """The text of a streaming-text request as its family tokenises it: pieces in, the prefill prompt
+    once the text it needs is final, later text tokens as they become final (the model reads them).
+
+    Only the engine's thread touches it. The tokens must equal those of the whole text in one
+    request, whatever the pieces (models/incremental_tokenizer.py).
+    """
+
+    @abstractmethod
+    def append(self, text: str) -> None:
+        """More text (possibly empty)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """No more text; raises ValueError when the whole text is empty."""
+
+    @property
+    @abstractmethod
+    def is_closed(self) -> bool: ...
+
+    @property
+    @abstractmethod
+    def num_prompt_tokens(self) -> int:
+        """The prefill length, known before the text is."""
+
+    @abstractmethod
+    def prompt(self) -> Prompt | None:
+        """The prefill prompt once the text it needs is final; None until then."""
 
 
 @dataclass
@@ -96,6 +129,16 @@ class SpeechLM(nn.Module, ABC):
     @abstractmethod
     def encode_prompt(self, text: str, voice: str | None) -> Prompt:
         """Tokenize and build the prompt; raises ValueError naming an unknown voice."""
+
+    supports_streaming_text = False  # True where `open_text` works: the prompt needs only the text's start
+
+    def open_text(self, voice: str | None) -> TextFeed:
+        """A streaming-text request's text, empty so far; raises ValueError naming an unknown voice."""
+        raise NotImplementedError(f"{type(self).__name__} needs the whole text in one request")
+
+    def is_waiting_for_text(self, slot: int) -> bool:
+        """Whether `slot`'s next frame needs a text token that has not arrived (its text is still open)."""
+        return False
 
     @abstractmethod
     def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:

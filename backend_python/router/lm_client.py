@@ -3,8 +3,8 @@
 A stream starts with one decoupled BLS request to `speechlm_lm` naming the router's chunk channel;
 its one response is the final flag, with `error` when the LM refused (chunk_channel.py says why the
 chunks do not follow on that stream). Triton 2.51 cannot cancel a BLS request, so a cancel is a
-control request (`cancel` = true, the stream's request id), and so is a backpressure update
-(`taken_frames`). Every iterator is held a while after it
+control request (`cancel` = true, the stream's request id), and so are a backpressure update
+(`taken_frames`) and a streaming-text piece (`text_piece`, `text_final`). Every iterator is held a while after it
 ends (graveyard.py) and freed in `release_all`.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from backend_python.router.lane_health import LaneHealth
 from backend_python.router.stream import Job
 from protocol.models import LM
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import TAKEN_FRAMES
+from protocol.tensors import TAKEN_FRAMES, TEXT_FINAL, TEXT_PIECE
 
 
 class LMClient:
@@ -46,10 +46,15 @@ class LMClient:
         Unknown ids are ignored there."""
         self._control(stream_id, pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_)))
 
-    def _control(self, stream_id: str, tensor) -> None:
+    def send_text(self, stream_id: str, text: str, is_final: bool) -> None:
+        """More of streaming-text stream `stream_id`'s text (whole characters); `is_final` closes it."""
+        self._control(stream_id, pb_utils.Tensor(TEXT_PIECE, np.array([text.encode("utf-8")], dtype=np.object_)),
+                      pb_utils.Tensor(TEXT_FINAL, np.array([is_final], dtype=np.bool_)))
+
+    def _control(self, stream_id: str, *tensors) -> None:
         """A control request naming the LM's stream `stream_id`: its one response is the final flag."""
         control = pb_utils.InferenceRequest(model_name=LM, requested_output_names=[], request_id=stream_id,
-                                            inputs=[tensor])
+                                            inputs=list(tensors))
         responses = control.exec(decoupled=True)
         self._graveyard.hold(responses)
         for _ in responses:

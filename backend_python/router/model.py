@@ -19,6 +19,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from backend_python.router.acks import ACK, AckRoutes, parse_ack
+from backend_python.router.relay import TEXT
 from backend_python.router.cancel_watch import CancelWatch
 from backend_python.router.codec_lanes import CodecLanes
 from backend_python.router.lane_health import HealPolicy, LaneHealth, ModelControl
@@ -27,6 +28,7 @@ from backend_python.router.lm_watch import LMWatch
 from backend_python.router.outlet import FINAL, Outlet, error_response
 from backend_python.router.relay import Relay
 from backend_python.router.stream import Job, as_numpy, copied_inputs
+from backend_python.router.text_sessions import TextSessions, piece_bytes
 from backend_python.router.stub_process import StubWatch, stub_is_running
 from backend_python.triton import fault_inject
 from backend_python.triton.chunk_channel import ChunkChannel
@@ -37,8 +39,9 @@ from backend_python.triton.request_inputs import (RequestError, RequestLimits, S
                                                   check_request_parameters, parse_audio_options,
                                                   parse_speech_request)
 from protocol.models import LM
+from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import MAX_UNREAD_AUDIO_S
+from protocol.tensors import MAX_UNREAD_AUDIO_S, SEQUENCE_END, SEQUENCE_START, TEXT_OPEN
 from scheduler import ChunkRouter, FlowConfig, LatencyEstimator, PlaybackClock, SchedulerConfig
 
 log = logging.getLogger("voxlane.router")
@@ -58,6 +61,7 @@ class RouterModel:
         self.codecs = CodecLanes(LatencyEstimator.from_config(self.config), self.metrics, self.lane_health)
         self.flow = FlowConfig.from_parameters(params)
         self.ack_routes = AckRoutes()
+        self.sessions = TextSessions(self.limits.max_text_chars)
         self.relay = Relay(self.channel, self.lm, ChunkRouter(self.config, self.codecs.estimator), self.codecs,
                            self.flow)
         self.cancel_watch = CancelWatch(self.lm.cancel)
@@ -71,7 +75,7 @@ class RouterModel:
     def execute(self, requests: list) -> None:
         for request in requests:
             sender = request.get_response_sender()
-            if self._take_ack(request, sender):
+            if self._take_ack(request, sender) or self._take_piece(request, sender):
                 continue
             job = self._admit(request, sender)
             if isinstance(job, Ended):
@@ -95,6 +99,27 @@ class RouterModel:
         sender.send(flags=FINAL)
         return True
 
+    def _take_piece(self, request, sender) -> bool:
+        """Pass a streaming-text piece on to its stream's relay (text_sessions.py); False when the request is
+        not a piece: no session flags, or the session's first request (sequence start)."""
+        flags, session_id = request.flags(), request.correlation_id()
+        if flags & SEQUENCE_START or not (session_id or flags & SEQUENCE_END):
+            return False
+        is_final = bool(flags & SEQUENCE_END)
+        try:
+            self.sessions.check_live(session_id)  # an unknown session first: the likelier mistake
+            others = sorted(t.name() for t in request.inputs() if t.name() != "text")
+            if others:
+                raise RequestError(f"a piece of a session carries only 'text', got {quoted(others[0])}",
+                                   param=others[0], code="bad_piece")
+            stream_id, text = self.sessions.take(session_id, piece_bytes(as_numpy(request, "text")), is_final)
+        except RequestError as exc:
+            sender.send(error_response(exc.ended), flags=FINAL)
+            return True
+        self.channel.post(stream_id, TEXT, (text, is_final))
+        sender.send(flags=FINAL)
+        return True
+
     def finalize(self) -> None:
         """Free the held BLS iterators here: left to the stub's own teardown, they kept this model
         from unloading and tritonserver waited out its exit timeout on SIGTERM."""
@@ -107,21 +132,49 @@ class RouterModel:
 
     def _admit(self, request, sender) -> Job | Ended:
         """Validate a request and copy what its worker thread needs; a refusal is an Ended value."""
+        flags = request.flags()
+        session_id = request.correlation_id() if flags & SEQUENCE_START and not flags & SEQUENCE_END else None
         try:
             check_request_parameters(request.parameters())
             if (down := self.lane_health.unavailable(LM)) is not None:
                 return down
-            req: SpeechRequest = parse_speech_request(lambda name: as_numpy(request, name), self.limits)
-            options = parse_audio_options(lambda name: as_numpy(request, name))
+            get = (lambda name: None if name == "text" else as_numpy(request, name)) if session_id is not None \
+                else (lambda name: as_numpy(request, name))  # a session's text is checked as pieces come
+            req: SpeechRequest = parse_speech_request(get, self.limits, is_text_open=session_id is not None)
+            options = parse_audio_options(get)
             stream_id = uuid.uuid4().hex
+            inputs = copied_inputs(request) + self._flow_inputs()
+            if session_id is not None:
+                inputs = self._open_session(session_id, stream_id, request, inputs)
             client_id = request.request_id() if req.client_acks else None
-            if client_id is not None:
-                self.ack_routes.register(client_id, stream_id)
+            self._register_acks(client_id, stream_id, session_id)
         except RequestError as exc:
             return exc.ended
-        return Job(stream_id=stream_id, inputs=copied_inputs(request) + self._flow_inputs(), sender=sender,
+        return Job(stream_id=stream_id, inputs=inputs, sender=sender,
                    arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text),
-                   audio=StreamAudio(options.audio_format, options.sample_rate), client_id=client_id)
+                   audio=StreamAudio(options.audio_format, options.sample_rate), client_id=client_id,
+                   session_id=session_id)
+
+    def _open_session(self, session_id, stream_id: str, request, inputs: list) -> list:
+        """Open a streaming-text session; the LM's inputs, its `text` the decoded start and `text_open` set.
+        The stream's queue exists from here, so no piece that follows at once is lost."""
+        text = self.sessions.open(session_id, stream_id, piece_bytes(as_numpy(request, "text")))
+        self.channel.subscribe(stream_id)
+        return [t for t in inputs if t.name() != "text"] + [
+            pb_utils.Tensor("text", np.array([text.encode("utf-8")], dtype=np.object_)),
+            pb_utils.Tensor(TEXT_OPEN, np.array([True], dtype=np.bool_))]
+
+    def _register_acks(self, client_id: str | None, stream_id: str, session_id) -> None:
+        """Route the stream's acks; a refusal undoes the session just opened."""
+        if client_id is None:
+            return
+        try:
+            self.ack_routes.register(client_id, stream_id)
+        except RequestError:
+            if session_id is not None:
+                self.sessions.end(session_id)
+                self.channel.unsubscribe(stream_id)
+            raise
 
     def _flow_inputs(self) -> list:
         """The LM's backpressure bound for a stream (none when the server turned it off)."""
@@ -140,6 +193,8 @@ class RouterModel:
         finally:
             if job.client_id is not None:
                 self.ack_routes.unregister(job.client_id)
+            if job.session_id is not None:
+                self.sessions.end(job.session_id)
         self.outlet.end(job, ended)
 
     def _on_lm_dead(self) -> None:

@@ -16,6 +16,7 @@ from protocol.channel import ChannelKind
 from protocol.reasons import CANCELLED_BY_CLIENT, Ended, EndReason
 from scheduler import AckedFlow, ChunkRouter, FlowConfig, Lane, PlaybackClock
 
+TEXT = "text"  # the kind of a streaming-text piece on its stream's queue: (text, is_final), for the LM
 _STALL_POLL_S = 0.5  # how often an acking stream that hears nothing checks whether its client stalled
 # what a relay returns when the stream was ended from outside (the LM watch) while its chunk was ready
 ENDED_ELSEWHERE = Ended(EndReason.LANE_DOWN, "the stream was ended by the router (its LM lane died)")
@@ -49,6 +50,8 @@ class Relay:
             if is_cancelled():  # the client is gone: stop the LM stream, decode nothing more
                 self._lm.cancel(job.stream_id)
                 return CANCELLED_BY_CLIENT
+            if kind == TEXT:  # a piece of the stream's text: on to the LM, in order
+                self._lm.send_text(job.stream_id, *payload)
             if flow is not None and (stalled := self._on_flow(job, flow, kind, payload)) is not None:
                 return stalled
             if kind is not ChannelKind.CHUNK:

@@ -22,6 +22,7 @@ class Job:
     codec_parameters: dict  # BLS parameters of its codec calls (the test-only fault tag, or empty)
     audio: StreamAudio  # its chunks resampled and encoded as the client asked (`audio_format`, `sample_rate`)
     client_id: str | None = None  # the client's request id when it acks chunks (`client_acks`): acks name it
+    session_id: object = None  # the sequence id of a streaming-text session: its pieces name it
 
     @property
     def acks(self) -> bool:

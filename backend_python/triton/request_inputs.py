@@ -34,20 +34,26 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class RequestLimits:
-    max_text_chars: int = 2000
+    max_text_chars: int = 2000  # a whole text's, or the sum of a streaming-text session's pieces
     max_audio_seconds: float = 120.0
     default_audio_seconds: float = 60.0
+    # a streaming-text session whose text gets no piece this long ends (its slot is freed): the default and
+    # ceiling of the `text_idle_timeout_s` input (`voxlane serve --text-idle-timeout`)
+    text_idle_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_text_chars < 1 or not 0 < self.default_audio_seconds <= self.max_audio_seconds:
             raise ValueError(f"inconsistent request limits: {self}")
+        if not self.text_idle_timeout_s > 0:
+            raise ValueError(f"text_idle_timeout_s must be > 0, got {self.text_idle_timeout_s}")
 
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> "RequestLimits":
         """From a model's config.pbtxt parameters; the router and the LM read the same keys."""
         defaults = cls()
         return cls(max_text_chars=int(params.get("max_text_chars", defaults.max_text_chars)),
-                   max_audio_seconds=float(params.get("max_audio_seconds", defaults.max_audio_seconds)))
+                   max_audio_seconds=float(params.get("max_audio_seconds", defaults.max_audio_seconds)),
+                   text_idle_timeout_s=float(params.get("text_idle_timeout_s", defaults.text_idle_timeout_s)))
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class SpeechRequest:
     max_audio_seconds: float
     ignore_eos: bool
     client_acks: bool = False  # the client acks the chunks it takes (protocol.tensors: `client_acks`)
+    is_text_open: bool = False  # a streaming-text session: `text` is its start (maybe empty), more follows
+    text_idle_timeout_s: float = 30.0  # such a session's longest wait for a piece
 
 
 @dataclass(frozen=True)
@@ -79,9 +87,12 @@ class AudioOptions:
 GetInput = Callable[[str], "np.ndarray | None"]
 
 
-def parse_speech_request(get: GetInput, limits: RequestLimits) -> SpeechRequest:
-    """Build a SpeechRequest from named input arrays; raises RequestError naming the problem."""
-    text = _parse_text(get("text"), limits)
+def parse_speech_request(get: GetInput, limits: RequestLimits, is_text_open: bool = False) -> SpeechRequest:
+    """Build a SpeechRequest from named input arrays; raises RequestError naming the problem.
+
+    `is_text_open`: the first request of a streaming-text session, whose `text` may be empty (its pieces
+    are checked as they come, by the router)."""
+    text = _open_text(get("text")) if is_text_open else _parse_text(get("text"), limits)
     voice = _scalar(get, "voice")
     return SpeechRequest(
         text=text,
@@ -94,7 +105,24 @@ def parse_speech_request(get: GetInput, limits: RequestLimits) -> SpeechRequest:
         max_audio_seconds=_ranged(get, "max_audio_seconds", limits.default_audio_seconds, limits.max_audio_seconds),
         ignore_eos=bool(_scalar(get, "ignore_eos") or REQUEST_INPUTS["ignore_eos"].default),
         client_acks=bool(_scalar(get, "client_acks") or REQUEST_INPUTS["client_acks"].default),
+        is_text_open=is_text_open,
+        text_idle_timeout_s=_ranged(get, "text_idle_timeout_s", limits.text_idle_timeout_s, limits.text_idle_timeout_s),
     )
+
+
+def _open_text(array: np.ndarray | None) -> str:
+    """A streaming-text session's first text, as the router passed it on (whole characters); may be empty."""
+    if array is None:
+        return ""
+    if array.size != 1:
+        raise RequestError(f"input 'text' must hold exactly one string, got shape {list(array.shape)}",
+                           param="text")
+    return _decode_utf8(array.reshape(-1)[0], "text")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character `text` may not hold (tab, CR and LF are fine), or None."""
+    return next((c for c in text if unicodedata.category(c) in ("Cc", "Cs") and c not in "\n\t\r"), None)
 
 
 def parse_audio_options(get: GetInput) -> AudioOptions:
@@ -132,11 +160,10 @@ def _parse_text(array: np.ndarray | None, limits: RequestLimits) -> str:
         raise RequestError(f"input 'text' must hold exactly one string, got shape {list(array.shape)}",
                            param="text")
     text = _decode_utf8(array.reshape(-1)[0], "text")
-    bad = [c for c in text if unicodedata.category(c) in ("Cc", "Cs") and c not in "\n\t\r"]
-    if bad:
-        raise RequestError(f"input 'text' contains control character U+{ord(bad[0]):04X}", param="text")
+    if (bad := control_character(text)) is not None:
+        raise RequestError(f"input 'text' contains control character U+{ord(bad):04X}", param="text")
     text = text.strip()
-    if not any(_is_speakable(c) for c in text):  # only spaces and invisible format characters
+    if not any(is_speakable(c) for c in text):  # only spaces and invisible format characters
         raise RequestError("input 'text' is empty or whitespace only", param="text")
     if len(text) > limits.max_text_chars:
         raise RequestError(f"input 'text' has {len(text)} characters; the limit is {limits.max_text_chars}",
@@ -144,7 +171,7 @@ def _parse_text(array: np.ndarray | None, limits: RequestLimits) -> str:
     return text
 
 
-def _is_speakable(char: str) -> bool:
+def is_speakable(char: str) -> bool:
     """Not a space, a separator or a format character (U+200B, U+FEFF, ...), which carry no sound."""
     return not char.isspace() and unicodedata.category(char) not in _SILENT_CATEGORIES
 

@@ -43,6 +43,7 @@ class FakeEngine:
         self.is_accepting = True
         self.added: queue.Queue = queue.Queue()
         self.cancelled: list[str] = []
+        self.texts: dict[str, list[tuple[str, bool]]] = {}  # streamed text pieces by request id, in order
         self._live: dict[str, object] = {}
         self._lock = threading.Lock()
 
@@ -59,6 +60,10 @@ class FakeEngine:
         self.cancelled.append(request_id)
         self.finish(request_id, EndReason.CANCELLED)
 
+    def add_text(self, request_id: str, text: str, is_final: bool) -> None:
+        with self._lock:
+            self.texts.setdefault(request_id, []).append((text, is_final))
+
     def finish(self, request_id: str, error) -> None:
         """End a live request as the engine would (once): None, EndReason.CANCELLED or an error string."""
         with self._lock:
@@ -73,9 +78,29 @@ class FakeEngine:
         pass
 
 
+class FakeText:
+    """A streaming text as a family would hold it: its pieces, joined."""
+
+    def __init__(self) -> None:
+        self.text, self.is_closed, self.num_prompt_tokens = "", False, 4
+
+    def append(self, text: str) -> None:
+        self.text += text
+
+    def close(self) -> None:
+        self.is_closed = True
+
+    def prompt(self):
+        return SimpleNamespace(num_tokens=4, text=self) if self.text else None
+
+
 class FakeSpeechLM:
     voices = ("tiny",)
     frame_rate = 12.5
+    supports_streaming_text = True
+
+    def open_text(self, voice: str | None) -> FakeText:
+        return FakeText()
 
     def encode_prompt(self, text: str, voice: str | None):
         if voice is not None and voice not in self.voices:
@@ -89,7 +114,7 @@ def lm_glue(engine: FakeEngine):
     from backend_python.triton.chunk_channel import ChannelClients
     from backend_python.triton.request_inputs import RequestLimits
     lm = LMModel.__new__(LMModel)
-    lm.model, lm.engine, lm.codec, lm.device = FakeSpeechLM(), engine, None, "cpu"
+    lm.model, lm.engine, lm.codec, lm.device, lm.family = FakeSpeechLM(), engine, None, "cpu", "fake"
     lm.limits, lm.channels = RequestLimits(), ChannelClients()
     return lm
 
@@ -170,12 +195,14 @@ class Lanes:
         self.lm.execute([request])
         return request.sender.responses
 
-    def speak(self, text: str = "Hello there.", **inputs):
-        """Send one client request to the router; its fake request (whose sender records the stream)."""
-        tensors = [self.pb.Tensor("text", np.array([text.encode()], dtype=np.object_))]
+    def speak(self, text: str | bytes = "Hello there.", session=0, flags: int = 0, **inputs):
+        """Send one client request to the router; its fake request (whose sender records the stream).
+        `session` and `flags`: a streaming-text session's sequence id and sequence start/end flags."""
+        data = text.encode() if isinstance(text, str) else text
+        tensors = [] if text is None else [self.pb.Tensor("text", np.array([data], dtype=np.object_))]
         tensors += [self.pb.Tensor(name, np.array([value.encode() if isinstance(value, str) else value]))
                     for name, value in inputs.items()]
-        request = self.pb.Request(tensors)
+        request = self.pb.Request(tensors, correlation_id=session, flags=flags)
         self.router.execute([request])
         return request
 

@@ -92,9 +92,17 @@ class ResponseSender:
 class Request:
     """A request as `execute` receives it."""
 
-    def __init__(self, inputs: list[Tensor], parameters: dict | None = None, request_id: str = "") -> None:
+    def __init__(self, inputs: list[Tensor], parameters: dict | None = None, request_id: str = "",
+                 correlation_id: int | str = 0, flags: int = 0) -> None:
         self._inputs, self._parameters, self._id = inputs, json.dumps(parameters or {}), request_id
+        self._correlation_id, self._flags = correlation_id, flags  # a Triton sequence's id and start/end flags
         self.sender = ResponseSender()
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
 
     def inputs(self) -> list[Tensor]:
         return self._inputs

@@ -27,9 +27,10 @@ from ..slots import SlotSpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
 from .presets import build_tiny_tokenizer
-from .prompt import (AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prompt_embeddings, resolve_language,
-                     to_device)
+from .prompt import (AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prefill_embeddings, prompt_embeddings,
+                     resolve_language, to_device, trailing_embeddings)
 from .talker import Talker
+from .text_feed import Qwen3TextFeed
 
 MIN_FRAMES_BEFORE_EOS = 2  # the reference generates with min_new_tokens=2
 
@@ -59,6 +60,7 @@ class SlotState:
     position: int  # next talker position to write
     num_frames: int  # frames emitted so far (= index into trailing)
     trailing: torch.Tensor  # [num_text_tokens, hidden], text embeddings still to add, one per frame
+    feed: Qwen3TextFeed | None = None  # a streaming-text request's text until its tts_eos is in `trailing`
 
 
 class Qwen3TTSLM(SlotSpeechLM):
@@ -124,6 +126,19 @@ class Qwen3TTSLM(SlotSpeechLM):
         language_id = resolve_language(self.config, self.language, voice)
         return make_prompt(self.config, list(ids), self.config.talker.spk_id[voice], language_id)
 
+    supports_streaming_text = True  # prefill needs the first text token; the rest trail, one per frame
+
+    def open_text(self, voice: str | None) -> Qwen3TextFeed:
+        voice = self._resolve_voice(voice)
+        return Qwen3TextFeed(self.config, self.tokenizer, self.config.talker.spk_id[voice],
+                             resolve_language(self.config, self.language, voice))
+
+    def is_waiting_for_text(self, slot: int) -> bool:
+        state = self._states.get(slot)
+        if state is None or state.feed is None or state.feed.is_closed:
+            return False
+        return state.num_frames >= state.feed.num_trailing
+
     def _fuse_projections(self) -> None:
         self.talker.fuse_projections()
 
@@ -176,7 +191,7 @@ class Qwen3TTSLM(SlotSpeechLM):
         embeds, trailing = self._prompt_embeddings(prompt)
         rows, last = to_device([slot, embeds.shape[0] - 1], self.device)
         self._prefill_rows(embeds[None], rows[None], last[None])
-        self._states[slot] = SlotState(position=embeds.shape[0], num_frames=0, trailing=trailing)
+        self._states[slot] = SlotState(position=embeds.shape[0], num_frames=0, trailing=trailing, feed=_open_feed(prompt))
 
     @torch.no_grad()
     def prefill_batch(self, slots: list[int], prompts: list[Prompt]) -> None:
@@ -191,15 +206,19 @@ class Qwen3TTSLM(SlotSpeechLM):
         for i in eager:
             rows, last = to_device([slots[i], embeds[i].shape[0] - 1], self.device)
             self._prefill_rows(embeds[i][None], rows[None], last[None])
-        for slot, e, text in zip(slots, embeds, trailing):
-            self._states[slot] = SlotState(position=e.shape[0], num_frames=0, trailing=text)
+        for slot, e, text, prompt in zip(slots, embeds, trailing, prompts):
+            self._states[slot] = SlotState(position=e.shape[0], num_frames=0, trailing=text, feed=_open_feed(prompt))
 
     def _prompt_embeddings(self, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (prefill embeddings [L, H], trailing text embeddings [N, H]), checked against the cache."""
         mem = self._require_memory()
         if prompt.num_tokens > mem.kv.max_seq_len:
             raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds max_seq_len {mem.kv.max_seq_len}")
-        return prompt_embeddings(self.config, self.talker, prompt, self.device)
+        if prompt.text is None:
+            return prompt_embeddings(self.config, self.talker, prompt, self.device)
+        feed = prompt.text  # streaming text: the trailing tokens final so far, tts_eos once it is closed
+        return (prefill_embeddings(self.config, self.talker, prompt, self.device),
+                trailing_embeddings(self.config, self.talker, feed.trailing_ids(0), feed.is_closed, self.device))
 
     def _prefill_rows(self, embeds: torch.Tensor, rows: torch.Tensor, last: torch.Tensor) -> None:
         """embeds [B, L, H] (row b's real tokens first, then padding), rows [B], last [B]: each row's last
@@ -214,6 +233,9 @@ class Qwen3TTSLM(SlotSpeechLM):
     @torch.no_grad()
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
         mem, states = self._require_memory(), [self._live_state(slot) for slot in batch.slots]
+        for state in states:
+            if state.feed is not None:
+                self._take_text(state)
         floats, ints = self._host_columns(batch, states)
         texts = self._trailing_text(mem, states)
         if self._graphs is not None:
@@ -232,6 +254,15 @@ class Qwen3TTSLM(SlotSpeechLM):
         if voice.lower() not in self.config.talker.spk_id:
             raise ValueError(f"unknown voice {quoted(voice)}; known voices: {list(self.voices)}")
         return voice.lower()
+
+    def _take_text(self, state: SlotState) -> None:
+        """Embed a streaming-text slot's trailing tokens that became final since, and tts_eos once closed."""
+        feed, known = state.feed, state.trailing.shape[0]
+        if feed.num_trailing > known or feed.is_closed:
+            new = trailing_embeddings(self.config, self.talker, feed.trailing_ids(known), feed.is_closed, self.device)
+            state.trailing = torch.cat((state.trailing, new))
+        if feed.is_closed:
+            state.feed = None
 
     def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
         """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns`."""
@@ -272,3 +303,8 @@ class Qwen3TTSLM(SlotSpeechLM):
         x = (frame_embed + inputs.text_embed)[:, None]  # [B, 1, H]
         hidden = self.talker(x, rows, inputs.positions[:, None], mem.kv)  # [B, H]
         mem.hidden[rows], mem.logits[rows] = hidden, self.talker.logits(hidden)
+
+
+def _open_feed(prompt: Prompt) -> Qwen3TextFeed | None:
+    """A prefilled prompt's text while more of it may come (a closed one's tts_eos is already in its trailing)."""
+    return prompt.text if prompt.text is not None and not prompt.text.is_closed else None

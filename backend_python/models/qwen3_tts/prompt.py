@@ -7,6 +7,7 @@ Prefill sequence (hidden size H), for text ids `<|im_start|> assistant \\n t0 t1
   N-1 positions      [tts_pad x (N-2), tts_bos] + codec(C[:-1])
   1 position         text(t0) + codec(codec_bos)
 The remaining text t1..tn, then tts_eos, are added one per frame to the decode inputs ("trailing").
+Prefill needs t0 only, so a text that arrives in pieces can start once t0 is final (text_feed.py).
 """
 from __future__ import annotations
 
@@ -57,19 +58,34 @@ def make_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], speaker_id: int, langu
 @torch.no_grad()
 def prompt_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
                       device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (prefill embeds [num_tokens, H], trailing text embeds [num_text_tokens, H])."""
+    """-> (prefill embeds [num_tokens, H], trailing text embeds [num_text_tokens, H]) of a whole text."""
+    ids = prompt.tensors["text_ids"]
+    return prefill_embeddings(cfg, talker, prompt, device), trailing_embeddings(
+        cfg, talker, ids[NUM_ROLE_TOKENS + 1:-NUM_SUFFIX_TOKENS], True, device)
+
+
+@torch.no_grad()
+def prefill_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt, device: torch.device) -> torch.Tensor:
+    """The prefill embeds [num_tokens, H]: they need the text's first token only."""
     codec_ids = codec_prefix_ids(cfg, int(prompt.tensors["speaker_id"]), int(prompt.tensors["language_id"]))
     # ids go to the device without waiting for it: `torch.tensor(..., device=cuda)` synchronises with the
     # decode step in flight, which would undo the engine's overlapped step at every admission
     codec = talker.embed_codec(to_device(codec_ids, device))  # [N, H]
-    special_ids = [cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id]
-    tts_bos, tts_eos, tts_pad = talker.embed_text(to_device([special_ids], device))[0]
-    ids = prompt.tensors["text_ids"].to(device, non_blocking=True)
+    tts_bos, tts_pad = talker.embed_text(to_device([[cfg.tts_bos_token_id, cfg.tts_pad_token_id]], device))[0]
+    ids = prompt.tensors["text_ids"][:NUM_ROLE_TOKENS + 1].to(device, non_blocking=True)
     role = talker.embed_text(ids[:NUM_ROLE_TOKENS])
     tags = torch.cat((tts_pad.expand(len(codec_ids) - 2, -1), tts_bos[None])) + codec[:-1]
     first_text = talker.embed_text(ids[NUM_ROLE_TOKENS:NUM_ROLE_TOKENS + 1]) + codec[-1:]
-    trailing = torch.cat((talker.embed_text(ids[NUM_ROLE_TOKENS + 1:-NUM_SUFFIX_TOKENS]), tts_eos[None]))
-    return torch.cat((role, tags, first_text)), trailing
+    return torch.cat((role, tags, first_text))
+
+
+@torch.no_grad()
+def trailing_embeddings(cfg: Qwen3TTSConfig, talker: Talker, ids, with_eos: bool, device: torch.device) -> torch.Tensor:
+    """Text tokens after the first (a tensor or list of ids), then tts_eos where the text has ended: [n, H]."""
+    ids = torch.as_tensor(ids, dtype=torch.int64)
+    if with_eos:
+        ids = torch.cat((ids, torch.tensor([cfg.tts_eos_token_id])))
+    return talker.embed_text(ids.to(device, non_blocking=True))
 
 
 def to_device(values: list, device: torch.device) -> torch.Tensor:
