@@ -10,6 +10,7 @@ import pytest
 from clients.bench.config import smoke_config
 from clients.bench.loadgen import plan_run
 from clients.bench.records import RequestRecord, Slo
+from clients.bench.seeds import per_seed
 from clients.bench.summary import RunWindow, capacities, summarize_rate
 from clients.bench.workload import load_workload
 
@@ -58,7 +59,10 @@ def test_summaries_agree_with_the_records(results):
         runs = [run for run in results["runs"] if run["rate"] == summary["rate"]]
         windows = [RunWindow(tuple(_records(run)), run["window_s"], run["wall_s"]) for run in runs]
         recomputed = summarize_rate(summary["rate"], windows, slo)
-        assert {k: v for k, v in summary.items() if k not in ("client_overhead", "server_time", "lanes")} == recomputed
+        server_side = ("client_overhead", "server_time", "lanes", "per_seed")
+        assert {k: v for k, v in summary.items() if k not in server_side} == recomputed
+        # each seed's own row is that seed's runs summarised alone
+        assert summary["per_seed"] == per_seed(summary["rate"], windows, [run["seed"] for run in runs], slo)
 
 
 def test_each_rate_records_where_the_lm_spent_its_time(results):
