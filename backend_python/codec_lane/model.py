@@ -51,6 +51,7 @@ class CodecModel:
         self.runner.warm_up()
         self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
         self._heap = HeapTrimmer()  # a batch of a new shape leaves its peak in the heap: give it back
+        self._heap.start()
 
     def execute(self, requests: list) -> list:
         windows, errors, faulty = [], [], []
@@ -71,8 +72,11 @@ class CodecModel:
                 errors[i] = audio
         responses = [self._response(err, decoded.get(i) if err is None else None, len(windows), run_ms)
                      for i, err in enumerate(errors)]
-        self._heap.maybe_trim()
+        self._heap.on_batch()
         return responses
+
+    def finalize(self) -> None:
+        self._heap.stop()
 
     def _decode_isolated(self, windows: list, faulty: list[bool]) -> list:
         """Audio per window, or an error string for each window whose decode raises."""

@@ -1,4 +1,4 @@
-"""Giving a model process's freed heap memory back to the OS, at most once per interval.
+"""Giving a model process's freed heap memory back to the OS, off the request path, after its batches.
 
 glibc's malloc keeps the memory a process freed for reuse: after a codec batch of a new, larger
 shape (a longer window, a bigger batch) the process's RSS stays at that batch's high-water mark,
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import time
 from typing import Callable
+
+from backend_python.triton.periodic import Periodic
 
 
 def _glibc_trim() -> Callable[[], object] | None:
@@ -27,21 +28,31 @@ def _glibc_trim() -> Callable[[], object] | None:
 
 
 class HeapTrimmer:
-    """Calls `trim` when asked, unless it ran less than `min_interval_s` ago (each trim costs the next
-    batch its page faults, so a busy lane trims about once a second, not after every batch)."""
+    """Trims the heap on its own thread once per `period_s` in which a batch ran, so the last batch's
+    peak goes back too and no response waits for a trim. Once a second: each trim costs the next
+    batch its page faults again."""
 
-    def __init__(self, min_interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
-                 trim: Callable[[], object] | None = None) -> None:
-        self._min_interval_s = min_interval_s
-        self._clock = clock
+    def __init__(self, period_s: float = 1.0, trim: Callable[[], object] | None = None) -> None:
         self._trim = trim if trim is not None else _glibc_trim()
-        self._last = float("-inf")
+        self._has_run_batch = False  # a plain flag: set by the batch thread, cleared here; a lost race trims a tick later
+        self._periodic = Periodic("voxlane-heap-trim", period_s, self.tick)
 
-    def maybe_trim(self) -> bool:
-        """Trim now if the interval has passed; True when it did."""
-        now = self._clock()
-        if self._trim is None or now - self._last < self._min_interval_s:
+    def start(self) -> None:
+        if self._trim is not None:
+            self._periodic.start()
+
+    def stop(self) -> None:
+        if self._trim is not None:
+            self._periodic.stop()
+
+    def on_batch(self) -> None:
+        """A batch ran: its freed memory is given back at the next tick."""
+        self._has_run_batch = True
+
+    def tick(self) -> bool:
+        """Trim if a batch ran since the last tick; True when it did."""
+        if self._trim is None or not self._has_run_batch:
             return False
-        self._last = now
+        self._has_run_batch = False
         self._trim()
         return True

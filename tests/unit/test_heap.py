@@ -1,28 +1,35 @@
-"""HeapTrimmer: trims when asked, at most once per interval; a no-op without a trim function."""
+"""HeapTrimmer: trims once per tick in which a batch ran, never otherwise; glibc's trim is found here."""
+import time
+
 from backend_python.triton.heap import HeapTrimmer, _glibc_trim
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_trims_at_most_once_per_interval():
-    clock, calls = FakeClock(), []
-    trimmer = HeapTrimmer(min_interval_s=1.0, clock=clock, trim=lambda: calls.append(clock.now))
-    assert trimmer.maybe_trim()  # the first call trims
-    clock.now += 0.5
-    assert not trimmer.maybe_trim()
-    clock.now += 0.5
-    assert trimmer.maybe_trim()
-    assert calls == [100.0, 101.0]
+def test_trims_only_after_a_batch():
+    calls = []
+    trimmer = HeapTrimmer(trim=lambda: calls.append(1))
+    assert not trimmer.tick()  # no batch yet
+    trimmer.on_batch()
+    trimmer.on_batch()
+    assert trimmer.tick()  # one trim for both batches
+    assert not trimmer.tick()
+    assert calls == [1]
 
 
-def test_glibc_trim_runs_here():
+def test_its_thread_trims_after_the_last_batch():
+    calls = []
+    trimmer = HeapTrimmer(period_s=0.05, trim=lambda: calls.append(1))
+    trimmer.start()
+    try:
+        trimmer.on_batch()
+        deadline = time.monotonic() + 5
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        trimmer.stop()
+    assert calls == [1]
+
+
+def test_glibc_trim_is_found_and_runs():
     trim = _glibc_trim()  # the test machines run glibc
     assert trim is not None
     trim()
-    assert HeapTrimmer(min_interval_s=0.0).maybe_trim()
