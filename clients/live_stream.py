@@ -12,6 +12,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from clients.stream import close_stream
 from protocol.models import ROUTER
 
 
@@ -81,10 +82,12 @@ class LiveStream:
         self.close(cancel=True)
 
     def close(self, cancel: bool = True) -> None:
+        """End the gRPC stream: cancelled while its request is live, else closed from our side and
+        left for the server to finish (cancelling an ended stream makes Triton 2.51 keep its state:
+        see `clients.stream.close_stream`)."""
         if not self._is_closed:
             self._is_closed = True
-            self._client.stop_stream(cancel_requests=cancel)
-            self._client.close()
+            close_stream(self._client, is_ended=self.outcome.is_ended or not cancel)
 
     def __enter__(self) -> "LiveStream":
         return self

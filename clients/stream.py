@@ -115,10 +115,26 @@ def synthesize(url: str, text: str | bytes, voice: str | None = None, timeout_s:
         except InferenceServerException:
             pass  # the stream broke before the request went out; its callback queued the reason
         ack = (lambda index: send_ack(client, request_id, index)) if acks else None
-        return _collect(responses, started, timeout_s, url, ack)
-    finally:
-        client.stop_stream(cancel_requests=True)
-        client.close()
+        result = _collect(responses, started, timeout_s, url, ack)
+    except StreamError:  # the server's error response ended the request
+        close_stream(client, is_ended=True)
+        raise
+    except BaseException:  # timed out, unreachable, interrupted: the request may still be live
+        close_stream(client, is_ended=False)
+        raise
+    close_stream(client, is_ended=True)
+    return result
+
+
+def close_stream(client: grpcclient.InferenceServerClient, is_ended: bool) -> None:
+    """Close a client's stream: cancel it while its request is still live; once the final response came,
+    half-close it and let the server finish it.
+
+    Why not always cancel: tritonserver 2.51's gRPC frontend keeps a stream's whole state (its call, its
+    response buffers: ~10 kB for a few chunks) for good when the client cancels the stream after its
+    request's final response, and frees it when the server finishes the stream itself."""
+    client.stop_stream(cancel_requests=not is_ended)
+    client.close()
 
 
 def ack_input(index: int) -> grpcclient.InferInput:

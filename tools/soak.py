@@ -112,16 +112,23 @@ def run_workers(url: str, seconds: float, num_workers: int, seed: int, tally: So
         thread.join()
 
 
-def format_figures(before: dict[str, ProcStat], after: dict[str, ProcStat]) -> str:
+def format_figures(before: dict[str, ProcStat], after: dict[str, ProcStat], minutes: float | None = None,
+                   num_requests: int | None = None) -> str:
+    """A table of each process's RSS and threads before and after; with the soak's length and request
+    count, its growth per minute and per request too."""
     lines = [f"{'process':<14} {'pid':>7} {'RSS warm MB':>14} {'RSS after MB':>13} {'growth MB':>10} "
-             f"{'threads before':>15} {'threads after':>14}"]
+             f"{'MB/min':>7} {'kB/request':>11} {'threads before':>15} {'threads after':>14}"]
     for name, first in before.items():
         last = after.get(name)
         if last is None:
             lines.append(f"{name:<14} {first.pid:>7} gone")
             continue
+        growth_kb = last.rss_kb - first.rss_kb
+        per_minute = f"{growth_kb / 1024 / minutes:.2f}" if minutes else "-"
+        per_request = f"{growth_kb / num_requests:.2f}" if num_requests else "-"
         lines.append(f"{name:<14} {first.pid:>7} {first.rss_kb / 1024:>14.1f} {last.rss_kb / 1024:>13.1f} "
-                     f"{(last.rss_kb - first.rss_kb) / 1024:>10.1f} {first.num_threads:>15} {last.num_threads:>14}")
+                     f"{growth_kb / 1024:>10.1f} {per_minute:>7} {per_request:>11} {first.num_threads:>15} "
+                     f"{last.num_threads:>14}")
     return "\n".join(lines)
 
 
@@ -159,7 +166,7 @@ def soak(url: str, server_pid: int, minutes: float, warm_up_s: float, num_worker
     run_workers(url, minutes * 60, num_workers, seed + 1, tally)
     time.sleep(settle_s)
     after = snapshot(server_pid)
-    log(format_figures(before, after))
+    log(format_figures(before, after, minutes, sum(tally.counts.values())))
     log(f"requests: {dict(tally.counts)}; problems: {len(tally.problems)}")
     for problem in tally.problems[:20]:
         log(f"  {problem}")

@@ -26,6 +26,7 @@ from protocol.tensors import CONTROL_INPUTS, REQUEST_INPUTS, scalar_array
 from protocol.wire import decode_error
 
 FINAL = "triton_final_response"
+CLOSE_TIMEOUT_S = 5.0  # how long an ended call may take to finish before it is cancelled
 
 
 class StreamFailure(Exception):
@@ -83,9 +84,11 @@ async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> Async
             yield message
 
     call = stub.ModelStreamInfer(requests(), timeout=timeout_s)
+    is_ended = False  # the final response came: the request is over
     try:
         async for response in call:
             chunk, is_final = _parse(response, time.perf_counter())
+            is_ended = is_final
             if chunk is not None:
                 yield chunk
                 outgoing.put_nowait(ack_request(proto.id, chunk.index))  # the caller has taken it
@@ -94,9 +97,27 @@ async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> Async
         raise StreamFailure(unavailable("the Triton stream closed before its final response"), is_connection=True)
     except grpc.aio.AioRpcError as exc:
         raise StreamFailure(from_grpc_error(exc), is_connection=exc.code() == grpc.StatusCode.UNAVAILABLE) from None
+    except StreamFailure as exc:
+        is_ended = exc.reason is not None  # the server's error response ended the request
+        raise
     finally:
-        outgoing.put_nowait(None)
-        call.cancel()  # a no-op after the final response; otherwise the client left: stop the server's work
+        outgoing.put_nowait(None)  # half-closes the call
+        await _end_call(call, is_ended)
+
+
+async def _end_call(call, is_ended: bool) -> None:
+    """Let the server finish an ended call; cancel one whose request is still live (the client left:
+    stop the server's work).
+
+    An ended call is not cancelled: tritonserver 2.51's gRPC frontend keeps a stream's whole state
+    (~10 kB for a few chunks) for good when its client cancels it after the final response."""
+    if is_ended:
+        try:
+            await asyncio.wait_for(call.code(), CLOSE_TIMEOUT_S)
+            return
+        except asyncio.TimeoutError:
+            pass
+    call.cancel()
 
 
 def ack_request(request_id: str, index: int) -> service_pb2.ModelInferRequest:
