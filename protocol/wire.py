@@ -26,6 +26,7 @@ _PREFIX = re.compile(rf"^\[(\w+)((?: \w+={_WORD})*)\] ")
 _VALUE = re.compile(rf"^{_WORD}$")
 # Triton 2.51's own words for a model it cannot serve now: read here, at the boundary, into a reason
 _TRITON_UNAVAILABLE = ("Request for unknown model", "Server not ready", "is not at ready state")
+_TRITON_STOPPING = "Server is stopping"  # the frontend's refusal of a request (an ack too) after SIGTERM
 
 
 def encode_error(ended: Ended) -> str:
@@ -39,13 +40,15 @@ def encode_error(ended: Ended) -> str:
 
 def is_triton_unavailable(text: str) -> bool:
     """Whether an uncoded error is Triton's refusal of a model it cannot serve now (stopping, unloaded)."""
-    return any(words in text for words in _TRITON_UNAVAILABLE)
+    return _TRITON_STOPPING in text or any(words in text for words in _TRITON_UNAVAILABLE)
 
 
 def decode_error(text: str) -> Ended:
     """The `Ended` a Triton error message carries (see the module docstring for uncoded messages)."""
     match = _PREFIX.match(text)
     if match is None or match.group(1) not in _REASONS:
+        if _TRITON_STOPPING in text:
+            return Ended(EndReason.LANE_DOWN, f"the server is shutting down; retry on another server: {text}")
         if is_triton_unavailable(text):
             return Ended(EndReason.LANE_DOWN, f"the server cannot serve the model now: {text}")
         return Ended(EndReason.REFUSED_BAD_INPUT, text)

@@ -79,3 +79,11 @@ def test_tritons_refusal_of_a_model_it_cannot_serve_now_is_lane_down(text):
     """A stopping server, or a model being unloaded: the request is fine, retry it elsewhere (503)."""
     ended = decode_error(text)
     assert ended.reason is EndReason.LANE_DOWN and text in ended.message
+
+
+def test_a_request_refused_by_a_stopping_server_says_the_server_is_shutting_down():
+    """After SIGTERM Triton's frontend refuses new requests on open streams (an ack among them)."""
+    text = ("[request id: 1f] Server is stopping, scheduler for model has stopped accepting new "
+            "inference requests")
+    ended = decode_error(text)
+    assert ended.reason is EndReason.LANE_DOWN and "shutting down" in ended.message and text in ended.message
