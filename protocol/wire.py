@@ -50,7 +50,8 @@ def decode_error(text: str) -> Ended:
         if _TRITON_STOPPING in text:
             return Ended(EndReason.LANE_DOWN, f"the server is shutting down; retry on another server: {text}")
         if is_triton_unavailable(text):
-            return Ended(EndReason.LANE_DOWN, f"the server cannot serve the model now: {text}")
+            return Ended(EndReason.LANE_DOWN, "the server cannot serve the model now (it is shutting down, or "
+                                              f"the model is being reloaded); retry on another server: {text}")
         return Ended(EndReason.REFUSED_BAD_INPUT, text)
     fields = dict(pair.split("=", 1) for pair in match.group(2).split())
     return Ended(_REASONS[match.group(1)], text[match.end():], fields.get("param"), fields.get("code"))
