@@ -5,7 +5,8 @@ One thread owns the model. Each step: admit waiting requests into free slots
 then cut finished chunks and hand them to each request's sink. Requests join and
 leave between steps; an error in one request's prefill ends only that request.
 A streaming-text request joins once its prompt's text has arrived and skips the
-steps whose frame needs text that has not (text_pieces.py).
+steps whose frame needs text that has not (text_pieces.py); a family whose prompt
+needs the whole text speaks it segment by segment in the same slot (segments.py).
 
 With `overlap_steps` (the default on CUDA) the host work of a step runs while the
 GPU computes the next one: step t+1 is launched before step t's codes are read
@@ -27,6 +28,8 @@ import torch
 from backend_python.engine.codec_runner import CodecRunner, StreamChunk
 from backend_python.engine.config import EngineConfig  # noqa: F401 (re-exported: the LM model imports it here)
 from protocol.reasons import SHUTTING_DOWN, Ended, EndReason
+from backend_python.engine import segments
+from backend_python.engine.segments import Progress
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
@@ -127,6 +130,8 @@ class LMEngine:
         else until the first playback-paced request may go on (every running request is paused)."""
         if self._pending or (self._free_slots and any(seq.prompt is not None for seq in self._waiting)):
             return 0.0
+        if any(seq.segment.is_over and seq.prompt is not None for seq in self._running):
+            return 0.0  # a segment's prompt to prefill
         now = self._clock()
         if any(self._can_decode(seq, now) for seq in self._running):
             return 0.0
@@ -139,6 +144,8 @@ class LMEngine:
         return not seq.is_paused(now) and not self._needs_text(seq)
 
     def _needs_text(self, seq: Sequence) -> bool:
+        if seq.is_segmented:
+            return segments.is_blocked(seq)
         return seq.is_text_open and self.model.is_waiting_for_text(seq.slot)
 
     def _collect(self, wait_s: float | None) -> None:
@@ -164,6 +171,7 @@ class LMEngine:
         self._apply_text()
         self._retire()
         self._admit()
+        self._prefill_segments()
         launched = self._launch()
         if not self._is_overlapped and launched is not None:
             launched, self._pending = None, launched
@@ -194,7 +202,7 @@ class LMEngine:
     def _admission_state(self) -> AdmissionState:
         now = self._clock()
         # a stream waiting for its text stalls whatever admission does: it is not protected from prefills
-        running = [StreamStatus(s.request_id, self._chunk_plan.start(s.num_chunks) / self.model.frame_rate,
+        running = [StreamStatus(s.request_id, s.emitted_frames / self.model.frame_rate,
                                 s.t_first_emitted) for s in self._running if not self._needs_text(s)]
         waiting = [WaitingRequest(s.request_id, s.arrival_time, self._timing.prefill_s(s.prompt.num_tokens))
                    for s in self._waiting if s.prompt is not None]
@@ -227,10 +235,30 @@ class LMEngine:
         self._finish(seq, str(exc))
 
     def _check_fits(self, seq: Sequence) -> None:
-        needed = seq.prompt.num_tokens + seq.max_frames + 1
+        num_frames = segments.frames_needed(seq) if seq.is_segmented else seq.max_frames
+        needed = seq.prompt.num_tokens + num_frames + 1
         if needed > self.config.max_seq_len:
-            raise ValueError(f"request needs {needed} positions (prompt {seq.prompt.num_tokens} tokens + "
-                             f"{seq.max_frames} frames) but the server's max_seq_len is {self.config.max_seq_len}")
+            what = "its text segment needs" if seq.is_segmented else "request needs"
+            raise ValueError(f"{what} {needed} positions (prompt {seq.prompt.num_tokens} tokens + "
+                             f"{num_frames} frames) but the server's max_seq_len is {self.config.max_seq_len}")
+
+    def _prefill_segments(self) -> None:
+        """Prefill the next segment of each segmented request whose segment was spoken, into its own slot."""
+        for seq in [s for s in self._running if s.segment.is_over and s.prompt is not None]:
+            self.phases.charge(LoopPhase.HOST)
+            started = self._clock()
+            try:
+                self._check_fits(seq)
+                self._release(seq.slot)
+                self.model.prefill_batch([seq.slot], [seq.prompt])
+            except Exception as exc:  # a bad segment ends its request only
+                log.warning("prefill of a text segment of %s failed: %s", seq.request_id, exc)
+                self._finish(seq, str(exc))
+                continue
+            finally:
+                self.phases.charge(LoopPhase.PREFILL)
+            self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
+            segments.start_segment(seq)
 
     def _launch(self) -> "_LaunchedStep | None":
         """Launch one frame for every running request not paused on its client; its codes are copied to
@@ -242,6 +270,8 @@ class LMEngine:
         batch = DecodeBatch(slots=[s.slot for s in rows], sampling=[s.sampling for s in rows],
                             generators=[s.generator for s in rows], ignore_eos=[s.ignore_eos for s in rows])
         self.phases.charge(LoopPhase.HOST)
+        for seq in rows:
+            seq.segment.num_launched += 1
         try:
             codes, is_eos = self.model.decode(batch)
             launched = _LaunchedStep.start(rows, codes, is_eos, self._clock())
@@ -261,31 +291,47 @@ class LMEngine:
         codes, is_eos = step.wait()
         self.phases.charge(LoopPhase.DECODE)
         self._timing.observe_step(self._clock() - step.launched_at)
-        ready, done = [], []
+        progress = []
         for row, seq in enumerate(step.rows):
-            if seq.status is SeqStatus.FINISHED:  # ended while the step ran (overlapped): a spare row
+            # ended while the step ran (overlapped), or a row of a segment that has ended: a spare row
+            if seq.status is SeqStatus.FINISHED or seq.segment.index != step.segments[row]:
                 continue
-            is_done = self._advance(seq, codes[row], bool(is_eos[row]))
-            ready += [(seq, chunk) for chunk in self._cut_chunks(seq, is_done)]
-            if is_done:
-                done.append(seq)
-        self._deliver(ready)
-        for seq in done:
-            self._finish(seq, None)
+            progress.append((seq, self._advance(seq, codes[row], bool(is_eos[row]))))
+        self._progress(progress)
 
-    def _advance(self, seq: Sequence, frame: torch.Tensor, is_eos: bool) -> bool:
-        """Append the step's frame; returns whether the request is done."""
+    def _advance(self, seq: Sequence, frame: torch.Tensor, is_eos: bool) -> Progress:
+        """Append the step's frame; where the request stands."""
         if not is_eos:
             seq.frames.append(frame)
-        return is_eos or seq.is_length_capped
+        if seq.is_length_capped:
+            return Progress.DONE
+        if seq.is_segmented:
+            return segments.after_frame(seq, is_eos)
+        return Progress.DONE if is_eos else Progress.GOING
 
-    def _cut_chunks(self, seq: Sequence, is_done: bool) -> list[Chunk]:
-        chunks = []
-        for span in self._chunk_plan.ready_chunks(seq.num_frames, seq.num_chunks, is_done):
-            context = min(self.config.codec_left_context_frames, span.start)
-            tokens = torch.stack(seq.frames[span.start - context: span.end])  # [context + new, K]
-            chunks.append(Chunk(span.index, tokens, context, start_frame=span.start, is_last=span.is_last))
-            seq.num_chunks = span.index + 1
+    def _progress(self, progress: list[tuple[Sequence, Progress]]) -> None:
+        """Cut and deliver the chunks that are ready; move spoken segments on; finish what is done."""
+        self._deliver([(seq, chunk) for seq, p in progress for chunk in self._cut_chunks(seq, p)])
+        for seq, p in progress:
+            if p is Progress.SEGMENT_SPOKEN:
+                segments.end_segment(seq)
+            elif p is Progress.WAITING:
+                segments.chunks_sent(seq)
+            elif p is Progress.DONE:
+                self._finish(seq, None)
+
+    def _cut_chunks(self, seq: Sequence, progress: Progress) -> list[Chunk]:
+        """The chunks ready now; the last frames of a spoken segment (or one waiting at its limit) too. Each
+        segment's chunks ramp up anew from its first frame, numbered on from the stream's chunks before it."""
+        chunks, (first_frame, first_chunk) = [], seq.segment.chunks_from
+        for span in self._chunk_plan.ready_chunks(seq.num_frames - first_frame, seq.num_chunks - first_chunk,
+                                                  progress is not Progress.GOING):
+            start, end = span.start + first_frame, span.end + first_frame
+            context = min(self.config.codec_left_context_frames, start)
+            tokens = torch.stack(seq.frames[start - context: end])  # [context + new, K]
+            chunks.append(Chunk(first_chunk + span.index, tokens, context, start_frame=start,
+                                is_last=span.is_last and progress is Progress.DONE))
+            seq.num_chunks = first_chunk + span.index + 1
         return chunks
 
     def _deliver(self, ready: list[tuple[Sequence, Chunk]]) -> None:
@@ -344,6 +390,9 @@ class LMEngine:
             self._finish(seq, ended)
             if seq in self._waiting:
                 self._waiting.remove(seq)
+        blocked = [seq for seq in self._running if seq.is_segmented and segments.is_blocked(seq)
+                   and seq.status is not SeqStatus.FINISHED]
+        self._progress([(seq, segments.settle(seq)) for seq in blocked])
 
     def _apply_taken(self) -> None:
         with self._cancel_lock:
@@ -389,6 +438,7 @@ class _LaunchedStep:
     """A decode step in flight: its rows, and its codes on their way to the host."""
 
     rows: list  # the Sequences of batch rows 0..n-1, as launched
+    segments: list[int]  # each row's segment index at launch (segments.py)
     codes: torch.Tensor  # [n, K] int64, host (pinned when copied from CUDA)
     is_eos: torch.Tensor  # [n] bool, host
     ready: torch.cuda.Event | None  # recorded after the copies; None on the CPU
@@ -396,12 +446,13 @@ class _LaunchedStep:
 
     @classmethod
     def start(cls, rows: list, codes: torch.Tensor, is_eos: torch.Tensor, now: float) -> "_LaunchedStep":
+        segment_of = [seq.segment.index for seq in rows]
         if codes.device.type != "cuda":
-            return cls(rows, codes, is_eos, None, now)
+            return cls(rows, segment_of, codes, is_eos, None, now)
         host_codes, host_eos = codes.to("cpu", non_blocking=True), is_eos.to("cpu", non_blocking=True)
         ready = torch.cuda.Event()
         ready.record()
-        return cls(rows, host_codes, host_eos, ready, now)
+        return cls(rows, segment_of, host_codes, host_eos, ready, now)
 
     def wait(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.ready is not None:

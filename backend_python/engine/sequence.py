@@ -43,6 +43,18 @@ class ChunkSink(Protocol):
 
 
 @dataclass
+class SegmentCursor:
+    """A segmented request's current segment (engine/segments.py): where it starts in the stream, its progress."""
+
+    index: int = 0  # segments ended before it; a launched step's rows remember it (a row of an older one is dropped)
+    first_frame: int = 0  # the stream's index of the segment's first frame
+    chunks_from: tuple[int, int] = (0, 0)  # (frame, chunk index) where the chunk plan starts anew: a segment's
+    # first frame, or where a segment waiting at its limit sent the frames it held
+    num_launched: int = 0  # frames launched in the segment
+    is_over: bool = False  # spoken: the next segment is not prefilled yet
+
+
+@dataclass
 class Sequence:
     request_id: str
     prompt: Prompt | None  # None: a streaming-text request whose prompt's text has not arrived yet
@@ -63,6 +75,12 @@ class Sequence:
     text: TextFeed | None = None  # a streaming-text request's text (more may come until it is closed)
     text_idle_timeout_s: float = 30.0  # an open text with no new piece this long ends the request
     text_at: float = 0.0  # engine clock, its latest text piece (or its arrival)
+    segment: SegmentCursor = field(default_factory=SegmentCursor)  # only a segmented text moves it on
+
+    @property
+    def is_segmented(self) -> bool:
+        """Its streamed text is spoken segment by segment, each its own prompt in the same slot."""
+        return self.text is not None and self.text.is_segmented
 
     @property
     def is_text_open(self) -> bool:

@@ -177,11 +177,11 @@ class LMModel:
                         text=text, text_idle_timeout_s=req.text_idle_timeout_s)
 
     def _open_text(self, req: SpeechRequest) -> SpeakableText:
-        """A streaming-text request's text, its first piece in; refused for a family whose prompt needs it whole."""
-        if not self.model.supports_streaming_text:
-            raise RequestError(f"the {self.family} family needs the whole text in one request: it does not take "
-                               f"streamed text (a session of pieces) yet", param="text", code="text_stream_unsupported")
-        text = SpeakableText(self.model.open_text(req.voice))
+        """A streaming-text request's text, its first piece in (a family whose prompt needs the whole text
+        speaks it segment by segment)."""
+        from backend_python.models.text_segments import open_streamed_text
+
+        text = SpeakableText(open_streamed_text(self.model, req.voice))
         text.append(req.text)
         return text
 

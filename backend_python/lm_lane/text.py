@@ -35,3 +35,12 @@ class SpeakableText(TextFeed):
 
     def prompt(self) -> Prompt | None:
         return self._feed.prompt()
+
+    @property
+    def is_segmented(self) -> bool:
+        return self._feed.is_segmented
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._feed, name)  # a segmented feed's own interface (models/text_segments.py)

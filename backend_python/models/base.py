@@ -68,6 +68,8 @@ class TextFeed(ABC):
     request, whatever the pieces (models/incremental_tokenizer.py).
     """
 
+    is_segmented = False  # True: spoken segment by segment, each its own prompt (models/text_segments.py)
+
     @abstractmethod
     def append(self, text: str) -> None:
         """More text (possibly empty)."""
@@ -130,11 +132,17 @@ class SpeechLM(nn.Module, ABC):
     def encode_prompt(self, text: str, voice: str | None) -> Prompt:
         """Tokenize and build the prompt; raises ValueError naming an unknown voice."""
 
-    supports_streaming_text = False  # True where `open_text` works: the prompt needs only the text's start
+    supports_streaming_text = False  # True where the prompt needs only the text's start (the text trails)
 
     def open_text(self, voice: str | None) -> TextFeed:
-        """A streaming-text request's text, empty so far; raises ValueError naming an unknown voice."""
-        raise NotImplementedError(f"{type(self).__name__} needs the whole text in one request")
+        """A streaming-text request's text, empty so far; raises ValueError naming an unknown voice. A family
+        whose prompt needs the whole text does not: it is spoken segment by segment (text_segments.py)."""
+        raise NotImplementedError(f"{type(self).__name__} needs the whole text in one prompt")
+
+    def encode_segment(self, text: str, voice: str | None, context) -> Prompt:
+        """One segment of a streamed text; `context` (a text_segments.SegmentContext, or None) is the segment
+        spoken before it, for a family that can condition on it. Default: the segment alone, same voice."""
+        return self.encode_prompt(text, voice)
 
     def is_waiting_for_text(self, slot: int) -> bool:
         """Whether `slot`'s next frame needs a text token that has not arrived (its text is still open)."""

@@ -81,6 +81,8 @@ class FakeEngine:
 class FakeText:
     """A streaming text as a family would hold it: its pieces, joined."""
 
+    is_segmented = False
+
     def __init__(self) -> None:
         self.text, self.is_closed, self.num_prompt_tokens = "", False, 4
 
@@ -106,6 +108,9 @@ class FakeSpeechLM:
         if voice is not None and voice not in self.voices:
             raise ValueError(f"unknown voice {voice!r}; known voices: {list(self.voices)}")
         return SimpleNamespace(num_tokens=len(text) + 4)
+
+    def encode_segment(self, text: str, voice: str | None, context):
+        return self.encode_prompt(text, voice)
 
 
 def lm_glue(engine: FakeEngine):

@@ -72,8 +72,12 @@ def test_whole_text_requests_are_unchanged_by_sequence_flags(lanes):
     assert outcome(both) == ([], None)
 
 
-def test_a_family_that_needs_the_whole_text_refuses_a_session(lanes):
+def test_a_family_that_needs_the_whole_text_speaks_a_session_segment_by_segment(lanes):
     lanes.lm.model.supports_streaming_text, lanes.lm.family = False, "csm"
-    _, ended = outcome(lanes.speak("Hello", session=9, flags=SEQUENCE_START))
-    assert ended.code == "text_stream_unsupported" and "the csm family needs the whole text" in ended.message
-    assert answer(lanes.speak(" there.", session=9, flags=SEQUENCE_END)).code in ("session_ended", "unknown_session")
+    first = lanes.speak("Hello there. How", session=9, flags=SEQUENCE_START)
+    seq = lanes.engine.next_sequence()
+    assert seq.is_segmented and seq.text.current_text == "Hello there."
+    assert seq.prompt.num_tokens == len("Hello there.") + 4  # the first segment's own prompt
+    assert answer(lanes.speak(" are you?", session=9, flags=SEQUENCE_END)) is None
+    lanes.engine.finish(seq.request_id, None)
+    assert outcome(first) == ([], None)

@@ -28,7 +28,9 @@ from .backbone import BackboneModel
 from .config import CsmConfig
 from .depth_decoder import CodebooksHead, DepthDecoder
 from .presets import build_tiny_tokenizer
-from .prompt import make_prompt, resolve_speaker
+from .prompt import make_prompt, resolve_speaker, with_context
+
+MAX_CONTEXT_S = 20.0  # a longer segment is not given to the next one as context (it would crowd the KV cache)
 
 
 @dataclass
@@ -112,6 +114,14 @@ class CsmLM(SlotSpeechLM):
         """voice None -> the first speaker; the prompt is "[{speaker}]{text}" with the checkpoint's specials."""
         return make_prompt(self.tokenizer, resolve_speaker(self.voices, voice), text)
 
+    def encode_segment(self, text: str, voice: str | None, context) -> Prompt:
+        """A segment of streamed text, after the segment before it as context (its text and audio), as CSM
+        conditions on a conversation; a context longer than MAX_CONTEXT_S is left out."""
+        prompt = self.encode_prompt(text, voice)
+        if context is None or not 0 < context.frames.shape[0] <= MAX_CONTEXT_S * self.frame_rate:
+            return prompt
+        return with_context(prompt, self.encode_prompt(context.text, voice), context.frames)
+
     def _fuse_projections(self) -> None:
         self.backbone_model.fuse_projections()
         self.depth_decoder.model.fuse_projections()
@@ -146,14 +156,24 @@ class CsmLM(SlotSpeechLM):
         mem = self._require_memory()
         if prompt.num_tokens > mem.kv.max_seq_len:
             raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds max_seq_len {mem.kv.max_seq_len}")
-        ids = prompt.tensors["text_ids"].to(self.device)
-        embeds = self.embed_text_tokens(ids)[None]  # [1, L, H]
+        embeds = self._prompt_embeds(prompt)[None]  # [1, L, H]
         rows = torch.tensor([slot], device=self.device)
-        positions = torch.arange(ids.shape[0], device=self.device)[None]  # [1, L]
+        positions = torch.arange(embeds.shape[1], device=self.device)[None]  # [1, L]
         hidden = self.backbone_model.run(embeds, rows, positions, mem.kv)  # [1, H]
         mem.hidden[slot], mem.logits[slot] = hidden[0], self.lm_head(hidden)[0].float()
         mem.seen[slot] = False
-        self._states[slot] = SlotState(position=ids.shape[0])
+        self._states[slot] = SlotState(position=embeds.shape[1])
+
+    def _prompt_embeds(self, prompt: Prompt) -> torch.Tensor:
+        """The prompt's input embeddings [L, H]: text tokens, after a context segment's text, audio frames
+        and end-of-audio frame (all codebooks `codebook_eos_token_id`) when it has one."""
+        text = self.embed_text_tokens(prompt.tensors["text_ids"].to(self.device))
+        if "context_codes" not in prompt.tensors:
+            return text
+        codes = prompt.tensors["context_codes"].to(self.device)  # [T, K]
+        end = torch.full_like(codes[:1], self.config.codebook_eos_token_id)
+        return torch.cat((self.embed_text_tokens(prompt.tensors["context_ids"].to(self.device)),
+                          self.backbone_model.embed_tokens(torch.cat((codes, end))), text))
 
     @torch.no_grad()
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,3 +27,11 @@ def make_prompt(tokenizer, speaker: str, text: str) -> Prompt:
         raise ValueError("text must not be empty")
     ids = tokenizer(speaker_text(speaker, text), add_special_tokens=True)["input_ids"]
     return Prompt(num_tokens=len(ids), tensors={"text_ids": torch.tensor(ids, dtype=torch.int64)})  # [L]
+
+
+def with_context(prompt: Prompt, context: Prompt, frames: torch.Tensor) -> Prompt:
+    """`prompt` after a context segment, laid out as transformers' CSM processor lays out a turn with audio:
+    the segment's "[{speaker}]{text}" tokens, its audio frames, one end-of-audio frame, then the prompt.
+    frames: [T, K] int64."""
+    tensors = {**prompt.tensors, "context_ids": context.tensors["text_ids"], "context_codes": frames}
+    return Prompt(num_tokens=context.num_tokens + frames.shape[0] + 1 + prompt.num_tokens, tensors=tensors)
