@@ -63,6 +63,10 @@ def _add_bench_flags(parser: argparse.ArgumentParser) -> None:
                         help="after the sweep, more rates until the 90%% and 99%% capacities each lie between "
                              "two measured rates at most WIDTH req/s apart")
     parser.add_argument("--max-rates", type=int, default=8, help="the most rates one run measures with --bracket")
+    parser.add_argument("--text-rate", type=float, default=None, metavar="TOKENS_PER_S",
+                        help="stream each request's text in token-like pieces at this pace (an LLM's), as a "
+                             "streaming-text session; TTFA counts from the first piece, stalls are split into "
+                             "the text's and the server's (default: whole-text requests)")
     parser.add_argument("--metrics-url", default=None,
                         help="the server's Prometheus endpoint, for the LM's time breakdown per rate "
                              "(default: port 8002 on the --url host)")
@@ -80,13 +84,15 @@ def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
         ignore_eos=args.ignore_eos, voice=args.voice,
         num_channels=args.channels if not args.smoke else base.num_channels, search_steps=args.search,
         bracket_width=args.bracket, max_rates=args.max_rates,
-        protocol=getattr(args, "protocol", "grpc"), metrics_url=args.metrics_url)
+        protocol=getattr(args, "protocol", "grpc"), metrics_url=args.metrics_url, text_rate=args.text_rate)
 
 
 def _bench(args: argparse.Namespace) -> int:
     from clients.bench.runner import BenchError, run_bench
     config = bench_config(args, args.url)
     if args.export_perf_analyzer or args.from_perf_analyzer:
+        if config.is_text_stream:
+            raise ValueError("--text-rate sends sessions of pieces; perf_analyzer replays whole-text requests only")
         from clients.perf_analyzer.cli import cross_check
         return cross_check(config, args.export_perf_analyzer, args.from_perf_analyzer)
     try:

@@ -63,6 +63,7 @@ def run_compare(config: CompareConfig, log=print) -> dict:
             log(f"compare: {label} failed: {exc}")
     report = compare_report(results)
     report["failed_modes"] = failures
+    report["text_rate"] = config.bench.text_rate  # every mode's requests streamed their text at it (None: whole)
     out = config.bench.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(report, indent=1))

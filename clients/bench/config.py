@@ -33,6 +33,11 @@ class BenchConfig:
     warmup: bool = True
     protocol: str = "grpc"  # grpc: Triton's stream; openai: the gateway's /v1/audio/speech at `url`
     metrics_url: str | None = None  # the server's /metrics; None: port 8002 on the gRPC url's host
+    text_rate: float | None = None  # tokens/s: each text streams in token-like pieces at this pace; None: whole
+
+    @property
+    def is_text_stream(self) -> bool:
+        return self.text_rate is not None
 
     def __post_init__(self) -> None:
         if not self.rates or min(self.rates) <= 0:
@@ -49,6 +54,9 @@ class BenchConfig:
             raise ValueError("--search and --bracket must be >= 0, --max-rates >= 1")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        if self.text_rate is not None and not (self.text_rate > 0 and self.protocol == "grpc"):
+            raise ValueError(f"--text-rate must be > 0 and needs --protocol grpc, got {self.text_rate} "
+                             f"with {self.protocol}")
 
     @property
     def seeds(self) -> range:

@@ -2,12 +2,15 @@
 
 Requests go out at their scheduled times whatever the server's state (open loop). Each stream is a raw
 `ModelStreamInfer` call so the request can ask for Triton's empty final response (the aio client's
-`stream_infer` cannot), which is how a stream's end is known.
+`stream_infer` cannot), which is how a stream's end is known. With `--text-rate` each request is a
+streaming-text session on its stream (README, "Streaming text in"): the first request carries piece 0
+and every other input, each later piece goes out at its time on the text's pace, then the close.
 """
 from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,9 +24,11 @@ from clients.bench.arrivals import arrival_times
 from clients.bench.config import BenchConfig
 from clients.bench.overhead import LoopLagMonitor, overhead_summary
 from clients.bench.records import Chunk, RequestRecord
+from clients.bench.text_pace import cut_pieces, piece_offsets
 from clients.bench.workload import Utterance, request_seconds
 from protocol.models import ROUTER
-from protocol.tensors import REQUEST_INPUTS, scalar_array
+from protocol.tensors import PIECE_ERROR_CODES, REQUEST_INPUTS, scalar_array
+from protocol.wire import decode_error
 
 FINAL = "triton_final_response"
 
@@ -70,14 +75,49 @@ def request_tensors(config: BenchConfig, planned: PlannedRequest) -> dict[str, n
 
 
 def build_request(config: BenchConfig, planned: PlannedRequest) -> service_pb2.ModelInferRequest:
-    request = service_pb2.ModelInferRequest(model_name=ROUTER, id=planned.request_id)
-    for name, array in request_tensors(config, planned).items():
+    return _infer_request(planned.request_id, request_tensors(config, planned), wants_final=True)
+
+
+def request_schedule(config: BenchConfig, planned: PlannedRequest) -> list[tuple[float, service_pb2.ModelInferRequest]]:
+    """(seconds after the start, request) for each request of one stream; the first one's responses are the audio.
+
+    Whole text: the one request. Streamed text: the session (a Triton sequence): piece 0 with every other
+    input and sequence_start, piece k at k / text_rate, then an empty sequence_end at once after the last.
+    """
+    if not config.is_text_stream:
+        return [(0.0, build_request(config, planned))]
+    pieces = cut_pieces(planned.utterance.text) or [""]
+    session = secrets.randbits(62) + 1  # sequence ids are the server's, shared by every client
+    tensors = {**request_tensors(config, planned), "text": scalar_array("text", pieces[0])}
+    first = _infer_request(planned.request_id, tensors, wants_final=True)
+    later = [_infer_request(f"{planned.request_id}-{k}", {"text": scalar_array("text", piece)})
+             for k, piece in enumerate(pieces[1:], start=1)]
+    close = _infer_request(f"{planned.request_id}-end", {"text": scalar_array("text", "")})
+    _set_sequence(first, session, start=True)
+    for request in later:
+        _set_sequence(request, session)
+    _set_sequence(close, session, end=True)
+    offsets = piece_offsets(len(pieces), config.text_rate)
+    return list(zip(offsets + offsets[-1:], [first, *later, close]))
+
+
+def _infer_request(request_id: str, tensors: dict[str, np.ndarray], wants_final: bool = False):
+    request = service_pb2.ModelInferRequest(model_name=ROUTER, id=request_id)
+    for name, array in tensors.items():
         spec = REQUEST_INPUTS[name]
         request.inputs.add(name=name, datatype=spec.triton_type, shape=list(spec.shape))
         raw = serialize_byte_tensor(array).item() if spec.triton_type == "BYTES" else array.tobytes()
         request.raw_input_contents.append(raw)
-    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    if wants_final:  # the stream's end; a piece's own empty answer is not asked for
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
     return request
+
+
+def _set_sequence(request: service_pb2.ModelInferRequest, session: int, start: bool = False, end: bool = False):
+    """Triton's sequence parameters, as tritonclient's async_stream_infer sets them."""
+    request.parameters["sequence_id"].int64_param = session
+    request.parameters["sequence_start"].bool_param = start
+    request.parameters["sequence_end"].bool_param = end
 
 
 async def run_load(config: BenchConfig, plan: list[PlannedRequest], rate: float, seed: int) -> RunResult:
@@ -94,9 +134,16 @@ async def run_load(config: BenchConfig, plan: list[PlannedRequest], rate: float,
             monitor.stop()
             await lag_task
     wall = time.perf_counter() - t0
-    overhead = overhead_summary(monitor.lags_s, [r.sent_s - r.scheduled_s for r in records],
+    overhead = overhead_summary(monitor.lags_s, [lag for r in records for lag in _send_lags(r, config)],
                                 (time.process_time() - cpu0) / wall, streams.handling_s)
     return RunResult(rate, seed, config.duration_s, wall, records, overhead)
+
+
+def _send_lags(record: RequestRecord, config: BenchConfig) -> list[float]:
+    """How late each request of the stream went out: the first against its arrival, pieces against the pace."""
+    offsets = piece_offsets(len(record.piece_sent_s), config.text_rate) if record.is_text_stream else [0.0]
+    return [record.sent_s - record.scheduled_s] + [sent - record.sent_s - offset for sent, offset
+                                                   in zip(record.piece_sent_s[1:], offsets[1:])]
 
 
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
@@ -149,17 +196,23 @@ def _open(streams: _Streams):
 
 
 async def _stream(streams: _Streams, stub, planned: PlannedRequest) -> RequestRecord:
-    request = build_request(streams.config, planned)
+    schedule = request_schedule(streams.config, planned)
     finished = asyncio.Event()
+    sent, sent_at = streams.now(), []
 
     async def requests():
-        yield request
+        for offset, request in schedule:
+            if await _finishes_within(finished, sent + offset - streams.now()):
+                return  # the stream ended early (an error): the rest of the text is not sent
+            sent_at.append(streams.now())
+            yield request
         await finished.wait()  # keep the stream half open until the final response
 
     call = stub.ModelStreamInfer(requests())
-    sent, chunks = streams.now(), []
+    chunks, refused = [], []
     try:
-        error = await asyncio.wait_for(_receive(streams, call, chunks), streams.config.request_timeout_s)
+        error = await asyncio.wait_for(_receive(streams, call, planned.request_id, chunks, refused),
+                                       streams.config.request_timeout_s)
     except asyncio.TimeoutError:
         call.cancel()
         error = f"no final response within {streams.config.request_timeout_s:g} s"
@@ -167,22 +220,47 @@ async def _stream(streams: _Streams, stub, planned: PlannedRequest) -> RequestRe
         error = f"grpc {exc.code().name}: {exc.details()}"
     finally:
         finished.set()
+    if error is None and refused:
+        error = f"a piece of the text was refused: {refused[0]}"
+    text = _text_times(sent_at, len(schedule)) if streams.config.is_text_stream else {}
     return RequestRecord(planned.request_id, planned.utterance.utterance_id, planned.scheduled_s, sent,
-                         planned.audio_s, tuple(chunks), streams.now(), error)
+                         planned.audio_s, tuple(chunks), streams.now(), error, **text)
 
 
-async def _receive(streams: _Streams, call, chunks: list[Chunk]) -> str | None:
-    """Append each audio chunk as it arrives; the error message if the server sent one."""
+async def _finishes_within(finished: asyncio.Event, delay_s: float) -> bool:
+    """Wait `delay_s` unless the stream finishes first; whether it has finished."""
+    if delay_s > 0:
+        try:
+            await asyncio.wait_for(finished.wait(), delay_s)
+        except asyncio.TimeoutError:
+            pass
+    return finished.is_set()
+
+
+def _text_times(sent_at: list[float], num_requests: int) -> dict:
+    """A session's record fields: each piece's send time, and the close's if it went out."""
+    is_closed = len(sent_at) == num_requests
+    return {"piece_sent_s": tuple(sent_at[:-1] if is_closed else sent_at),
+            "text_closed_s": sent_at[-1] if is_closed else None}
+
+
+async def _receive(streams: _Streams, call, request_id: str, chunks: list[Chunk], refused: list[str]) -> str | None:
+    """Append each audio chunk as it arrives; the error message if the server sent one. A refused piece
+    (its code in PIECE_ERROR_CODES) leaves the stream going and is kept in `refused`."""
     async for response in call:
         arrived = streams.now()
         if response.error_message:
-            return response.error_message
-        result = InferResult(response.infer_response)
-        if result.get_output("audio") is not None:
-            chunks.append(_chunk(result, arrived))
+            if decode_error(response.error_message).code not in PIECE_ERROR_CODES:
+                return response.error_message
+            refused.append(response.error_message)
+        elif response.infer_response.id == request_id:  # not a piece's own answer
+            result = InferResult(response.infer_response)
+            if result.get_output("audio") is not None:
+                chunks.append(_chunk(result, arrived))
+            if response.infer_response.parameters[FINAL].bool_param:
+                streams.handling_s.append(streams.now() - arrived)
+                return None
         streams.handling_s.append(streams.now() - arrived)
-        if response.infer_response.parameters[FINAL].bool_param:
-            return None
     return "stream closed before the final response"
 
 

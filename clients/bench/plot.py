@@ -58,7 +58,8 @@ def _mark_slo(axes, result: dict | None) -> None:
 
 def _label(result: dict) -> str:
     mode = result.get("server", {}).get("mode") or "?"
-    return result.get("label") or mode
+    text_rate = result.get("config", {}).get("text_rate")  # absent from results written before --text-rate
+    return (result.get("label") or mode) + ("" if text_rate is None else f", text {text_rate:g} tok/s")
 
 
 def _nan(value):

@@ -3,10 +3,17 @@
 Times are seconds on the client's monotonic clock, relative to the start of the run.
 Playback starts when the first chunk arrives and plays chunks back to back; a chunk that arrives
 after the audio before it has finished playing is a stall, and playback resumes when it arrives.
+
+A request whose text streams in pieces (`--text-rate`) is judged as the server's work: a stall whose
+chunk needed text not yet sent by its deadline is the text's (no server could have met it), and its
+TTFA counts, for the SLO, from when the text of its first chunk had been sent (text_pace.py).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+from clients.bench.text_pace import text_sent_by
+from scheduler import ChunkingConfig, ChunkPlan
 
 # perf_counter readings are exact to well under this; a chunk this close to its deadline is on time.
 ON_TIME_TOLERANCE_S = 1e-9
@@ -32,6 +39,12 @@ class RequestRecord:
     chunks: tuple[Chunk, ...] = ()
     done_s: float | None = None  # final response (or error) received
     error: str | None = None
+    piece_sent_s: tuple[float, ...] = ()  # streamed text: when each piece went out (0: the first request)
+    text_closed_s: float | None = None  # streamed text: when sequence_end went out (None: never)
+
+    @property
+    def is_text_stream(self) -> bool:
+        return bool(self.piece_sent_s)
 
     @property
     def first_audio_s(self) -> float | None:
@@ -46,12 +59,14 @@ class RequestRecord:
 
     @classmethod
     def from_json(cls, data: dict) -> "RequestRecord":
-        return cls(**{**data, "chunks": tuple(Chunk(**c) for c in data["chunks"])})
+        return cls(**{**data, "chunks": tuple(Chunk(**c) for c in data["chunks"]),
+                      "piece_sent_s": tuple(data.get("piece_sent_s", ()))})
 
 
 @dataclass(frozen=True)
 class Slo:
-    ttfa_s: float = 0.2  # playback starts within this of sending
+    ttfa_s: float = 0.2  # playback starts within this of sending (streamed text: of sending what it needs)
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)  # the server's: a chunk's frames
 
     def __post_init__(self) -> None:
         if self.ttfa_s <= 0:
@@ -68,6 +83,18 @@ class Outcome:
     is_complete: bool  # ended with the final flag and no error
     meets_slo: bool
     stalled_chunks: tuple[int, ...] = field(default=())
+    text_stalled_chunks: tuple[int, ...] = ()  # of those, late because their text was sent after the deadline
+    # from when the first chunk's text had been sent (whole text: = ttfa_s); 0 when it came before that
+    # (the model had its tokens sooner than the client's count of them says)
+    server_ttfa_s: float | None = None
+
+    @property
+    def num_text_stalls(self) -> int:
+        return len(self.text_stalled_chunks)
+
+    @property
+    def num_server_stalls(self) -> int:
+        return self.num_stalls - self.num_text_stalls
 
 
 def stalls(chunks: tuple[Chunk, ...] | list[Chunk]) -> list[tuple[int, float]]:
@@ -89,7 +116,29 @@ def evaluate(record: RequestRecord, slo: Slo) -> Outcome:
     first = record.first_audio_s
     ttfa = None if first is None else first - record.sent_s
     late = stalls(record.chunks)
+    text_late = text_stalls(record, late, slo.chunking)
+    server_ttfa = None if first is None else max(0.0, first - text_ready_s(record, record.chunks[0].index,
+                                                                            slo.chunking))
     is_complete = record.error is None and record.done_s is not None
-    meets = is_complete and ttfa is not None and ttfa <= slo.ttfa_s + ON_TIME_TOLERANCE_S and not late
+    meets = (is_complete and server_ttfa is not None and server_ttfa <= slo.ttfa_s + ON_TIME_TOLERANCE_S
+             and len(late) == len(text_late))
     return Outcome(ttfa_s=ttfa, num_stalls=len(late), stall_s=sum(w for _, w in late), is_complete=is_complete,
-                   meets_slo=meets, stalled_chunks=tuple(i for i, _ in late))
+                   meets_slo=meets, stalled_chunks=tuple(i for i, _ in late), text_stalled_chunks=text_late,
+                   server_ttfa_s=server_ttfa)
+
+
+def text_ready_s(record: RequestRecord, chunk_index: int, chunking: ChunkingConfig) -> float:
+    """When the text chunk `chunk_index` needs had been sent: the request's start for a whole text."""
+    if not record.is_text_stream:
+        return record.sent_s
+    end_frame = ChunkPlan(chunking).end(chunk_index)
+    return max(record.sent_s, text_sent_by(record.piece_sent_s, record.text_closed_s, end_frame))
+
+
+def text_stalls(record: RequestRecord, late: list[tuple[int, float]], chunking: ChunkingConfig) -> tuple[int, ...]:
+    """The late chunks (`stalls`' answer) whose text was sent after their deadline (arrival less the wait)."""
+    if not record.is_text_stream:
+        return ()
+    arrival = {c.index: c.arrival_s for c in record.chunks}
+    return tuple(i for i, wait in late
+                 if text_ready_s(record, i, chunking) > arrival[i] - wait + ON_TIME_TOLERANCE_S)

@@ -12,7 +12,7 @@ from pathlib import Path
 from clients.bench.config import BenchConfig
 from clients.bench.loadgen import PlannedRequest, RunResult, plan_run, run_load
 from clients.bench.records import Slo
-from clients.bench.server_info import read_gateway_settings, read_server_settings
+from clients.bench.server_info import chunking_of, read_gateway_settings, read_server_settings
 from clients.bench.lanes import lane_delta, lanes_block, parse_lanes, pool
 from clients.bench.seeds import next_bracket_rate, per_seed, seed_capacities
 from clients.bench.server_time import EXPORT_LAG_S, add_server_times, metrics_url_for, parse, scrape_text, server_time
@@ -53,16 +53,18 @@ async def _run_all(config: BenchConfig, utterances: list[Utterance], log, save=l
     runs: list[RunResult] = []
     summaries: dict[float, dict] = {}
     client = _client_info()
+    slo = Slo(config.ttfa_slo_ms / 1e3, chunking_of(server))
 
     def results() -> dict:
         ordered = [summaries[r] for r in sorted(summaries)]
         return {"config": config.to_json(), "server": server, "client": client,
-                "slo": {"ttfa_ms": config.ttfa_slo_ms, "stalls": 0}, "summaries": ordered,
+                "slo": {"ttfa_ms": config.ttfa_slo_ms, "stalls": 0, "excuses_late_text": config.is_text_stream},
+                "summaries": ordered,
                 "capacity": capacities(ordered), "capacity_per_seed": seed_capacities(ordered),
                 "runs": [_run_json(run) for run in runs]}
 
     async def measure(rate: float) -> None:
-        summaries[rate] = await _run_rate(config, utterances, rate, runs, log)
+        summaries[rate] = await _run_rate(config, utterances, rate, slo, runs, log)
         save(results())
 
     for rate in config.rates:
@@ -84,7 +86,7 @@ def _points(summaries: dict[float, dict]) -> list[tuple[float, float]]:
     return [(s["rate"], s["slo_attainment"]) for s in summaries.values()]
 
 
-async def _run_rate(config: BenchConfig, utterances, rate: float, runs: list[RunResult], log) -> dict:
+async def _run_rate(config: BenchConfig, utterances, rate: float, slo: Slo, runs: list[RunResult], log) -> dict:
     rate_runs, times, lane_deltas = [], [], []
     metrics_url = config.metrics_url or metrics_url_for(config.url)
     for seed in config.seeds:
@@ -98,13 +100,12 @@ async def _run_rate(config: BenchConfig, utterances, rate: float, runs: list[Run
             lane_deltas.append(lane_delta(parse_lanes(before), _parsed(after, parse_lanes)))
     runs.extend(rate_runs)
     windows = [RunWindow(r.records, r.window_s, r.wall_s) for r in rate_runs]
-    slo = Slo(config.ttfa_slo_ms / 1e3)
     summary = summarize_rate(rate, windows, slo)
     summary["per_seed"] = per_seed(rate, windows, [r.seed for r in rate_runs], slo)
     summary["client_overhead"] = _worst_overhead(rate_runs)
     summary["server_time"] = add_server_times(times)
     summary["lanes"] = lanes_block(pool(lane_deltas))
-    log(format_summary(summary))
+    log(format_summary(summary, config.text_rate))
     return summary
 
 
@@ -134,14 +135,27 @@ def _client_info() -> dict:
     return {"python": sys.version.split()[0], "platform": platform.platform(), "started": time.strftime("%FT%T%z")}
 
 
-def format_summary(s: dict) -> str:
+def format_summary(s: dict, text_rate: float | None = None) -> str:
     ttfa = s["ttfa_ms"]
     lag = s["client_overhead"]["loop_lag_ms"]
-    return (f"rate {s['rate']:g}/s: {s['num_requests']} req, {s['num_errors']} err, "
-            f"TTFA p50/p90/p99 {ttfa['p50']}/{ttfa['p90']}/{ttfa['p99']} ms, stall rate {s['stall_rate']}, "
+    return (f"rate {s['rate']:g}/s{_format_text(text_rate)}: {s['num_requests']} req, {s['num_errors']} err, "
+            f"TTFA p50/p90/p99 {ttfa['p50']}/{ttfa['p90']}/{ttfa['p99']} ms, stall rate {s['stall_rate']}"
+            f"{_format_stall_causes(s, text_rate)}, "
             f"SLO {s['slo_attainment']}, goodput {s['goodput_rps']}/s, completed {s['completed_rps']}/s, "
             f"client loop lag p99 {lag['p99']} ms{_format_server_time(s.get('server_time'))}"
             f"{_format_lanes(s.get('lanes'))}")
+
+
+def _format_text(text_rate: float | None) -> str:
+    return "" if text_rate is None else f" (text {text_rate:g} tokens/s)"
+
+
+def _format_stall_causes(s: dict, text_rate: float | None) -> str:
+    if text_rate is None:
+        return ""
+    ttfa = s["server_ttfa_ms"]
+    return (f" (text {s['text_stalls']['stall_rate']}, server {s['server_stalls']['stall_rate']}), "
+            f"TTFA after the text p50/p99 {ttfa['p50']}/{ttfa['p99']} ms")
 
 
 def _format_server_time(block: dict | None) -> str:

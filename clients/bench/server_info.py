@@ -7,6 +7,7 @@ import urllib.request
 import tritonclient.grpc.aio as grpcaio
 
 from protocol.models import LM, ROUTER
+from scheduler import ChunkingConfig, SchedulerConfig
 
 
 async def read_server_settings(url: str) -> dict:
@@ -19,6 +20,13 @@ async def read_server_settings(url: str) -> dict:
         await client.close()
     router_params = _parameters(router)
     return {"mode": router_params.get("mode"), ROUTER: router_params, LM: _parameters(lm)}
+
+
+def chunking_of(server: dict) -> ChunkingConfig:
+    """The chunk sizes the server's LM cuts streams into (what `read_server_settings` read); the defaults
+    when it was not read (`--protocol openai`)."""
+    params = server.get(LM)
+    return SchedulerConfig.from_dict(params, ignore_unknown=True).chunking if params else ChunkingConfig()
 
 
 def _parameters(config: dict) -> dict[str, str]:

@@ -33,9 +33,12 @@ def summarize_rate(rate: float, runs: list[RunWindow], slo: Slo) -> dict:
         "rate": rate, "num_runs": len(runs), "num_requests": len(records),
         "offered_rps": _ratio(len(records), window),
         "num_completed": num_completed, "num_errors": sum(r.error is not None for r in records),
-        "ttfa_ms": {f"p{q}": _percentile_ms(ttfas, q) for q in (50, 90, 95, 99)},
+        "ttfa_ms": _percentiles_ms(ttfas),
+        "server_ttfa_ms": _percentiles_ms([o.server_ttfa_s for o in with_audio]),
         "num_stalled": len(stalled), "stall_rate": _ratio(len(stalled), len(with_audio)),
         "stall_s_total": round(sum(o.stall_s for o in outcomes), 4),
+        "text_stalls": _stall_counts([o.num_text_stalls for o in with_audio]),
+        "server_stalls": _stall_counts([o.num_server_stalls for o in with_audio]),
         "num_slo_met": num_met, "slo_attainment": _ratio(num_met, len(records)),
         "goodput_rps": _ratio(num_met, window),
         "completed_rps": _ratio(num_completed, sum(run.wall_s for run in runs)),
@@ -76,6 +79,17 @@ def next_search_rate(points: list[tuple[float, float]], target: float) -> float:
 def capacities(summaries: list[dict]) -> dict:
     points = [(s["rate"], s["slo_attainment"]) for s in summaries]
     return {f"{t:.2f}": capacity(points, t) for t in ATTAINMENT_TARGETS}
+
+
+def _stall_counts(per_request: list[int]) -> dict:
+    """Late chunks of one cause, over requests that got audio: chunks, requests with one, their share."""
+    num_stalled = sum(n > 0 for n in per_request)
+    return {"num_chunks": sum(per_request), "num_stalled": num_stalled,
+            "stall_rate": _ratio(num_stalled, len(per_request))}
+
+
+def _percentiles_ms(values_s: list[float]) -> dict:
+    return {f"p{q}": _percentile_ms(values_s, q) for q in (50, 90, 95, 99)}
 
 
 def _percentile_ms(values_s: list[float], q: float) -> float | None:

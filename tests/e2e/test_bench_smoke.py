@@ -9,12 +9,17 @@ import pytest
 
 from clients.bench.config import smoke_config
 from clients.bench.loadgen import plan_run
-from clients.bench.records import RequestRecord, Slo
+from clients.bench.records import RequestRecord, Slo, evaluate
 from clients.bench.seeds import per_seed
+from clients.bench.server_info import chunking_of
 from clients.bench.summary import RunWindow, capacities, summarize_rate
+from clients.bench.text_pace import cut_pieces
 from clients.bench.workload import load_workload
+from scheduler import ChunkPlan
 
 FRAME_RATE_HZ = 12.5  # Qwen3-TTS 12 Hz codec frames
+TEXT_RATE = 50.0  # tokens/s of the streamed-text run
+TEXT_RUN = ["--rates", "2", "--duration", "3", "--text-rate", f"{TEXT_RATE:g}"]
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +30,17 @@ def results(server, url, tmp_path_factory) -> dict:
                            "--metrics-url", metrics], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "capacity at 90%" in done.stdout
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def text_results(server, url, tmp_path_factory) -> dict:
+    """A short `--text-rate` run: each request a streaming-text session, its pieces at TEXT_RATE."""
+    out = tmp_path_factory.mktemp("bench-text")
+    done = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "--smoke", "--url", url, "--out", str(out),
+                           *TEXT_RUN], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert f"(text {TEXT_RATE:g} tokens/s)" in done.stdout
     return json.loads((out / "results.json").read_text())
 
 
@@ -107,3 +123,52 @@ def test_each_rate_records_its_lanes_under_load(results):
         for lane in ("urgent", "background"):
             assert block["run_ms"][lane]["count"] == block["queue_ms"][lane]["count"]
         assert block["run_ms"]["urgent"]["count"] >= len(records) and block["run_ms"]["urgent"]["mean"] > 0
+
+
+def test_streamed_text_requests_complete_with_all_their_audio(text_results, url):
+    assert text_results["config"]["text_rate"] == TEXT_RATE and text_results["slo"]["excuses_late_text"]
+    [run] = text_results["runs"]
+    planned = plan_run(smoke_config(url, out=None), load_workload(None)[0], run["rate"], run["seed"])
+    records = _records(run)
+    assert [r.request_id for r in records] == [p.request_id for p in planned] and records
+    for r, p in zip(records, planned):
+        assert r.error is None, r.error
+        assert [c.index for c in r.chunks] == list(range(len(r.chunks)))
+        assert r.audio_s == pytest.approx(round(r.requested_audio_s * FRAME_RATE_HZ) / FRAME_RATE_HZ, abs=1e-6)
+        # the pieces went out in order, none before its time; then the close, unless the audio was over
+        # first (the tiny model's small BPE makes several tokens of a word: it may need only part of the text)
+        num_pieces = len(cut_pieces(p.utterance.text))
+        assert 2 <= len(r.piece_sent_s) <= num_pieces
+        for k, t in enumerate(r.piece_sent_s):
+            assert k / TEXT_RATE - 1e-3 <= t - r.sent_s < k / TEXT_RATE + 0.5
+        if len(r.piece_sent_s) == num_pieces and r.text_closed_s is not None:
+            assert r.text_closed_s >= r.piece_sent_s[-1]
+        else:
+            assert r.text_closed_s is None and r.chunks[-1].arrival_s < r.sent_s + len(r.piece_sent_s) / TEXT_RATE + 0.1
+        # TTFA counts from the first piece: the server prefills once its first word is final, i.e. after piece 1
+        assert r.first_audio_s > r.piece_sent_s[1] and evaluate(r, Slo()).ttfa_s == r.first_audio_s - r.sent_s
+
+
+def test_streamed_text_chunks_are_the_frames_the_bench_reads_from_the_server(text_results):
+    """The chunk sizes read from the server's LM parameters (which say which text a chunk needs) are
+    those of the audio received: every chunk but the last holds exactly its planned frames."""
+    plan = ChunkPlan(chunking_of(text_results["server"]))
+    for r in _records(text_results["runs"][0]):
+        for c in r.chunks[:-1]:
+            assert c.duration_s * FRAME_RATE_HZ == pytest.approx(plan.end(c.index) - plan.start(c.index))
+
+
+def test_streamed_text_summary_splits_stalls_and_recomputes(text_results):
+    [summary] = text_results["summaries"]
+    [run] = text_results["runs"]
+    records = _records(run)
+    slo = Slo(text_results["slo"]["ttfa_ms"] / 1e3, chunking_of(text_results["server"]))
+    outcomes = [evaluate(r, slo) for r in records]
+    assert summary["ttfa_ms"]["p50"] is not None and summary["server_ttfa_ms"]["p50"] is not None
+    assert summary["text_stalls"]["num_chunks"] == sum(o.num_text_stalls for o in outcomes)
+    assert summary["server_stalls"]["num_chunks"] == sum(o.num_server_stalls for o in outcomes)
+    assert (summary["text_stalls"]["num_chunks"] + summary["server_stalls"]["num_chunks"]
+            == sum(o.num_stalls for o in outcomes))
+    windows = [RunWindow(tuple(records), run["window_s"], run["wall_s"])]
+    server_side = ("client_overhead", "server_time", "lanes", "per_seed")
+    assert {k: v for k, v in summary.items() if k not in server_side} == summarize_rate(summary["rate"], windows, slo)
