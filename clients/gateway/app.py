@@ -22,6 +22,7 @@ from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_
 from clients.gateway.playground import add_playground_routes
 from clients.gateway.service import Gateway
 from clients.gateway.speech import SpeechRequest, model_not_found, parse_speech, served_models
+from clients.gateway.speech_socket import serve_socket
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
 
 log = logging.getLogger("voxlane.gateway")
@@ -32,7 +33,8 @@ MAX_BODY_BYTES = 1 << 20
 def build_app(gateway: Gateway) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
     app[GATEWAY] = gateway
-    app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/models", models),
+    app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/audio/speech/stream", speech_stream),
+                    web.get("/v1/models", models),
                     web.get("/v1/models/{model}", model), web.get("/health", health), web.get("/metrics", metrics)])
     add_playground_routes(app)
     return app
@@ -154,6 +156,11 @@ class _Writer:
 
 class ClientTooSlow(Exception):
     """The HTTP client stopped taking the response's bytes."""
+
+
+async def speech_stream(request: web.Request) -> web.StreamResponse:
+    """Streaming text in over a WebSocket (speech_socket.py)."""
+    return await serve_socket(request, request.app[GATEWAY])
 
 
 async def models(request: web.Request) -> web.Response:

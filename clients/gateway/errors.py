@@ -5,6 +5,7 @@
 | `bad_input` (and Triton's own refusals) | 400 | the server's (e.g. `unknown_voice`) | `param`: the input it names |
 | `overloaded` | 503 | `overloaded` | `Retry-After`; the gateway tries another server first |
 | `lane_down` | 503 | `lane_down` | `Retry-After`; the gateway tries another server first |
+| `cancelled` with a code (a streaming-text session's `text_idle_timeout`) | 408 | the server's | the client's text stopped coming |
 | `internal`, `cancelled` | 500 | `internal_error` | |
 """
 from __future__ import annotations
@@ -59,6 +60,8 @@ def from_ended(ended: Ended) -> ApiError:
         return bad_request(ended.message, _PARAMS.get(ended.param, ended.param), ended.code)
     if ended.reason.is_retryable_elsewhere:
         return unavailable(ended.message, code=ended.reason.value)
+    if ended.reason is EndReason.CANCELLED and ended.code is not None:  # the server ended it for the client's fault
+        return ApiError(408, ended.message, INVALID_REQUEST, None, ended.code)
     return internal(ended.message)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from clients.gateway.errors import ApiError, unavailable
 from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve
 from clients.gateway.speech import SpeechRequest
 from clients.gateway.stats import GatewayStats
+from clients.gateway.triton_session import SessionEvent, SessionText, TritonSession
 from clients.gateway.triton_stream import AudioChunk, StreamFailure, stream_chunks
 from protocol.models import LM, ROUTER
 from protocol.reasons import EndReason
@@ -65,24 +66,33 @@ class Gateway:
             for channel in channels:
                 await channel.close()
 
-    async def stream_speech(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
+    def stream_speech(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
         """The request's chunks from the least loaded ready server; before any audio, a 503 (overloaded,
         a lane down, stopping, unreachable) is tried once more on another server (`max_attempts`). A
         server that is unreachable or has a lane down is skipped for `down_s` after."""
+        return self._failover(lambda stub: stream_chunks(stub, request, self.config.request_timeout_s))
+
+    def speak_text(self, request: SpeechRequest, text: SessionText) -> AsyncIterator[SessionEvent]:
+        """A streaming-text session's events (its chunks and refused pieces), its text taken from `text`
+        as the client writes it. Placed and moved as `stream_speech` is: a 503 before the client has
+        seen any event starts the session again on another server with the pieces so far."""
+        return self._failover(lambda stub: TritonSession(stub, request, text, self.config.request_timeout_s).events())
+
+    async def _failover(self, open_stream: Callable[[object], AsyncIterator]) -> AsyncIterator:
+        """The events of `open_stream(stub)` on one server after another while each refuses before its first."""
         tried: tuple[Backend, ...] = ()
         last_error: ApiError = unavailable("no Triton server is ready")
         while len(tried) < self.config.max_attempts and (backend := self.balancer.acquire(exclude=tried)) is not None:
             tried += (backend,)
-            has_audio = False
+            has_events = False
             try:
-                chunks = stream_chunks(self._stub(backend), request, self.config.request_timeout_s)
-                async with aclosing(chunks):
-                    async for chunk in chunks:
-                        has_audio = True
-                        yield chunk
+                async with aclosing(open_stream(self._stub(backend))) as events:
+                    async for event in events:
+                        has_events = True
+                        yield event
                 return
             except StreamFailure as exc:
-                if has_audio or exc.error.status != 503:
+                if has_events or exc.error.status != 503:
                     raise
                 if exc.is_connection or exc.reason is EndReason.LANE_DOWN:
                     self.balancer.mark_down(backend)

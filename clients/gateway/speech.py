@@ -50,7 +50,7 @@ def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | Ap
     voice = _voice(body.get("voice"))
     if isinstance(voice, ApiError):
         return voice
-    params = _extra_params(body)
+    params = extra_params(body)
     if isinstance(params, ApiError):
         return params
     return SpeechRequest(body["model"], body["input"], voice, body.get("response_format", "wav"),
@@ -79,10 +79,10 @@ def model_not_found(model: str, model_ids: tuple[str, ...]) -> ApiError:
 def _check_input(body: dict) -> ApiError | None:
     if not isinstance(body.get("input"), str):
         return bad_request("'input' is required (the text to speak)", param="input")
-    return _check_unicode(body["input"], "input")  # length and content are the server's to judge
+    return check_unicode(body["input"], "input")  # length and content are the server's to judge
 
 
-def _check_unicode(text: str, param: str) -> ApiError | None:
+def check_unicode(text: str, param: str) -> ApiError | None:
     """JSON can spell a lone surrogate ("\\ud800"), which no UTF-8 request can carry."""
     try:
         text.encode("utf-8")
@@ -137,12 +137,13 @@ def _voice(voice: object) -> str | None | ApiError:
         return None
     if not isinstance(voice, str) or not voice:
         return bad_request("'voice' must be a voice name or {\"id\": name}", param="voice")
-    return _check_unicode(voice, "voice") or voice
+    return check_unicode(voice, "voice") or voice
 
 
-def _extra_params(body: dict) -> dict | ApiError:
+def extra_params(body: dict, fields: dict[str, type] = EXTRA_FIELDS) -> dict | ApiError:
+    """The router inputs among `body`'s `fields` (name → JSON type), typed; or the first one that is wrong."""
     params = {}
-    for name, kind in EXTRA_FIELDS.items():
+    for name, kind in fields.items():
         if name not in body or body[name] is None:
             continue
         value = _typed(body[name], kind)

@@ -51,16 +51,16 @@ class AudioChunk:
 def infer_request(request: SpeechRequest, request_id: str | None = None) -> service_pb2.ModelInferRequest:
     """The router's request tensors, each of shape [1]."""
     proto = service_pb2.ModelInferRequest(model_name=ROUTER, id=request_id or uuid.uuid4().hex)
-    _add_input(proto, "text", request.text)
+    add_input(proto, "text", request.text)
     if request.voice is not None:
-        _add_input(proto, "voice", request.voice)
+        add_input(proto, "voice", request.voice)
     for name, value in request.params.items():
-        _add_input(proto, name, value)
+        add_input(proto, name, value)
     proto.parameters["triton_enable_empty_final_response"].bool_param = True
     return proto
 
 
-def _add_input(proto: service_pb2.ModelInferRequest, name: str, value: object) -> None:
+def add_input(proto: service_pb2.ModelInferRequest, name: str, value: object) -> None:
     spec = REQUEST_INPUTS[name]
     array = scalar_array(name, value)
     proto.inputs.add(name=name, datatype=spec.triton_type, shape=list(spec.shape))
@@ -75,7 +75,7 @@ async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> Async
     when it has written the chunk to its HTTP client, so the server runs at most its bound ahead of
     what that client took, and a client that stops reading stops the stream's generation."""
     proto = infer_request(request)
-    _add_input(proto, "client_acks", True)
+    add_input(proto, "client_acks", True)
     outgoing: asyncio.Queue = asyncio.Queue()  # acks; None closes our half of the stream
 
     async def requests():
@@ -87,7 +87,7 @@ async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> Async
     is_ended = False  # the final response came: the request is over
     try:
         async for response in call:
-            chunk, is_final = _parse(response, time.perf_counter())
+            chunk, is_final = parse_response(response, time.perf_counter())
             is_ended = is_final
             if chunk is not None:
                 yield chunk
@@ -102,10 +102,10 @@ async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> Async
         raise
     finally:
         outgoing.put_nowait(None)  # half-closes the call
-        await _end_call(call, is_ended)
+        await end_call(call, is_ended)
 
 
-async def _end_call(call, is_ended: bool) -> None:
+async def end_call(call, is_ended: bool) -> None:
     """Let the server finish an ended call; cancel one whose request is still live (the client left:
     stop the server's work).
 
@@ -129,7 +129,7 @@ def ack_request(request_id: str, index: int) -> service_pb2.ModelInferRequest:
     return proto
 
 
-def _parse(response, arrived_s: float) -> tuple[AudioChunk | None, bool]:
+def parse_response(response, arrived_s: float) -> tuple[AudioChunk | None, bool]:
     """(the response's audio chunk or None, whether it ends the stream)."""
     if response.error_message:
         ended = decode_error(response.error_message)

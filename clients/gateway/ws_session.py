@@ -1,0 +1,184 @@
+"""The messages of `GET /v1/audio/speech/stream` (docs/GATEWAY.md): what a client sends, checked into
+typed values, and what the gateway sends back.
+
+Client → gateway, JSON text messages:
+
+    {"type": "session.update", "session": {"voice": "alloy", "seed": 1, ...}}   optional, before any text
+    {"type": "input_text.append", "text": "Get the"}                            any number
+    {"type": "input_text.done"}                                                 closes the text
+
+Gateway → client: each audio chunk as a binary message (16-bit little-endian mono PCM; with `wav`, the
+first starts with a WAV header), and JSON events `{"type": "audio.done", ...}` and
+`{"type": "error", "code", "message", "param"}`. The session fields are `POST /v1/audio/speech`'s
+(speech.py checks them) but `input` and `stream_format`, plus `text_idle_timeout_s`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from enum import Enum
+
+import numpy as np
+
+from backend_python.audio.encoders import ChunkEncoder
+from backend_python.audio.formats import FORMATS
+from clients.gateway.errors import ApiError
+from clients.gateway.speech import (EXTRA_FIELDS, OPENAI_FIELDS, OUTPUT_FIELDS, SpeechRequest, check_unicode,
+                                    extra_params, parse_speech)
+from clients.gateway.triton_stream import AudioChunk
+from protocol.quoting import quoted
+
+SOCKET_FORMATS = ("pcm", "wav")  # 16-bit PCM only: a binary message per chunk, playable as it comes
+DEFAULT_FORMAT = "pcm"
+SESSION_FIELDS = (*(f for f in OPENAI_FIELDS if f not in ("input", "stream_format")), *OUTPUT_FIELDS, *EXTRA_FIELDS)
+SESSION_ONLY_FIELDS = {"text_idle_timeout_s": float}  # router inputs a whole-text request has no use for
+
+
+class ErrorCode(str, Enum):
+    """The `code` of an error event the gateway itself decides; the server's codes pass through as they are."""
+
+    INVALID_JSON = "invalid_json"  # a text message that is not JSON
+    INVALID_MESSAGE = "invalid_message"  # not an object, no `type`, a wrong or unknown key, a binary message
+    UNKNOWN_TYPE = "unknown_type"
+    INVALID_VALUE = "invalid_value"  # a session field the gateway refuses (`param` names it)
+    SESSION_STARTED = "session_started"  # session.update after the text started: the settings are fixed
+    TEXT_CLOSED = "text_closed"  # text after input_text.done
+    BAD_INPUT = "bad_input"  # the server refused the input and gave no finer code
+
+
+@dataclass(frozen=True)
+class SessionUpdate:
+    fields: dict
+
+
+@dataclass(frozen=True)
+class TextAppend:
+    text: str
+
+
+@dataclass(frozen=True)
+class TextDone:
+    pass
+
+
+ClientMessage = SessionUpdate | TextAppend | TextDone
+
+
+@dataclass(frozen=True)
+class SocketError:
+    """One error event: a code (an ErrorCode value or the server's), the message, the field at fault."""
+
+    code: str
+    message: str
+    param: str | None = None
+
+    def to_json(self) -> dict:
+        return {"type": "error", "code": self.code, "message": self.message, "param": self.param}
+
+
+def parse_message(data: str) -> ClientMessage | SocketError:
+    """A client's text message, or the first thing wrong with it."""
+    try:
+        message = json.loads(data)
+    except json.JSONDecodeError as exc:
+        return SocketError(ErrorCode.INVALID_JSON, f"the message is not valid JSON: {exc.msg} at character {exc.pos}")
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        return SocketError(ErrorCode.INVALID_MESSAGE, "a message must be a JSON object with a string 'type'", "type")
+    parse = _PARSERS.get(message["type"])
+    if parse is None:
+        return SocketError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {quoted(message['type'])}; known: "
+                                                   f"{', '.join(_PARSERS)}", "type")
+    return _check_keys(message) or parse(message)
+
+
+_KEYS = {"session.update": ("session",), "input_text.append": ("text",), "input_text.done": ()}
+
+
+def _check_keys(message: dict) -> SocketError | None:
+    """Unknown keys are refused, not ignored (as the HTTP route refuses unknown fields)."""
+    unknown = sorted(set(message) - {"type", *_KEYS[message["type"]]})
+    if unknown:
+        return SocketError(ErrorCode.INVALID_MESSAGE, f"{message['type']} has no key {quoted(unknown[0])}", unknown[0])
+    return None
+
+
+def _session_update(message: dict) -> SessionUpdate | SocketError:
+    if not isinstance(message.get("session"), dict):
+        return SocketError(ErrorCode.INVALID_MESSAGE, "session.update needs 'session', a JSON object", "session")
+    return SessionUpdate(message["session"])
+
+
+def _text_append(message: dict) -> TextAppend | SocketError:
+    text = message.get("text")
+    if not isinstance(text, str):
+        return SocketError(ErrorCode.INVALID_MESSAGE, "input_text.append needs 'text', a string", "text")
+    error = check_unicode(text, "text")
+    return from_api_error(error, ErrorCode.INVALID_VALUE) if error else TextAppend(text)
+
+
+_PARSERS = {"session.update": _session_update, "input_text.append": _text_append,
+            "input_text.done": lambda message: TextDone()}
+
+
+def default_session(model_ids: tuple[str, ...]) -> SpeechRequest:
+    """A session's settings before any session.update: the served model, its default voice, pcm."""
+    return SpeechRequest(model_ids[0], "", None, DEFAULT_FORMAT)
+
+
+def parse_session(fields: dict, model_ids: tuple[str, ...]) -> SpeechRequest | SocketError:
+    """A session's settings from all the fields its updates set, or the first one that is wrong."""
+    unknown = sorted(set(fields) - set(SESSION_FIELDS) - set(SESSION_ONLY_FIELDS))
+    if unknown:
+        return SocketError(ErrorCode.INVALID_VALUE, f"unknown session field {quoted(unknown[0])}; known: "
+                                                    f"{', '.join((*SESSION_FIELDS, *SESSION_ONLY_FIELDS))}", unknown[0])
+    fmt = fields.get("response_format", DEFAULT_FORMAT)
+    if fmt not in SOCKET_FORMATS:
+        return SocketError(ErrorCode.INVALID_VALUE, f"response_format must be one of {', '.join(SOCKET_FORMATS)} "
+                                                    f"on this route, got {quoted(fmt)}", "response_format")
+    body = {"model": model_ids[0], "response_format": DEFAULT_FORMAT, "input": "",
+            **{name: value for name, value in fields.items() if name not in SESSION_ONLY_FIELDS}}
+    request, session_params = parse_speech(body, model_ids), extra_params(fields, SESSION_ONLY_FIELDS)
+    for parsed in (request, session_params):
+        if isinstance(parsed, ApiError):
+            return from_api_error(parsed, ErrorCode.INVALID_VALUE)
+    return replace(request, params={**request.params, **session_params})
+
+
+def from_api_error(error: ApiError, fallback: ErrorCode) -> SocketError:
+    """An error the gateway shares with the HTTP route, as an event (`fallback` where it has no code)."""
+    param = "text" if error.param == "input" else error.param  # the HTTP route's `input` is this route's `text`
+    return SocketError(error.code or fallback, error.message, param)
+
+
+def audio_done(audio_seconds: float, num_chunks: int, sample_rate: int | None) -> dict:
+    """The end of a session's audio: seconds sent, Triton chunks relayed, the rate (None: no audio came)."""
+    return {"type": "audio.done", "audio_seconds": round(audio_seconds, 6), "num_chunks": num_chunks,
+            "sample_rate": sample_rate}
+
+
+class AudioMessages:
+    """A session's audio as binary messages: 16-bit PCM per chunk (soxr-resampled to `sample_rate` if asked),
+    the WAV header before the first with `wav`."""
+
+    def __init__(self, request: SpeechRequest) -> None:
+        self._format, self._rate = FORMATS[request.response_format], request.sample_rate
+        self._encoder: ChunkEncoder | None = None  # made at the first chunk, which says the model's rate
+        self.num_samples = 0  # at the model's rate
+        self.num_chunks = 0
+        self.source_rate: int | None = None
+
+    def encode(self, chunk: AudioChunk) -> bytes:
+        if self._encoder is None:
+            self._encoder = ChunkEncoder(self._format, chunk.sample_rate, self._rate)
+            self.source_rate = chunk.sample_rate
+        self.num_samples += chunk.audio.size
+        self.num_chunks += 1
+        return self._encoder.encode(np.asarray(chunk.audio, np.float32))
+
+    def finish(self) -> bytes:
+        """What the resampler held back (nothing at the model's own rate); nothing if no audio came."""
+        return self._encoder.finish() if self._encoder is not None else b""
+
+    def done(self) -> dict:
+        seconds = self.num_samples / self.source_rate if self.source_rate else 0.0
+        return audio_done(seconds, self.num_chunks, self._encoder.rate if self._encoder else None)
