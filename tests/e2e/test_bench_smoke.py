@@ -172,3 +172,26 @@ def test_streamed_text_summary_splits_stalls_and_recomputes(text_results):
     windows = [RunWindow(tuple(records), run["window_s"], run["wall_s"])]
     server_side = ("client_overhead", "server_time", "lanes", "per_seed")
     assert {k: v for k, v in summary.items() if k not in server_side} == summarize_rate(summary["rate"], windows, slo)
+
+
+def test_text_report_puts_whole_and_streamed_text_side_by_side(results, text_results, tmp_path):
+    """tools/device_text_rate.sh's table, from this module's two runs (and a run that is missing)."""
+    for name, result in (("whole", results), ("text50", text_results)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(result))
+    done = subprocess.run([sys.executable, "-m", "clients.bench.text_report", str(tmp_path / "text50"),
+                           str(tmp_path / "whole"), str(tmp_path / "text10"), "--json", str(tmp_path / "t.json")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "text10 (skipped)" in done.stderr
+    written = json.loads((tmp_path / "t.json").read_text())
+    assert [row["text_rate"] for row in written["capacity"]] == [None, TEXT_RATE]
+    whole_rates = [s["rate"] for s in results["summaries"]]
+    assert [(row["text_rate"], row["rate"]) for row in written["rows"]] == (
+        [(None, rate) for rate in whole_rates] + [(TEXT_RATE, 2.0)])
+    [summary] = text_results["summaries"]
+    [row] = [row for row in written["rows"] if row["text_rate"] == TEXT_RATE]
+    assert row["text_stall_rate"] == summary["text_stalls"]["stall_rate"]
+    assert row["ttfa_ms"] == f"{summary['ttfa_ms']['p50']} / {summary['ttfa_ms']['p99']}"
+    assert f"| {TEXT_RATE:g} tok/s | 2 | {summary['num_requests']} |" in done.stdout
+    assert sum(line.startswith("| whole |") for line in done.stdout.splitlines()) == 1 + len(whole_rates)
