@@ -5,6 +5,7 @@ chunk 1 [2, 6), chunk 2 [6, 14)), so chunk i needs pieces 0..end(i)+1: pieces 3,
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import math
@@ -15,7 +16,7 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from clients.bench.cli import bench_config
+from clients.bench.cli import _add_bench_flags, bench_config
 from clients.bench.config import BenchConfig
 from clients.bench.loadgen import PlannedRequest, request_schedule, run_load
 from clients.bench.plot import _label
@@ -299,8 +300,6 @@ def test_the_chunking_is_read_from_the_servers_lm_parameters():
 
 
 def test_text_rate_flag_and_its_checks():
-    import argparse
-    from clients.bench.cli import _add_bench_flags
     parser = argparse.ArgumentParser()
     _add_bench_flags(parser)
     assert bench_config(parser.parse_args(["--text-rate", "30"]), "h:1").text_rate == 30.0
