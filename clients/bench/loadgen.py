@@ -220,11 +220,14 @@ async def _stream(streams: _Streams, stub, planned: PlannedRequest) -> RequestRe
         error = f"grpc {exc.code().name}: {exc.details()}"
     finally:
         finished.set()
-    if error is None and refused:
-        error = f"a piece of the text was refused: {refused[0]}"
+    if error is None and (bad := [r for r in refused if decode_error(r).code != STREAM_OVER]):
+        error = f"a piece of the text was refused: {bad[0]}"
     text = _text_times(sent_at, len(schedule)) if streams.config.is_text_stream else {}
     return RequestRecord(planned.request_id, planned.utterance.utterance_id, planned.scheduled_s, sent,
                          planned.audio_s, tuple(chunks), streams.now(), error, **text)
+
+
+STREAM_OVER = "session_ended"  # a piece that came after the stream ended (at max_audio_seconds): not a failure
 
 
 async def _finishes_within(finished: asyncio.Event, delay_s: float) -> bool:

@@ -112,9 +112,12 @@ def test_whole_text_is_one_request_without_a_sequence():
     assert "sequence_id" not in request.parameters
 
 
+REFUSALS = {b" BAD": "bad_piece", b" LATE": "session_ended"}  # scripted piece refusals and their codes
+
+
 class FakeSession(service_pb2_grpc.GRPCInferenceServiceServicer):
     """`vox_ensemble` taking a session: notes when each request arrives, answers each piece with its own
-    final flag (refuses one reading " BAD"), and after the close answers the first request with two chunks
+    final flag (refuses " BAD" and " LATE" as REFUSALS says), and after the close answers the first request with two chunks
     and the final flag."""
 
     def __init__(self) -> None:
@@ -126,8 +129,8 @@ class FakeSession(service_pb2_grpc.GRPCInferenceServiceServicer):
             text = _inputs(request)["text"][4:]
             self.arrivals.append((asyncio.get_running_loop().time(), request.id, text))
             first = first or request.id
-            if text == b" BAD":
-                ended = Ended(EndReason.REFUSED_BAD_INPUT, "scripted refusal", "text", "bad_piece")
+            if text in REFUSALS:
+                ended = Ended(EndReason.REFUSED_BAD_INPUT, "scripted refusal", "text", REFUSALS[text])
                 yield service_pb2.ModelStreamInferResponse(error_message=encode_error(ended))
             elif request.id != first:  # a piece's own empty final answer, as if it had asked for one
                 yield _final(request.id)
@@ -185,6 +188,13 @@ def test_a_refused_piece_leaves_the_stream_going_and_fails_the_request():
     assert len(record.chunks) == 2 and record.done_s is not None  # the stream went on to its end
     assert record.error.startswith("a piece of the text was refused: [bad_input param=text code=bad_piece]")
     assert not evaluate(record, SLO).meets_slo
+
+
+def test_a_piece_that_finds_its_stream_over_does_not_fail_the_request():
+    # the stream reached max_audio_seconds before its text was all sent: the rest is answered session_ended
+    result, _ = _run_session("fine LATE", text_rate=50.0)
+    [record] = result.records
+    assert record.error is None and len(record.chunks) == 2
 
 
 # ---- what a chunk needs, and stalls split by cause -----------------------------------------------------
