@@ -4,8 +4,8 @@
 # Streaming text in (issue 18): one server (`voxlane serve --device cuda --model qwen3-tts-1.7b`, voxlane
 # mode, every default), then `voxlane bench` against it on the LibriSpeech workload capped at 6 s:
 # whole-text requests, then each request's text streamed at 10, 30 and 100 tokens/s, each at request
-# rates around its predicted capacity (RATES_WHOLE, RATES_10, RATES_30, RATES_100; DURATION s of
-# arrivals per rate). Writes under OUT_DIR: whole/, text10/, text30/, text100/ (results.json each),
+# rates around its predicted capacity (RATES_WHOLE, RATES_10, RATES_30, RATES_100; DURATION s of arrivals
+# per rate; SERVE_FLAGS go to `voxlane serve`, e.g. "--max-slots 64"). Writes under OUT_DIR: whole/, text10/, text30/, text100/ (results.json each),
 # text_rate.md and text_rate.json (capacities and per-rate TTFA and stalls side by side), startup.txt,
 # serve.log and tritonserver.log.gz. About 7 minutes; no bench runs past LIMIT_S (results.json is
 # rewritten after every rate, so a run cut short keeps what it measured). CONFIGS="whole text100" runs a
@@ -17,7 +17,7 @@ workload=.devdata/librispeech_pc_test_clean.tsv
 [ -f "$workload" ] || { echo "no workload at $workload"; exit 1; }
 
 started=$SECONDS
-python3 -m clients.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} --log-file "$out/tritonserver.log" \
+python3 -m clients.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} ${SERVE_FLAGS:-} --log-file "$out/tritonserver.log" \
   > "$out/serve.log" 2>&1 &
 serve=$!
 stop_server() { kill -TERM $serve 2>/dev/null && wait $serve; }
