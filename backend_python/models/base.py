@@ -4,7 +4,8 @@ of codebook tokens, and a codec that turns frames into waveform.
 The engine (backend_python/engine/) drives an `SpeechLM` through named phases:
 `encode_prompt` (CPU, per request) -> `prefill` (one request into one KV slot)
 -> `decode` (one frame for every live slot in one batched step) -> `release`.
-The codec runner drives a `Codec` with stateless windows: a chunk's frames plus
+A family that clones voices also has a `VoiceEncoder`: reference audio in, a `VoiceReference`'s tensors
+out, which `encode_prompt` takes beside the text. The codec runner drives a `Codec` with stateless windows: a chunk's frames plus
 a few frames of left context from the same request, new samples out. A codec
 that declares `supports_streaming_state` can also decode only new frames from a
 per-request `CodecStreamState` (models/codec_stream.py), batched over requests.
@@ -102,6 +103,44 @@ class DecodeBatch:
     ignore_eos: list[bool]
 
 
+@dataclass
+class VoiceReference:
+    """A voice to clone, as the family's `VoiceEncoder` made it from reference audio.
+
+    `tensors` is family-specific, on the CPU (Qwen3-TTS: "speaker_embedding" [D] float32 and, in-context,
+    "ref_codes" [T, K] int64); `text` is the reference audio's transcript, for a family that puts it in the
+    prompt (None: the speaker embedding alone).
+    """
+
+    tensors: dict[str, torch.Tensor]
+    text: str | None = None
+
+
+class VoiceEncoder(nn.Module, ABC):
+    """Reference audio -> the tensors of a `VoiceReference`, batched over requests.
+
+    `reference_tensors` declares what `encode` returns, name -> (Triton dtype, shape with -1 for a
+    variable axis), e.g. {"speaker_embedding": ("FP32", [D]), "ref_codes": ("INT32", [-1, K])}, so the
+    serving glue can declare its tensors; a name may be missing from an x-vector-only result.
+    """
+
+    reference_tensors: dict[str, tuple[str, list[int]]]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    @abstractmethod
+    def sample_rate(self) -> int:
+        """The rate of the audio `encode` takes."""
+
+    @abstractmethod
+    def encode(self, audio: list[torch.Tensor], x_vector_only: list[bool]) -> list[dict[str, torch.Tensor]]:
+        """audio[i]: [N_i] float32 mono in [-1, 1] at `sample_rate` -> each request's tensors (on the CPU);
+        x_vector_only[i] leaves out what only in-context cloning needs (the reference's codes)."""
+
+
 class SpeechLM(nn.Module, ABC):
     """An autoregressive backbone that emits one frame of `num_codebooks` tokens per step.
 
@@ -128,9 +167,17 @@ class SpeechLM(nn.Module, ABC):
     def voices(self) -> tuple[str, ...]:
         """Voice names accepted by `encode_prompt`; empty when the family has none."""
 
+    supports_reference = False  # True where `encode_prompt` can clone a voice from a `VoiceReference`
+
     @abstractmethod
-    def encode_prompt(self, text: str, voice: str | None) -> Prompt:
-        """Tokenize and build the prompt; raises ValueError naming an unknown voice."""
+    def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
+        """Tokenize and build the prompt; raises ValueError naming an unknown voice, or a reference the
+        model cannot use."""
+
+    def check_no_reference(self, reference: VoiceReference | None) -> None:
+        """For a model without voice cloning: a reference is a ValueError that says so."""
+        if reference is not None:
+            raise ValueError(f"{type(self).__name__} cannot clone a voice: it takes no reference audio")
 
     supports_streaming_text = False  # True where the prompt needs only the text's start (the text trails)
 

@@ -20,7 +20,7 @@ from typing import Protocol
 import torch
 from filelock import FileLock
 
-from backend_python.models.base import Codec, SpeechLM
+from backend_python.models.base import Codec, SpeechLM, VoiceEncoder
 
 DEFAULT_MODEL = "qwen3-tts-tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -50,6 +50,8 @@ class Family(Protocol):
     def load_lm(self, spec: ModelSpec, device: str, dtype: torch.dtype) -> SpeechLM: ...
 
     def load_codec(self, spec: ModelSpec, device: str, dtype: torch.dtype) -> Codec: ...
+
+    def load_voice_encoder(self, spec: ModelSpec, device: str, dtype: torch.dtype) -> VoiceEncoder | None: ...
 
     def codec_left_context_frames(self, spec: ModelSpec) -> int: ...
 
@@ -117,6 +119,11 @@ def load_lm(spec: ModelSpec, device: str, dtype: str) -> SpeechLM:
 
 def load_codec(spec: ModelSpec, device: str, dtype: str) -> Codec:
     return family_of(spec).load_codec(spec, device, DTYPES[dtype])
+
+
+def load_voice_encoder(spec: ModelSpec, device: str, dtype: str) -> VoiceEncoder | None:
+    """The model's reference-audio encoder; None where the model cannot clone a voice."""
+    return family_of(spec).load_voice_encoder(spec, device, DTYPES[dtype])
 
 
 def read_json(path: Path) -> dict:

@@ -44,5 +44,10 @@ def load_codec(spec, device: str, dtype: torch.dtype) -> MimiCodec:
     return MimiCodec.from_config(preset_config(spec.preset).codec, device=device, dtype=dtype, seed=RANDOM_SEED)
 
 
+def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
+    """No voice cloning in this family yet."""
+    return None
+
+
 def codec_left_context_frames(spec) -> int:
     return LEFT_CONTEXT_FRAMES

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..base import DecodeBatch, Prompt
+from ..base import DecodeBatch, Prompt, VoiceReference
 from ..frame_buffers import batch_buckets
 from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
 from ..layers.decoder import KVCache
@@ -110,8 +110,9 @@ class CsmLM(SlotSpeechLM):
         return self.lm_head.weight.device
 
     # ---- phases --------------------------------------------------------------------------------
-    def encode_prompt(self, text: str, voice: str | None) -> Prompt:
+    def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
         """voice None -> the first speaker; the prompt is "[{speaker}]{text}" with the checkpoint's specials."""
+        self.check_no_reference(reference)
         return make_prompt(self.tokenizer, resolve_speaker(self.voices, voice), text)
 
     def encode_segment(self, text: str, voice: str | None, context) -> Prompt:

@@ -49,6 +49,11 @@ def load_codec(spec, device: str, dtype: torch.dtype) -> SnacCodec:
     return SnacCodec.from_pretrained(snac_dir(spec.checkpoint), device=device)
 
 
+def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
+    """No voice cloning in this family yet."""
+    return None
+
+
 def codec_left_context_frames(spec) -> int:
     if spec.checkpoint is None:
         return full_snac().left_context_frames

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from protocol.quoting import quoted
 
-from ..base import DecodeBatch, Prompt
+from ..base import DecodeBatch, Prompt, VoiceReference
 from ..frame_buffers import batch_buckets
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
@@ -105,8 +105,9 @@ class OrpheusLM(SlotSpeechLM):
         return self.backbone.head_weight.device
 
     # ---- phases --------------------------------------------------------------------------------
-    def encode_prompt(self, text: str, voice: str | None) -> Prompt:
+    def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
         """voice None -> the first voice ("tara")."""
+        self.check_no_reference(reference)
         ids = self.tokenizer(voice_text(text, self._resolve_voice(voice)))["input_ids"]
         return make_prompt(list(ids))
 

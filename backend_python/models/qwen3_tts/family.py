@@ -47,6 +47,11 @@ def load_codec(spec, device: str, dtype: torch.dtype) -> Qwen3TTSCodec:
     return Qwen3TTSCodec.from_config(full_codec_config(), device=device, dtype=dtype, seed=RANDOM_SEED)
 
 
+def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
+    """No voice cloning in this family yet."""
+    return None
+
+
 def codec_left_context_frames(spec) -> int:
     if spec.checkpoint is None:
         return full_codec_config().left_context_frames

@@ -15,7 +15,7 @@ import torch
 
 from protocol.quoting import quoted
 
-from ..base import DecodeBatch, Prompt
+from ..base import DecodeBatch, Prompt, VoiceReference
 from ..frame_buffers import batch_buckets
 from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
 from ..layers.compile import compile_hot_path
@@ -119,8 +119,9 @@ class Qwen3TTSLM(SlotSpeechLM):
         return self.talker.codec_head.weight.device
 
     # ---- phases --------------------------------------------------------------------------------
-    def encode_prompt(self, text: str, voice: str | None) -> Prompt:
+    def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
         """voice None -> the first voice of the config; language is the model's (`auto` by default)."""
+        self.check_no_reference(reference)
         voice = self._resolve_voice(voice)
         ids = self.tokenizer(assistant_text(text))["input_ids"]
         language_id = resolve_language(self.config, self.language, voice)
