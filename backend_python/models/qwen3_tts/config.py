@@ -1,8 +1,9 @@
 """Frozen configs for the Qwen3-TTS (12 Hz) LM side, read from / written to the official `config.json`.
 
 The official file nests `talker_config` (with `code_predictor_config` inside it) under the top-level
-model config, which also holds the text special-token ids. Only the text-only, named-speaker path
-("custom_voice") is modelled; the speaker encoder is ignored.
+model config, which also holds the text special-token ids and, for a Base model (`tts_model_type`
+"base": voice cloning, no preset voices), `speaker_encoder_config`. The named-speaker ("custom_voice")
+and the Base paths are modelled; instructions (voice design) are not.
 """
 from __future__ import annotations
 
@@ -115,6 +116,50 @@ class TalkerConfig:
 
 
 @dataclass(frozen=True)
+class SpeakerEncoderConfig:
+    """The ECAPA-TDNN speaker encoder of a Base model: a log-mel spectrogram in, an x-vector of `enc_dim`
+    (the talker's hidden size: it takes a speaker's place in the prompt) out."""
+
+    mel_dim: int = 128
+    enc_dim: int = 1024
+    enc_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
+    enc_kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
+    enc_dilations: tuple[int, ...] = (1, 2, 3, 4, 1)
+    enc_attention_channels: int = 128
+    enc_res2net_scale: int = 8
+    enc_se_channels: int = 128
+    sample_rate: int = 24000
+
+    def __post_init__(self) -> None:
+        for name in ("enc_channels", "enc_kernel_sizes", "enc_dilations"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not len(self.enc_channels) == len(self.enc_kernel_sizes) == len(self.enc_dilations):
+            raise ValueError("enc_channels, enc_kernel_sizes and enc_dilations must have the same length")
+        if self.enc_channels[-1] != sum(self.enc_channels[1:-1]):
+            raise ValueError(f"enc_channels[-1] must be the SE-Res2Net channels summed: {self.enc_channels}")
+        if any(c % self.enc_res2net_scale for c in self.enc_channels[1:-1]):
+            raise ValueError(f"the SE-Res2Net channels must split into enc_res2net_scale={self.enc_res2net_scale}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SpeakerEncoderConfig":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    def to_dict(self) -> dict[str, Any]:
+        """No `model_type` key: the reference's config class rejects one."""
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in ((k, getattr(self, k)) for k in self.__dataclass_fields__)}
+
+
+def tiny_speaker_encoder_config(enc_dim: int) -> SpeakerEncoderConfig:
+    """A few-thousand-parameter ECAPA-TDNN of the real topology (the mel front end is fixed at 128 bands)."""
+    return SpeakerEncoderConfig(enc_dim=enc_dim, enc_channels=(16, 16, 16, 16, 48), enc_attention_channels=8,
+                                enc_res2net_scale=4, enc_se_channels=8)
+
+
+BASE_MODEL_TYPE = "base"  # `tts_model_type` of the voice-cloning checkpoints
+
+
+@dataclass(frozen=True)
 class Qwen3TTSConfig:
     """The whole LM side: talker (+ predictor) and the text special-token ids."""
 
@@ -128,26 +173,38 @@ class Qwen3TTSConfig:
     tts_model_size: str = "1b7"
     tokenizer_type: str = "qwen3_tts_tokenizer_12hz"
     frame_rate: float = 12.5  # frames per second of the 12 Hz codec
+    speaker_encoder: SpeakerEncoderConfig = field(default_factory=SpeakerEncoderConfig)  # used by Base models
 
     def __post_init__(self) -> None:
         ids = (self.im_start_token_id, self.im_end_token_id, self.tts_pad_token_id,
                self.tts_bos_token_id, self.tts_eos_token_id)
         if max(ids) >= self.talker.text_vocab_size:
             raise ValueError(f"text special ids {ids} exceed text_vocab_size {self.talker.text_vocab_size}")
+        if self.is_base and self.speaker_encoder.enc_dim != self.talker.hidden_size:
+            raise ValueError(f"speaker embedding size {self.speaker_encoder.enc_dim} != talker hidden size "
+                             f"{self.talker.hidden_size}: the x-vector takes a speaker embedding's place")
+
+    @property
+    def is_base(self) -> bool:
+        """A Base model clones a voice from reference audio and has no preset voices."""
+        return self.tts_model_type == BASE_MODEL_TYPE
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Qwen3TTSConfig":
-        kwargs = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in ("talker", "frame_rate")}
-        return cls(talker=TalkerConfig.from_dict(d["talker_config"]), **kwargs)
+        skip = ("talker", "frame_rate", "speaker_encoder")
+        kwargs = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in skip}
+        return cls(talker=TalkerConfig.from_dict(d["talker_config"]),
+                   speaker_encoder=SpeakerEncoderConfig.from_dict(d.get("speaker_encoder_config") or {}), **kwargs)
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> "Qwen3TTSConfig":
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("talker", "frame_rate")}
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__
+             if k not in ("talker", "frame_rate", "speaker_encoder")}
         return {"architectures": ["Qwen3TTSForConditionalGeneration"], "model_type": "qwen3_tts",
-                **d, "talker_config": self.talker.to_dict()}
+                **d, "talker_config": self.talker.to_dict(), "speaker_encoder_config": self.speaker_encoder.to_dict()}
 
 
 def _check_attention(num_heads: int, num_kv_heads: int, head_dim: int) -> None:

@@ -12,14 +12,17 @@ from pathlib import Path
 import torch
 
 from backend_python.models.qwen3_tts import tiny
+from backend_python.models.qwen3_tts.checkpoint import read_config
+from backend_python.models.qwen3_tts.codec_encoder import CodecEncoderConfig
 from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
 from backend_python.models.qwen3_tts.codec_config import Qwen3TTSCodecConfig, full_codec_config
 from backend_python.models.qwen3_tts.lm import Qwen3TTSLM
 from backend_python.models.qwen3_tts.presets import preset_config
+from backend_python.models.qwen3_tts.voice_encoder import Qwen3TTSVoiceEncoder
 
 name = "qwen3-tts"
-tiny_presets = ("qwen3-tts-tiny",)
-random_presets = ("qwen3-tts-0.6b", "qwen3-tts-1.7b")
+tiny_presets = ("qwen3-tts-tiny", "qwen3-tts-tiny-base")
+random_presets = ("qwen3-tts-0.6b", "qwen3-tts-1.7b", "qwen3-tts-0.6b-base", "qwen3-tts-1.7b-base")
 CODEC_DIR = "speech_tokenizer"
 RANDOM_SEED = 0
 
@@ -32,7 +35,7 @@ def is_checkpoint(path: Path) -> bool:
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
-    tiny.build_tiny_checkpoint(out_dir, seed=RANDOM_SEED)
+    tiny.build_tiny_checkpoint(out_dir, seed=RANDOM_SEED, is_base=preset_config(preset).is_base)
 
 
 def load_lm(spec, device: str, dtype: torch.dtype) -> Qwen3TTSLM:
@@ -47,9 +50,17 @@ def load_codec(spec, device: str, dtype: torch.dtype) -> Qwen3TTSCodec:
     return Qwen3TTSCodec.from_config(full_codec_config(), device=device, dtype=dtype, seed=RANDOM_SEED)
 
 
-def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
-    """No voice cloning in this family yet."""
-    return None
+def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> Qwen3TTSVoiceEncoder | None:
+    """A Base model's (tts_model_type "base") speaker and codec encoders; None for a preset-voice model."""
+    if spec.checkpoint is not None:
+        if not read_config(spec.checkpoint).is_base:
+            return None
+        return Qwen3TTSVoiceEncoder.from_pretrained(spec.checkpoint, device=device, dtype=dtype)
+    config = preset_config(spec.preset)
+    if not config.is_base:
+        return None
+    return Qwen3TTSVoiceEncoder.from_config(config.speaker_encoder, CodecEncoderConfig(), device=device, dtype=dtype,
+                                            seed=RANDOM_SEED)
 
 
 def codec_left_context_frames(spec) -> int:

@@ -27,8 +27,10 @@ from ..slots import SlotSpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
 from .presets import build_tiny_tokenizer
-from .prompt import (AUTO_LANGUAGE, assistant_text, make_prompt, pad_embedding, prefill_embeddings, prompt_embeddings,
+from .prompt import (AUTO_LANGUAGE, NUM_REF_SUFFIX_TOKENS, NUM_ROLE_TOKENS, assistant_text, make_prompt,
+                     make_reference_prompt, pad_embedding, prefill_embeddings, prompt_embeddings, reference_text,
                      resolve_language, to_device, trailing_embeddings)
+from .voice_encoder import REF_CODES
 from .talker import Talker
 from .text_feed import Qwen3TextFeed
 
@@ -112,7 +114,12 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     @property
     def voices(self) -> tuple[str, ...]:
-        return tuple(self.config.talker.spk_id)
+        """The preset voices; none for a Base model, whose voice comes from reference audio."""
+        return () if self.config.is_base else tuple(self.config.talker.spk_id)
+
+    @property
+    def supports_reference(self) -> bool:
+        return self.config.is_base
 
     @property
     def device(self) -> torch.device:
@@ -120,16 +127,37 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     # ---- phases --------------------------------------------------------------------------------
     def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
-        """voice None -> the first voice of the config; language is the model's (`auto` by default)."""
+        """voice None -> the first voice of the config; language is the model's (`auto` by default). A Base
+        model takes no voice but a reference: its transcript (`reference.text`) and "ref_codes" clone in
+        context, its speaker embedding alone (x-vector mode) otherwise."""
+        if self.config.is_base:
+            return self._encode_cloned(text, voice, reference)
         self.check_no_reference(reference)
         voice = self._resolve_voice(voice)
         ids = self.tokenizer(assistant_text(text))["input_ids"]
         language_id = resolve_language(self.config, self.language, voice)
         return make_prompt(self.config, list(ids), self.config.talker.spk_id[voice], language_id)
 
+    def _encode_cloned(self, text: str, voice: str | None, reference: VoiceReference | None) -> Prompt:
+        if voice:
+            raise ValueError(f"voice {quoted(voice)} given to a Base model: it has no preset voices, it clones "
+                             f"the voice of reference audio")
+        if reference is None:
+            raise ValueError("a Base model needs reference audio to clone a voice (it has no preset voices)")
+        is_icl = REF_CODES in reference.tensors
+        if is_icl and not (reference.text or "").strip():
+            raise ValueError("in-context cloning needs the reference audio's transcript (or x-vector-only mode)")
+        ids = list(self.tokenizer(assistant_text(text))["input_ids"])
+        ref_ids = (list(self.tokenizer(reference_text(reference.text))["input_ids"])[NUM_ROLE_TOKENS:-NUM_REF_SUFFIX_TOKENS]
+                   if is_icl else None)
+        language_id = resolve_language(self.config, self.language, None)
+        return make_reference_prompt(self.config, ids, language_id, reference, ref_ids)
+
     supports_streaming_text = True  # prefill needs the first text token; the rest trail, one per frame
 
     def open_text(self, voice: str | None) -> Qwen3TextFeed:
+        if self.config.is_base:
+            raise ValueError("streaming text is not supported with a cloned voice yet: send the whole text")
         voice = self._resolve_voice(voice)
         return Qwen3TextFeed(self.config, self.tokenizer, self.config.talker.spk_id[voice],
                              resolve_language(self.config, self.language, voice))

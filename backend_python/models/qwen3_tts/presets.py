@@ -7,8 +7,11 @@ only the shapes matter; a real checkpoint brings its own ids in config.json.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..checkpoint_io import TINY_BPE_SENTENCES, train_byte_level_bpe
-from .config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
+from .config import (BASE_MODEL_TYPE, CodePredictorConfig, Qwen3TTSConfig, SpeakerEncoderConfig, TalkerConfig,
+                     tiny_speaker_encoder_config)
 
 TINY_CODEBOOK_SIZE = 64
 TINY_TEXT_VOCAB_SIZE = 384  # >= the tiny BPE's 362 tokens
@@ -70,7 +73,27 @@ def qwen3_tts_1_7b() -> Qwen3TTSConfig:
     return _real(hidden_size=2048, intermediate_size=6144, size_name="1b7")
 
 
-PRESETS = {"qwen3-tts-tiny": tiny, "qwen3-tts-0.6b": qwen3_tts_0_6b, "qwen3-tts-1.7b": qwen3_tts_1_7b}
+def as_base(config: Qwen3TTSConfig, speaker_encoder: SpeakerEncoderConfig) -> Qwen3TTSConfig:
+    """The Base (voice-cloning) twin of a config: no preset voices, a speaker encoder of the talker's width."""
+    talker = replace(config.talker, spk_id={}, spk_is_dialect={})
+    return replace(config, talker=talker, tts_model_type=BASE_MODEL_TYPE, speaker_encoder=speaker_encoder)
+
+
+def tiny_base() -> Qwen3TTSConfig:
+    return as_base(tiny(), tiny_speaker_encoder_config(tiny().talker.hidden_size))
+
+
+def qwen3_tts_0_6b_base() -> Qwen3TTSConfig:
+    return as_base(qwen3_tts_0_6b(), SpeakerEncoderConfig(enc_dim=1024))
+
+
+def qwen3_tts_1_7b_base() -> Qwen3TTSConfig:
+    return as_base(qwen3_tts_1_7b(), SpeakerEncoderConfig(enc_dim=2048))
+
+
+PRESETS = {"qwen3-tts-tiny": tiny, "qwen3-tts-0.6b": qwen3_tts_0_6b, "qwen3-tts-1.7b": qwen3_tts_1_7b,
+           "qwen3-tts-tiny-base": tiny_base, "qwen3-tts-0.6b-base": qwen3_tts_0_6b_base,
+           "qwen3-tts-1.7b-base": qwen3_tts_1_7b_base}
 
 
 def preset_config(name: str) -> Qwen3TTSConfig:

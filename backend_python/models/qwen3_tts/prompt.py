@@ -8,16 +8,25 @@ Prefill sequence (hidden size H), for text ids `<|im_start|> assistant \\n t0 t1
   1 position         text(t0) + codec(codec_bos)
 The remaining text t1..tn, then tts_eos, are added one per frame to the decode inputs ("trailing").
 Prefill needs t0 only, so a text that arrives in pieces can start once t0 is final (text_feed.py).
+
+A Base model clones a voice (`VoiceReference`): in x-vector mode the reference's speaker embedding takes
+the speaker's place in C; in in-context (ICL) mode the last prefill position is replaced by the
+reference: text R = text(ref ids + t0..tn) + tts_eos and codec Q = [codec(codec_bos), frame embeds of the
+reference codes] (M positions, each the sum of its 16 codebook embeddings). The prefill gets R[:M] + Q,
+with R padded by tts_pad when it is shorter; R[M:] trails.
 """
 from __future__ import annotations
 
 import torch
 
-from ..base import Prompt
+from ..base import Prompt, VoiceReference
 from .config import Qwen3TTSConfig
 from .talker import Talker
+from .voice_encoder import REF_CODES, SPEAKER_EMBEDDING
 
 NUM_ROLE_TOKENS = 3  # <|im_start|> assistant \n
+NUM_REF_SUFFIX_TOKENS = 2  # <|im_end|> \n after a reference transcript
+SPEAKER_FROM_END = -3  # the speaker's index in the codec prefix: [tags.., speaker, codec_pad, codec_bos]
 NUM_SUFFIX_TOKENS = 5  # <|im_end|> \n <|im_start|> assistant \n
 AUTO_LANGUAGE = "auto"
 NO_LANGUAGE = -1  # language_id value meaning "auto": no language tag in the codec prefix
@@ -25,6 +34,11 @@ NO_LANGUAGE = -1  # language_id value meaning "auto": no language tag in the cod
 
 def assistant_text(text: str) -> str:
     return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def reference_text(text: str) -> str:
+    """A reference transcript as the reference tokenises it (its ids between role and suffix go in the prompt)."""
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n"
 
 
 def resolve_language(cfg: Qwen3TTSConfig, language: str, voice: str) -> int:
@@ -55,10 +69,34 @@ def make_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], speaker_id: int, langu
     return Prompt(num_tokens=NUM_ROLE_TOKENS + num_codec, tensors=tensors)
 
 
+def make_reference_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], language_id: int, reference: VoiceReference,
+                          ref_text_ids: list[int] | None) -> Prompt:
+    """A Base model's prompt: the reference's speaker embedding, and in ICL mode its transcript's ids (between
+    the role and the suffix tokens) and its codes."""
+    embedding = reference.tensors[SPEAKER_EMBEDDING]
+    if embedding.shape != (cfg.talker.hidden_size,):
+        raise ValueError(f"speaker embedding must be [{cfg.talker.hidden_size}], got {tuple(embedding.shape)}")
+    prompt = make_prompt(cfg, text_ids, cfg.talker.codec_pad_id, language_id)  # the pad id holds the speaker's place
+    prompt.tensors[SPEAKER_EMBEDDING] = embedding.float()  # [H]
+    if ref_text_ids is None:
+        return prompt
+    codes = reference.tensors[REF_CODES]
+    if codes.dim() != 2 or codes.shape[1] != cfg.talker.num_code_groups or codes.shape[0] < 1:
+        raise ValueError(f"ref_codes must be [T >= 1, {cfg.talker.num_code_groups}], got {tuple(codes.shape)}")
+    if codes.min() < 0 or codes.max() >= cfg.talker.codebook_size:
+        raise ValueError(f"ref_codes must be in [0, {cfg.talker.codebook_size})")
+    prompt.tensors[REF_CODES] = codes.long()  # [T, K]
+    prompt.tensors["ref_text_ids"] = torch.tensor(ref_text_ids, dtype=torch.int64)  # [L_ref]
+    prompt.num_tokens += codes.shape[0]  # the first text position becomes codec_bos + T reference frames
+    return prompt
+
+
 @torch.no_grad()
 def prompt_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
                       device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (prefill embeds [num_tokens, H], trailing text embeds [num_text_tokens, H]) of a whole text."""
+    if REF_CODES in prompt.tensors:
+        return icl_embeddings(cfg, talker, prompt, device)
     ids = prompt.tensors["text_ids"]
     return prefill_embeddings(cfg, talker, prompt, device), trailing_embeddings(
         cfg, talker, ids[NUM_ROLE_TOKENS + 1:-NUM_SUFFIX_TOKENS], True, device)
@@ -67,16 +105,47 @@ def prompt_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
 @torch.no_grad()
 def prefill_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt, device: torch.device) -> torch.Tensor:
     """The prefill embeds [num_tokens, H]: they need the text's first token only."""
+    head, codec_bos = prefix_embeddings(cfg, talker, prompt, device)
+    ids = prompt.tensors["text_ids"][NUM_ROLE_TOKENS:NUM_ROLE_TOKENS + 1].to(device, non_blocking=True)
+    return torch.cat((head, talker.embed_text(ids) + codec_bos))
+
+
+def prefix_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
+                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (the role and codec-tag positions [3 + N - 1, H], the codec_bos embedding [1, H])."""
     codec_ids = codec_prefix_ids(cfg, int(prompt.tensors["speaker_id"]), int(prompt.tensors["language_id"]))
     # ids go to the device without waiting for it: `torch.tensor(..., device=cuda)` synchronises with the
     # decode step in flight, which would undo the engine's overlapped step at every admission
     codec = talker.embed_codec(to_device(codec_ids, device))  # [N, H]
+    if SPEAKER_EMBEDDING in prompt.tensors:  # a cloned voice: its x-vector in the speaker's place
+        codec[SPEAKER_FROM_END] = prompt.tensors[SPEAKER_EMBEDDING].to(device, codec.dtype, non_blocking=True)
     tts_bos, tts_pad = talker.embed_text(to_device([[cfg.tts_bos_token_id, cfg.tts_pad_token_id]], device))[0]
-    ids = prompt.tensors["text_ids"][:NUM_ROLE_TOKENS + 1].to(device, non_blocking=True)
-    role = talker.embed_text(ids[:NUM_ROLE_TOKENS])
+    role = talker.embed_text(prompt.tensors["text_ids"][:NUM_ROLE_TOKENS].to(device, non_blocking=True))
     tags = torch.cat((tts_pad.expand(len(codec_ids) - 2, -1), tts_bos[None])) + codec[:-1]
-    first_text = talker.embed_text(ids[NUM_ROLE_TOKENS:NUM_ROLE_TOKENS + 1]) + codec[-1:]
-    return torch.cat((role, tags, first_text))
+    return torch.cat((role, tags)), codec[-1:]
+
+
+@torch.no_grad()
+def icl_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """In-context cloning: (prefill [num_tokens, H], trailing [n, H]), the reference text and codes in front."""
+    head, codec_bos = prefix_embeddings(cfg, talker, prompt, device)
+    ids = torch.cat((prompt.tensors["ref_text_ids"], prompt.tensors["text_ids"][NUM_ROLE_TOKENS:-NUM_SUFFIX_TOKENS]))
+    text = trailing_embeddings(cfg, talker, ids, True, device)  # [L, H], tts_eos last
+    codec = torch.cat((codec_bos, frame_embeddings(talker, prompt.tensors[REF_CODES].to(device, non_blocking=True))))
+    m = codec.shape[0]
+    if text.shape[0] > m:
+        return torch.cat((head, text[:m] + codec)), text[m:]
+    tts_pad = talker.embed_text(to_device([cfg.tts_pad_token_id], device))[0]
+    text = torch.cat((text, tts_pad.expand(m - text.shape[0], -1)))
+    return torch.cat((head, text + codec)), text[:0]
+
+
+def frame_embeddings(talker: Talker, codes: torch.Tensor) -> torch.Tensor:
+    """codes: [T, K] -> [T, H], the sum of each frame's codebook embeddings (codebook 0 the talker's)."""
+    tables = talker.code_predictor.model.codec_embedding
+    parts = [talker.embed_codec(codes[:, 0])] + [table(codes[:, i + 1]) for i, table in enumerate(tables)]
+    return torch.stack(parts, dim=1).sum(dim=1)
 
 
 @torch.no_grad()

@@ -1,0 +1,156 @@
+"""Qwen3-TTS Base (voice cloning) against the reference qwen-tts 0.1.1 (tools/make_qwen3_tts_base_fixture.py):
+the speaker embedding and the codec encoder's codes for a fixed waveform, the prompt of each cloning mode
+(x-vector only, in context) and its greedy frames, all on the fixture's tiny random weights."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from backend_python.models import registry
+from backend_python.models.base import DecodeBatch, SamplingParams, VoiceReference
+from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
+from backend_python.models.qwen3_tts.prompt import prompt_embeddings
+from backend_python.models.qwen3_tts.voice_encoder import Qwen3TTSVoiceEncoder
+
+torch.set_flush_denormal(True)
+torch.set_num_threads(1)
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_tts_tiny_base"
+META = json.loads((FIXTURE / "golden.json").read_text())
+CASES = list(enumerate(META["cases"]))
+SPEAKER_ATOL = 2e-6  # observed 4.8e-7 on embeddings of magnitude ~5 (fp32, one thread)
+EMBED_ATOL = 1e-6  # observed 4e-9: the same table lookups and projections
+GREEDY = SamplingParams(temperature=0.0, repetition_penalty=META["repetition_penalty"])
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return {k: torch.from_numpy(v) for k, v in np.load(FIXTURE / "golden.npz").items()}
+
+
+@pytest.fixture(scope="module")
+def voice_encoder() -> Qwen3TTSVoiceEncoder:
+    return Qwen3TTSVoiceEncoder.from_pretrained(FIXTURE)
+
+
+def lm_for(language: str) -> Qwen3TTSLM:
+    return Qwen3TTSLM.from_pretrained(FIXTURE, language=language)
+
+
+def reference_of(golden, case: dict) -> VoiceReference:
+    tensors = {"speaker_embedding": golden["speaker_embedding"]}
+    if case["ref_text"] is not None:
+        tensors["ref_codes"] = golden["ref_codes"]
+    return VoiceReference(tensors, case["ref_text"])
+
+
+def test_speaker_embedding_matches_reference(voice_encoder, golden):
+    [out] = voice_encoder.encode([golden["waveform"]], [True])
+    assert out.keys() == {"speaker_embedding"}  # x-vector only: no codes
+    assert out["speaker_embedding"].dtype == torch.float32
+    torch.testing.assert_close(out["speaker_embedding"], golden["speaker_embedding"], atol=SPEAKER_ATOL, rtol=0)
+
+
+def test_codec_encoder_codes_equal_reference(voice_encoder, golden):
+    [out] = voice_encoder.encode([golden["waveform"]], [False])
+    assert out["ref_codes"].dtype == torch.int64 and out["ref_codes"].shape == golden["ref_codes"].shape == (9, 16)
+    assert torch.equal(out["ref_codes"], golden["ref_codes"])
+
+
+def test_a_batch_encodes_each_request_as_alone(voice_encoder, golden):
+    wav = golden["waveform"]
+    batch = voice_encoder.encode([wav[:7000], wav], [False, False])
+    alone = voice_encoder.encode([wav[:7000]], [False])[0]
+    assert torch.equal(batch[0]["ref_codes"], alone["ref_codes"]) and batch[0]["ref_codes"].shape[0] == 4  # ceil(7000/1920)
+    assert torch.equal(batch[0]["speaker_embedding"], alone["speaker_embedding"])
+    assert torch.equal(batch[1]["ref_codes"], golden["ref_codes"])
+
+
+def test_reference_tensors_declare_what_encode_returns(voice_encoder, golden):
+    [out] = voice_encoder.encode([golden["waveform"]], [False])
+    assert voice_encoder.sample_rate == 24000
+    for name, (dtype, shape) in voice_encoder.reference_tensors.items():
+        assert dtype in ("FP32", "INT32") and len(shape) == out[name].dim()
+        assert all(d in (-1, n) for d, n in zip(shape, out[name].shape))
+
+
+@pytest.mark.parametrize("index, case", CASES, ids=["x-vector", "icl", "icl-padded"])
+def test_prompt_embeddings_match_reference(golden, index, case):
+    lm = lm_for(case["language"])
+    prompt = lm.encode_prompt(case["text"], None, reference_of(golden, case))
+    assert prompt.tensors["text_ids"].tolist() == golden[f"input_ids_{index}"].tolist()
+    prefill, trailing = prompt_embeddings(lm.config, lm.talker, prompt, torch.device("cpu"))
+    assert prompt.num_tokens == prefill.shape[0]
+    torch.testing.assert_close(prefill, golden[f"prefill_embeds_{index}"], atol=EMBED_ATOL, rtol=0)
+    expected = golden[f"trailing_{index}"]
+    if index == 2:  # text shorter than the reference: the reference trails tts_pad alone, we trail nothing
+        pad = lm.talker.embed_text(torch.tensor([lm.config.tts_pad_token_id]))
+        torch.testing.assert_close(expected, pad, atol=EMBED_ATOL, rtol=0)
+        expected = expected[:0]
+    torch.testing.assert_close(trailing, expected, atol=EMBED_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("index, case", CASES, ids=["x-vector", "icl", "icl-padded"])
+def test_greedy_frames_equal_reference(golden, index, case):
+    lm = lm_for(case["language"])
+    lm.allocate_slots(1, 128)
+    lm.prefill(0, lm.encode_prompt(case["text"], None, reference_of(golden, case)))
+    batch = DecodeBatch([0], [GREEDY], [torch.Generator().manual_seed(0)], [True])
+    expected = golden[f"codes_{index}"]
+    codes = torch.cat([lm.decode(batch)[0] for _ in range(expected.shape[0])])
+    assert torch.equal(codes, expected)
+
+
+def test_the_reference_changes_the_prompt(golden):
+    lm, case = lm_for("auto"), META["cases"][0]
+    reference = reference_of(golden, case)
+    other = VoiceReference({"speaker_embedding": reference.tensors["speaker_embedding"] + 1.0})
+    embeds = [prompt_embeddings(lm.config, lm.talker, lm.encode_prompt(case["text"], None, r), torch.device("cpu"))[0]
+              for r in (reference, other)]
+    assert not torch.allclose(*embeds)
+
+
+def test_a_base_model_has_no_voices_and_needs_a_reference(golden):
+    lm = lm_for("auto")
+    assert lm.voices == () and lm.supports_reference
+    with pytest.raises(ValueError, match="needs reference audio"):
+        lm.encode_prompt("Hello.", None)
+    with pytest.raises(ValueError, match="no preset voices"):
+        lm.encode_prompt("Hello.", "tiny", reference_of(golden, META["cases"][0]))
+    with pytest.raises(ValueError, match="transcript"):
+        lm.encode_prompt("Hello.", None, VoiceReference(reference_of(golden, META["cases"][1]).tensors, None))
+    with pytest.raises(ValueError, match="speaker embedding must be"):
+        lm.encode_prompt("Hello.", None, VoiceReference({"speaker_embedding": torch.zeros(5)}))
+    with pytest.raises(ValueError, match="streaming text"):
+        lm.open_text(None)
+
+
+def test_a_custom_voice_model_rejects_a_reference():
+    lm = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"))
+    assert not lm.supports_reference and lm.voices
+    with pytest.raises(ValueError, match="cannot clone a voice"):
+        lm.encode_prompt("Hello.", None, VoiceReference({"speaker_embedding": torch.zeros(64)}))
+
+
+def test_tiny_base_preset_materialises_and_clones(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOXLANE_CACHE", str(tmp_path))
+    spec = registry.resolve("qwen3-tts-tiny-base")
+    lm, encoder = registry.load_lm(spec, "cpu", "float32"), registry.load_voice_encoder(spec, "cpu", "float32")
+    assert isinstance(encoder, Qwen3TTSVoiceEncoder) and lm.supports_reference
+    audio = 0.3 * torch.sin(torch.arange(12000) * 0.02)
+    [tensors] = encoder.encode([audio], [False])
+    prompt = lm.encode_prompt("Hello world.", None, VoiceReference(tensors, "The quick brown fox."))
+    assert prompt.num_tokens > tensors["ref_codes"].shape[0]  # the reference frames are in the prefill
+    assert registry.load_voice_encoder(registry.resolve("qwen3-tts-tiny"), "cpu", "float32") is None
+
+
+@pytest.mark.parametrize("name, hidden", [("qwen3-tts-0.6b-base", 1024), ("qwen3-tts-1.7b-base", 2048)])
+def test_full_base_presets_have_a_speaker_encoder_of_the_talker_width(name, hidden):
+    config = preset_config(name)
+    assert config.is_base and config.talker.spk_id == {}
+    assert config.talker.hidden_size == config.speaker_encoder.enc_dim == hidden
+    assert registry.resolve(name).preset == name
