@@ -5,6 +5,7 @@ import argparse
 import signal
 import sys
 import threading
+import wave
 from pathlib import Path
 
 from clients.bench.cli import add_commands
@@ -67,6 +68,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lm-sm-pct", type=int, default=defaults.lm_sm_pct, help="MPS active-thread %% of the LM lane")
     parser.add_argument("--codec-sm-pct", type=int, default=defaults.codec_sm_pct,
                         help="MPS active-thread %% of the background codec lane (~32 of 132 SMs)")
+    parser.add_argument("--encoder-sm-pct", type=int, default=defaults.encoder_sm_pct,
+                        help="MPS active-thread %% of the voice encoder lane (reference audio of cloning requests)")
     parser.add_argument("--admission", choices=ADMISSION_POLICIES, default=defaults.admission,
                         help="how new requests join the LM's running batch")
     parser.add_argument("--max-unread-audio-s", type=float, default=defaults.flow.max_unread_audio_s,
@@ -90,7 +93,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        max_slots=args.max_slots, max_queued=args.max_queued, first_chunk_frames=args.first_chunk_frames,
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        lm_sm_pct=args.lm_sm_pct,
-                       codec_sm_pct=args.codec_sm_pct, admission=args.admission,
+                       codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct,
+                       admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
                        text_idle_timeout_s=args.text_idle_timeout)
@@ -155,13 +159,18 @@ def _add_say(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream-text", action="store_true",
                         help="send TEXT word by word as a streaming-text session (the server speaks while it comes)")
     parser.add_argument("--words-per-s", type=float, default=3.0, help="with --stream-text: the pace of the words")
+    parser.add_argument("--ref-audio", type=Path, default=None,
+                        help="clone the voice of this PCM WAV file (0.5 to 60 s; a model with a voice encoder)")
+    parser.add_argument("--ref-text", default=None, help="the transcript of --ref-audio (in-context cloning needs it)")
+    parser.add_argument("--x-vector-only", action="store_true",
+                        help="clone from --ref-audio's speaker embedding alone (no --ref-text needed)")
 
 
 def _say(args: argparse.Namespace) -> int:
     from clients.stream import ServerUnreachable, StreamError, synthesize
     from clients.text_stream import speak_streaming_text
     settings = dict(voice=args.voice, seed=args.seed, temperature=args.temperature,
-                    max_audio_seconds=args.max_audio_seconds)
+                    max_audio_seconds=args.max_audio_seconds, **_reference(args))
     try:
         result = (speak_streaming_text(args.url, _paced_words(args.text, args.words_per_s), **settings)
                   if args.stream_text else synthesize(args.url, args.text, **settings))
@@ -173,6 +182,21 @@ def _say(args: argparse.Namespace) -> int:
         return 1
     _report(result, args.output)
     return 0
+
+
+def _reference(args: argparse.Namespace) -> dict:
+    """The reference inputs of `say` (a voice to clone), read from --ref-audio's WAV file."""
+    from clients.stream import read_wav
+    if args.ref_audio is None:
+        if args.ref_text is not None or args.x_vector_only:
+            raise ValueError("--ref-text and --x-vector-only need --ref-audio")
+        return {}
+    try:
+        audio, rate = read_wav(args.ref_audio)
+    except (OSError, EOFError, wave.Error) as exc:
+        raise ValueError(f"--ref-audio {args.ref_audio}: not a readable PCM WAV file ({exc})") from None
+    return dict(ref_audio=audio, ref_sample_rate=rate, ref_text=args.ref_text,
+                x_vector_only=True if args.x_vector_only else None)
 
 
 def _paced_words(text: str, words_per_s: float):

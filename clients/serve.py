@@ -10,6 +10,7 @@ from pathlib import Path
 
 from backend_python.engine.config import EngineConfig
 from backend_python.triton.params import LaneSettings
+from backend_python.triton.reference_inputs import ReferenceLimits
 from backend_python.triton.request_inputs import RequestLimits
 from clients.mps import MpsDaemon
 from clients.triton_launch import Ports, TritonProcess, find_triton
@@ -19,6 +20,8 @@ from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, Scheduler
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 LANE_MODELS = models.LANE_MODELS
 CODEC_MODELS = (models.CODEC, models.CODEC_URGENT)
+# lanes on the codec GPU in a disaggregated layout: the LM's GPU is its own
+CODEC_GPU_MODELS = (*CODEC_MODELS, models.VOICE_ENCODER)
 ROUTER_MODEL = models.ROUTER
 # knobs `voxlane serve` has no flag for: each run keeps what the repository's config.pbtxt says
 KEPT_FROM_REPOSITORY = ("cuda_graphs", "max_seq_len")
@@ -49,6 +52,8 @@ class ServeConfig:
     # for 90 % of requests at 34 req/s where 75/25 holds it for 82 % (BENCHMARKS.md, "Engine work")
     lm_sm_pct: int = 60  # of the LM lane
     codec_sm_pct: int = 40  # of the background codec lane: ~53 of an H200's 132 SMs
+    # of the voice encoder lane: it runs once per cloning request, before its LM prefill, beside the other lanes
+    encoder_sm_pct: int = 25
     # the background codec's MPS client priority in voxlane mode (1: below the LM and the urgent lane): measured on
     # an H200, SLO attainment at 38 req/s 0.93 against 0.88 (BENCHMARKS.md, "Levers for the urgent lane")
     codec_mps_priority: int = 1
@@ -71,7 +76,7 @@ class ServeConfig:
             raise ValueError(f"--partition must be mps or none, got {self.partition!r}")
         if self.device == "cpu" and self.partition == "mps":
             raise ValueError("--partition mps needs --device cuda (MPS partitions GPU SMs)")
-        for name in ("lm_sm_pct", "codec_sm_pct"):
+        for name in ("lm_sm_pct", "codec_sm_pct", "encoder_sm_pct"):
             if not 1 <= getattr(self, name) <= 100:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [1, 100], got {getattr(self, name)}")
         if self.gpus and self.device != "cuda":
@@ -99,7 +104,7 @@ class ServeConfig:
 
     def gpu_of(self, model_name: str) -> int:
         """The device index (among this server's visible GPUs) of one lane's instance."""
-        return self.codec_gpu if model_name in CODEC_MODELS else 0
+        return self.codec_gpu if model_name in CODEC_GPU_MODELS else 0
 
     def server_env(self, has_mps: bool, inherited: str | None = None) -> dict[str, str]:
         """CUDA_VISIBLE_DEVICES of `tritonserver`: its GPUs, or, through MPS, the daemon's renumbered ones.
@@ -119,7 +124,8 @@ class ServeConfig:
         """The MPS active-thread percentage of one lane; 100 (whole GPU) when not partitioned."""
         if not self.is_partitioned or (self.is_disaggregated and model_name == models.LM):
             return 100
-        return {models.LM: self.lm_sm_pct, models.CODEC: self.codec_sm_pct}.get(model_name, 100)
+        return {models.LM: self.lm_sm_pct, models.CODEC: self.codec_sm_pct,
+                models.VOICE_ENCODER: self.encoder_sm_pct}.get(model_name, 100)
 
     def mps_priority(self, model_name: str) -> int:
         """The MPS client priority of one lane: the background codec's setting in voxlane mode under MPS, else
@@ -164,11 +170,14 @@ class ServeConfig:
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""
         text = {"text_idle_timeout_s": f"{self.text_idle_timeout_s:g}"}  # RequestLimits reads it in both
+        reference = ReferenceLimits().to_parameters()  # the router checks a reference, the encoder lane again
         if model_name == ROUTER_MODEL:
-            return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text}
+            return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text, **reference}
         params = self.lane_settings(model_name).to_parameters()
         if model_name == models.LM:
             params.update(self.engine_config().to_parameters(), **text)
+        if model_name == models.VOICE_ENCODER:
+            params.update(reference)
         return {key: value for key, value in params.items() if key not in KEPT_FROM_REPOSITORY}
 
 

@@ -74,9 +74,26 @@ class StreamResult:
             out.writeframes(pcm.tobytes())
 
 
+def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
+    """A PCM WAV file (8, 16, 24 or 32-bit integer samples) as ([n] float32 mono in [-1, 1], sample rate);
+    channels are averaged. What `ref_audio` and `ref_sample_rate` take."""
+    with wave.open(str(path), "rb") as source:
+        width, channels, rate = source.getsampwidth(), source.getnchannels(), source.getframerate()
+        data = source.readframes(source.getnframes())
+    if width == 1:  # 8-bit WAV is unsigned
+        samples = (np.frombuffer(data, np.uint8).astype(np.float32) - 128.0) / 128.0
+    else:
+        raw = np.frombuffer(data, np.uint8).reshape(-1, width)
+        padded = np.zeros((raw.shape[0], 4), np.uint8)
+        padded[:, 4 - width:] = raw  # little-endian samples into the top bytes of an int32
+        samples = padded.view("<i4").reshape(-1).astype(np.float32) / 2.0 ** 31
+    return samples.reshape(-1, channels).mean(axis=1).astype(np.float32), rate
+
+
 def build_inputs(text: str | bytes, voice: str | None = None, **params) -> list[grpcclient.InferInput]:
-    """The request tensors, each of shape [1]; `params` are the other optional inputs (e.g. `seed`,
-    `audio_format`, `sample_rate`)."""
+    """The request tensors, each of shape [1] but `ref_audio` ([n]); `params` are the other optional inputs
+    (e.g. `seed`, `audio_format`, `sample_rate`; a voice to clone: `ref_audio` (np.ndarray [n] float32 mono in
+    [-1, 1]), `ref_sample_rate`, `ref_text`, `x_vector_only`)."""
     inputs = [_input("text", text)]
     if voice is not None:
         inputs.append(_input("voice", voice))

@@ -11,9 +11,9 @@ Torch-free and Triton-free (numpy only), so every process can import it:
 | `channel.py` | the kinds of message on the router's chunk channel |
 """
 from protocol.channel import ChannelKind
-from protocol.models import CODEC, CODEC_URGENT, LANE_MODELS, LM, ROUTER
+from protocol.models import CODEC, CODEC_URGENT, LANE_MODELS, LM, ROUTER, VOICE_ENCODER
 from protocol.reasons import Ended, EndReason
 from protocol.wire import decode_error, encode_error
 
-__all__ = ["CODEC", "CODEC_URGENT", "LANE_MODELS", "LM", "ROUTER", "ChannelKind", "EndReason", "Ended",
-           "decode_error", "encode_error"]
+__all__ = ["CODEC", "CODEC_URGENT", "LANE_MODELS", "LM", "ROUTER", "VOICE_ENCODER", "ChannelKind", "EndReason",
+           "Ended", "decode_error", "encode_error"]

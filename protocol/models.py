@@ -5,4 +5,5 @@ ROUTER = "vox_ensemble"  # the decoupled BLS router: the public streaming model
 LM = "speechlm_lm"  # the LM lane
 CODEC = "codec"  # the background codec lane
 CODEC_URGENT = "codec_urgent"  # the urgent codec lane
-LANE_MODELS = (LM, CODEC, CODEC_URGENT)  # every model behind the router
+VOICE_ENCODER = "voice_encoder"  # reference audio -> the tensors of a voice to clone (the router calls it first)
+LANE_MODELS = (LM, CODEC, CODEC_URGENT, VOICE_ENCODER)  # every model behind the router

@@ -1,8 +1,9 @@
-"""The tensors of `vox_ensemble` (its inputs but the output options reach `speechlm_lm` too): one table,
-read by the server's request parser and by every client that builds a request.
+"""The tensors of `vox_ensemble` (its inputs but the output options and the reference audio reach
+`speechlm_lm` too): one table, read by the server's request parser and by every client that builds a request.
 
-Every input and the scalar outputs have shape [1]. A limit of None is not fixed here: the
-`max_audio_seconds` default and ceiling are model parameters (`RequestLimits` reads them).
+Every input but `ref_audio` and the scalar outputs have shape [1]. A limit of None is not fixed here: the
+`max_audio_seconds` default and ceiling are model parameters (`RequestLimits` reads them), and so are the
+reference audio's (`ReferenceLimits`).
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ class TensorSpec:
     high: float | None = None
     is_required: bool = False
     is_output_option: bool = False  # how the audio is sent back: the router applies it, the LM never sees it
+    # a voice to clone: the router checks it and calls `voice_encoder`; the LM gets only what the encoder made
+    # of it and, for in-context cloning, `ref_text` (REFERENCE_LM_INPUTS)
+    is_reference: bool = False
 
 
 REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
@@ -43,11 +47,29 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     # the allowed values: backend_python.audio.formats (SAMPLE_RATES, TRITON_FORMATS)
     TensorSpec("sample_rate", "INT32", np.int32, is_output_option=True),  # default: the model's rate
     TensorSpec("audio_format", "BYTES", np.object_, default="pcm_f32", is_output_option=True),
+    # a voice to clone (issue 17): mono PCM in [-1, 1] at `ref_sample_rate`, which the server resamples (soxr) to
+    # its voice encoder's rate; its length and level limits: ReferenceLimits
+    TensorSpec("ref_audio", "FP32", np.float32, shape=(-1,), is_reference=True),
+    TensorSpec("ref_sample_rate", "INT32", np.int32, low=8000, high=48000, is_reference=True),
+    TensorSpec("ref_text", "BYTES", np.object_, is_reference=True),  # its transcript: in-context cloning needs it
+    TensorSpec("x_vector_only", "BOOL", np.bool_, default=False, is_reference=True),  # the speaker embedding only
 )}
 INPUT_NAMES = tuple(REQUEST_INPUTS)
 OPTIONAL_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if not spec.is_required)
-LM_INPUT_NAMES = tuple(name for name, spec in REQUEST_INPUTS.items() if not spec.is_output_option)
-SCALAR_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if spec.triton_type != "BYTES")
+LM_INPUT_NAMES = tuple(name for name, spec in REQUEST_INPUTS.items()
+                       if not spec.is_output_option and not spec.is_reference)
+SCALAR_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items()
+                      if spec.triton_type != "BYTES" and spec.shape == (1,))
+REFERENCE_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if spec.is_reference)  # on a session's first
+
+# What `voice_encoder` answers and `speechlm_lm` takes beside `ref_text`: the names a family's
+# `VoiceEncoder.reference_tensors` may use (both configs declare them; the lane checks its family's at load).
+# shape: without the encoder's batch dimension; a name may be absent (x-vector only: no `ref_codes`).
+REFERENCE_TENSORS: dict[str, TensorSpec] = {spec.name: spec for spec in (
+    TensorSpec("speaker_embedding", "FP32", np.float32, shape=(-1,)),  # [D]
+    TensorSpec("ref_codes", "INT64", np.int64, shape=(-1, -1)),  # [frames, K]: the reference audio as codec codes
+)}
+REFERENCE_LM_INPUTS = ("ref_text", *REFERENCE_TENSORS)  # `ref_text` only for in-context cloning
 
 # A control request on a speech request's stream: not a speech request (no `text`), no response.
 CONTROL_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
@@ -88,8 +110,10 @@ RESPONSE_OUTPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
 
 
 def scalar_array(name: str, value: object) -> np.ndarray:
-    """A request input's value as its [1] array (BYTES from str or bytes)."""
+    """A request input's value as its [1] array (BYTES from str or bytes); `ref_audio`'s as its [n] array."""
     spec = REQUEST_INPUTS[name]
+    if spec.shape != (1,):
+        return np.ascontiguousarray(value, dtype=spec.dtype).reshape(-1)
     if spec.triton_type == "BYTES":
         return np.array([value.encode("utf-8") if isinstance(value, str) else value], dtype=np.object_)
     if np.issubdtype(spec.dtype, np.integer) and not fits_integer(name, value):  # numpy would wrap it

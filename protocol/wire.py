@@ -43,6 +43,12 @@ def is_triton_unavailable(text: str) -> bool:
     return _TRITON_STOPPING in text or any(words in text for words in _TRITON_UNAVAILABLE)
 
 
+def is_encoded(text: str) -> bool:
+    """Whether `text` was written by `encode_error` (VoxLane's own error, not Triton's)."""
+    match = _PREFIX.match(text)
+    return match is not None and match.group(1) in _REASONS
+
+
 def decode_error(text: str) -> Ended:
     """The `Ended` a Triton error message carries (see the module docstring for uncoded messages)."""
     match = _PREFIX.match(text)

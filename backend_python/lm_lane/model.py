@@ -24,6 +24,7 @@ import uuid
 import triton_python_backend_utils as pb_utils
 
 from backend_python.engine.sequence import Sequence
+from backend_python.lm_lane.reference import check_can_clone, voice_reference
 from backend_python.lm_lane.sinks import FINAL, ChannelSink, ResponseSink, error_response
 from backend_python.lm_lane.text import SpeakableText
 from backend_python.triton.chunk_channel import CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients, ChannelError
@@ -157,10 +158,13 @@ class LMModel:
             return None if tensor is None else tensor.as_numpy()
 
         req: SpeechRequest = parse_speech_request(get, self.limits, is_text_open=bool(_scalar_input(request, TEXT_OPEN)))
+        reference = voice_reference(get)
+        check_can_clone(self.model, reference, req.is_text_open)
         is_known_voice = req.voice is None or req.voice in self.model.voices
         try:
-            text = self._open_text(req) if req.is_text_open else None
-            prompt = self.model.encode_prompt(req.text, req.voice) if text is None else text.prompt()
+            text = self._open_text(req, reference) if req.is_text_open else None
+            prompt = (self.model.encode_prompt(req.text, req.voice, reference=reference) if text is None
+                      else text.prompt())
             sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty, req.seed)
         except RequestError:
             raise
@@ -176,12 +180,14 @@ class LMModel:
                         sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks),
                         text=text, text_idle_timeout_s=req.text_idle_timeout_s)
 
-    def _open_text(self, req: SpeechRequest) -> SpeakableText:
+    def _open_text(self, req: SpeechRequest, reference) -> SpeakableText:
         """A streaming-text request's text, its first piece in (a family whose prompt needs the whole text
-        speaks it segment by segment)."""
+        speaks it segment by segment); a voice to clone goes to a family `open_text` that takes one."""
         from backend_python.models.text_segments import open_streamed_text
 
-        text = SpeakableText(open_streamed_text(self.model, req.voice))
+        feed = (self.model.open_text(req.voice, reference=reference) if reference is not None
+                else open_streamed_text(self.model, req.voice))
+        text = SpeakableText(feed)
         text.append(req.text)
         return text
 

@@ -30,11 +30,13 @@ from backend_python.router.relay import Relay
 from backend_python.router.stream import Job, as_numpy, copied_inputs
 from backend_python.router.text_sessions import TextSessions, piece_bytes
 from backend_python.router.stub_process import StubWatch, stub_is_running
+from backend_python.router.voice_encoder import VoiceEncoderClient
 from backend_python.triton import fault_inject
 from backend_python.triton.chunk_channel import ChunkChannel
 from backend_python.triton.metrics import RouterMetrics
 from backend_python.triton.params import model_parameters
 from backend_python.audio.stream import StreamAudio
+from backend_python.triton.reference_inputs import ReferenceLimits, parse_reference
 from backend_python.triton.request_inputs import (RequestError, RequestLimits, SpeechRequest,
                                                   check_request_parameters, parse_audio_options,
                                                   parse_speech_request)
@@ -52,6 +54,7 @@ class RouterModel:
         params = model_parameters(args)
         self.config = SchedulerConfig.from_dict(params, ignore_unknown=True)
         self.limits = RequestLimits.from_parameters(params)
+        self.reference_limits = ReferenceLimits.from_parameters(params)
         self.metrics = RouterMetrics()
         control = ModelControl(pb_utils.unload_model, pb_utils.load_model, pb_utils.is_model_ready, stub_is_running)
         self.lane_health = LaneHealth(control, HealPolicy.from_parameters(params), self.metrics.on_lane_change)
@@ -63,7 +66,7 @@ class RouterModel:
         self.ack_routes = AckRoutes()
         self.sessions = TextSessions(self.limits.max_text_chars)
         self.relay = Relay(self.channel, self.lm, ChunkRouter(self.config, self.codecs.estimator), self.codecs,
-                           self.flow)
+                           self.flow, VoiceEncoderClient(self.lane_health))
         self.cancel_watch = CancelWatch(self.lm.cancel)
         self.cancel_watch.start()
         self.outlet = Outlet(self.metrics, self.cancel_watch)
@@ -142,6 +145,7 @@ class RouterModel:
                 else (lambda name: as_numpy(request, name))  # a session's text is checked as pieces come
             req: SpeechRequest = parse_speech_request(get, self.limits, is_text_open=session_id is not None)
             options = parse_audio_options(get)
+            reference = parse_reference(get, self.reference_limits)  # a session's: on its first request
             stream_id = uuid.uuid4().hex
             inputs = copied_inputs(request) + self._flow_inputs()
             if session_id is not None:
@@ -153,7 +157,7 @@ class RouterModel:
         return Job(stream_id=stream_id, inputs=inputs, sender=sender,
                    arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text),
                    audio=StreamAudio(options.audio_format, options.sample_rate), client_id=client_id,
-                   session_id=session_id)
+                   session_id=session_id, reference=reference)
 
     def _open_session(self, session_id, stream_id: str, request, inputs: list) -> list:
         """Open a streaming-text session; the LM's inputs, its `text` the decoded start and `text_open` set.

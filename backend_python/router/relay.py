@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import queue
 import time
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -11,6 +12,7 @@ from backend_python.router.acks import ACK
 from backend_python.router.codec_lanes import CodecLanes, StreamPlace
 from backend_python.router.lm_client import LMClient
 from backend_python.router.stream import DecodedChunk, Job
+from backend_python.router.voice_encoder import VoiceEncoderClient
 from backend_python.triton.chunk_channel import ChunkChannel
 from protocol.channel import ChannelKind
 from protocol.reasons import CANCELLED_BY_CLIENT, Ended, EndReason
@@ -24,8 +26,9 @@ ENDED_ELSEWHERE = Ended(EndReason.LANE_DOWN, "the stream was ended by the router
 
 class Relay:
     def __init__(self, channel: ChunkChannel, lm: LMClient, router: ChunkRouter, codecs: CodecLanes,
-                 flow: FlowConfig = FlowConfig()) -> None:
+                 flow: FlowConfig, encoder: VoiceEncoderClient) -> None:
         self._channel, self._lm, self._router, self._codecs, self._flow = channel, lm, router, codecs, flow
+        self._encoder = encoder
 
     def run(self, job: Job, clock: PlaybackClock, send: Callable[[DecodedChunk], bool],
             is_cancelled: Callable[[], bool]) -> Ended:
@@ -33,10 +36,19 @@ class Relay:
         `is_cancelled()`: the client is gone (or the stream was ended elsewhere: Outlet.is_cancelled)."""
         messages = self._channel.subscribe(job.stream_id)  # before the LM can send anything
         try:
-            refused = self._lm.start(job)
+            refused = self._start(job)
             return refused if refused is not None else self._pump(job, clock, send, is_cancelled, messages)
         finally:
             self._channel.unsubscribe(job.stream_id)
+
+    def _start(self, job: Job) -> Ended | None:
+        """Encode the stream's reference audio (if any), then hand the stream to the LM; None when it accepted."""
+        if job.reference is not None:
+            reference = self._encoder.encode(job.reference, job.codec_parameters)
+            if isinstance(reference, Ended):
+                return reference
+            job = replace(job, inputs=job.inputs + reference)
+        return self._lm.start(job)
 
     def _pump(self, job: Job, clock: PlaybackClock, send, is_cancelled, messages) -> Ended:
         flow = AckedFlow(self._flow.max_unread_audio_s, self._flow.stall_timeout_s) if job.acks else None

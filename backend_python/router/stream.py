@@ -7,6 +7,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from backend_python.audio.stream import AudioPiece, StreamAudio
+from backend_python.triton.reference_inputs import ReferenceAudio
 from protocol.tensors import LM_INPUT_NAMES
 from scheduler import Lane, RouteReason
 
@@ -23,6 +24,7 @@ class Job:
     audio: StreamAudio  # its chunks resampled and encoded as the client asked (`audio_format`, `sample_rate`)
     client_id: str | None = None  # the client's request id when it acks chunks (`client_acks`): acks name it
     session_id: object = None  # the sequence id of a streaming-text session: its pieces name it
+    reference: ReferenceAudio | None = None  # a voice to clone: encoded (voice_encoder) before the LM request
 
     @property
     def acks(self) -> bool:

@@ -100,13 +100,18 @@ class FakeSpeechLM:
     voices = ("tiny",)
     frame_rate = 12.5
     supports_streaming_text = True
+    supports_reference = False  # a test that clones a voice sets it
+
+    def __init__(self) -> None:
+        self.references = []  # the VoiceReference (or None) of each prompt built
 
     def open_text(self, voice: str | None) -> FakeText:
         return FakeText()
 
-    def encode_prompt(self, text: str, voice: str | None):
+    def encode_prompt(self, text: str, voice: str | None, reference=None):
         if voice is not None and voice not in self.voices:
             raise ValueError(f"unknown voice {voice!r}; known voices: {list(self.voices)}")
+        self.references.append(reference)
         return SimpleNamespace(num_tokens=len(text) + 4)
 
     def encode_segment(self, text: str, voice: str | None, context):
@@ -205,7 +210,8 @@ class Lanes:
         `session` and `flags`: a streaming-text session's sequence id and sequence start/end flags."""
         data = text.encode() if isinstance(text, str) else text
         tensors = [] if text is None else [self.pb.Tensor("text", np.array([data], dtype=np.object_))]
-        tensors += [self.pb.Tensor(name, np.array([value.encode() if isinstance(value, str) else value]))
+        tensors += [self.pb.Tensor(name, value if isinstance(value, np.ndarray)  # `ref_audio`: [n] as it is
+                                   else np.array([value.encode() if isinstance(value, str) else value]))
                     for name, value in inputs.items()]
         request = self.pb.Request(tensors, correlation_id=session, flags=flags)
         self.router.execute([request])

@@ -94,7 +94,8 @@ def test_a_dead_codec_lanes_chunks_go_to_the_other_lane_at_once_and_the_lane_is_
     assert wait_until(lambda: lanes.router.lane_health.unavailable(dead) is None)  # reloaded, no operator
     assert lanes.pb.SERVER.unloaded == [dead] and lanes.pb.SERVER.loaded == [dead]  # after the unload showed
     assert lane_metrics(lanes, "voxlane_lane_restarts_total")[dead] == 1
-    assert lane_metrics(lanes, "voxlane_lane_up") == {"speechlm_lm": 1, "codec": 1, "codec_urgent": 1}
+    assert lane_metrics(lanes, "voxlane_lane_up") == {"speechlm_lm": 1, "codec": 1, "codec_urgent": 1,
+                                                         "voice_encoder": 1}
     calls = lanes.codecs[dead].calls
     later = lanes.speak()  # the reloaded lane serves again
     later_seq = lanes.engine.next_sequence()

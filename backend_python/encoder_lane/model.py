@@ -1,0 +1,115 @@
+"""Triton glue of the voice encoder lane (`voice_encoder`): reference audio -> the tensors of a voice to clone.
+
+The router calls it (one request, one response) before a cloning request reaches the LM, so the LM's loop
+never runs an encoder. Dynamic batching hands `execute` the queued references at once; their lengths differ,
+so they go to `VoiceEncoder.encode` as one list. Inputs per request: `ref_audio` FP32 [1, n] (mono, in
+[-1, 1]), `ref_sample_rate` INT32 [1, 1] (resampled here with soxr to the encoder's rate), `x_vector_only`
+BOOL [1, 1] (optional). Outputs: the encoder's `reference_tensors`, named by protocol.tensors.REFERENCE_TENSORS
+and cast to its types: `speaker_embedding` FP32 [1, D] and, for in-context cloning, `ref_codes` INT64
+[1, frames, K]. A malformed request, or one whose encode raises, gets its own error; the others of the batch
+still encode.
+
+The lane is in every repository, whatever the model: for a family without a voice encoder it loads without
+one and answers every request with `bad_input` code `reference_unsupported`, which the router passes on.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend_python.triton.params import set_up_lane
+from backend_python.triton.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference, resample
+from backend_python.triton.request_inputs import RequestError
+from protocol.reasons import Ended, EndReason
+from protocol.tensors import REFERENCE_TENSORS
+from protocol.wire import encode_error
+
+log = logging.getLogger("voxlane.voice_encoder")
+
+
+class VoiceEncoderModel:
+    def initialize(self, args: dict) -> None:
+        setup = set_up_lane(args)  # the lane's MPS share first, then torch
+        from backend_python.models import registry
+        self.limits = ReferenceLimits.from_parameters(setup.params)
+        self.encoder = registry.load_voice_encoder(setup.spec, device=setup.device, dtype=setup.lane.dtype)
+        self.unsupported = None
+        if self.encoder is None:
+            self.unsupported = Ended(
+                EndReason.REFUSED_BAD_INPUT, f"model {setup.lane.model!r} cannot take reference audio: its family "
+                f"({registry.family_of(setup.spec).name}) has no voice encoder; send no 'ref_audio'",
+                param="ref_audio", code="reference_unsupported")
+            return
+        check_declared(self.encoder.reference_tensors)
+        self.encoder.eval()
+
+    def execute(self, requests: list) -> list:
+        if self.unsupported is not None:
+            return [_error_response(self.unsupported) for _ in requests]
+        parsed = [self._reference(request) for request in requests]
+        valid = [i for i, item in enumerate(parsed) if isinstance(item, ReferenceAudio)]
+        encoded = dict(zip(valid, self._encode_isolated([parsed[i] for i in valid])))
+        return [_response(encoded.get(i, item)) for i, item in enumerate(parsed)]
+
+    def _reference(self, request) -> ReferenceAudio | Ended:
+        def get(name: str):
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            return None if tensor is None else tensor.as_numpy()
+        try:
+            reference = parse_reference(get, self.limits, needs_text=False)
+        except RequestError as exc:
+            return exc.ended
+        if reference is None:
+            return Ended(EndReason.REFUSED_BAD_INPUT, "missing input 'ref_audio'", param="ref_audio")
+        return reference
+
+    def _encode_isolated(self, references: list[ReferenceAudio]) -> list:
+        """Each reference's tensors by name, or the Ended of one whose encode raises (the others still encode)."""
+        try:
+            return self._encode(references)
+        except Exception as exc:  # one bad reference must not fail the batch: encode each alone
+            if len(references) == 1:
+                log.error("voice encoder failed: %s", exc)
+                return [Ended(EndReason.INTERNAL, f"voice encoder failed: {exc}")]
+        return [self._encode_isolated([reference])[0] for reference in references]
+
+    def _encode(self, references: list[ReferenceAudio]) -> list[dict[str, np.ndarray]]:
+        import torch
+        if not references:
+            return []
+        rate = self.encoder.sample_rate
+        audio = [torch.from_numpy(np.ascontiguousarray(resample(r.audio, r.sample_rate, rate))).to(self.encoder.device)
+                 for r in references]  # [n_i] float32 at the encoder's rate
+        with torch.inference_mode():
+            results = self.encoder.encode(audio, [r.x_vector_only for r in references])
+        return [{name: _as_output(name, tensor) for name, tensor in result.items()} for result in results]
+
+
+def check_declared(reference_tensors: dict) -> None:
+    """Refuse at load an encoder whose tensors the configs of `voice_encoder` and `speechlm_lm` do not declare."""
+    unknown = sorted(set(reference_tensors) - set(REFERENCE_TENSORS))
+    if unknown:
+        raise ValueError(f"the voice encoder returns {unknown}, which voice_encoder and speechlm_lm do not declare "
+                         f"({sorted(REFERENCE_TENSORS)}): add them to protocol.tensors.REFERENCE_TENSORS and both "
+                         "config.pbtxt files")
+
+
+def _as_output(name: str, tensor) -> np.ndarray:
+    """One encoder tensor as its output's type (bfloat16 has no numpy type: through float32)."""
+    tensor = tensor.detach().cpu()
+    if tensor.is_floating_point():
+        tensor = tensor.float()
+    return tensor.numpy().astype(REFERENCE_TENSORS[name].dtype, copy=False)
+
+
+def _response(result: dict[str, np.ndarray] | Ended):
+    if isinstance(result, Ended):
+        return _error_response(result)
+    return pb_utils.InferenceResponse(
+        output_tensors=[pb_utils.Tensor(name, array[None]) for name, array in result.items()])
+
+
+def _error_response(ended: Ended):
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(encode_error(ended)))

@@ -1,0 +1,6 @@
+"""The voice encoder lane; the code lives in backend_python.encoder_lane.model."""
+from backend_python.encoder_lane.model import VoiceEncoderModel
+
+
+class TritonPythonModel(VoiceEncoderModel):
+    """Defined here, not imported under this name (see vox_ensemble/1/model.py)."""

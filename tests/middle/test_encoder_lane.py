@@ -1,0 +1,108 @@
+"""The voice encoder lane's glue in-process (fake pb_utils, a fake VoiceEncoder): a dynamic batch of references
+of different lengths and rates goes to `encode` as one list at the encoder's rate; a bad one is refused alone;
+a family without an encoder refuses every request with `reference_unsupported`."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from protocol.reasons import EndReason
+from protocol.wire import decode_error
+from tests.reference_audio import voiced
+
+ENCODER_RATE = 24000
+
+
+@pytest.fixture
+def lane(pb):
+    import torch
+    from torch import nn
+
+    from backend_python.encoder_lane.model import VoiceEncoderModel
+    from backend_python.models.base import VoiceEncoder
+    from backend_python.triton.reference_inputs import ReferenceLimits
+
+    class FakeEncoder(VoiceEncoder):
+        reference_tensors = {"speaker_embedding": ("FP32", [4]), "ref_codes": ("INT32", [-1, 2])}
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(1))
+            self.batches = []  # (lengths, x_vector_only) of each encode call
+            self.fails_on_length = None
+
+        @property
+        def sample_rate(self) -> int:
+            return ENCODER_RATE
+
+        def encode(self, audio, x_vector_only):
+            self.batches.append(([a.numel() for a in audio], list(x_vector_only)))
+            if any(a.numel() == self.fails_on_length for a in audio):
+                raise RuntimeError("encoder blew up")
+            return [{"speaker_embedding": torch.full((4,), float(a.numel())),
+                     **({} if x else {"ref_codes": torch.ones(a.numel() // 1920, 2, dtype=torch.int32)})}
+                    for a, x in zip(audio, x_vector_only)]
+
+    model = VoiceEncoderModel.__new__(VoiceEncoderModel)
+    model.encoder, model.unsupported, model.limits = FakeEncoder(), None, ReferenceLimits()
+    return model
+
+
+def reference_request(pb, audio: np.ndarray, rate: int, x_vector_only: bool | None = None):
+    tensors = [pb.Tensor("ref_audio", audio[None]), pb.Tensor("ref_sample_rate", np.array([[rate]], np.int32))]
+    if x_vector_only is not None:
+        tensors.append(pb.Tensor("x_vector_only", np.array([[x_vector_only]])))
+    return pb.Request(tensors)
+
+
+def outputs(response) -> dict[str, np.ndarray]:
+    assert not response.has_error(), response.error().message()
+    return {t.name(): t.as_numpy() for t in response.output_tensors()}
+
+
+def test_a_batch_of_references_is_one_list_at_the_encoders_rate(pb, lane):
+    requests = [reference_request(pb, voiced(1.0, 16000), 16000),
+                reference_request(pb, voiced(2.0, 48000), 48000, x_vector_only=True),
+                reference_request(pb, voiced(0.75, ENCODER_RATE), ENCODER_RATE, x_vector_only=False)]
+    first, second, third = lane.execute(requests)
+    (lengths, flags), = lane.encoder.batches
+    assert [abs(n - expected) <= 1 for n, expected in zip(lengths, (24000, 48000, 18000))] == [True] * 3
+    assert flags == [False, True, False]
+    first, second, third = outputs(first), outputs(second), outputs(third)
+    assert first["speaker_embedding"].shape == (1, 4) and first["speaker_embedding"].dtype == np.float32
+    assert first["ref_codes"].dtype == np.int64 and first["ref_codes"].shape == (1, 12, 2)  # INT32 -> the config's
+    assert set(second) == {"speaker_embedding"}  # x-vector only: no codes
+    assert third["ref_codes"].shape == (1, 9, 2)
+
+
+def test_a_bad_request_is_refused_alone_and_the_batch_still_encodes(pb, lane):
+    good, bad = lane.execute([reference_request(pb, voiced(1.0, 16000), 16000),
+                              reference_request(pb, voiced(1.0, 16000), 4000)])
+    assert outputs(good)["speaker_embedding"].shape == (1, 4)
+    ended = decode_error(bad.error().message())
+    assert (ended.param, ended.code) == ("ref_sample_rate", "unsupported_ref_sample_rate")
+
+
+def test_a_reference_whose_encode_raises_fails_alone(pb, lane):
+    lane.encoder.fails_on_length = 48000
+    good, failed = lane.execute([reference_request(pb, voiced(1.0, 24000), 24000),
+                                 reference_request(pb, voiced(2.0, 24000), 24000)])
+    assert outputs(good)["speaker_embedding"][0, 0] == 24000.0
+    ended = decode_error(failed.error().message())
+    assert ended.reason is EndReason.INTERNAL and "encoder blew up" in ended.message
+
+
+def test_a_family_without_an_encoder_refuses_every_request(pb, lane):
+    from protocol.reasons import Ended
+    lane.unsupported = Ended(EndReason.REFUSED_BAD_INPUT, "cannot take reference audio", param="ref_audio",
+                             code="reference_unsupported")
+    responses = lane.execute([reference_request(pb, voiced(1.0, 16000), 16000)] * 2)
+    assert [decode_error(r.error().message()) for r in responses] == [lane.unsupported] * 2
+    assert lane.encoder.batches == []
+
+
+def test_an_encoder_with_undeclared_tensors_fails_at_load():
+    from backend_python.encoder_lane.model import check_declared
+    check_declared({"speaker_embedding": ("FP32", [4]), "ref_codes": ("INT64", [-1, 16])})
+    with pytest.raises(ValueError, match="'prosody'"):
+        check_declared({"speaker_embedding": ("FP32", [4]), "prosody": ("FP32", [8])})
