@@ -125,9 +125,11 @@ class ChunkChannel:
             if q is not None:
                 q.put((kind, payload))
         with self._lock:
-            if conn in self._connections:
+            is_ours = conn in self._connections
+            if is_ours:
                 self._connections.remove(conn)
-        conn.close()
+        if is_ours:  # else close() took it and closes it: closing twice from two threads can close a reused fd
+            conn.close()
 
 
 class ChannelError(RuntimeError):

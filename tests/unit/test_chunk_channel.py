@@ -122,3 +122,27 @@ def test_several_senders_share_one_connection(channel):
     for q in queues.values():
         got = [q.get(timeout=5) for _ in range(101)]
         assert [p for _, p in got[:-1]] == list(range(100)) and got[-1] == (ChannelKind.END, DONE)
+
+
+def test_closing_the_channel_closes_each_connection_once(monkeypatch):
+    # a second close from the reader thread raced close() (EBADF), and could close a descriptor reused meanwhile
+    from multiprocessing.connection import Connection
+
+    closes: list[int] = []
+    close = Connection.close
+    monkeypatch.setattr(Connection, "close", lambda conn: closes.append(id(conn)) or close(conn))
+    before = set(threading.enumerate())
+    channel = ChunkChannel()
+    q = channel.subscribe("s")
+    conn = connect(channel)
+    conn.send("s", ChannelKind.END, DONE)
+    q.get(timeout=5)  # the channel holds the connection now, its reader waiting on it
+    [server_side] = channel._connections
+    readers = [t for t in set(threading.enumerate()) - before if t.name == "voxlane-channel-read"]
+    assert len(readers) == 1
+    channel.close()
+    conn.close()  # the LM's end goes too: the reader wakes and ends
+    for reader in readers:
+        reader.join(timeout=5)
+    assert not any(reader.is_alive() for reader in readers)
+    assert closes.count(id(server_side)) == 1
