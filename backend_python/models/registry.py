@@ -10,7 +10,6 @@ depend on weight values).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import torch
 from filelock import FileLock
 
 from backend_python.models.base import Codec, SpeechLM, VoiceEncoder
+from backend_python.paths import cache_dir
 
 DEFAULT_MODEL = "qwen3-tts-tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -61,10 +61,6 @@ def families() -> list[Family]:
     from backend_python.models.csm import family as csm
     from backend_python.models.orpheus import family as orpheus
     return [qwen3_tts, csm, orpheus]
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("VOXLANE_CACHE", Path.home() / ".cache" / "voxlane"))
 
 
 def preset_names() -> list[str]:

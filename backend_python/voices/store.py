@@ -1,0 +1,272 @@
+"""Registered voices on disk: one file per voice, written atomically, read through a bounded LRU cache.
+
+A voice is what `voice_encoder` made of a reference (protocol.tensors.REFERENCE_TENSORS, without the batch
+dimension) and its metadata, in one `.npz` (the metadata as JSON in its member `meta`), at
+`<data_dir>/voices/<model key>/<name>.npz`: the model key keeps a voice beside the model that encoded it.
+A file is written once and never changed in place: a register writes a hidden temporary file and links it to
+its name (an exclusive create: of two processes registering one name, one wins and the other is told it
+exists); a delete unlinks it. So a reader sees a whole voice or none, and several processes (the router and
+`voice_registry` of one server, and every server given the same `--data-dir`) share one directory: each
+lookup checks the open file's inode, mtime and size against the cached copy, so another process's new
+voice, re-registration or delete is seen at the next lookup.
+
+Torch- and Triton-free (numpy only).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from backend_python.paths import default_data_dir
+from backend_python.triton.params import LaneSettings
+from backend_python.triton.request_inputs import RequestError
+from protocol.quoting import quoted
+from protocol.tensors import REFERENCE_TENSORS
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SUFFIX = ".npz"
+META = "meta"  # the npz member holding the metadata (JSON, UTF-8 bytes as uint8)
+
+
+@dataclass(frozen=True)
+class VoiceStoreSettings:
+    """Where a server keeps its registered voices, and how many it holds in memory. Parameters of
+    `vox_ensemble` (which looks voices up) and `voice_registry` (which writes them); `voxlane serve` renders them."""
+
+    model: str = LaneSettings.model  # the served model: its voices live apart from another model's
+    data_dir: str = ""  # "" : $VOXLANE_CACHE/data (`voxlane serve --data-dir`)
+    max_cached_voices: int = 64  # voices each process keeps decoded in memory (least recently used go)
+
+    def __post_init__(self) -> None:
+        if not self.model or self.max_cached_voices < 1:
+            raise ValueError(f"inconsistent voice store settings: {self}")
+
+    @classmethod
+    def from_parameters(cls, params: dict[str, str]) -> "VoiceStoreSettings":
+        """From a model's config.pbtxt parameters; absent keys keep the defaults."""
+        return cls(**{name: parse(params[name]) for name, parse in _PARSERS.items() if name in params})
+
+    def to_parameters(self) -> dict[str, str]:
+        return {name: str(getattr(self, name)) for name in _PARSERS}
+
+    @property
+    def directory(self) -> Path:
+        """The served model's voices: `<data_dir>/voices/<model key>`."""
+        return Path(self.data_dir or default_data_dir()).expanduser() / "voices" / model_key(self.model)
+
+
+_PARSERS = {"model": str, "data_dir": str, "max_cached_voices": int}
+
+
+def model_key(model: str) -> str:
+    """A directory name for a `--model` value: a preset or Hugging Face id as it is ('/' as '--'), a checkpoint
+    directory by its name and a hash of its resolved path."""
+    if not model.startswith((".", "/", "~")) and NAME_PATTERN.fullmatch(key := model.replace("/", "--")):
+        return key
+    path = str(Path(model).expanduser().resolve())
+    return f"{Path(path).name or 'model'}-{hashlib.sha256(path.encode()).hexdigest()[:12]}"
+
+
+def check_name(name: str, presets: tuple[str, ...] = ()) -> str:
+    """`name` if a voice may be registered under it; else a RequestError (`param=name`)."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise RequestError(f"voice name {quoted(name)} is not valid: 1 to 64 characters, letters, digits, '_', '.' "
+                           "and '-', starting with a letter or digit", param="name", code="bad_voice_name")
+    if name in presets:
+        raise RequestError(f"voice name {quoted(name)} is a preset voice of this model ({', '.join(presets)}): "
+                           "choose another name", param="name", code="preset_voice_name")
+    return name
+
+
+def fingerprint(audio: np.ndarray, sample_rate: int, transcript: str | None, x_vector_only: bool) -> str:
+    """What a reference is, as sent: the same fingerprint means the same voice (a repeated register is no clash)."""
+    digest = hashlib.sha256(np.ascontiguousarray(audio, dtype=np.float32).tobytes())
+    digest.update(json.dumps([int(sample_rate), transcript, bool(x_vector_only)]).encode())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Voice:
+    """One registered voice: the encoder's tensors and what it was made from."""
+
+    name: str
+    tensors: dict[str, np.ndarray] = field(repr=False, compare=False)  # REFERENCE_TENSORS by name, without the batch dimension
+    transcript: str | None  # `ref_text` for in-context cloning; None with `x_vector_only`
+    x_vector_only: bool
+    sample_rate: int  # of the reference as sent
+    duration_s: float  # of the reference
+    created: int  # Unix seconds
+    fingerprint: str
+
+    def metadata(self) -> dict:
+        """The voice as `voice_registry` and the gateway answer it (no tensors)."""
+        return {"name": self.name, "transcript": self.transcript, "x_vector_only": self.x_vector_only,
+                "sample_rate": self.sample_rate, "duration_s": round(self.duration_s, 3), "created": self.created}
+
+    def lm_inputs(self) -> dict[str, np.ndarray]:
+        """The LM's reference inputs, as `VoiceEncoderClient.encode` gives them: the tensors and, in context,
+        `ref_text` [1] BYTES."""
+        inputs = dict(self.tensors)
+        if self.transcript is not None:
+            inputs["ref_text"] = np.array([self.transcript.encode("utf-8")], dtype=np.object_)
+        return inputs
+
+
+class VoiceStore:
+    def __init__(self, directory: Path, max_cached: int = VoiceStoreSettings.max_cached_voices,
+                 clock=time.time) -> None:
+        self.directory = Path(directory)
+        self.max_cached = max_cached
+        self._clock = clock
+        self._cache: OrderedDict[str, tuple[tuple, Voice]] = OrderedDict()  # name -> (file identity, voice)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: VoiceStoreSettings) -> "VoiceStore":
+        return cls(settings.directory, settings.max_cached_voices)
+
+    def get(self, name: str) -> Voice | None:
+        """The voice registered as `name` (as on disk now), or None."""
+        if not NAME_PATTERN.fullmatch(name):
+            return None
+        try:
+            with open(self._path(name), "rb") as f:
+                return self._cached_or_read(name, f)
+        except FileNotFoundError:
+            with self._lock:
+                self._cache.pop(name, None)
+            return None
+
+    def add(self, voice: Voice) -> Voice:
+        """Register `voice`; the voice already registered under its name when that one has the same fingerprint.
+        A RequestError (`voice_exists`) when the name holds another voice."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        temporary = self.directory / f".{voice.name}.{uuid.uuid4().hex}.tmp"
+        try:
+            _write(temporary, voice)
+            os.link(temporary, self._path(voice.name))  # exclusive: fails when the name is taken
+        except FileExistsError:
+            return self._existing(voice)
+        finally:
+            temporary.unlink(missing_ok=True)
+        _sync_directory(self.directory)
+        return voice
+
+    def delete(self, name: str) -> Voice:
+        """Remove the voice `name` and answer what it was; a RequestError (`voice_not_found`) when there is none."""
+        voice = self.get(name)
+        try:
+            if voice is None:
+                raise FileNotFoundError(name)
+            self._path(name).unlink()
+        except FileNotFoundError:
+            raise self.not_found(name) from None
+        with self._lock:
+            self._cache.pop(name, None)
+        _sync_directory(self.directory)
+        return voice
+
+    def list(self) -> list[dict]:
+        """Every registered voice's metadata, by name (read from each file's `meta` alone)."""
+        voices = []
+        for path in sorted(self.directory.glob("*" + SUFFIX)) if self.directory.is_dir() else ():
+            try:
+                with np.load(path, allow_pickle=False) as npz:
+                    voices.append(_metadata(npz))
+            except FileNotFoundError:  # deleted meanwhile
+                continue
+        return [_public(meta) for meta in voices]
+
+    def new_voice(self, name: str, tensors: dict[str, np.ndarray], audio: np.ndarray, sample_rate: int,
+                  transcript: str | None, x_vector_only: bool) -> Voice:
+        """A voice made from `tensors`, the encoder's answer for the reference (`audio` at `sample_rate`)."""
+        unknown = sorted(set(tensors) - set(REFERENCE_TENSORS))
+        if unknown:
+            raise ValueError(f"not reference tensors: {unknown}")
+        return Voice(name, {k: np.ascontiguousarray(v, dtype=REFERENCE_TENSORS[k].dtype) for k, v in tensors.items()},
+                     transcript, x_vector_only, int(sample_rate), audio.size / sample_rate, int(self._clock()),
+                     fingerprint(audio, sample_rate, transcript, x_vector_only))
+
+    @staticmethod
+    def not_found(name: str) -> RequestError:
+        return RequestError(f"no voice named {quoted(name)} is registered", param="name", code="voice_not_found")
+
+    def _existing(self, voice: Voice) -> Voice:
+        existing = self.get(voice.name)
+        if existing is not None and existing.fingerprint == voice.fingerprint:
+            return existing
+        raise RequestError(f"a voice named {quoted(voice.name)} is already registered (from another reference): "
+                           "delete it first, or choose another name", param="name", code="voice_exists")
+
+    def _cached_or_read(self, name: str, f) -> Voice:
+        status = os.fstat(f.fileno())
+        identity = (status.st_ino, status.st_mtime_ns, status.st_size)
+        with self._lock:
+            hit = self._cache.get(name)
+            if hit is not None and hit[0] == identity:
+                self._cache.move_to_end(name)
+                return hit[1]
+        voice = _read(f, name)
+        with self._lock:
+            self._cache[name] = (identity, voice)
+            self._cache.move_to_end(name)
+            while len(self._cache) > self.max_cached:
+                self._cache.popitem(last=False)
+        return voice
+
+    @property
+    def num_cached(self) -> int:
+        return len(self._cache)
+
+    def _path(self, name: str) -> Path:
+        return self.directory / (name + SUFFIX)
+
+
+def _write(path: Path, voice: Voice) -> None:
+    meta = {**voice.metadata(), "duration_s": voice.duration_s, "fingerprint": voice.fingerprint}
+    buffer = io.BytesIO()
+    np.savez(buffer, **voice.tensors, **{META: np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)})
+    with open(path, "xb") as f:
+        f.write(buffer.getvalue())
+        f.flush()
+        os.fsync(f.fileno())  # the data is on disk before the name points at it
+
+
+def _read(f, name: str) -> Voice:
+    try:
+        with np.load(f, allow_pickle=False) as npz:
+            meta = _metadata(npz)
+            tensors = {key: np.array(npz[key]) for key in npz.files if key in REFERENCE_TENSORS}
+    except (ValueError, OSError, KeyError) as exc:
+        raise ValueError(f"the registered voice {quoted(name)} cannot be read: {exc}") from None
+    return Voice(name, tensors, meta["transcript"], bool(meta["x_vector_only"]), int(meta["sample_rate"]),
+                 float(meta["duration_s"]), int(meta["created"]), str(meta["fingerprint"]))
+
+
+def _metadata(npz) -> dict:
+    return json.loads(bytes(npz[META]).decode("utf-8"))
+
+
+def _public(meta: dict) -> dict:
+    return {key: round(value, 3) if key == "duration_s" else value for key, value in meta.items()
+            if key != "fingerprint"}
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a link or unlink durable (a crash right after it keeps it)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
