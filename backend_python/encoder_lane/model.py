@@ -38,9 +38,9 @@ class VoiceEncoderModel:
         self.unsupported = None
         if self.encoder is None:
             self.unsupported = Ended(
-                EndReason.REFUSED_BAD_INPUT, f"model {setup.lane.model!r} cannot take reference audio: its family "
-                f"({registry.family_of(setup.spec).name}) has no voice encoder; send no 'ref_audio'",
-                param="ref_audio", code="reference_unsupported")
+                EndReason.REFUSED_BAD_INPUT, f"model {setup.lane.model!r} cannot take reference audio (it has no "
+                "voice encoder: it clones no voice); send no 'ref_audio'", param="ref_audio",
+                code="reference_unsupported")
             return
         check_declared(self.encoder.reference_tensors)
         self.encoder.eval()

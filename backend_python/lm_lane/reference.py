@@ -29,8 +29,13 @@ def voice_reference(get: Callable[[str], "np.ndarray | None"]):
 
 def check_can_clone(model, reference, is_text_open: bool) -> None:
     """Refuse a reference the model cannot use: its family clones no voice, or (a streaming-text session) its
-    `open_text` takes no reference."""
+    `open_text` takes no reference; and refuse no reference to a model that has only cloned voices (no preset
+    voices: a Base model)."""
     if reference is None:
+        if model.supports_reference and not model.voices:
+            raise RequestError("this model has no preset voices: it speaks only a cloned voice; send 'ref_audio' "
+                               "(with 'ref_sample_rate', and 'ref_text' or 'x_vector_only')", param="ref_audio",
+                               code="missing_ref_audio")
         return
     if not model.supports_reference:
         raise RequestError(f"this model ({type(model).__name__}) cannot take reference audio: it clones no voice; "

@@ -72,6 +72,12 @@ def test_the_reference_changes_the_voice(base_url):
     assert not np.allclose(low.audio, in_context.audio, atol=1e-3)
 
 
+def test_a_base_model_without_a_reference_says_it_needs_one(base_url):
+    with pytest.raises(StreamError, match="no preset voices") as refused:
+        synthesize(base_url, TEXT, seed=1, max_audio_seconds=0.4)
+    assert (refused.value.ended.param, refused.value.ended.code) == ("ref_audio", "missing_ref_audio")
+
+
 BAD_REFERENCES = [
     pytest.param(dict(ref_audio=np.zeros(0, np.float32), ref_sample_rate=RATE, x_vector_only=True),
                  "ref_audio", "empty_ref_audio", id="empty"),

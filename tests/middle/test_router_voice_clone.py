@@ -123,6 +123,13 @@ def test_the_encoder_lanes_refusal_reaches_the_client_as_it_is(lanes, encoder):
     assert finish(lanes, lanes.speak("The next request is served."))[1] is None
 
 
+def test_a_model_with_only_cloned_voices_needs_a_reference(lanes, encoder):
+    lanes.lm.model.voices = ()  # a Base model: no preset voices
+    _, ended = outcome(lanes.speak("Say this."))
+    assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "ref_audio", "missing_ref_audio")
+    assert lanes.engine.added.empty()
+
+
 def test_the_lm_refuses_a_reference_its_model_cannot_use(lanes, encoder):
     lanes.lm.model.supports_reference = False
     _, ended = outcome(lanes.speak("Say this.", ref_audio=AUDIO, ref_sample_rate=np.int32(RATE), x_vector_only=True))
