@@ -1,5 +1,5 @@
 """The voice-cloning floor (models/base.py): a model without voice cloning says so when given a
-reference, keeps its old call, and the registry gives it no voice encoder."""
+reference, keeps its old call, and the registry gives it no voice encoder. (CSM clones: test_csm_voice_clone.py.)"""
 from __future__ import annotations
 
 import pytest
@@ -7,8 +7,6 @@ import torch
 
 from backend_python.models import registry
 from backend_python.models.base import VoiceReference
-from backend_python.models.csm import CsmLM
-from backend_python.models.csm.presets import preset_config as csm_preset
 from backend_python.models.orpheus.lm import OrpheusLM
 from backend_python.models.orpheus.presets import preset_config as orpheus_preset
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config as qwen3_preset
@@ -16,10 +14,9 @@ from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config as qwen3_p
 REFERENCE = VoiceReference(tensors={"speaker_embedding": torch.zeros(8)}, text="a reference")
 
 
-@pytest.fixture(scope="module", params=["qwen3-tts-tiny", "csm-tiny", "orpheus-tiny"])
+@pytest.fixture(scope="module", params=["qwen3-tts-tiny", "orpheus-tiny"])
 def lm(request):
     build = {"qwen3-tts-tiny": lambda: Qwen3TTSLM.from_config(qwen3_preset("qwen3-tts-tiny")),
-             "csm-tiny": lambda: CsmLM.from_config(csm_preset("csm-tiny")),
              "orpheus-tiny": lambda: OrpheusLM.from_config(orpheus_preset("orpheus-tiny"))}
     return build[request.param]()
 
@@ -36,8 +33,7 @@ def test_the_old_call_and_an_explicit_none_build_the_same_prompt(lm):
     assert all(torch.equal(old.tensors[k], new.tensors[k]) for k in old.tensors)
 
 
-@pytest.mark.parametrize("family, preset", [("csm", "csm-1b"), ("orpheus", "orpheus-3b"),
-                                            ("qwen3-tts", "qwen3-tts-1.7b")])
+@pytest.mark.parametrize("family, preset", [("orpheus", "orpheus-3b"), ("qwen3-tts", "qwen3-tts-1.7b")])
 def test_registry_gives_no_voice_encoder_to_a_model_without_cloning(family, preset):
     spec = registry.ModelSpec(preset, family, preset=preset)
     assert registry.load_voice_encoder(spec, "cpu", "float32") is None

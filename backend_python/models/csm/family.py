@@ -14,6 +14,7 @@ from . import tiny
 from .codec import LEFT_CONTEXT_FRAMES, MimiCodec
 from .lm import CsmLM
 from .presets import preset_config
+from .voice_encoder import CsmVoiceEncoder
 
 name = "csm"
 tiny_presets = ("csm-tiny",)
@@ -44,9 +45,10 @@ def load_codec(spec, device: str, dtype: torch.dtype) -> MimiCodec:
     return MimiCodec.from_config(preset_config(spec.preset).codec, device=device, dtype=dtype, seed=RANDOM_SEED)
 
 
-def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
-    """No voice cloning in this family yet."""
-    return None
+def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> CsmVoiceEncoder:
+    """Mimi's encoder on the codec's weights (loaded as `load_codec` loads them), in float32 whatever `dtype`:
+    a frame's codes must not depend on it."""
+    return CsmVoiceEncoder(load_codec(spec, device, torch.float32))
 
 
 def codec_left_context_frames(spec) -> int:

@@ -16,19 +16,21 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..base import DecodeBatch, Prompt, VoiceReference
+from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference
 from ..frame_buffers import batch_buckets
 from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
 from ..slots import SlotSpeechLM, SlotState
+from ..text_segments import SegmentContext, SegmentedText
 from . import checkpoint
 from .backbone import BackboneModel
 from .config import CsmConfig
 from .depth_decoder import CodebooksHead, DepthDecoder
 from .presets import build_tiny_tokenizer
-from .prompt import make_prompt, resolve_speaker, with_context
+from .prompt import (audio_turns, make_prompt, reference_codes, reference_transcript, resolve_speaker, with_context,
+                     with_reference)
 
 MAX_CONTEXT_S = 20.0  # a longer segment is not given to the next one as context (it would crowd the KV cache)
 
@@ -110,18 +112,40 @@ class CsmLM(SlotSpeechLM):
         return self.lm_head.weight.device
 
     # ---- phases --------------------------------------------------------------------------------
-    def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
-        """voice None -> the first speaker; the prompt is "[{speaker}]{text}" with the checkpoint's specials."""
-        self.check_no_reference(reference)
-        return make_prompt(self.tokenizer, resolve_speaker(self.voices, voice), text)
+    supports_reference = True
 
-    def encode_segment(self, text: str, voice: str | None, context) -> Prompt:
+    def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
+        """voice None -> the first speaker; the prompt is "[{speaker}]{text}" with the checkpoint's specials.
+        A reference clones its voice in context: its transcript and codes come first, as a turn of the same
+        speaker (CSM has no speaker embedding, so a reference without its transcript is a ValueError)."""
+        speaker = resolve_speaker(self.voices, voice)
+        prompt = make_prompt(self.tokenizer, speaker, text)
+        if reference is None:
+            return prompt
+        transcript = make_prompt(self.tokenizer, speaker, reference_transcript(reference))
+        return with_reference(prompt, transcript, reference_codes(reference, self.num_codebooks,
+                                                                  self.config.codebook_size))
+
+    def encode_segment(self, text: str, voice: str | None, context: SegmentContext | None,
+                       reference: VoiceReference | None = None) -> Prompt:
         """A segment of streamed text, after the segment before it as context (its text and audio), as CSM
-        conditions on a conversation; a context longer than MAX_CONTEXT_S is left out."""
-        prompt = self.encode_prompt(text, voice)
+        conditions on a conversation; a context longer than MAX_CONTEXT_S is left out. A cloned voice's
+        reference comes first in every segment, so each one hears the voice it clones, not only its copy."""
+        prompt = self.encode_prompt(text, voice, reference)
         if context is None or not 0 < context.frames.shape[0] <= MAX_CONTEXT_S * self.frame_rate:
             return prompt
         return with_context(prompt, self.encode_prompt(context.text, voice), context.frames)
+
+    def open_text(self, voice: str | None, reference: VoiceReference | None = None) -> TextFeed:
+        """A streamed text, spoken segment by segment (text_segments.py), cloning `reference`'s voice in each
+        segment; the voice and the reference are refused now, not at the first segment. Without a reference
+        it is the feed `text_segments.open_streamed_text` builds."""
+        resolve_speaker(self.voices, voice)
+        if reference is not None:
+            reference_transcript(reference)
+            reference_codes(reference, self.num_codebooks, self.config.codebook_size)
+        return SegmentedText(lambda text, context: self.encode_segment(text, voice, context, reference),
+                             self.frame_rate)
 
     def _fuse_projections(self) -> None:
         self.backbone_model.fuse_projections()
@@ -166,15 +190,16 @@ class CsmLM(SlotSpeechLM):
         self._states[slot] = SlotState(position=embeds.shape[1])
 
     def _prompt_embeds(self, prompt: Prompt) -> torch.Tensor:
-        """The prompt's input embeddings [L, H]: text tokens, after a context segment's text, audio frames
-        and end-of-audio frame (all codebooks `codebook_eos_token_id`) when it has one."""
-        text = self.embed_text_tokens(prompt.tensors["text_ids"].to(self.device))
-        if "context_codes" not in prompt.tensors:
-            return text
-        codes = prompt.tensors["context_codes"].to(self.device)  # [T, K]
-        end = torch.full_like(codes[:1], self.config.codebook_eos_token_id)
-        return torch.cat((self.embed_text_tokens(prompt.tensors["context_ids"].to(self.device)),
-                          self.backbone_model.embed_tokens(torch.cat((codes, end))), text))
+        """The prompt's input embeddings [L, H]: its audio turns (a reference, the segment before), each its
+        text tokens, audio frames and end-of-audio frame (all codebooks `codebook_eos_token_id`), then the text."""
+        parts = []
+        for ids, codes in audio_turns(prompt):
+            codes = codes.to(self.device)  # [T, K]
+            end = torch.full_like(codes[:1], self.config.codebook_eos_token_id)
+            parts += [self.embed_text_tokens(ids.to(self.device)),
+                      self.backbone_model.embed_tokens(torch.cat((codes, end)))]
+        parts.append(self.embed_text_tokens(prompt.tensors["text_ids"].to(self.device)))
+        return torch.cat(parts)
 
     @torch.no_grad()
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
