@@ -85,3 +85,20 @@ def test_a_lane_below_normal_priority_sets_it_before_cuda_starts(monkeypatch):
     assert os.environ["CUDA_MPS_CLIENT_PRIORITY"] == "1"
     with pytest.raises(ValueError):
         LaneSettings(mps_client_priority=2)
+
+
+@pytest.mark.parametrize("mode, pct", [("voxlane", "30"), ("partition", "30"), ("colocate", "100"), ("timeshare", "100")])
+def test_the_voice_encoder_lane_is_rendered_in_every_mode_with_its_own_share(tmp_path, mode, pct):
+    repo = render_repository(ServeConfig(device="cuda", mode=mode, encoder_sm_pct=30), tmp_path / "repo")
+    text = (repo / "voice_encoder" / "config.pbtxt").read_text()
+    assert f'key: "mps_active_thread_percentage" value: {{ string_value: "{pct}" }}' in text
+    assert "KIND_GPU" in text and "KIND_CPU" not in text and 'key: "max_ref_audio_s" value: { string_value: "60" }' in text
+    cpu = (render_repository(ServeConfig(mode=mode), tmp_path / "cpu") / "voice_encoder" / "config.pbtxt").read_text()
+    assert "KIND_CPU" in cpu and 'key: "min_ref_audio_s" value: { string_value: "0.5" }' in cpu
+
+
+def test_the_voice_encoder_shares_the_codec_gpu_when_disaggregated():
+    config = ServeConfig(device="cuda", gpus=("0", "1"), codec_gpu=1)
+    assert config.gpu_of("voice_encoder") == 1 and config.gpu_of("speechlm_lm") == 0
+    with pytest.raises(ValueError, match="--encoder-sm-pct must be in"):
+        ServeConfig(device="cuda", encoder_sm_pct=0)
