@@ -53,6 +53,8 @@ class Family(Protocol):
 
     def load_voice_encoder(self, spec: ModelSpec, device: str, dtype: torch.dtype) -> VoiceEncoder | None: ...
 
+    def preset_voices(self, spec: ModelSpec) -> tuple[str, ...]: ...  # the LM's `voices`, read without loading it
+
     def codec_left_context_frames(self, spec: ModelSpec) -> int: ...
 
 
@@ -120,6 +122,11 @@ def load_codec(spec: ModelSpec, device: str, dtype: str) -> Codec:
 def load_voice_encoder(spec: ModelSpec, device: str, dtype: str) -> VoiceEncoder | None:
     """The model's reference-audio encoder; None where the model cannot clone a voice."""
     return family_of(spec).load_voice_encoder(spec, device, DTYPES[dtype])
+
+
+def preset_voices(spec: ModelSpec) -> tuple[str, ...]:
+    """The model's preset voice names (its LM's `voices`) from its config alone: no weights are loaded."""
+    return tuple(family_of(spec).preset_voices(spec))
 
 
 def read_json(path: Path) -> dict:

@@ -51,5 +51,12 @@ def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> CsmVoiceEncoder
     return CsmVoiceEncoder(load_codec(spec, device, torch.float32))
 
 
+def preset_voices(spec) -> tuple[str, ...]:
+    """The speakers of the config (as `CsmLM.voices`)."""
+    from .checkpoint import read_config
+    config = read_config(spec.checkpoint) if spec.checkpoint is not None else preset_config(spec.preset)
+    return tuple(config.speakers)
+
+
 def codec_left_context_frames(spec) -> int:
     return LEFT_CONTEXT_FRAMES

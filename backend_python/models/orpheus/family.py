@@ -17,6 +17,7 @@ from .config import MODEL_TYPE
 from .frames import MIN_VOCAB_SIZE
 from .lm import OrpheusLM
 from .presets import full_snac, preset_config
+from .prompt import VOICES
 
 name = "orpheus"
 tiny_presets = ("orpheus-tiny",)
@@ -52,6 +53,11 @@ def load_codec(spec, device: str, dtype: torch.dtype) -> SnacCodec:
 def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
     """No voice cloning in this family yet."""
     return None
+
+
+def preset_voices(spec) -> tuple[str, ...]:
+    """The fine-tuned models' speakers (as `OrpheusLM.voices`)."""
+    return VOICES
 
 
 def codec_left_context_frames(spec) -> int:

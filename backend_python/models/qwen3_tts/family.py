@@ -63,6 +63,12 @@ def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> Qwen3TTSVoiceEn
                                             seed=RANDOM_SEED)
 
 
+def preset_voices(spec) -> tuple[str, ...]:
+    """The CustomVoice speakers of the config; none for a Base model (as `Qwen3TTSLM.voices`)."""
+    config = read_config(spec.checkpoint) if spec.checkpoint is not None else preset_config(spec.preset)
+    return () if config.is_base else tuple(config.talker.spk_id)
+
+
 def codec_left_context_frames(spec) -> int:
     if spec.checkpoint is None:
         return full_codec_config().left_context_frames
