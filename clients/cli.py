@@ -84,6 +84,9 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="urgent-lane chunks in flight beyond which a low-slack chunk goes background (0: no limit)")
     parser.add_argument("--margin-quantile", type=_growth, default=defaults.margin_quantile,
                         help="routing margin from this quantile of the background lane's latency ('none': the mean)")
+    parser.add_argument("--data-dir", default=defaults.data_dir or None,
+                        help="where registered voices are kept (default: $VOXLANE_CACHE/data); servers given the "
+                             "same directory share them")
     parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
 
 
@@ -97,7 +100,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
-                       text_idle_timeout_s=args.text_idle_timeout)
+                       text_idle_timeout_s=args.text_idle_timeout, data_dir=args.data_dir or "")
 
 
 def _growth(value: str) -> float | None:

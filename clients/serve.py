@@ -12,6 +12,7 @@ from backend_python.engine.config import EngineConfig
 from backend_python.triton.params import LaneSettings
 from backend_python.triton.reference_inputs import ReferenceLimits
 from backend_python.triton.request_inputs import RequestLimits
+from backend_python.voices.store import VoiceStoreSettings
 from clients.mps import MpsDaemon
 from clients.triton_launch import Ports, TritonProcess, find_triton
 from protocol import models
@@ -65,6 +66,9 @@ class ServeConfig:
     flow: FlowConfig = field(default_factory=FlowConfig)  # backpressure: the router's bound and stall timeout
     # a streaming-text session whose text gets no piece this long ends (router and LM; the request's ceiling)
     text_idle_timeout_s: float = RequestLimits.text_idle_timeout_s
+    # registered voices live under it (`<data_dir>/voices/<model>`); "": $VOXLANE_CACHE/data. Servers given the
+    # same directory share their voices
+    data_dir: str = VoiceStoreSettings.data_dir
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", _mode(self.mode))
@@ -167,12 +171,21 @@ class ServeConfig:
         """Whether this lane's process decodes audio (the LM does, inline, in timeshare)."""
         return model_name in CODEC_MODELS or (model_name == models.LM and self.mode is ServingMode.TIMESHARE)
 
+    def voice_store_settings(self) -> VoiceStoreSettings:
+        """Where the router finds registered voices and `voice_registry` writes them."""
+        return VoiceStoreSettings(model=self.model, data_dir=str(Path(self.data_dir).expanduser().resolve())
+                                  if self.data_dir else "")
+
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""
         text = {"text_idle_timeout_s": f"{self.text_idle_timeout_s:g}"}  # RequestLimits reads it in both
         reference = ReferenceLimits().to_parameters()  # the router checks a reference, the encoder lane again
+        voices = self.voice_store_settings().to_parameters()
         if model_name == ROUTER_MODEL:
-            return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text, **reference}
+            return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text, **reference,
+                    **voices}
+        if model_name == models.VOICE_REGISTRY:
+            return {**voices, **reference}
         params = self.lane_settings(model_name).to_parameters()
         if model_name == models.LM:
             params.update(self.engine_config().to_parameters(), **text)

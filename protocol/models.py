@@ -7,3 +7,4 @@ CODEC = "codec"  # the background codec lane
 CODEC_URGENT = "codec_urgent"  # the urgent codec lane
 VOICE_ENCODER = "voice_encoder"  # reference audio -> the tensors of a voice to clone (the router calls it first)
 LANE_MODELS = (LM, CODEC, CODEC_URGENT, VOICE_ENCODER)  # every model behind the router
+VOICE_REGISTRY = "voice_registry"  # registered voices: register, list, delete (not a lane: no GPU, no torch)

@@ -40,6 +40,7 @@ from backend_python.triton.reference_inputs import ReferenceLimits, parse_refere
 from backend_python.triton.request_inputs import (RequestError, RequestLimits, SpeechRequest,
                                                   check_request_parameters, parse_audio_options,
                                                   parse_speech_request)
+from backend_python.voices.store import VoiceStore, VoiceStoreSettings
 from protocol.models import LM
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
@@ -55,6 +56,7 @@ class RouterModel:
         self.config = SchedulerConfig.from_dict(params, ignore_unknown=True)
         self.limits = RequestLimits.from_parameters(params)
         self.reference_limits = ReferenceLimits.from_parameters(params)
+        self.voices = VoiceStore.from_settings(VoiceStoreSettings.from_parameters(params))  # registered voices
         self.metrics = RouterMetrics()
         control = ModelControl(pb_utils.unload_model, pb_utils.load_model, pb_utils.is_model_ready, stub_is_running)
         self.lane_health = LaneHealth(control, HealPolicy.from_parameters(params), self.metrics.on_lane_change)
@@ -147,17 +149,32 @@ class RouterModel:
             options = parse_audio_options(get)
             reference = parse_reference(get, self.reference_limits)  # a session's: on its first request
             stream_id = uuid.uuid4().hex
-            inputs = copied_inputs(request) + self._flow_inputs()
+            inputs = self._registered_voice(req.voice, reference, copied_inputs(request)) + self._flow_inputs()
             if session_id is not None:
                 inputs = self._open_session(session_id, stream_id, request, inputs)
             client_id = request.request_id() if req.client_acks else None
             self._register_acks(client_id, stream_id, session_id)
         except RequestError as exc:
             return exc.ended
+        except ValueError as exc:  # a registered voice's file is damaged: the server's fault
+            return Ended(EndReason.INTERNAL, str(exc))
         return Job(stream_id=stream_id, inputs=inputs, sender=sender,
                    arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text),
                    audio=StreamAudio(options.audio_format, options.sample_rate), client_id=client_id,
                    session_id=session_id, reference=reference)
+
+    def _registered_voice(self, voice: str | None, reference, inputs: list) -> list:
+        """A `voice` that names a registered voice: its stored tensors take the place of `voice`, the LM inputs
+        `voice_encoder` would give for its reference (no encoder call). Any other voice goes on to the LM, which
+        knows its presets (registration refuses their names) and refuses an unknown one."""
+        registered = self.voices.get(voice) if voice is not None else None
+        if registered is None:
+            return inputs
+        if reference is not None:
+            raise RequestError(f"voice {quoted(voice)} is a registered voice, and 'ref_audio' another reference: "
+                               "send one of them", param="voice", code="voice_and_reference")
+        return [t for t in inputs if t.name() != "voice"] + [
+            pb_utils.Tensor(name, array) for name, array in registered.lm_inputs().items()]
 
     def _open_session(self, session_id, stream_id: str, request, inputs: list) -> list:
         """Open a streaming-text session; the LM's inputs, its `text` the decoded start and `text_open` set.

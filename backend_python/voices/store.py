@@ -202,12 +202,16 @@ class VoiceStore:
     def not_found(name: str) -> RequestError:
         return RequestError(f"no voice named {quoted(name)} is registered", param="name", code="voice_not_found")
 
+    @staticmethod
+    def exists(name: str) -> RequestError:
+        return RequestError(f"a voice named {quoted(name)} is already registered (from another reference): "
+                            "delete it first, or choose another name", param="name", code="voice_exists")
+
     def _existing(self, voice: Voice) -> Voice:
         existing = self.get(voice.name)
         if existing is not None and existing.fingerprint == voice.fingerprint:
             return existing
-        raise RequestError(f"a voice named {quoted(voice.name)} is already registered (from another reference): "
-                           "delete it first, or choose another name", param="name", code="voice_exists")
+        raise self.exists(voice.name)
 
     def _cached_or_read(self, name: str, f) -> Voice:
         status = os.fstat(f.fileno())

@@ -25,7 +25,9 @@ def parameters(repo: Path, model: str) -> dict[str, str]:
 
 def test_the_committed_repository_is_the_default_rendering(tmp_path):
     rendered = render_repository(ServeConfig(), tmp_path / "repo")
-    for model in (ROUTER_MODEL, *LANE_MODELS):
+    models = sorted(path.parent.name for path in REPOSITORY.glob("*/config.pbtxt"))
+    assert {ROUTER_MODEL, *LANE_MODELS, "voice_registry"} <= set(models)
+    for model in models:
         committed = (REPOSITORY / model / "config.pbtxt").read_text()
         assert (rendered / model / "config.pbtxt").read_text() == committed, model
 

@@ -1,0 +1,146 @@
+"""Triton glue of `voice_registry` (not decoupled: one request, one response): register, list and delete voices.
+
+Inputs, each [1] but `ref_audio` [-1]: `action` BYTES (`register`, `list` or `delete`), `name` BYTES (register,
+delete), and for register the reference inputs of `vox_ensemble` (`ref_audio`, `ref_sample_rate`, `ref_text`,
+`x_vector_only`), checked by the same code (reference_inputs.py). A register calls `voice_encoder` by BLS (one
+request, one response; the request the router builds for an inline reference, so the stored tensors are the
+ones an inline reference would reach the LM with) and stores its answer (store.py). Output `voices` BYTES [1]:
+JSON, the voice's metadata (register, delete) or `{"object": "list", "data": [...]}` (list).
+
+A name that holds another voice is refused (`voice_exists`: delete it first); registering the same reference
+under the same name again answers the stored voice, so a gateway that registers on every server, some of them
+sharing one data directory, gets the same answer from each. Errors are `Ended` values in the wire form.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend_python.router.voice_encoder import VoiceEncoderClient
+from backend_python.triton.params import model_parameters
+from backend_python.triton.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference
+from backend_python.triton.request_inputs import RequestError
+from backend_python.voices.store import Voice, VoiceStore, VoiceStoreSettings, check_name, fingerprint
+from protocol.models import VOICE_ENCODER
+from protocol.quoting import quoted
+from protocol.reasons import Ended, EndReason
+from protocol.tensors import REFERENCE_INPUTS, REFERENCE_TENSORS
+from protocol.wire import encode_error
+
+log = logging.getLogger("voxlane.voice_registry")
+ACTIONS = {"register": ("name", *REFERENCE_INPUTS), "list": (), "delete": ("name",)}  # the inputs each takes
+
+
+class VoiceRegistryModel:
+    def initialize(self, args: dict) -> None:
+        params = model_parameters(args)
+        self.settings = VoiceStoreSettings.from_parameters(params)
+        self.limits = ReferenceLimits.from_parameters(params)
+        self.store = VoiceStore.from_settings(self.settings)
+        self.encoder = VoiceEncoderClient(_NoHealing())
+        self._presets: tuple[str, ...] | None = None  # read at the first register: it imports the model registry
+
+    def execute(self, requests: list) -> list:
+        return [self._respond(request) for request in requests]
+
+    def _respond(self, request):
+        def get(name: str):
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            return None if tensor is None else tensor.as_numpy()
+        try:
+            answer = self._run(get, {t.name() for t in request.inputs()})
+        except RequestError as exc:
+            return _error(exc.ended)
+        except (OSError, ValueError) as exc:  # the data directory (a full disk, a damaged file)
+            log.error("voice registry failed: %s", exc)
+            return _error(Ended(EndReason.INTERNAL, f"voice registry failed: {exc}"))
+        if isinstance(answer, Ended):
+            return _error(answer)
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("voices", np.array([json.dumps(answer).encode("utf-8")], dtype=np.object_))])
+
+    def _run(self, get, names: set[str]) -> dict | Ended:
+        action = _action(get, names)
+        if action == "list":
+            return {"object": "list", "data": self.store.list()}
+        name = _text(get, "name", required=True)
+        if action == "delete":
+            return {**self.store.delete(name).metadata(), "deleted": True}
+        answer = self._register(check_name(name, self._preset_voices()), get)
+        return answer if isinstance(answer, Ended) else answer.metadata()
+
+    def _register(self, name: str, get) -> Voice | Ended:
+        reference = parse_reference(get, self.limits)
+        if reference is None:
+            raise RequestError("registering a voice needs 'ref_audio' (mono PCM in [-1, 1]) and 'ref_sample_rate'",
+                               param="ref_audio", code="missing_ref_audio")
+        existing = self.store.get(name)
+        if existing is not None and existing.fingerprint == _fingerprint(reference):
+            return existing  # registered before, from this reference: nothing to encode
+        if existing is not None:
+            raise self.store.exists(name)
+        tensors = self._encode(reference)
+        if isinstance(tensors, Ended):
+            return tensors
+        return self.store.add(self.store.new_voice(name, tensors, reference.audio, reference.sample_rate,
+                                                   reference.text, reference.x_vector_only))
+
+    def _encode(self, reference: ReferenceAudio) -> dict[str, np.ndarray] | Ended:
+        tensors = self.encoder.encode(reference, {})
+        if isinstance(tensors, Ended):
+            return tensors
+        return {t.name(): t.as_numpy() for t in tensors if t.name() in REFERENCE_TENSORS}
+
+    def _preset_voices(self) -> tuple[str, ...]:
+        if self._presets is None:
+            from backend_python.models import registry  # torch: only once something is registered
+            self._presets = registry.preset_voices(registry.resolve(self.settings.model))
+        return self._presets
+
+
+class _NoHealing:
+    """The lane health `VoiceEncoderClient` asks: the registry takes no lane out and reloads none (the router
+    does, for the streams it serves); a dead encoder is a 503 here, to be retried."""
+
+    def unavailable(self, model: str) -> None:
+        return None
+
+    def on_dead(self, model: str, message: str) -> Ended:
+        return Ended(EndReason.LANE_DOWN, f"the {VOICE_ENCODER} lane is down ({message}); retry")
+
+
+def _action(get, names: set[str]) -> str:
+    action = _text(get, "action", required=True)
+    if action not in ACTIONS:
+        raise RequestError(f"input 'action' must be one of {', '.join(ACTIONS)}, got {quoted(action)}",
+                           param="action", code="unknown_action")
+    extra = sorted(names - {"action", *ACTIONS[action]})
+    if extra:
+        raise RequestError(f"action {action!r} takes no input {quoted(extra[0])}", param=extra[0])
+    return action
+
+
+def _text(get, name: str, required: bool = False) -> str | None:
+    array = get(name)
+    if array is None:
+        if required:
+            raise RequestError(f"missing input {name!r}", param=name)
+        return None
+    if array.size != 1:
+        raise RequestError(f"input '{name}' must hold exactly one value, got shape {list(array.shape)}", param=name)
+    value = array.reshape(-1)[0]
+    try:
+        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"input '{name}' is not valid UTF-8 (byte {exc.start})", param=name) from None
+
+
+def _fingerprint(reference: ReferenceAudio) -> str:
+    return fingerprint(reference.audio, reference.sample_rate, reference.text, reference.x_vector_only)
+
+
+def _error(ended: Ended):
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(encode_error(ended)))

@@ -1,0 +1,6 @@
+"""The voice registry; the code lives in backend_python.voices.model."""
+from backend_python.voices.model import VoiceRegistryModel
+
+
+class TritonPythonModel(VoiceRegistryModel):
+    """Defined here, not imported under this name (see vox_ensemble/1/model.py)."""

@@ -1,0 +1,243 @@
+"""`voice_registry` in-process (fake pb_utils, a fake `voice_encoder` lane): register calls the encoder once and
+stores exactly what an inline reference would hand the LM; list and delete; every refusal is a coded `Ended`."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from protocol.reasons import Ended, EndReason
+from protocol.wire import decode_error, encode_error
+from tests.middle.conftest import STUB_DIED
+from tests.reference_audio import voiced
+
+RATE = 16000
+AUDIO = voiced(1.5, RATE)
+REF_TEXT = "A reference sentence."
+
+
+class FakeEncoderLane:
+    """`voice_encoder`: an embedding that depends on the audio, and codes in context; or a refusal."""
+
+    def __init__(self, pb) -> None:
+        self.pb, self.calls, self.refusal, self.is_dead = pb, [], None, False
+
+    def __call__(self, request, decoupled: bool):
+        pb = self.pb
+        assert not decoupled, "one request, one response"
+        inputs = {t.name(): t.as_numpy() for t in request.inputs()}
+        self.calls.append(inputs)
+        if self.is_dead:
+            return [pb.InferenceResponse(error=pb.TritonError(STUB_DIED.format(model="voice_encoder")))]
+        if self.refusal is not None:
+            return [pb.InferenceResponse(error=pb.TritonError(encode_error(self.refusal)))]
+        audio = inputs["ref_audio"]
+        outputs = [pb.Tensor("speaker_embedding", np.full((1, 8), float(audio.sum()), np.float32))]
+        if not inputs["x_vector_only"].reshape(-1)[0]:
+            frames = audio.shape[1] // 1920
+            outputs.append(pb.Tensor("ref_codes", np.arange(frames * 16, dtype=np.int64).reshape(1, frames, 16)))
+        return [pb.InferenceResponse(output_tensors=outputs)]
+
+
+@pytest.fixture
+def registry(pb, tmp_path):
+    from backend_python.voices.model import VoiceRegistryModel
+    pb.SERVER.reset()
+    encoder = FakeEncoderLane(pb)
+    pb.SERVER.handlers["voice_encoder"] = encoder
+    model = VoiceRegistryModel()
+    params = {"model": "qwen3-tts-tiny-base", "data_dir": str(tmp_path), "max_cached_voices": "4"}
+    model.initialize({"model_config": json.dumps(
+        {"parameters": {key: {"string_value": value} for key, value in params.items()}})})
+    model._presets = ("tiny",)  # the model's preset voices (read off the model registry in a server)
+    model.encoder_lane = encoder
+    return model
+
+
+def call(pb, model, action: str | None, **inputs):
+    tensors = [] if action is None else [pb.Tensor("action", np.array([action.encode()], dtype=np.object_))]
+    tensors += [pb.Tensor(name, value if isinstance(value, np.ndarray)
+                          else np.array([value.encode() if isinstance(value, str) else value]))
+                for name, value in inputs.items()]
+    response, = model.execute([pb.Request(tensors)])
+    if response.has_error():
+        return decode_error(response.error().message())
+    return json.loads(pb.get_output_tensor_by_name(response, "voices").as_numpy()[0])
+
+
+def register(pb, model, name: str, audio: np.ndarray = AUDIO, **reference):
+    reference = reference or {"ref_text": REF_TEXT}
+    return call(pb, model, "register", name=name, ref_audio=audio, ref_sample_rate=np.int32(RATE), **reference)
+
+
+def refused(answer, param: str | None, code: str | None, reason: EndReason = EndReason.REFUSED_BAD_INPUT):
+    assert isinstance(answer, Ended), answer
+    assert (answer.reason, answer.param, answer.code) == (reason, param, code), answer
+
+
+def test_register_stores_what_an_inline_reference_would_hand_the_lm(pb, registry):
+    from backend_python.router.voice_encoder import VoiceEncoderClient
+    from backend_python.triton.reference_inputs import ReferenceLimits, parse_reference
+    from backend_python.voices.model import _NoHealing
+
+    answer = register(pb, registry, "alice")
+    assert answer["name"] == "alice" and answer["transcript"] == REF_TEXT and answer["x_vector_only"] is False
+    assert answer["sample_rate"] == RATE and answer["duration_s"] == 1.5
+    registered_call, = registry.encoder_lane.calls
+    inputs = {"ref_audio": AUDIO, "ref_sample_rate": np.array([RATE], np.int32),
+              "ref_text": np.array([REF_TEXT.encode()], np.object_)}
+    inline = VoiceEncoderClient(_NoHealing()).encode(parse_reference(inputs.get, ReferenceLimits()), {})
+    inline_call = registry.encoder_lane.calls[-1]
+    assert registered_call.keys() == inline_call.keys()
+    for name in registered_call:  # the same encoder request
+        np.testing.assert_array_equal(registered_call[name], inline_call[name])
+    stored = registry.store.get("alice").lm_inputs()
+    assert sorted(stored) == sorted(t.name() for t in inline)
+    for tensor in inline:  # the same LM inputs, dtypes and shapes too
+        np.testing.assert_array_equal(stored[tensor.name()], tensor.as_numpy())
+        assert stored[tensor.name()].dtype == tensor.as_numpy().dtype
+
+
+def test_an_x_vector_voice_stores_the_embedding_alone(pb, registry):
+    answer = register(pb, registry, "xv", x_vector_only=np.bool_(True))
+    assert answer["x_vector_only"] is True and answer["transcript"] is None
+    assert set(registry.store.get("xv").lm_inputs()) == {"speaker_embedding"}
+
+
+def test_list_and_delete(pb, registry):
+    register(pb, registry, "bob")
+    register(pb, registry, "alice", audio=AUDIO * np.float32(0.5))
+    assert [v["name"] for v in call(pb, registry, "list")["data"]] == ["alice", "bob"]
+    deleted = call(pb, registry, "delete", name="bob")
+    assert (deleted["name"], deleted["deleted"], deleted["transcript"]) == ("bob", True, REF_TEXT)
+    assert [v["name"] for v in call(pb, registry, "list")["data"]] == ["alice"]
+    refused(call(pb, registry, "delete", name="bob"), "name", "voice_not_found")
+
+
+def test_a_taken_name_is_refused_and_the_same_reference_again_is_not(pb, registry):
+    first = register(pb, registry, "alice")
+    assert register(pb, registry, "alice") == first  # the stored voice, not encoded again
+    assert len(registry.encoder_lane.calls) == 1
+    refused(register(pb, registry, "alice", audio=AUDIO * np.float32(0.5)), "name", "voice_exists")
+    refused(register(pb, registry, "alice", x_vector_only=np.bool_(True)), "name", "voice_exists")
+    assert len(registry.encoder_lane.calls) == 1
+
+
+@pytest.mark.parametrize("name, code", [("a b", "bad_voice_name"), (".x", "bad_voice_name"), ("x" * 65, "bad_voice_name"),
+                                        ("tiny", "preset_voice_name")])
+def test_a_bad_name_is_refused_before_the_encoder(pb, registry, name, code):
+    refused(register(pb, registry, name), "name", code)
+    assert registry.encoder_lane.calls == [] and call(pb, registry, "list")["data"] == []
+
+
+@pytest.mark.parametrize("reference, param, code", [
+    (dict(ref_audio=AUDIO[:RATE // 10], ref_sample_rate=np.int32(RATE), ref_text=REF_TEXT), "ref_audio",
+     "ref_audio_too_short"),
+    (dict(ref_audio=AUDIO * np.float32(1e-5), ref_sample_rate=np.int32(RATE), ref_text=REF_TEXT), "ref_audio",
+     "ref_audio_silent"),
+    (dict(ref_audio=AUDIO, ref_sample_rate=np.int32(RATE)), "ref_text", "missing_ref_text"),
+    (dict(ref_audio=AUDIO), "ref_sample_rate", "missing_ref_sample_rate"),
+    (dict(ref_text=REF_TEXT), "ref_text", "missing_ref_audio"),
+    ({}, "ref_audio", "missing_ref_audio"),
+])
+def test_a_bad_reference_is_refused_by_the_router_s_checks(pb, registry, reference, param, code):
+    refused(call(pb, registry, "register", name="alice", **reference), param, code)
+    assert registry.encoder_lane.calls == [] and registry.store.get("alice") is None
+
+
+def test_bad_actions_and_inputs(pb, registry):
+    refused(call(pb, registry, "rename", name="x"), "action", "unknown_action")
+    refused(call(pb, registry, "list", name="x"), "name", None)
+    refused(call(pb, registry, "delete", name="x", ref_audio=AUDIO), "ref_audio", None)
+    refused(call(pb, registry, "delete"), "name", None)
+    refused(call(pb, registry, "register", name=b"\xff"), "name", None)
+
+
+def test_the_encoder_s_refusal_and_death_reach_the_client_and_nothing_is_stored(pb, registry):
+    registry.encoder_lane.refusal = Ended(EndReason.REFUSED_BAD_INPUT, "model cannot take reference audio",
+                                          param="ref_audio", code="reference_unsupported")
+    refused(register(pb, registry, "alice"), "ref_audio", "reference_unsupported")
+    registry.encoder_lane.refusal, registry.encoder_lane.is_dead = None, True
+    refused(register(pb, registry, "alice"), None, None, EndReason.LANE_DOWN)
+    assert registry.store.get("alice") is None and pb.SERVER.unloaded == []  # the router heals lanes, not this
+
+
+# ---- the router: a request whose `voice` names a registered voice ----------------------------------------------
+
+@pytest.fixture
+def served(pb, tmp_path):
+    """A router over fake lanes and a registry sharing one data directory, as in one server."""
+    from backend_python.voices.model import VoiceRegistryModel
+    from tests.middle.conftest import Lanes
+    params = {"model": "qwen3-tts-tiny-base", "data_dir": str(tmp_path)}
+    lanes = Lanes(pb, "voxlane", params)
+    encoder = FakeEncoderLane(pb)
+    pb.SERVER.handlers["voice_encoder"] = encoder
+    lanes.lm.model.supports_reference = True
+    model = VoiceRegistryModel()
+    model.initialize({"model_config": json.dumps(
+        {"parameters": {key: {"string_value": value} for key, value in params.items()}})})
+    model._presets = lanes.lm.model.voices
+    yield lanes, model, encoder
+    lanes.close()
+
+
+def spoken(lanes, request):
+    from tests.middle.test_router_relay import outcome
+    from tests.middle.conftest import chunk
+    if not request.sender.is_final.is_set():
+        seq = lanes.engine.next_sequence()
+        seq.sink.emit(chunk(0))
+        lanes.engine.finish(seq.request_id, None)
+    return outcome(request)
+
+
+def test_a_registered_voice_reaches_the_lm_as_its_inline_reference_does_without_the_encoder(pb, served):
+    lanes, model, encoder = served
+    register(pb, model, "alice")
+    inline = lanes.speak("Say this.", ref_audio=AUDIO, ref_sample_rate=np.int32(RATE), ref_text=REF_TEXT)
+    assert spoken(lanes, inline)[1] is None
+    num_encoded = len(encoder.calls)
+    chunks, ended = spoken(lanes, lanes.speak("Say this.", voice="alice"))
+    assert ended is None and [i for i, _, _ in chunks] == [0]
+    assert len(encoder.calls) == num_encoded  # the stored tensors: no encoder call
+    inline_names, named_names = lanes.lm_input_names[-2:]
+    assert "voice" not in named_names and sorted(inline_names) == sorted(named_names)
+    inline_reference, named_reference = lanes.lm.model.references[-2:]
+    assert named_reference.text == inline_reference.text == REF_TEXT
+    assert sorted(named_reference.tensors) == sorted(inline_reference.tensors) == ["ref_codes", "speaker_embedding"]
+    for name, tensor in inline_reference.tensors.items():
+        assert named_reference.tensors[name].dtype == tensor.dtype
+        assert named_reference.tensors[name].tolist() == tensor.tolist()
+
+
+def test_a_voice_registered_by_another_process_is_found_and_a_deleted_one_is_unknown(pb, served, tmp_path):
+    from backend_python.voices.store import VoiceStore, VoiceStoreSettings
+    lanes, model, _ = served
+    assert lanes.router.voices.get("bob") is None  # looked up (and missed) before it exists
+    other = VoiceStore.from_settings(VoiceStoreSettings(model="qwen3-tts-tiny-base", data_dir=str(tmp_path)))
+    other.add(other.new_voice("bob", {"speaker_embedding": np.ones(8, np.float32)}, AUDIO, RATE, None, True))
+    assert spoken(lanes, lanes.speak("Hi.", voice="bob"))[1] is None
+    assert lanes.lm.model.references[-1].text is None
+    other.delete("bob")
+    ended = spoken(lanes, lanes.speak("Hi.", voice="bob"))[1]
+    assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "voice", "unknown_voice")
+
+
+def test_a_preset_voice_still_goes_to_the_lm_and_an_unknown_one_is_refused_there(pb, served):
+    lanes, _, encoder = served
+    assert spoken(lanes, lanes.speak("Hi.", voice="tiny"))[1] is None
+    assert "voice" in lanes.lm_input_names[-1] and lanes.lm.model.references[-1] is None
+    ended = spoken(lanes, lanes.speak("Hi.", voice="nobody"))[1]
+    assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "voice", "unknown_voice")
+    assert encoder.calls == []
+
+
+def test_a_registered_voice_and_a_reference_together_are_refused_at_once(pb, served):
+    lanes, model, encoder = served
+    register(pb, model, "alice")
+    ended = spoken(lanes, lanes.speak("Hi.", voice="alice", ref_audio=AUDIO, ref_sample_rate=np.int32(RATE),
+                                      x_vector_only=np.bool_(True)))[1]
+    assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "voice", "voice_and_reference")
+    assert len(encoder.calls) == 1 and len(lanes.lm_input_names) == 0

@@ -1,0 +1,39 @@
+"""`voice_registry` and the router get the same voice store settings from `voxlane serve` (`--data-dir`)."""
+from __future__ import annotations
+
+import re
+
+from backend_python.voices.store import VoiceStoreSettings
+from clients.cli import _add_server_flags, _serve_config
+from clients.serve import REPOSITORY, ServeConfig, render_repository
+
+_PARAMETER = re.compile(r'key: "(\w+)" value: \{ string_value: "([^"]*)" \}')
+
+
+def store_settings(repo, model: str) -> VoiceStoreSettings:
+    return VoiceStoreSettings.from_parameters(dict(_PARAMETER.findall((repo / model / "config.pbtxt").read_text())))
+
+
+def test_the_default_store_is_under_the_cache_and_both_models_agree():
+    assert store_settings(REPOSITORY, "vox_ensemble") == store_settings(REPOSITORY, "voice_registry") \
+        == VoiceStoreSettings()
+    assert VoiceStoreSettings().data_dir == ""  # resolved in the server: $VOXLANE_CACHE/data, no path committed
+
+
+def test_data_dir_and_model_reach_the_router_and_the_registry(tmp_path):
+    import argparse
+    parser = argparse.ArgumentParser()
+    _add_server_flags(parser)
+    config = _serve_config(parser.parse_args(["--data-dir", str(tmp_path / "data"), "--model", "qwen3-tts-tiny-base"]))
+    repo = render_repository(config, tmp_path / "repo")
+    expected = VoiceStoreSettings(model="qwen3-tts-tiny-base", data_dir=str(tmp_path / "data"))
+    assert store_settings(repo, "vox_ensemble") == store_settings(repo, "voice_registry") == expected
+    assert expected.directory == tmp_path / "data" / "voices" / "qwen3-tts-tiny-base"
+    text = (repo / "voice_registry" / "config.pbtxt").read_text()
+    assert "KIND_CPU" in text and "mps_active_thread_percentage" not in text  # not a lane: no GPU, no torch settings
+
+
+def test_a_relative_data_dir_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert ServeConfig(data_dir="voices-here").voice_store_settings().data_dir == str(tmp_path / "voices-here")
+    assert ServeConfig(device="cuda").voice_store_settings().data_dir == ""
