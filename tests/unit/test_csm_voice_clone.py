@@ -118,6 +118,12 @@ def test_audio_shorter_than_a_frame_or_not_mono_is_refused(encoder, bad):
         encoder.encode([bad], [False])
 
 
+def test_a_half_precision_codec_is_encoded_in_float32(checkpoint, audio):
+    half = CsmVoiceEncoder(MimiCodec.from_pretrained(checkpoint, read_config(checkpoint).codec, dtype=torch.bfloat16))
+    assert {p.dtype for p in half.parameters()} == {torch.float32}
+    assert half.encode([audio], [False])[0]["ref_codes"].shape == (7, 32)
+
+
 def test_the_registry_gives_the_codec_weights_in_float32(tmp_path, monkeypatch, checkpoint):
     monkeypatch.setenv("VOXLANE_CACHE", str(tmp_path))
     spec = registry.resolve("csm-tiny")
