@@ -66,13 +66,14 @@ class VoiceEncoderModel:
         return reference
 
     def _encode_isolated(self, references: list[ReferenceAudio]) -> list:
-        """Each reference's tensors by name, or the Ended of one whose encode raises (the others still encode)."""
+        """Each reference's tensors by name, or the Ended of one whose encode raises (the others still encode):
+        a ValueError is the encoder refusing that reference (bad input, e.g. x-vector only where the family
+        clones in context only), anything else its failure."""
         try:
             return self._encode(references)
         except Exception as exc:  # one bad reference must not fail the batch: encode each alone
             if len(references) == 1:
-                log.error("voice encoder failed: %s", exc)
-                return [Ended(EndReason.INTERNAL, f"voice encoder failed: {exc}")]
+                return [_encode_failure(exc)]
         return [self._encode_isolated([reference])[0] for reference in references]
 
     def _encode(self, references: list[ReferenceAudio]) -> list[dict[str, np.ndarray]]:
@@ -85,6 +86,13 @@ class VoiceEncoderModel:
         with torch.inference_mode():
             results = self.encoder.encode(audio, [r.x_vector_only for r in references])
         return [{name: _as_output(name, tensor) for name, tensor in result.items()} for result in results]
+
+
+def _encode_failure(exc: Exception) -> Ended:
+    if isinstance(exc, ValueError):
+        return Ended(EndReason.REFUSED_BAD_INPUT, f"the voice encoder refused the reference: {exc}", param="ref_audio")
+    log.error("voice encoder failed: %s", exc)
+    return Ended(EndReason.INTERNAL, f"voice encoder failed: {exc}")
 
 
 def check_declared(reference_tensors: dict) -> None:

@@ -40,6 +40,8 @@ class VoiceEncoderClient:
         # copies: as_numpy() views the response's shared memory, freed with the response
         tensors = [pb_utils.Tensor(t.name(), np.array(t.as_numpy()[0])) for t in response.output_tensors()
                    if t.name() in REFERENCE_TENSORS]
+        if not tensors:  # the LM would speak without the voice: never silently
+            return Ended(EndReason.INTERNAL, f"{VOICE_ENCODER} answered none of {list(REFERENCE_TENSORS)}")
         if reference.text is not None:
             tensors.append(pb_utils.Tensor("ref_text", np.array([reference.text.encode("utf-8")], dtype=np.object_)))
         return tensors

@@ -30,6 +30,7 @@ def lane(pb):
             self.weight = nn.Parameter(torch.zeros(1))
             self.batches = []  # (lengths, x_vector_only) of each encode call
             self.fails_on_length = None
+            self.refuses_x_vector_at = None
 
         @property
         def sample_rate(self) -> int:
@@ -39,6 +40,8 @@ def lane(pb):
             self.batches.append(([a.numel() for a in audio], list(x_vector_only)))
             if any(a.numel() == self.fails_on_length for a in audio):
                 raise RuntimeError("encoder blew up")
+            if any(x and a.numel() == self.refuses_x_vector_at for a, x in zip(audio, x_vector_only)):
+                raise ValueError("this encoder clones in context only")
             return [{"speaker_embedding": torch.full((4,), float(a.numel())),
                      **({} if x else {"ref_codes": torch.ones(a.numel() // 1920, 2, dtype=torch.int32)})}
                     for a, x in zip(audio, x_vector_only)]
@@ -90,6 +93,16 @@ def test_a_reference_whose_encode_raises_fails_alone(pb, lane):
     assert outputs(good)["speaker_embedding"][0, 0] == 24000.0
     ended = decode_error(failed.error().message())
     assert ended.reason is EndReason.INTERNAL and "encoder blew up" in ended.message
+
+
+def test_a_reference_the_encoder_refuses_is_bad_input_alone(pb, lane):
+    lane.encoder.refuses_x_vector_at = 24000
+    refused, good = lane.execute([reference_request(pb, voiced(1.0, 24000), 24000, x_vector_only=True),
+                                  reference_request(pb, voiced(1.0, 24000), 24000)])
+    ended = decode_error(refused.error().message())
+    assert (ended.reason, ended.param) == (EndReason.REFUSED_BAD_INPUT, "ref_audio")
+    assert "clones in context only" in ended.message
+    assert outputs(good)["ref_codes"].shape == (1, 12, 2)
 
 
 def test_a_family_without_an_encoder_refuses_every_request(pb, lane):

@@ -27,6 +27,7 @@ class FakeVoiceEncoder:
         self.calls = []  # (inputs by name, how many LM requests came before it)
         self.refusal: Ended | None = None  # the lane's own coded answer (e.g. no encoder in the family)
         self.is_dead = False
+        self.is_empty = False  # answers no tensor at all
 
     def __call__(self, request, decoupled: bool):
         pb = self.lanes.pb
@@ -37,6 +38,8 @@ class FakeVoiceEncoder:
             return [pb.InferenceResponse(error=pb.TritonError(STUB_DIED.format(model="voice_encoder")))]
         if self.refusal is not None:
             return [pb.InferenceResponse(error=pb.TritonError(encode_error(self.refusal)))]
+        if self.is_empty:
+            return [pb.InferenceResponse(output_tensors=[])]
         frames = inputs["ref_audio"].shape[1] // 1920
         outputs = [pb.Tensor("speaker_embedding", np.full((1, EMBEDDING_SIZE), 0.25, np.float32))]
         if not inputs["x_vector_only"].reshape(-1)[0]:
@@ -128,6 +131,14 @@ def test_a_model_with_only_cloned_voices_needs_a_reference(lanes, encoder):
     _, ended = outcome(lanes.speak("Say this."))
     assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "ref_audio", "missing_ref_audio")
     assert lanes.engine.added.empty()
+
+
+def test_an_encoder_answer_without_tensors_never_reaches_the_lm(lanes, encoder):
+    """Else the LM would speak its own voice and the client would not know its reference was dropped."""
+    encoder.is_empty = True
+    _, ended = outcome(lanes.speak("Say this.", ref_audio=AUDIO, ref_sample_rate=np.int32(RATE), x_vector_only=True))
+    assert ended.reason is EndReason.INTERNAL and "answered none of" in ended.message
+    assert lanes.lm_input_names == []
 
 
 def test_the_lm_refuses_a_reference_its_model_cannot_use(lanes, encoder):
