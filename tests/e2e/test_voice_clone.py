@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from clients.stream import StreamError, read_wav, synthesize
+from clients.text_stream import speak_streaming_text
 from protocol.reasons import EndReason
 from tests.e2e.conftest import start_server
 from tests.e2e.test_streaming import PATH_ROUNDING
+from tests.e2e.test_text_stream import words
 from tests.reference_audio import voiced
 
 BASE_PRESET = "qwen3-tts-tiny-base"
@@ -153,3 +155,30 @@ def test_a_model_without_a_voice_encoder_refuses_a_reference(url, kind):
     assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "ref_audio",
                                                        "reference_unsupported")
     assert synthesize(url, TEXT, seed=2, max_audio_seconds=0.4, ignore_eos=True).chunks
+
+
+@pytest.fixture(scope="module")
+def csm_url(model_cache, tmp_path_factory) -> str:
+    server = start_server("csm-tiny", tmp_path_factory)
+    yield server.grpc_url
+    server.stop()
+
+
+def test_csm_clones_in_context_for_a_whole_text_and_a_streamed_one(csm_url):
+    """CSM hears the reference as an earlier turn; a session takes the reference on its first request."""
+    whole = clone(csm_url, seconds=1.6, ref_text=REF_TEXT)
+    assert [c.index for c in whole.chunks] == list(range(len(whole.chunks))) and whole.audio.size == 20 * 1920
+    session = dict(seed=1, max_audio_seconds=2.0, ignore_eos=True)
+    text = "Get the trust fund to the bank early. Then wait."
+    cloned = speak_streaming_text(csm_url, words(text, pause_s=0.05), ref_audio=REFERENCE, ref_sample_rate=RATE,
+                                  ref_text=REF_TEXT, **session)
+    assert cloned.piece_errors == [] and [c.index for c in cloned.chunks] == list(range(len(cloned.chunks)))
+    assert cloned.audio.size == 25 * 1920
+    plain = speak_streaming_text(csm_url, words(text, pause_s=0.05), **session)
+    assert not np.allclose(cloned.audio, plain.audio, atol=1e-3)  # the session's reference reached its prompt
+
+
+def test_csm_refuses_an_x_vector_reference_by_name(csm_url):
+    with pytest.raises(StreamError, match="x_vector_only") as refused:
+        clone(csm_url, x_vector_only=True)
+    assert (refused.value.ended.reason, refused.value.ended.param) == (EndReason.REFUSED_BAD_INPUT, "ref_audio")
