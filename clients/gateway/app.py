@@ -24,6 +24,8 @@ from clients.gateway.service import Gateway
 from clients.gateway.speech import SpeechRequest, model_not_found, parse_speech, served_models
 from clients.gateway.speech_socket import serve_socket
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
+from clients.gateway.voices import (merged_delete, merged_list, merged_register, no_server, read_upload,
+                                    registry_request, upload_param)
 
 log = logging.getLogger("voxlane.gateway")
 GATEWAY = web.AppKey("gateway", Gateway)
@@ -34,7 +36,8 @@ def build_app(gateway: Gateway) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
     app[GATEWAY] = gateway
     app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/audio/speech/stream", speech_stream),
-                    web.get("/v1/models", models),
+                    web.post("/v1/audio/voices", register_voice), web.get("/v1/audio/voices", list_voices),
+                    web.delete("/v1/audio/voices/{name}", delete_voice), web.get("/v1/models", models),
                     web.get("/v1/models/{model}", model), web.get("/health", health), web.get("/metrics", metrics)])
     add_playground_routes(app)
     return app
@@ -161,6 +164,34 @@ class ClientTooSlow(Exception):
 async def speech_stream(request: web.Request) -> web.StreamResponse:
     """Streaming text in over a WebSocket (speech_socket.py)."""
     return await serve_socket(request, request.app[GATEWAY])
+
+
+async def register_voice(request: web.Request) -> web.Response:
+    """A multipart upload (voices.py) registered on every ready server."""
+    gateway = request.app[GATEWAY]
+    upload = await read_upload(request)
+    if isinstance(upload, ApiError):
+        return error_response(gateway, upload)
+    answers = await gateway.call_voice_registry(registry_request("register", upload.name, upload))
+    result = merged_register(answers) if answers else no_server()
+    if isinstance(result, ApiError):
+        return error_response(gateway, upload_param(result))
+    return web.json_response(result)
+
+
+async def list_voices(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    answers = await gateway.call_voice_registry(registry_request("list"))
+    result = merged_list(answers) if answers else no_server()
+    return error_response(gateway, result) if isinstance(result, ApiError) else web.json_response(result)
+
+
+async def delete_voice(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    name = request.match_info["name"]
+    answers = await gateway.call_voice_registry(registry_request("delete", name))
+    result = merged_delete(name, answers) if answers else no_server()
+    return error_response(gateway, result) if isinstance(result, ApiError) else web.json_response(result)
 
 
 async def models(request: web.Request) -> web.Response:

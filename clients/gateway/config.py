@@ -19,6 +19,7 @@ class GatewayConfig:
     max_attempts: int = 2  # servers a stream refused with 503 before any audio is tried on: one retry
     startup_timeout_s: float = 60.0  # for a first server to answer
     write_timeout_s: float = 30.0  # an HTTP client that takes no bytes this long is dropped (its stream cancelled)
+    registry_timeout_s: float = 60.0  # a call to a server's voice_registry (a register encodes the reference)
 
     def __post_init__(self) -> None:
         if not self.tritons or not all(self.tritons):
@@ -30,5 +31,5 @@ class GatewayConfig:
         if self.max_attempts < 1:
             raise ValueError("a stream needs at least one attempt")
         if min(self.request_timeout_s, self.scrape_interval_s, self.down_s, self.startup_timeout_s,
-               self.readiness_interval_s, self.write_timeout_s) <= 0:
+               self.readiness_interval_s, self.write_timeout_s, self.registry_timeout_s) <= 0:
             raise ValueError("timeouts and intervals must be > 0")

@@ -3,6 +3,7 @@
 | reason | status | `code` | |
 | --- | --- | --- | --- |
 | `bad_input` (and Triton's own refusals) | 400 | the server's (e.g. `unknown_voice`) | `param`: the input it names |
+| `bad_input` with code `voice_not_found` / `voice_exists` | 404 / 409 | the server's | the voice registry's refusals |
 | `overloaded` | 503 | `overloaded` | `Retry-After`; the gateway tries another server first |
 | `lane_down` | 503 | `lane_down` | `Retry-After`; the gateway tries another server first |
 | `cancelled` with a code (a streaming-text session's `text_idle_timeout`) | 408 | the server's | the client's text stopped coming |
@@ -21,6 +22,8 @@ SERVER_ERROR = "server_error"
 RETRY_AFTER_S = 1  # what a 503 asks a client to wait: the gateway has already tried its other servers
 # Triton input names that the OpenAI request spells differently
 _PARAMS = {"text": "input"}
+# bad input whose code says more than 400 does: the voice registry's unknown name and taken name
+_STATUS_BY_CODE = {"voice_not_found": 404, "voice_exists": 409}
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,8 @@ def internal(message: str) -> ApiError:
 def from_ended(ended: Ended) -> ApiError:
     """The error of a stream the server ended (its reason decides the status; see the table above)."""
     if ended.reason is EndReason.REFUSED_BAD_INPUT:
-        return bad_request(ended.message, _PARAMS.get(ended.param, ended.param), ended.code)
+        return ApiError(_STATUS_BY_CODE.get(ended.code, 400), ended.message, INVALID_REQUEST,
+                        _PARAMS.get(ended.param, ended.param), ended.code)
     if ended.reason.is_retryable_elsewhere:
         return unavailable(ended.message, code=ended.reason.value)
     if ended.reason is EndReason.CANCELLED and ended.code is not None:  # the server ended it for the client's fault

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -11,12 +12,12 @@ from pathlib import Path
 import aiohttp
 import grpc
 import tritonclient.grpc.aio as grpcaio
-from tritonclient.grpc import service_pb2_grpc
+from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from clients.gateway.balancer import Backend, Balancer
 from clients.gateway.config import GatewayConfig
-from clients.gateway.errors import ApiError, unavailable
+from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
 from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve
 from clients.gateway.speech import SpeechRequest
 from clients.gateway.stats import GatewayStats
@@ -24,6 +25,7 @@ from clients.gateway.triton_session import SessionEvent, SessionText, TritonSess
 from clients.gateway.triton_stream import AudioChunk, StreamFailure, stream_chunks
 from protocol.models import LM, ROUTER
 from protocol.reasons import EndReason
+from protocol.wire import decode_error
 
 log = logging.getLogger("voxlane.gateway")
 LIVE_METRIC = "voxlane_live_requests"
@@ -101,6 +103,21 @@ class Gateway:
             finally:
                 self.balancer.release(backend)
         raise StreamFailure(last_error)
+
+    async def call_voice_registry(self, proto: service_pb2.ModelInferRequest) -> list[dict | ApiError]:
+        """`proto` to the `voice_registry` of every ready server at once: each one's JSON answer or error
+        (none when no server is ready)."""
+        backends = [b for b in self.balancer.backends if b.is_ready]
+        return list(await asyncio.gather(*(self._call_voice_registry(b, proto) for b in backends)))
+
+    async def _call_voice_registry(self, backend: Backend, proto: service_pb2.ModelInferRequest) -> dict | ApiError:
+        try:
+            response = await self._stub(backend).ModelInfer(proto, timeout=self.config.registry_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return from_grpc_error(exc)
+            return from_ended(decode_error(exc.details() or ""))  # the registry's coded answer, or Triton's own
+        return json.loads(InferResult(response).as_numpy("voices")[0])
 
     def _stub(self, backend: Backend) -> service_pb2_grpc.GRPCInferenceServiceStub:
         channels = self._channels[backend.url]

@@ -1,9 +1,12 @@
 """`POST /v1/audio/speech` bodies: OpenAI's fields plus VoxLane's sampling fields, checked at the door."""
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from dataclasses import dataclass, field
 
+from backend_python.audio.decoding import AudioFileError, decode_reference
 from backend_python.audio.formats import FORMATS, SAMPLE_RATES
 from clients.gateway.errors import ApiError, bad_request
 from protocol.quoting import quoted
@@ -20,6 +23,9 @@ EXTRA_FIELDS = {"seed": int, "temperature": float, "top_p": float, "top_k": int,
                 "max_audio_seconds": float, "ignore_eos": bool}
 OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "stream_format", "instructions")
 OUTPUT_FIELDS = ("sample_rate",)  # VoxLane's: the rate of the audio sent (default: the model's)
+# VoxLane's: a voice to clone, inline (a registered voice is a `voice`): `ref_audio` the base64 of a WAV, FLAC or
+# Ogg file, `ref_text` its transcript, `x_vector_only` the speaker embedding alone. Whole-text requests only
+REFERENCE_FIELDS = ("ref_audio", "ref_text", "x_vector_only")
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,7 @@ def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | Ap
     """The request, or the first thing wrong with it (OpenAI's error shape)."""
     if not isinstance(body, dict):
         return bad_request("the request body must be a JSON object")
-    unknown = sorted(set(body) - set(OPENAI_FIELDS) - set(EXTRA_FIELDS) - set(OUTPUT_FIELDS))
+    unknown = sorted(set(body) - set(OPENAI_FIELDS) - set(EXTRA_FIELDS) - set(OUTPUT_FIELDS) - set(REFERENCE_FIELDS))
     if unknown:
         return bad_request(f"unrecognized request argument supplied: {quoted(unknown[0])}", param=unknown[0])
     checks = (_check_model(body, model_ids), _check_input(body), _check_formats(body), _check_sample_rate(body),
@@ -53,6 +59,10 @@ def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | Ap
     params = extra_params(body)
     if isinstance(params, ApiError):
         return params
+    reference = reference_params(body)
+    if isinstance(reference, ApiError):
+        return reference
+    params.update(reference)
     return SpeechRequest(body["model"], body["input"], voice, body.get("response_format", "wav"),
                          body.get("stream_format", "audio"), params, body.get("sample_rate"))
 
@@ -138,6 +148,42 @@ def _voice(voice: object) -> str | None | ApiError:
     if not isinstance(voice, str) or not voice:
         return bad_request("'voice' must be a voice name or {\"id\": name}", param="voice")
     return check_unicode(voice, "voice") or voice
+
+
+def reference_params(body: dict) -> dict | ApiError:
+    """The router's reference inputs from `ref_audio` (decoded here: samples and their rate), `ref_text` and
+    `x_vector_only`; the server checks the rest (length, level, a transcript for in-context cloning)."""
+    params = {}
+    if body.get("ref_audio") is not None:
+        audio = decode_audio_field(body["ref_audio"])
+        if isinstance(audio, ApiError):
+            return audio
+        params.update(ref_audio=audio.samples, ref_sample_rate=audio.sample_rate)
+    text = body.get("ref_text")
+    if text is not None:
+        if not isinstance(text, str):
+            return bad_request(f"'ref_text' must be a string, got {quoted(text)}", param="ref_text")
+        if (error := check_unicode(text, "ref_text")) is not None:
+            return error
+        params["ref_text"] = text
+    flags = extra_params(body, {"x_vector_only": bool})
+    return flags if isinstance(flags, ApiError) else {**params, **flags}
+
+
+def decode_audio_field(value: object):
+    """`ref_audio`: the base64 of a WAV, FLAC or Ogg file (a `data:audio/...;base64,` URL too), decoded."""
+    if not isinstance(value, str):
+        return bad_request("'ref_audio' must be a string: the base64 of a WAV, FLAC or Ogg file", param="ref_audio")
+    if value.startswith("data:") and ";base64," in value:
+        value = value.split(";base64,", 1)[1]
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return bad_request("'ref_audio' is not valid base64", param="ref_audio", code="invalid_base64")
+    try:
+        return decode_reference(data)
+    except AudioFileError as exc:
+        return bad_request(f"'ref_audio': {exc}", param="ref_audio", code=exc.code)
 
 
 def extra_params(body: dict, fields: dict[str, type] = EXTRA_FIELDS) -> dict | ApiError:

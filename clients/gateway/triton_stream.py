@@ -61,10 +61,13 @@ def infer_request(request: SpeechRequest, request_id: str | None = None) -> serv
 
 
 def add_input(proto: service_pb2.ModelInferRequest, name: str, value: object) -> None:
-    spec = REQUEST_INPUTS[name]
-    array = scalar_array(name, value)
-    proto.inputs.add(name=name, datatype=spec.triton_type, shape=list(spec.shape))
-    raw = serialize_byte_tensor(array).item() if spec.triton_type == "BYTES" else array.tobytes()
+    """A router input by its protocol table: [1], or `ref_audio`'s [n]."""
+    add_tensor(proto, name, REQUEST_INPUTS[name].triton_type, scalar_array(name, value))
+
+
+def add_tensor(proto: service_pb2.ModelInferRequest, name: str, datatype: str, array: np.ndarray) -> None:
+    proto.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
+    raw = serialize_byte_tensor(array).item() if datatype == "BYTES" else array.tobytes()
     proto.raw_input_contents.append(raw)
 
 
