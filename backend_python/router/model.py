@@ -27,7 +27,7 @@ from backend_python.router.lm_client import LMClient
 from backend_python.router.lm_watch import LMWatch
 from backend_python.router.outlet import FINAL, Outlet, error_response
 from backend_python.router.relay import Relay
-from backend_python.router.stream import Job, as_numpy, copied_inputs
+from backend_python.router.stream import Job, PendingReference, as_numpy, copied_inputs
 from backend_python.router.text_sessions import TextSessions, piece_bytes
 from backend_python.router.stub_process import StubWatch, stub_is_running
 from backend_python.router.voice_encoder import VoiceEncoderClient
@@ -161,7 +161,8 @@ class RouterModel:
         return Job(stream_id=stream_id, inputs=inputs, sender=sender,
                    arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text),
                    audio=StreamAudio(options.audio_format, options.sample_rate), client_id=client_id,
-                   session_id=session_id, reference=reference)
+                   session_id=session_id,
+                   reference=PendingReference(reference) if reference is not None else None)
 
     def _registered_voice(self, voice: str | None, reference, inputs: list) -> list:
         """A `voice` that names a registered voice: its stored tensors take the place of `voice`, the LM inputs

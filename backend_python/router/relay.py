@@ -44,7 +44,7 @@ class Relay:
     def _start(self, job: Job) -> Ended | None:
         """Encode the stream's reference audio (if any), then hand the stream to the LM; None when it accepted."""
         if job.reference is not None:
-            reference = self._encoder.encode(job.reference, job.codec_parameters)
+            reference = self._encoder.encode(job.reference.take(), job.codec_parameters)
             if isinstance(reference, Ended):
                 return reference
             job = replace(job, inputs=job.inputs + reference)

@@ -24,11 +24,25 @@ class Job:
     audio: StreamAudio  # its chunks resampled and encoded as the client asked (`audio_format`, `sample_rate`)
     client_id: str | None = None  # the client's request id when it acks chunks (`client_acks`): acks name it
     session_id: object = None  # the sequence id of a streaming-text session: its pieces name it
-    reference: ReferenceAudio | None = None  # a voice to clone: encoded (voice_encoder) before the LM request
+    reference: "PendingReference | None" = None  # a voice to clone: encoded (voice_encoder) before the LM request
 
     @property
     def acks(self) -> bool:
         return self.client_id is not None
+
+
+class PendingReference:
+    """A stream's reference audio until the encoder lane has taken it: up to 60 s of audio (11 MB at 48 kHz)
+    is not kept for the rest of the stream's life."""
+
+    def __init__(self, reference: ReferenceAudio) -> None:
+        self._reference: ReferenceAudio | None = reference
+
+    def take(self) -> ReferenceAudio:
+        reference, self._reference = self._reference, None
+        if reference is None:
+            raise RuntimeError("a stream's reference audio was taken twice")
+        return reference
 
 
 @dataclass(frozen=True)

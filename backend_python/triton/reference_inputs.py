@@ -73,7 +73,7 @@ def parse_reference(get: GetInput, limits: ReferenceLimits, needs_text: bool = T
         raise RequestError("in-context cloning needs 'ref_text', the transcript of 'ref_audio'; send it, or set "
                            "'x_vector_only' to clone from the speaker embedding alone", param="ref_text",
                            code="missing_ref_text")
-    audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
+    audio = np.array(audio, dtype=np.float32).reshape(-1)  # a copy: the request's tensor is freed with it
     check_reference_audio(audio, rate, limits)
     return ReferenceAudio(audio, rate, None if x_vector_only else text, x_vector_only)
 
