@@ -159,7 +159,7 @@ class LMModel:
 
         req: SpeechRequest = parse_speech_request(get, self.limits, is_text_open=bool(_scalar_input(request, TEXT_OPEN)))
         reference = voice_reference(get)
-        check_can_clone(self.model, reference, req.is_text_open)
+        check_can_clone(self.model, reference, req.is_text_open, req.voice)
         is_known_voice = req.voice is None or req.voice in self.model.voices
         try:
             text = self._open_text(req, reference) if req.is_text_open else None
@@ -170,7 +170,8 @@ class LMModel:
             raise
         except ValueError as exc:
             raise (RequestError(str(exc)) if is_known_voice
-                   else RequestError(str(exc), param="voice", code="unknown_voice")) from None
+                   else RequestError(f"{exc}; no voice is registered under that name either (voice_registry)",
+                                     param="voice", code="unknown_voice")) from None
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         generator = seeded_generator(seed, self.device)  # every bit of the seed counts (seeding.py)
         max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))

@@ -27,12 +27,12 @@ def voice_reference(get: Callable[[str], "np.ndarray | None"]):
                           text=None if text is None else bytes(text.reshape(-1)[0]).decode("utf-8"))
 
 
-def check_can_clone(model, reference, is_text_open: bool) -> None:
+def check_can_clone(model, reference, is_text_open: bool, voice: str | None = None) -> None:
     """Refuse a reference the model cannot use: its family clones no voice, or (a streaming-text session) its
     `open_text` takes no reference; and refuse no reference to a model that has only cloned voices (no preset
-    voices: a Base model)."""
+    voices: a Base model) when no voice is named either (a named one is the prompt's to refuse: unknown_voice)."""
     if reference is None:
-        if model.supports_reference and not model.voices:
+        if model.supports_reference and not model.voices and voice is None:
             raise RequestError("this model has no preset voices: it speaks only a cloned voice; send 'ref_audio' "
                                "(with 'ref_sample_rate', and 'ref_text' or 'x_vector_only')", param="ref_audio",
                                code="missing_ref_audio")

@@ -186,10 +186,17 @@ def served(pb, tmp_path):
 def spoken(lanes, request):
     from tests.middle.test_router_relay import outcome
     from tests.middle.conftest import chunk
-    if not request.sender.is_final.is_set():
-        seq = lanes.engine.next_sequence()
+    import queue
+    import time
+    deadline = time.monotonic() + 5.0
+    while not request.sender.is_final.is_set() and time.monotonic() < deadline:  # refused, or accepted by the LM
+        try:
+            seq = lanes.engine.added.get(timeout=0.01)
+        except queue.Empty:
+            continue
         seq.sink.emit(chunk(0))
         lanes.engine.finish(seq.request_id, None)
+        break
     return outcome(request)
 
 
@@ -241,3 +248,14 @@ def test_a_registered_voice_and_a_reference_together_are_refused_at_once(pb, ser
                                       x_vector_only=np.bool_(True)))[1]
     assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "voice", "voice_and_reference")
     assert len(encoder.calls) == 1 and len(lanes.lm_input_names) == 0
+
+
+def test_on_a_model_of_cloned_voices_only_an_unknown_name_is_unknown_voice_and_no_name_is_missing_ref_audio(
+        pb, served):
+    lanes, _, _ = served
+    lanes.lm.model.voices = ()  # a Base model: no preset voices
+    ended = spoken(lanes, lanes.speak("Hi.", voice="nobody"))[1]
+    assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "voice", "unknown_voice")
+    assert "registered" in ended.message
+    ended = spoken(lanes, lanes.speak("Hi."))[1]
+    assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "ref_audio", "missing_ref_audio")
