@@ -1,0 +1,260 @@
+"""The voice registry (issue 17) against real tritonservers serving qwen3-tts-tiny-base and a gateway in front
+of two of them (each with its own data directory): register through Triton's `voice_registry` and through
+`POST /v1/audio/voices`, list, speak with a registered voice (the same audio as its reference inline, same seed),
+find it again on a server started afresh on the same data directory, delete, and clear refusals of bad uploads.
+The reference audio is synthesised here (tests/reference_audio.py); no audio files are committed."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import wave
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from clients.bench.compare import free_ports
+from clients.gateway.config import GatewayConfig
+from clients.gateway.server import GatewayProcess
+from clients.stream import StreamError, synthesize
+from protocol.reasons import EndReason
+from protocol.tensors import scalar_array
+from protocol.wire import decode_error
+from tests.audio_decode import assert_same_pcm16
+from tests.e2e.conftest import start_server
+from tests.e2e.test_text_stream import assert_same_audio
+from tests.reference_audio import voiced
+
+BASE_PRESET = "qwen3-tts-tiny-base"
+TEXT = "Get the trust fund to the bank early."
+RATE = 16000
+REFERENCE = voiced(2.0, RATE, f0=140.0)
+OTHER_REFERENCE = voiced(2.0, RATE, f0=260.0)
+REF_TEXT = "A reference sentence, read aloud."
+SPEECH = dict(seed=7, max_audio_seconds=0.8, ignore_eos=True)  # 10 frames: chunks of 2, 4, 4
+CLONES = {"in_context": dict(ref_text=REF_TEXT), "x_vector": dict(x_vector_only=True)}
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory):
+    return tmp_path_factory.mktemp("data-a"), tmp_path_factory.mktemp("data-b")
+
+
+@pytest.fixture(scope="module")
+def servers(model_cache, tmp_path_factory, data_dirs):
+    """Two servers of the Base preset, each with its own data directory (as on two hosts)."""
+    from backend_python.models import registry
+    if BASE_PRESET not in registry.preset_names():
+        pytest.skip(f"the {BASE_PRESET} preset is not in the registry")
+    started = []
+    try:
+        for data_dir in data_dirs:
+            started.append(start_server(BASE_PRESET, tmp_path_factory, data_dir=str(data_dir)))
+        yield started
+    finally:
+        for server in started:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def url(servers) -> str:
+    return servers[0].grpc_url
+
+
+@pytest.fixture(scope="module")
+def gateway(servers, tmp_path_factory):
+    config = GatewayConfig(tritons=tuple(s.grpc_url for s in servers), port=free_ports(1)[0])
+    process = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
+    process.wait_ready(60)
+    yield process
+    process.stop()
+
+
+def registry(url: str, action: str, **values):
+    """One call to `voice_registry` with tritonclient: its JSON answer, or the `Ended` of its refusal."""
+    inputs = []
+    for name, value in {"action": action, **values}.items():
+        array = (np.array([value.encode()], dtype=np.object_) if name in ("action", "name")
+                 else scalar_array(name, value))
+        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_
+                                       else {np.float32: "FP32", np.int32: "INT32", np.bool_: "BOOL"}[array.dtype.type])
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return json.loads(client.infer("voice_registry", inputs).as_numpy("voices")[0])
+    except InferenceServerException as exc:
+        return decode_error(exc.message())
+    finally:
+        client.close()
+
+
+def register(url: str, name: str, reference: np.ndarray = REFERENCE, **clone):
+    return registry(url, "register", name=name, ref_audio=reference, ref_sample_rate=RATE, **clone)
+
+
+def inline(url: str, reference: np.ndarray = REFERENCE, **clone):
+    return synthesize(url, TEXT, ref_audio=reference, ref_sample_rate=RATE, **clone, **SPEECH)
+
+
+def refused(answer, param, code, reason=EndReason.REFUSED_BAD_INPUT) -> None:
+    assert not isinstance(answer, dict), answer
+    assert (answer.reason, answer.param, answer.code) == (reason, param, code), answer
+
+
+@pytest.mark.parametrize("kind", CLONES)
+def test_a_voice_registered_through_triton_speaks_as_its_reference_inline(url, kind):
+    name = f"triton-{kind}"
+    voice = register(url, name, **CLONES[kind])
+    assert voice["name"] == name and voice["x_vector_only"] == (kind == "x_vector")
+    assert voice["transcript"] == (REF_TEXT if kind == "in_context" else None)
+    assert (voice["sample_rate"], voice["duration_s"]) == (RATE, 2.0)
+    named = synthesize(url, TEXT, voice=name, **SPEECH)
+    assert [c.index for c in named.chunks] == [0, 1, 2] and named.audio.size == 10 * 1920
+    assert_same_audio(named, inline(url, **CLONES[kind]))
+    # the stored voice is what speaks: the other way of cloning the same reference sounds otherwise (and a Base
+    # model refuses a request with no voice to clone at all)
+    other = inline(url, **CLONES["x_vector" if kind == "in_context" else "in_context"])
+    assert not np.allclose(named.audio, other.audio, atol=1e-3)
+
+
+def test_list_and_delete_through_triton(url):
+    register(url, "to-delete", x_vector_only=True)
+    assert "to-delete" in [v["name"] for v in registry(url, "list")["data"]]
+    deleted = registry(url, "delete", name="to-delete")
+    assert (deleted["name"], deleted["deleted"]) == ("to-delete", True)
+    assert "to-delete" not in [v["name"] for v in registry(url, "list")["data"]]
+    refused(registry(url, "delete", name="to-delete"), "name", "voice_not_found")
+    with pytest.raises(StreamError) as unknown:  # neither a preset nor registered now: the model's own refusal
+        synthesize(url, TEXT, voice="to-delete", **SPEECH)
+    ended = unknown.value.ended
+    assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "voice", "unknown_voice")
+
+
+@pytest.mark.parametrize("values, param, code", [
+    (dict(name="bad name", ref_audio=REFERENCE, ref_sample_rate=RATE, x_vector_only=True), "name", "bad_voice_name"),
+    (dict(name="short", ref_audio=REFERENCE[:RATE // 5], ref_sample_rate=RATE, x_vector_only=True), "ref_audio",
+     "ref_audio_too_short"),
+    (dict(name="no-text", ref_audio=REFERENCE, ref_sample_rate=RATE), "ref_text", "missing_ref_text"),
+    (dict(name="no-audio"), "ref_audio", "missing_ref_audio"),
+])
+def test_bad_registrations_through_triton_are_refused(url, values, param, code):
+    refused(registry(url, "register", **values), param, code)
+    assert values["name"] not in [v["name"] for v in registry(url, "list")["data"]]
+
+
+def test_a_taken_name_is_refused_and_the_same_reference_again_answers_the_stored_voice(url):
+    first = register(url, "taken", x_vector_only=True)
+    assert register(url, "taken", x_vector_only=True) == first
+    refused(register(url, "taken", OTHER_REFERENCE, x_vector_only=True), "name", "voice_exists")
+    refused(synthesize_error(url, voice="taken", ref_audio=REFERENCE, ref_sample_rate=RATE, x_vector_only=True),
+            "voice", "voice_and_reference")
+
+
+def synthesize_error(url: str, **inputs):
+    with pytest.raises(StreamError) as error:
+        synthesize(url, TEXT, **inputs, **SPEECH)
+    return error.value.ended
+
+
+# ---- through the gateway --------------------------------------------------------------------------------------
+
+def wav_file(audio: np.ndarray, rate: int = RATE) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(np.round(audio * 32767).astype("<i2").tobytes())
+    return buffer.getvalue()
+
+
+def upload(gateway, name: str, data: bytes, **fields) -> httpx.Response:
+    return httpx.post(gateway.url + "/v1/audio/voices", files={"file": ("reference.wav", data, "audio/wav")},
+                      data={"name": name, **fields}, timeout=60)
+
+
+def speak_sse(gateway, **fields) -> tuple[np.ndarray, list[str]]:
+    """16-bit PCM of one SSE speech request, and each chunk's lane."""
+    body = {"model": BASE_PRESET, "input": TEXT, "response_format": "pcm", "stream_format": "sse", **SPEECH, **fields}
+    response = httpx.post(gateway.url + "/v1/audio/speech", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert events[-1]["type"] == "speech.audio.done"
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    return np.frombuffer(pcm, "<i2"), [e["lane"] for e in deltas if "lane" in e]
+
+
+def test_a_voice_registered_through_the_gateway_reaches_every_server_and_speaks_as_inline(gateway, servers):
+    response = upload(gateway, "gw-voice", wav_file(REFERENCE), transcript=REF_TEXT)
+    assert response.status_code == 200, response.text
+    voice = response.json()
+    assert (voice["object"], voice["name"], voice["transcript"], voice["sample_rate"]) == (
+        "voice", "gw-voice", REF_TEXT, RATE)
+    for server in servers:  # each has it in its own data directory
+        assert "gw-voice" in [v["name"] for v in registry(server.grpc_url, "list")["data"]]
+    listed = httpx.get(gateway.url + "/v1/audio/voices", timeout=30).json()
+    assert listed["object"] == "list" and "gw-voice" in [v["name"] for v in listed["data"]]
+    named, _ = speak_sse(gateway, voice="gw-voice")
+    reference = base64.b64encode(wav_file(REFERENCE)).decode()
+    inline_pcm, _ = speak_sse(gateway, ref_audio=reference, ref_text=REF_TEXT)
+    assert named.size == 10 * 1920
+    assert_same_pcm16(named, inline_pcm)
+
+
+def test_the_openai_sdk_speaks_with_a_registered_voice(gateway):
+    assert upload(gateway, "sdk-voice", wav_file(REFERENCE), x_vector_only="true").status_code == 200
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    audio = client.audio.speech.create(model=BASE_PRESET, voice="sdk-voice", input=TEXT, response_format="pcm",
+                                       extra_body=SPEECH).content
+    reference = base64.b64encode(wav_file(REFERENCE)).decode()
+    inline_pcm, _ = speak_sse(gateway, ref_audio=reference, x_vector_only=True)
+    assert_same_pcm16(np.frombuffer(audio, "<i2"), inline_pcm)
+
+
+@pytest.mark.parametrize("name, data, fields, status, param, code", [
+    ("not-audio", b"this is plain text, not audio", {}, 400, "file", "invalid_audio"),
+    ("too-short", wav_file(REFERENCE[:RATE // 5]), {"x_vector_only": "true"}, 400, "file", "ref_audio_too_short"),
+    ("bad name", wav_file(REFERENCE), {"x_vector_only": "true"}, 400, "name", "bad_voice_name"),
+    ("alloy", wav_file(REFERENCE), {"x_vector_only": "true"}, 400, "name", "reserved_voice_name"),
+    ("no-text", wav_file(REFERENCE), {}, 400, "transcript", "missing_ref_text"),
+], ids=["not-audio", "too-short", "bad-name", "openai-name", "no-transcript"])
+def test_bad_uploads_get_clear_errors(gateway, name, data, fields, status, param, code):
+    response = upload(gateway, name, data, **fields)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error"), error
+    assert error["message"]
+    listed = httpx.get(gateway.url + "/v1/audio/voices", timeout=30).json()["data"]
+    assert name not in [v["name"] for v in listed]
+
+
+def test_delete_through_the_gateway_and_a_taken_name(gateway, servers):
+    assert upload(gateway, "gw-delete", wav_file(REFERENCE), x_vector_only="true").status_code == 200
+    taken = upload(gateway, "gw-delete", wav_file(OTHER_REFERENCE), x_vector_only="true")
+    assert taken.status_code == 409 and taken.json()["error"]["code"] == "voice_exists"
+    deleted = httpx.delete(gateway.url + "/v1/audio/voices/gw-delete", timeout=30)
+    assert deleted.status_code == 200 and deleted.json() == {"object": "voice", "name": "gw-delete", "deleted": True}
+    for server in servers:
+        assert "gw-delete" not in [v["name"] for v in registry(server.grpc_url, "list")["data"]]
+    again = httpx.delete(gateway.url + "/v1/audio/voices/gw-delete", timeout=30)
+    assert again.status_code == 404 and again.json()["error"]["code"] == "voice_not_found"
+    gone = httpx.post(gateway.url + "/v1/audio/speech", json={"model": BASE_PRESET, "input": TEXT,
+                                                                "voice": "gw-delete", **SPEECH}, timeout=60)
+    assert gone.status_code == 400 and gone.json()["error"]["code"] == "unknown_voice"
+
+
+def test_a_server_started_afresh_on_the_same_data_directory_has_the_voices(url, data_dirs, tmp_path_factory):
+    register(url, "kept", ref_text=REF_TEXT)
+    before = synthesize(url, TEXT, voice="kept", **SPEECH)
+    restarted = start_server(BASE_PRESET, tmp_path_factory, data_dir=str(data_dirs[0]))
+    try:
+        assert "kept" in [v["name"] for v in registry(restarted.grpc_url, "list")["data"]]
+        assert_same_audio(synthesize(restarted.grpc_url, TEXT, voice="kept", **SPEECH), before)
+    finally:
+        restarted.stop()
