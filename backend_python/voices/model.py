@@ -68,7 +68,7 @@ class VoiceRegistryModel:
             return {"object": "list", "data": self.store.list()}
         name = _text(get, "name", required=True)
         if action == "delete":
-            return {**self.store.delete(name).metadata(), "deleted": True}
+            return {**self.store.delete(name), "deleted": True}
         answer = self._register(check_name(name, self._preset_voices()), get)
         return answer if isinstance(answer, Ended) else answer.metadata()
 

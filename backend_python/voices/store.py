@@ -22,6 +22,7 @@ import re
 import threading
 import time
 import uuid
+import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from protocol.tensors import REFERENCE_TENSORS
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SUFFIX = ".npz"
+_DAMAGED = (ValueError, OSError, KeyError, zipfile.BadZipFile)  # what reading a damaged file raises
 META = "meta"  # the npz member holding the metadata (JSON, UTF-8 bytes as uint8)
 
 
@@ -163,30 +165,31 @@ class VoiceStore:
         _sync_directory(self.directory)
         return voice
 
-    def delete(self, name: str) -> Voice:
-        """Remove the voice `name` and answer what it was; a RequestError (`voice_not_found`) when there is none."""
-        voice = self.get(name)
+    def delete(self, name: str) -> dict:
+        """Remove the voice `name` and answer its metadata (a damaged file goes too); a RequestError
+        (`voice_not_found`) when there is none."""
+        path = self._path(name) if NAME_PATTERN.fullmatch(name) else None
         try:
-            if voice is None:
+            if path is None:
                 raise FileNotFoundError(name)
-            self._path(name).unlink()
+            meta = _read_listing(path)
+            path.unlink()
         except FileNotFoundError:
             raise self.not_found(name) from None
         with self._lock:
             self._cache.pop(name, None)
         _sync_directory(self.directory)
-        return voice
+        return meta
 
     def list(self) -> list[dict]:
         """Every registered voice's metadata, by name (read from each file's `meta` alone)."""
         voices = []
         for path in sorted(self.directory.glob("*" + SUFFIX)) if self.directory.is_dir() else ():
             try:
-                with np.load(path, allow_pickle=False) as npz:
-                    voices.append(_metadata(npz))
+                voices.append(_read_listing(path))
             except FileNotFoundError:  # deleted meanwhile
                 continue
-        return [_public(meta) for meta in voices]
+        return voices
 
     def new_voice(self, name: str, tensors: dict[str, np.ndarray], audio: np.ndarray, sample_rate: int,
                   transcript: str | None, x_vector_only: bool) -> Voice:
@@ -252,10 +255,21 @@ def _read(f, name: str) -> Voice:
         with np.load(f, allow_pickle=False) as npz:
             meta = _metadata(npz)
             tensors = {key: np.array(npz[key]) for key in npz.files if key in REFERENCE_TENSORS}
-    except (ValueError, OSError, KeyError) as exc:
+    except _DAMAGED as exc:
         raise ValueError(f"the registered voice {quoted(name)} cannot be read: {exc}") from None
     return Voice(name, tensors, meta["transcript"], bool(meta["x_vector_only"]), int(meta["sample_rate"]),
                  float(meta["duration_s"]), int(meta["created"]), str(meta["fingerprint"]))
+
+
+def _read_listing(path: Path) -> dict:
+    """A voice's public metadata from its file's `meta` alone; a damaged file is listed with what is wrong."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return _public(_metadata(npz))
+    except FileNotFoundError:
+        raise
+    except _DAMAGED as exc:
+        return {"name": path.name[:-len(SUFFIX)], "damaged": f"{type(exc).__name__}: {exc}"}
 
 
 def _metadata(npz) -> dict:

@@ -134,7 +134,7 @@ def test_a_reader_sees_the_whole_file_or_nothing(store, monkeypatch):
 
 def test_delete_removes_the_voice_and_an_unknown_one_is_refused(store):
     store.add(make_voice(store, "alice"))
-    assert store.delete("alice").name == "alice"
+    assert store.delete("alice")["name"] == "alice"
     assert store.get("alice") is None and store.list() == []
     with pytest.raises(RequestError) as refused:
         store.delete("alice")
@@ -181,11 +181,16 @@ def test_another_process_writes_and_deletes_are_seen_at_the_next_lookup(store):
     assert [v["name"] for v in store.list()] == ["alice", "bob"]
 
 
-def test_a_damaged_file_is_an_error_that_names_the_voice(store):
-    store.directory.mkdir(parents=True)
-    (store.directory / "broken.npz").write_bytes(b"not a zip")
+@pytest.mark.parametrize("damage", [b"not a zip", "truncated"])
+def test_a_damaged_file_is_an_error_that_names_the_voice_is_listed_and_can_be_deleted(store, damage):
+    store.add(make_voice(store, "whole"))
+    data = (store.directory / "whole.npz").read_bytes()
+    (store.directory / "broken.npz").write_bytes(data[:len(data) // 2] if damage == "truncated" else damage)
     with pytest.raises(ValueError, match="'broken' cannot be read"):
         store.get("broken")
+    listed = {v["name"]: v for v in store.list()}
+    assert set(listed) == {"broken", "whole"} and "damaged" in listed["broken"] and "damaged" not in listed["whole"]
+    assert store.delete("broken")["name"] == "broken" and store.get("broken") is None
 
 
 def test_settings_round_trip_and_the_default_directory(monkeypatch, tmp_path):
