@@ -75,6 +75,17 @@ def test_without_mps_the_lanes_share_the_gpu_unpartitioned():
     assert "--partition=none" in triton["spec"]["template"]["spec"]["containers"][0]["command"]
 
 
+def test_registered_voices_live_on_a_shared_claim_when_one_is_named(objects):
+    pod = _one(manifests(parse_sets(["triton.voicesClaim=voxlane-voices"])), "StatefulSet")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert "--data-dir=/var/lib/voxlane" in container["command"]
+    assert {"name": "voices", "mountPath": "/var/lib/voxlane"} in container["volumeMounts"]
+    assert {"name": "voices", "persistentVolumeClaim": {"claimName": "voxlane-voices"}} in pod["volumes"]
+    default = _one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    assert not any(a.startswith("--data-dir") for a in default["containers"][0]["command"])
+    assert "voices" not in [v["name"] for v in default["volumes"]]
+
+
 def test_the_gateway_fronts_every_triton_pod_by_its_stable_name(objects):
     triton = _one(objects, "StatefulSet")
     gateway = _one(objects, "Deployment", "gateway")
