@@ -37,3 +37,20 @@ def test_a_relative_data_dir_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert ServeConfig(data_dir="voices-here").voice_store_settings().data_dir == str(tmp_path / "voices-here")
     assert ServeConfig(device="cuda").voice_store_settings().data_dir == ""
+
+
+def _inputs(model: str) -> dict[str, tuple[str, str]]:
+    text = (REPOSITORY / model / "config.pbtxt").read_text()
+    block = re.search(r"^input \[(.*?)^\]", text, re.S | re.M).group(1)
+    return {name: (kind, dims) for name, kind, dims in
+            re.findall(r'name: "(\w+)" data_type: (\w+) dims: \[ ([^\]]*) \]', block)}
+
+
+def test_the_registry_takes_the_reference_inputs_as_vox_ensemble_does():
+    from protocol.tensors import REFERENCE_INPUTS
+    registry, router = _inputs("voice_registry"), _inputs("vox_ensemble")
+    assert {name: registry[name] for name in REFERENCE_INPUTS} == {name: router[name] for name in REFERENCE_INPUTS}
+    assert set(registry) == {"action", "name", *REFERENCE_INPUTS}  # voices/model.py: ACTIONS
+    assert registry["action"] == registry["name"] == ("TYPE_STRING", "1")
+    assert 'output [\n  { name: "voices" data_type: TYPE_STRING dims: [ 1 ] }' in \
+        (REPOSITORY / "voice_registry" / "config.pbtxt").read_text()
