@@ -136,3 +136,62 @@ def test_a_register_request_carries_the_reference_as_the_router_takes_it():
     assert shapes == {"action": ("BYTES", [1]), "name": ("BYTES", [1]), "ref_audio": ("FP32", [AUDIO.size]),
                       "ref_sample_rate": ("INT32", [1]), "ref_text": ("BYTES", [1])}
     assert [t.name for t in registry_request("list").inputs] == ["action"]
+
+
+def post_form(form_parts: list[tuple[str, bytes, str | None]] | None, json_body: dict | None = None) -> object:
+    """What `read_upload` makes of one POST (multipart parts: (field, bytes, filename)), on a real aiohttp server."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from clients.gateway.voices import read_upload
+    seen = []
+
+    async def handler(request):
+        seen.append(await read_upload(request))
+        return web.Response()
+
+    async def run():
+        app = web.Application()
+        app.router.add_post("/v1/audio/voices", handler)
+        async with TestClient(TestServer(app)) as client:
+            if json_body is not None:
+                await client.post("/v1/audio/voices", json=json_body)
+            else:
+                form = aiohttp.FormData()
+                for name, data, filename in form_parts:
+                    form.add_field(name, data if filename else data.decode(), filename=filename)
+                await client.post("/v1/audio/voices", data=form)
+    asyncio.run(run())
+    return seen[0]
+
+
+def test_an_upload_is_read_and_decoded():
+    upload = post_form([("file", wav_bytes(AUDIO), "me.wav"), ("name", b"me", None), ("transcript", b"Words.", None),
+                        ("x_vector_only", b"false", None)])
+    assert (upload.name, upload.transcript, upload.x_vector_only, upload.audio.sample_rate) == ("me", "Words.", False,
+                                                                                              RATE)
+    np.testing.assert_array_equal(upload.audio.samples, WAV_SAMPLES)
+    assert post_form([("file", wav_bytes(AUDIO), "me.wav"), ("name", b"me", None),
+                      ("ref_text", b"Words.", None)]).transcript == "Words."
+
+
+@pytest.mark.parametrize("parts, json_body, status, param, code", [
+    (None, {"name": "me"}, 400, "file", None),
+    ([("name", b"me", None)], None, 400, "file", None),
+    ([("file", wav_bytes(AUDIO), "me.wav")], None, 400, "name", None),
+    ([("file", wav_bytes(AUDIO), "me.wav"), ("name", b"me", None), ("colour", b"red", None)], None, 400, "colour",
+     None),
+    ([("file", wav_bytes(AUDIO), "me.wav"), ("name", b"a/b", None)], None, 400, "name", "bad_voice_name"),
+    ([("file", wav_bytes(AUDIO), "me.wav"), ("name", b"nova", None)], None, 400, "name", "reserved_voice_name"),
+    ([("file", wav_bytes(AUDIO), "me.wav"), ("name", b"me", None), ("x_vector_only", b"maybe", None)], None, 400,
+     "x_vector_only", None),
+    ([("file", b"RIFF and nothing", "me.wav"), ("name", b"me", None)], None, 400, "file", "invalid_audio"),
+    ([("file", b"\0" * (16 << 20) + b"!", "big.wav"), ("name", b"me", None)], None, 413, "file",
+     "request_entity_too_large"),
+], ids=["json", "no-file", "no-name", "unknown-field", "bad-name", "openai-name", "bad-flag", "not-audio", "too-big"])
+def test_a_bad_upload_is_refused_naming_its_field(parts, json_body, status, param, code):
+    error = post_form(parts, json_body)
+    assert isinstance(error, ApiError) and (error.status, error.param, error.code) == (status, param, code), error
