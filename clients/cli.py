@@ -1,4 +1,4 @@
-"""The `voxlane` command line: serve, say, demo, doctor, gateway, perf-analyzer."""
+"""The `voxlane` command line: serve, say, demo, doctor, gateway, voices, perf-analyzer."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +15,7 @@ from clients.mps import MpsError
 from clients.fleet import LAYOUTS, Fleet, FleetConfig
 from clients.serve import ADMISSION_POLICIES, MODES, ServeConfig, Server
 from clients.triton_launch import Ports, find_triton
+from clients.voices import add_voices_command
 from scheduler import FlowConfig
 
 DEMO_TEXT = "VoxLane streams speech while the model is still talking."
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the tritonclient wheel's perf_analyzer with its libraries found (ARGS pass through)")
     add_microbench(commands)
     handlers = {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor, "microbench": _microbench,
-                **add_commands(commands), **add_gateway_command(commands)}
+                **add_commands(commands), **add_gateway_command(commands), **add_voices_command(commands)}
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["perf-analyzer"]:  # every later argument is perf_analyzer's own, even -h
         from clients.perf_analyzer.runtime import exec_perf_analyzer

@@ -8,22 +8,21 @@ from __future__ import annotations
 import base64
 import io
 import json
+import subprocess
+import sys
 import wave
 
 import httpx
 import numpy as np
 import openai
 import pytest
-import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
 
 from clients.bench.compare import free_ports
 from clients.gateway.config import GatewayConfig
 from clients.gateway.server import GatewayProcess
 from clients.stream import StreamError, synthesize
+from clients.voices import RegistryError, call_registry
 from protocol.reasons import EndReason
-from protocol.tensors import scalar_array
-from protocol.wire import decode_error
 from tests.audio_decode import assert_same_pcm16
 from tests.e2e.conftest import start_server
 from tests.e2e.test_text_stream import assert_same_audio
@@ -75,22 +74,11 @@ def gateway(servers, tmp_path_factory):
 
 
 def registry(url: str, action: str, **values):
-    """One call to `voice_registry` with tritonclient: its JSON answer, or the `Ended` of its refusal."""
-    inputs = []
-    for name, value in {"action": action, **values}.items():
-        array = (np.array([value.encode()], dtype=np.object_) if name in ("action", "name")
-                 else scalar_array(name, value))
-        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if array.dtype == np.object_
-                                       else {np.float32: "FP32", np.int32: "INT32", np.bool_: "BOOL"}[array.dtype.type])
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    client = grpcclient.InferenceServerClient(url)
+    """One call to `voice_registry` (clients/voices.py, tritonclient): its JSON answer, or its refusal's `Ended`."""
     try:
-        return json.loads(client.infer("voice_registry", inputs).as_numpy("voices")[0])
-    except InferenceServerException as exc:
-        return decode_error(exc.message())
-    finally:
-        client.close()
+        return call_registry(url, action, **values)
+    except RegistryError as exc:
+        return exc.ended
 
 
 def register(url: str, name: str, reference: np.ndarray = REFERENCE, **clone):
@@ -258,3 +246,22 @@ def test_a_server_started_afresh_on_the_same_data_directory_has_the_voices(url, 
         assert_same_audio(synthesize(restarted.grpc_url, TEXT, voice="kept", **SPEECH), before)
     finally:
         restarted.stop()
+
+
+def test_voxlane_voices_registers_lists_and_deletes_through_triton(url, tmp_path):
+    reference = tmp_path / "me.wav"
+    reference.write_bytes(wav_file(REFERENCE))
+
+    def voxlane(*args):
+        return subprocess.run([sys.executable, "-m", "clients.cli", "voices", "--url", url, *args],
+                              capture_output=True, text=True, timeout=120)
+    done = voxlane("register", "cli-voice", str(reference), "--transcript", REF_TEXT)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["transcript"] == REF_TEXT
+    assert "cli-voice" in [v["name"] for v in json.loads(voxlane("list").stdout)]
+    assert synthesize(url, TEXT, voice="cli-voice", **SPEECH).audio.size == 10 * 1920
+    assert json.loads(voxlane("delete", "cli-voice").stdout)["deleted"] is True
+    again = voxlane("delete", "cli-voice")
+    assert again.returncode == 1 and "voice_not_found" in again.stderr
+    refused = voxlane("register", "cli-voice", str(reference))  # in context, with no transcript
+    assert refused.returncode == 1 and "missing_ref_text" in refused.stderr
