@@ -103,7 +103,8 @@ class Voice:
     """One registered voice: the encoder's tensors and what it was made from."""
 
     name: str
-    tensors: dict[str, np.ndarray] = field(repr=False, compare=False)  # REFERENCE_TENSORS by name, without the batch dimension
+    # REFERENCE_TENSORS by name, without the batch dimension
+    tensors: dict[str, np.ndarray] = field(repr=False, compare=False)
     transcript: str | None  # `ref_text` for in-context cloning; None with `x_vector_only`
     x_vector_only: bool
     sample_rate: int  # of the reference as sent

@@ -124,8 +124,8 @@ def test_a_taken_name_is_refused_and_the_same_reference_again_is_not(pb, registr
     assert len(registry.encoder_lane.calls) == 1
 
 
-@pytest.mark.parametrize("name, code", [("a b", "bad_voice_name"), (".x", "bad_voice_name"), ("x" * 65, "bad_voice_name"),
-                                        ("tiny", "preset_voice_name")])
+@pytest.mark.parametrize("name, code", [("a b", "bad_voice_name"), (".x", "bad_voice_name"),
+                                        ("x" * 65, "bad_voice_name"), ("tiny", "preset_voice_name")])
 def test_a_bad_name_is_refused_before_the_encoder(pb, registry, name, code):
     refused(register(pb, registry, name), "name", code)
     assert registry.encoder_lane.calls == [] and call(pb, registry, "list")["data"] == []
