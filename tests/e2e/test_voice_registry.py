@@ -265,3 +265,10 @@ def test_voxlane_voices_registers_lists_and_deletes_through_triton(url, tmp_path
     assert again.returncode == 1 and "voice_not_found" in again.stderr
     refused = voxlane("register", "cli-voice", str(reference))  # in context, with no transcript
     assert refused.returncode == 1 and "missing_ref_text" in refused.stderr
+
+
+def test_on_a_model_with_preset_voices_a_preset_s_name_is_refused_and_it_clones_none(server):
+    """The default preset (CustomVoice: voices `tiny`, `tiny_b`, no voice encoder), read off the real model registry."""
+    refused(register(server.grpc_url, "tiny", x_vector_only=True), "name", "preset_voice_name")
+    refused(register(server.grpc_url, "mine", x_vector_only=True), "ref_audio", "reference_unsupported")
+    assert registry(server.grpc_url, "list")["data"] == []
