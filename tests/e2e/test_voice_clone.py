@@ -182,3 +182,22 @@ def test_csm_refuses_an_x_vector_reference_by_name(csm_url):
     with pytest.raises(StreamError, match="x_vector_only") as refused:
         clone(csm_url, x_vector_only=True)
     assert (refused.value.ended.reason, refused.value.ended.param) == (EndReason.REFUSED_BAD_INPUT, "ref_audio")
+
+
+def test_a_real_speech_clip_clones_through_say_as_through_grpc(base_url, tmp_path):
+    """Real speech (a Piper voice, 22.05 kHz: resampled on the server) as the reference: `voxlane say` writes
+    what a gRPC request with the same clip and seed streams."""
+    from clients.reference_clip import write_clip
+
+    transcript = "The birch canoe slid on the smooth planks."
+    clip, out = write_clip(transcript, tmp_path / "speech.wav"), tmp_path / "cloned.wav"
+    speech, rate = read_wav(clip)
+    assert rate == 22050 and speech.size > rate and np.abs(speech).max() > 0.1  # a second of audible speech
+    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", TEXT, "-o", str(out), "--url", base_url,
+                           "--seed", "4", "--max-audio-seconds", "0.8", "--ref-audio", str(clip),
+                           "--ref-text", transcript], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said, said_rate = read_wav(out)
+    streamed = clone(base_url, seed=4, reference=speech, rate=rate, ref_text=transcript)
+    assert said_rate == 24000 and said.size == streamed.audio.size
+    np.testing.assert_allclose(said, streamed.audio, rtol=0, atol=PATH_ROUNDING + 1.5 / 32767)  # PCM16 in the file
