@@ -1,11 +1,13 @@
 """Triton glue of `voice_registry` (not decoupled: one request, one response): register, list and delete voices.
 
-Inputs, each [1] but `ref_audio` [-1]: `action` BYTES (`register`, `list` or `delete`), `name` BYTES (register,
-delete), and for register the reference inputs of `vox_ensemble` (`ref_audio`, `ref_sample_rate`, `ref_text`,
-`x_vector_only`), checked by the same code (reference_inputs.py). A register calls `voice_encoder` by BLS (one
+Inputs, each [1] but `ref_audio` [-1]: `action` BYTES (`register`, `list`, `delete`, `export` or `import`),
+`name` BYTES (all but list), for register the reference inputs of `vox_ensemble` (`ref_audio`, `ref_sample_rate`,
+`ref_text`, `x_vector_only`), checked by the same code (reference_inputs.py), and for import `voice_file` BYTES:
+a voice's file as another server's export answered it (the gateway copies voices to a server that lacks them). A register calls `voice_encoder` by BLS (one
 request, one response; the request the router builds for an inline reference, so the stored tensors are the
 ones an inline reference would reach the LM with) and stores its answer (store.py). Output `voices` BYTES [1]:
-JSON, the voice's metadata (register, delete) or `{"object": "list", "data": [...]}` (list).
+JSON, the voice's metadata (register, delete, import; export adds `file`, the base64 of the voice's file) or
+`{"object": "list", "data": [...]}` (list).
 
 A name that holds another voice is refused (`voice_exists`: delete it first); registering the same reference
 under the same name again answers the stored voice, so a gateway that registers on every server, some of them
@@ -13,6 +15,7 @@ sharing one data directory, gets the same answer from each. Errors are `Ended` v
 """
 from __future__ import annotations
 
+import base64
 import json
 import logging
 
@@ -31,7 +34,9 @@ from protocol.tensors import REFERENCE_INPUTS, REFERENCE_TENSORS
 from protocol.wire import encode_error
 
 log = logging.getLogger("voxlane.voice_registry")
-ACTIONS = {"register": ("name", *REFERENCE_INPUTS), "list": (), "delete": ("name",)}  # the inputs each takes
+# the inputs each action takes; export and import copy a voice between servers (the gateway's sync)
+ACTIONS = {"register": ("name", *REFERENCE_INPUTS), "list": (), "delete": ("name",), "export": ("name",),
+           "import": ("name", "voice_file")}
 
 
 class VoiceRegistryModel:
@@ -69,8 +74,19 @@ class VoiceRegistryModel:
         name = _text(get, "name", required=True)
         if action == "delete":
             return {**self.store.delete(name), "deleted": True}
+        if action == "export":
+            return self._export(name)
+        if action == "import":
+            return self.store.import_file(check_name(name, self._preset_voices()), _file(get)).metadata()
         answer = self._register(check_name(name, self._preset_voices()), get)
         return answer if isinstance(answer, Ended) else answer.metadata()
+
+    def _export(self, name: str) -> dict:
+        """The voice and its file (base64), which another server's `import` takes as `voice_file`."""
+        voice = self.store.get(name)
+        if voice is None:
+            raise self.store.not_found(name)
+        return {**voice.metadata(), "file": base64.b64encode(self.store.export(name)).decode("ascii")}
 
     def _register(self, name: str, get) -> Voice | Ended:
         reference = parse_reference(get, self.limits)
@@ -136,6 +152,16 @@ def _text(get, name: str, required: bool = False) -> str | None:
         return value.decode("utf-8") if isinstance(value, bytes) else str(value)
     except UnicodeDecodeError as exc:
         raise RequestError(f"input '{name}' is not valid UTF-8 (byte {exc.start})", param=name) from None
+
+
+def _file(get) -> bytes:
+    array = get("voice_file")
+    if array is None:
+        raise RequestError("import needs 'voice_file': a voice's file, as export answers it", param="voice_file")
+    if array.size != 1:
+        raise RequestError(f"input 'voice_file' must hold exactly one value, got shape {list(array.shape)}",
+                           param="voice_file")
+    return bytes(array.reshape(-1)[0])
 
 
 def _fingerprint(reference: ReferenceAudio) -> str:

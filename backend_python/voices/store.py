@@ -37,7 +37,7 @@ from protocol.tensors import REFERENCE_TENSORS
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SUFFIX = ".npz"
-_DAMAGED = (ValueError, OSError, KeyError, zipfile.BadZipFile)  # what reading a damaged file raises
+_DAMAGED = (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile)  # what reading a damaged file raises
 META = "meta"  # the npz member holding the metadata (JSON, UTF-8 bytes as uint8)
 
 
@@ -154,10 +154,34 @@ class VoiceStore:
     def add(self, voice: Voice) -> Voice:
         """Register `voice`; the voice already registered under its name when that one has the same fingerprint.
         A RequestError (`voice_exists`) when the name holds another voice."""
+        return self._link(voice, _encoded(voice))
+
+    def export(self, name: str) -> bytes:
+        """The file of the voice `name`, as `import_file` takes it (another server's copy of the voice)."""
+        if not NAME_PATTERN.fullmatch(name):
+            raise self.not_found(name)
+        try:
+            return self._path(name).read_bytes()
+        except FileNotFoundError:
+            raise self.not_found(name) from None
+
+    def import_file(self, name: str, data: bytes) -> Voice:
+        """Register the voice another store exported as `name` (checked as a lookup reads it), as `add` does."""
+        try:
+            voice = _read(io.BytesIO(data), name)
+        except ValueError as exc:
+            raise RequestError(str(exc), param="voice_file", code="bad_voice_file") from None
+        if not voice.tensors:
+            raise RequestError(f"the voice file of {quoted(name)} holds none of {sorted(REFERENCE_TENSORS)}",
+                               param="voice_file", code="bad_voice_file")
+        return self._link(voice, data)
+
+    def _link(self, voice: Voice, data: bytes) -> Voice:
+        """Write `data`, the file of `voice`, under its name: to a synced temporary file linked to the name."""
         self.directory.mkdir(parents=True, exist_ok=True)
         temporary = self.directory / f".{voice.name}.{uuid.uuid4().hex}.tmp"
         try:
-            _write(temporary, voice)
+            _write(temporary, data)
             os.link(temporary, self._path(voice.name))  # exclusive: fails when the name is taken
         except FileExistsError:
             return self._existing(voice)
@@ -241,12 +265,17 @@ class VoiceStore:
         return self.directory / (name + SUFFIX)
 
 
-def _write(path: Path, voice: Voice) -> None:
+def _encoded(voice: Voice) -> bytes:
+    """The voice's file: its tensors and its metadata (JSON, as uint8) in one npz."""
     meta = {**voice.metadata(), "duration_s": voice.duration_s, "fingerprint": voice.fingerprint}
     buffer = io.BytesIO()
     np.savez(buffer, **voice.tensors, **{META: np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)})
+    return buffer.getvalue()
+
+
+def _write(path: Path, data: bytes) -> None:
     with open(path, "xb") as f:
-        f.write(buffer.getvalue())
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())  # the data is on disk before the name points at it
 

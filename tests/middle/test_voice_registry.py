@@ -2,6 +2,7 @@
 stores exactly what an inline reference would hand the LM; list and delete; every refusal is a coded `Ended`."""
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -259,3 +260,24 @@ def test_on_a_model_of_cloned_voices_only_an_unknown_name_is_unknown_voice_and_n
     assert "registered" in ended.message
     ended = spoken(lanes, lanes.speak("Hi."))[1]
     assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "ref_audio", "missing_ref_audio")
+
+
+def test_a_voice_exported_by_one_registry_imports_into_another_s_directory(pb, registry, tmp_path):
+    from backend_python.voices.model import VoiceRegistryModel
+    register(pb, registry, "alice")
+    exported = call(pb, registry, "export", name="alice")
+    other = VoiceRegistryModel()
+    other.initialize({"model_config": json.dumps({"parameters": {
+        "model": {"string_value": "qwen3-tts-tiny-base"}, "data_dir": {"string_value": str(tmp_path / "other")}}})})
+    other._presets = ("tiny",)
+    file = np.array([base64.b64decode(exported["file"])], dtype=np.object_)
+    imported = call(pb, other, "import", name="alice", voice_file=file)
+    assert imported == {k: v for k, v in exported.items() if k != "file"}
+    for name, array in registry.store.get("alice").lm_inputs().items():
+        np.testing.assert_array_equal(other.store.get("alice").lm_inputs()[name], array)
+    assert len(registry.encoder_lane.calls) == 1  # copied, not encoded again
+    refused(call(pb, other, "import", name="tiny", voice_file=file), "name", "preset_voice_name")
+    refused(call(pb, other, "import", name="bob", voice_file=np.array([b"junk"], dtype=np.object_)), "voice_file",
+            "bad_voice_file")
+    refused(call(pb, other, "import", name="bob"), "voice_file", None)
+    refused(call(pb, registry, "export", name="nobody"), "name", "voice_not_found")

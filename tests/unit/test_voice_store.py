@@ -210,3 +210,28 @@ def test_model_keys_are_directory_names():
     a, b = model_key("/models/a/ckpt"), model_key("/models/b/ckpt")
     assert a != b and a.startswith("ckpt-") and NAME_PATTERN.fullmatch(a)
     assert "/" not in model_key("./local dir")
+
+
+def test_an_exported_voice_imports_into_another_store_as_it_was(store, tmp_path):
+    voice = store.add(make_voice(store, "alice"))
+    other = VoiceStore(tmp_path / "elsewhere")
+    imported = other.import_file("alice", store.export("alice"))
+    assert imported == voice and other.get("alice") == voice
+    for name, array in voice.tensors.items():
+        np.testing.assert_array_equal(other.get("alice").tensors[name], array)
+    assert other.import_file("alice", store.export("alice")) == voice  # again: the same voice, no clash
+    store.add(make_voice(store, "bob", f0=300.0))
+    with pytest.raises(RequestError) as taken:
+        other.import_file("alice", store.export("bob"))
+    assert taken.value.code == "voice_exists"
+    with pytest.raises(RequestError) as missing:
+        store.export("nobody")
+    assert missing.value.code == "voice_not_found"
+
+
+@pytest.mark.parametrize("data", [b"not a zip", b""])
+def test_a_bad_voice_file_is_refused_on_import(store, data):
+    with pytest.raises(RequestError) as refused:
+        store.import_file("alice", data)
+    assert (refused.value.param, refused.value.code) == ("voice_file", "bad_voice_file")
+    assert store.get("alice") is None
