@@ -201,3 +201,15 @@ def test_a_real_speech_clip_clones_through_say_as_through_grpc(base_url, tmp_pat
     streamed = clone(base_url, seed=4, reference=speech, rate=rate, ref_text=transcript)
     assert said_rate == 24000 and said.size == streamed.audio.size
     np.testing.assert_allclose(said, streamed.audio, rtol=0, atol=PATH_ROUNDING + 1.5 / 32767)  # PCM16 in the file
+
+
+def test_a_streamed_text_clones_from_the_speaker_embedding_and_in_context_needs_the_whole_text(base_url):
+    reference = dict(ref_audio=REFERENCE, ref_sample_rate=RATE)
+    settings = dict(seed=2, max_audio_seconds=0.8, ignore_eos=True)
+    whole = synthesize(base_url, TEXT, x_vector_only=True, **reference, **settings)
+    streamed = speak_streaming_text(base_url, words(TEXT, pause_s=0.05), x_vector_only=True, **reference, **settings)
+    assert streamed.piece_errors == [] and [c.index for c in streamed.chunks] == [c.index for c in whole.chunks]
+    np.testing.assert_allclose(streamed.audio, whole.audio, rtol=0, atol=PATH_ROUNDING)
+    with pytest.raises(StreamError) as refused:
+        speak_streaming_text(base_url, words(TEXT), ref_text=REF_TEXT, **reference, **settings)
+    assert refused.value.ended.reason is EndReason.REFUSED_BAD_INPUT and "x_vector_only" in refused.value.ended.message

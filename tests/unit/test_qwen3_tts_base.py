@@ -125,8 +125,55 @@ def test_a_base_model_has_no_voices_and_needs_a_reference(golden):
         lm.encode_prompt("Hello.", None, VoiceReference(reference_of(golden, META["cases"][1]).tensors, None))
     with pytest.raises(ValueError, match="speaker embedding must be"):
         lm.encode_prompt("Hello.", None, VoiceReference({"speaker_embedding": torch.zeros(5)}))
-    with pytest.raises(ValueError, match="streaming text"):
+    with pytest.raises(ValueError, match="needs reference audio"):
         lm.open_text(None)
+    with pytest.raises(ValueError, match="x_vector_only"):  # in context needs the whole text in the prompt
+        lm.open_text(None, reference_of(golden, META["cases"][1]))
+
+
+def test_a_streamed_text_clones_the_x_vector_voice_as_the_whole_text_does(golden):
+    """x-vector cloning in a streaming-text session: the same frames as the whole text with the same reference."""
+    from backend_python.engine.sequence import Sequence
+    from tests.unit.test_engine import ListSink, StepClock
+    from tests.unit.test_engine_backpressure import engine_with_clock, steps
+
+    lm, reference, text = lm_for("auto"), reference_of(golden, META["cases"][0]), "Get the trust fund to the bank."
+
+    def request(name: str, prompt, feed) -> ListSink:
+        sink = ListSink()
+        engine.add(Sequence(request_id=name, prompt=prompt, sampling=SamplingParams(seed=5), ignore_eos=True,
+                            max_frames=16, sink=sink, generator=torch.Generator().manual_seed(5), text=feed))
+        return sink
+
+    engine = engine_with_clock(lm, StepClock())
+    whole = request("whole", lm.encode_prompt(text, None, reference), None)
+    streamed = request("streamed", None, lm.open_text(None, reference))
+    for i, word in enumerate(text.split(" ")):
+        engine.add_text("streamed", word if i == 0 else " " + word, is_final=False)
+        steps(engine, 3)
+    engine.add_text("streamed", "", is_final=True)
+    steps(engine, 40)
+    assert whole.error is None and streamed.error is None
+    frames = [torch.cat([c.tokens[c.context_frames:] for c in sink.chunks]) for sink in (whole, streamed)]
+    assert frames[0].shape[0] == 16 and torch.equal(frames[0], frames[1])
+
+
+def test_a_streamed_texts_prefill_holds_the_cloned_speaker(golden):
+    """The tiny model's frames hardly move with the speaker: its prefill shows where the embedding went."""
+    from backend_python.models.qwen3_tts.prompt import prefill_embeddings
+
+    lm, reference = lm_for("auto"), reference_of(golden, META["cases"][0])
+
+    def prefill_of(voice: VoiceReference) -> torch.Tensor:
+        feed = lm.open_text(None, voice)
+        feed.append("Get the")  # the first text token is final
+        return prefill_embeddings(lm.config, lm.talker, feed.prompt(), torch.device("cpu"))
+
+    whole = prefill_embeddings(lm.config, lm.talker, lm.encode_prompt("Get the trust fund.", None, reference),
+                               torch.device("cpu"))
+    torch.testing.assert_close(prefill_of(reference), whole, rtol=0, atol=0)
+    other = prefill_of(VoiceReference({"speaker_embedding": -golden["speaker_embedding"]}))
+    assert not torch.equal(other, whole)
 
 
 def test_a_custom_voice_model_rejects_a_reference():

@@ -29,7 +29,7 @@ from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
 from .presets import build_tiny_tokenizer
 from .prompt import (AUTO_LANGUAGE, NUM_REF_SUFFIX_TOKENS, NUM_ROLE_TOKENS, assistant_text, make_prompt,
                      make_reference_prompt, pad_embedding, prefill_embeddings, prompt_embeddings, reference_text,
-                     resolve_language, to_device, trailing_embeddings)
+                     resolve_language, speaker_embedding, to_device, trailing_embeddings)
 from .voice_encoder import REF_CODES
 from .talker import Talker
 from .text_feed import Qwen3TextFeed
@@ -139,11 +139,7 @@ class Qwen3TTSLM(SlotSpeechLM):
         return make_prompt(self.config, list(ids), self.config.talker.spk_id[voice], language_id)
 
     def _encode_cloned(self, text: str, voice: str | None, reference: VoiceReference | None) -> Prompt:
-        if voice:
-            raise ValueError(f"voice {quoted(voice)} given to a Base model: it has no preset voices, it clones "
-                             f"the voice of reference audio")
-        if reference is None:
-            raise ValueError("a Base model needs reference audio to clone a voice (it has no preset voices)")
+        _check_clone(voice, reference)
         is_icl = REF_CODES in reference.tensors
         if is_icl and not (reference.text or "").strip():
             raise ValueError("in-context cloning needs the reference audio's transcript (or x-vector-only mode)")
@@ -155,12 +151,25 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     supports_streaming_text = True  # prefill needs the first text token; the rest trail, one per frame
 
-    def open_text(self, voice: str | None) -> Qwen3TextFeed:
+    def open_text(self, voice: str | None, reference: VoiceReference | None = None) -> Qwen3TextFeed:
+        """A streaming-text request's text; a Base model clones from the reference's speaker embedding."""
         if self.config.is_base:
-            raise ValueError("streaming text is not supported with a cloned voice yet: send the whole text")
+            return self._open_cloned_text(voice, reference)
+        self.check_no_reference(reference)
         voice = self._resolve_voice(voice)
         return Qwen3TextFeed(self.config, self.tokenizer, self.config.talker.spk_id[voice],
                              resolve_language(self.config, self.language, voice))
+
+    def _open_cloned_text(self, voice: str | None, reference: VoiceReference | None) -> Qwen3TextFeed:
+        """x-vector cloning only: in context, the reference's transcript and frames take the first positions of
+        the text, so the prefill would wait for nearly the whole text."""
+        if reference is not None and REF_CODES in reference.tensors:
+            raise ValueError("a streamed text clones a voice from its speaker embedding alone: send the reference "
+                             "with x_vector_only, or the whole text in one request for in-context cloning")
+        _check_clone(voice, reference)
+        return Qwen3TextFeed(self.config, self.tokenizer, self.config.talker.codec_pad_id,
+                             resolve_language(self.config, self.language, None),
+                             speaker_embedding=speaker_embedding(self.config, reference))
 
     def is_waiting_for_text(self, slot: int) -> bool:
         state = self._states.get(slot)
@@ -332,6 +341,15 @@ class Qwen3TTSLM(SlotSpeechLM):
         x = (frame_embed + inputs.text_embed)[:, None]  # [B, 1, H]
         hidden = self.talker(x, rows, inputs.positions[:, None], mem.kv)  # [B, H]
         mem.hidden[rows], mem.logits[rows] = hidden, self.talker.logits(hidden)
+
+
+def _check_clone(voice: str | None, reference: VoiceReference | None) -> None:
+    """A Base model takes no preset voice, and needs a reference."""
+    if voice:
+        raise ValueError(f"voice {quoted(voice)} given to a Base model: it has no preset voices, it clones "
+                         f"the voice of reference audio")
+    if reference is None:
+        raise ValueError("a Base model needs reference audio to clone a voice (it has no preset voices)")
 
 
 def _open_feed(prompt: Prompt) -> Qwen3TextFeed | None:

@@ -69,15 +69,21 @@ def make_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], speaker_id: int, langu
     return Prompt(num_tokens=NUM_ROLE_TOKENS + num_codec, tensors=tensors)
 
 
+def speaker_embedding(cfg: Qwen3TTSConfig, reference: VoiceReference) -> torch.Tensor:
+    """The reference's x-vector, checked: [H] float32."""
+    embedding = reference.tensors.get(SPEAKER_EMBEDDING)
+    if embedding is None or embedding.shape != (cfg.talker.hidden_size,):
+        shape = None if embedding is None else tuple(embedding.shape)
+        raise ValueError(f"speaker embedding must be [{cfg.talker.hidden_size}], got {shape}")
+    return embedding.float()
+
+
 def make_reference_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], language_id: int, reference: VoiceReference,
                           ref_text_ids: list[int] | None) -> Prompt:
     """A Base model's prompt: the reference's speaker embedding, and in ICL mode its transcript's ids (between
     the role and the suffix tokens) and its codes."""
-    embedding = reference.tensors[SPEAKER_EMBEDDING]
-    if embedding.shape != (cfg.talker.hidden_size,):
-        raise ValueError(f"speaker embedding must be [{cfg.talker.hidden_size}], got {tuple(embedding.shape)}")
     prompt = make_prompt(cfg, text_ids, cfg.talker.codec_pad_id, language_id)  # the pad id holds the speaker's place
-    prompt.tensors[SPEAKER_EMBEDDING] = embedding.float()  # [H]
+    prompt.tensors[SPEAKER_EMBEDDING] = speaker_embedding(cfg, reference)  # [H]
     if ref_text_ids is None:
         return prompt
     codes = reference.tensors[REF_CODES]

@@ -13,14 +13,18 @@ import torch
 from ..base import Prompt, TextFeed
 from ..incremental_tokenizer import IncrementalTokenizer
 from .config import Qwen3TTSConfig
+from .voice_encoder import SPEAKER_EMBEDDING
 from .prompt import NUM_ROLE_TOKENS, NUM_SUFFIX_TOKENS, assistant_text, codec_prefix_ids, make_prompt
 
 ROLE_PREFIX, _, SUFFIX = assistant_text("\0").partition("\0")  # the text sits between these
 
 
 class Qwen3TextFeed(TextFeed):
-    def __init__(self, config: Qwen3TTSConfig, tokenizer, speaker_id: int, language_id: int) -> None:
+    def __init__(self, config: Qwen3TTSConfig, tokenizer, speaker_id: int, language_id: int,
+                 speaker_embedding: torch.Tensor | None = None) -> None:
+        """`speaker_embedding` ([H] float32): a cloned voice's x-vector in the speaker's place (a Base model)."""
         self._config, self._speaker_id, self._language_id = config, speaker_id, language_id
+        self._speaker_embedding = speaker_embedding
         self._tokens = IncrementalTokenizer(tokenizer, ROLE_PREFIX)
         self._has_text = False  # a non-space character has arrived (leading whitespace is stripped)
 
@@ -54,6 +58,8 @@ class Qwen3TextFeed(TextFeed):
                                  self._speaker_id, self._language_id)  # prefill reads ids[:4] alone
         else:
             return None
+        if self._speaker_embedding is not None:
+            prompt.tensors[SPEAKER_EMBEDDING] = self._speaker_embedding
         prompt.text = self
         return prompt
 
