@@ -23,6 +23,7 @@ from clients.gateway.speech import SpeechRequest
 from clients.gateway.stats import GatewayStats
 from clients.gateway.triton_session import SessionEvent, SessionText, TritonSession
 from clients.gateway.triton_stream import AudioChunk, StreamFailure, stream_chunks
+from clients.gateway.voices import copy_missing_voices
 from protocol.models import LM, ROUTER
 from protocol.reasons import EndReason
 from protocol.wire import decode_error
@@ -46,6 +47,7 @@ class Gateway:
         self._turn = itertools.count()
         self._scraper: asyncio.Task | None = None
         self._readiness: asyncio.Task | None = None
+        self._syncs: set[asyncio.Task] = set()  # voices being copied to a server that lacks them
 
     async def start(self) -> None:
         """Open the channels, learn the served model from a first server that answers, start scraping."""
@@ -58,10 +60,13 @@ class Gateway:
         if any(b.metrics_url for b in self.balancer.backends):
             self._scraper = asyncio.create_task(self._scrape_forever())
         await self.poll_readiness()
+        for backend in self.balancer.backends:
+            if backend.is_ready:
+                self._sync_voices_to(backend)
         self._readiness = asyncio.create_task(self._poll_readiness_forever())
 
     async def close(self) -> None:
-        for task in (self._scraper, self._readiness):
+        for task in (self._scraper, self._readiness, *self._syncs):
             if task:
                 task.cancel()
         for channels in self._channels.values():
@@ -110,6 +115,22 @@ class Gateway:
         backends = [b for b in self.balancer.backends if b.is_ready]
         return list(await asyncio.gather(*(self._call_voice_registry(b, proto) for b in backends)))
 
+    def _sync_voices_to(self, backend: Backend) -> None:
+        """In the background: copy to `backend` the registered voices the other ready servers have and it lacks."""
+        sources = [b for b in self.balancer.backends if b is not backend and b.is_ready]
+        task = asyncio.create_task(self._sync_voices(backend, sources))
+        self._syncs.add(task)
+        task.add_done_callback(self._syncs.discard)
+
+    async def _sync_voices(self, backend: Backend, sources: list[Backend]) -> None:
+        try:
+            copied = await copy_missing_voices(self._call_voice_registry, backend, sources)
+        except Exception:  # a failed sync must not end the gateway; the next readiness change tries again
+            log.exception("copying voices to %s failed", backend.url)
+            return
+        if copied:
+            log.warning("copied %d registered voice(s) to %s: %s", len(copied), backend.url, ", ".join(copied))
+
     async def _call_voice_registry(self, backend: Backend, proto: service_pb2.ModelInferRequest) -> dict | ApiError:
         try:
             response = await self._stub(backend).ModelInfer(proto, timeout=self.config.registry_timeout_s)
@@ -151,6 +172,8 @@ class Gateway:
         for backend, is_ready in zip(self.balancer.backends, ready):
             if backend.is_ready != is_ready:
                 log.warning("server %s is %s", backend.url, "ready again" if is_ready else "not ready")
+            if is_ready and not backend.is_ready:
+                self._sync_voices_to(backend)  # it may have missed registers, or restarted on an empty directory
             backend.is_ready = is_ready
 
     async def _poll_readiness_forever(self) -> None:

@@ -9,6 +9,9 @@ whole. The upload is decoded here (WAV, FLAC or Ogg, with PyAV); its samples go 
 from __future__ import annotations
 
 import asyncio
+import base64
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +27,7 @@ from clients.gateway.triton_stream import add_input, add_tensor
 from protocol.models import VOICE_REGISTRY
 from protocol.quoting import quoted
 
+log = logging.getLogger("voxlane.gateway")
 MAX_UPLOAD_BYTES = 16 << 20  # a 60 s reference as 16-bit WAV at 48 kHz is 5.8 MB
 UPLOAD_FIELDS = ("file", "name", "transcript", "ref_text", "x_vector_only")  # `ref_text` as on /v1/audio/speech
 # the server's input names as the upload spells them
@@ -124,6 +128,41 @@ def registry_request(action: str, name: str | None = None,
         if upload.x_vector_only is not None:
             add_input(proto, "x_vector_only", upload.x_vector_only)
     return proto
+
+
+def import_request(name: str, voice_file: bytes) -> service_pb2.ModelInferRequest:
+    """A `voice_registry` import of a voice's file (as another server's export answered it)."""
+    proto = registry_request("import", name)
+    add_tensor(proto, "voice_file", "BYTES", np.array([voice_file], dtype=np.object_))
+    return proto
+
+
+RegistryCall = Callable[[object, service_pb2.ModelInferRequest], Awaitable["dict | ApiError"]]
+
+
+async def copy_missing_voices(call: RegistryCall, target, sources: list) -> list[str]:
+    """Give the server `target` every voice the `sources` have and it lacks, each copied as it is (export, then
+    import: no encoding); the names copied. Voices only `target` has stay there: one deleted while it was away
+    must not come back to the others. A server that fails a call is skipped (the next sync tries again)."""
+    own = await call(target, registry_request("list"))
+    if isinstance(own, ApiError):
+        return []
+    have, copied = {v["name"] for v in own["data"]}, []
+    for source in sources:
+        listed = await call(source, registry_request("list"))
+        for voice in [] if isinstance(listed, ApiError) else listed["data"]:
+            name = voice["name"]
+            if name in have or "damaged" in voice:
+                continue
+            exported = await call(source, registry_request("export", name))
+            answer = exported if isinstance(exported, ApiError) else await call(
+                target, import_request(name, base64.b64decode(exported["file"])))
+            if isinstance(answer, ApiError):
+                log.warning("could not copy the voice %r to a server: %s", name, answer.message)
+                continue
+            have.add(name)
+            copied.append(name)
+    return copied
 
 
 def merged_register(answers: list) -> dict | ApiError:

@@ -10,6 +10,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 import wave
 
 import httpx
@@ -272,3 +273,23 @@ def test_on_a_model_with_preset_voices_a_preset_s_name_is_refused_and_it_clones_
     refused(register(server.grpc_url, "tiny", x_vector_only=True), "name", "preset_voice_name")
     refused(register(server.grpc_url, "mine", x_vector_only=True), "ref_audio", "reference_unsupported")
     assert registry(server.grpc_url, "list")["data"] == []
+
+
+def test_a_gateway_gives_a_server_the_voices_it_lacks(servers, tmp_path_factory):
+    """A voice registered on one server alone (straight through Triton, or while the other was away) reaches the
+    other when a gateway sees it ready: copied as it is, so it speaks alike on both."""
+    first, second = (s.grpc_url for s in servers)
+    register(first, "only-on-first", ref_text=REF_TEXT)
+    assert "only-on-first" not in [v["name"] for v in registry(second, "list")["data"]]
+    config = GatewayConfig(tritons=(first, second), port=free_ports(1)[0])
+    process = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway-sync") / "gateway.log")
+    try:
+        process.wait_ready(60)
+        deadline = time.monotonic() + 20
+        while "only-on-first" not in [v["name"] for v in registry(second, "list")["data"]]:
+            assert time.monotonic() < deadline, "the gateway did not copy the voice"
+            time.sleep(0.2)
+    finally:
+        process.stop()
+    assert_same_audio(synthesize(second, TEXT, voice="only-on-first", **SPEECH),
+                      synthesize(first, TEXT, voice="only-on-first", **SPEECH))

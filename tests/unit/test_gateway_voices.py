@@ -195,3 +195,45 @@ def test_an_upload_is_read_and_decoded():
 def test_a_bad_upload_is_refused_naming_its_field(parts, json_body, status, param, code):
     error = post_form(parts, json_body)
     assert isinstance(error, ApiError) and (error.status, error.param, error.code) == (status, param, code), error
+
+
+class FakeRegistries:
+    """Several servers' voice registries, by server: list, export and import over `call(server, proto)`."""
+
+    def __init__(self, voices: dict[str, dict[str, bytes]], down: tuple[str, ...] = ()) -> None:
+        self.voices, self.down, self.calls = voices, down, []
+
+    async def __call__(self, server: str, proto):
+        inputs = {t.name: raw for t, raw in zip(proto.inputs, proto.raw_input_contents)}
+        action, name = inputs["action"][4:].decode(), inputs.get("name", b"    ")[4:].decode()
+        self.calls.append((server, action, name))
+        if server in self.down:
+            return DOWN
+        held = self.voices[server]
+        if action == "list":
+            return {"object": "list", "data": [{"name": n} for n in sorted(held)]}
+        if action == "export":
+            return {"name": name, "file": base64.b64encode(held[name]).decode()}
+        assert action == "import"
+        held[name] = inputs["voice_file"][4:]
+        return {"name": name}
+
+
+def test_a_server_gets_the_voices_it_lacks_copied_as_they_are():
+    import asyncio
+
+    from clients.gateway.voices import copy_missing_voices
+    fake = FakeRegistries({"a": {"alice": b"A", "bob": b"B"}, "b": {"carol": b"C"}, "c": {"alice": b"A"}})
+    copied = asyncio.run(copy_missing_voices(fake, "c", ["a", "b"]))
+    assert copied == ["bob", "carol"] and fake.voices["c"] == {"alice": b"A", "bob": b"B", "carol": b"C"}
+    assert fake.voices["a"] == {"alice": b"A", "bob": b"B"}  # the sources are left as they were
+    assert ("a", "export", "alice") not in fake.calls  # what it has is not copied again
+
+
+def test_a_server_that_fails_is_skipped():
+    import asyncio
+
+    from clients.gateway.voices import copy_missing_voices
+    fake = FakeRegistries({"a": {"alice": b"A"}, "b": {"bob": b"B"}, "c": {}}, down=("a",))
+    assert asyncio.run(copy_missing_voices(fake, "c", ["a", "b"])) == ["bob"]
+    assert asyncio.run(copy_missing_voices(FakeRegistries({"c": {}}, down=("c",)), "c", [])) == []
