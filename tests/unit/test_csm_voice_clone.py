@@ -20,10 +20,10 @@ from backend_python.models.base import DecodeBatch, SamplingParams, VoiceReferen
 from backend_python.models.csm import CsmLM, MimiCodec
 from backend_python.models.csm.checkpoint import read_config
 from backend_python.models.csm.presets import TINY_CODEBOOK_SIZE
-from backend_python.models.csm.tiny import build_tiny_checkpoint
 from backend_python.models.csm.voice_encoder import CsmVoiceEncoder
 from backend_python.models.text_segments import SegmentContext, SegmentRules
 from scheduler import AdmissionPolicyName, ChunkingConfig, SchedulerConfig
+from tests.unit.test_csm_lm import checkpoint, reference  # noqa: F401 (the tiny checkpoint and transformers on it)
 from tests.unit.test_engine import ListSink
 
 torch.set_flush_denormal(True)
@@ -44,18 +44,6 @@ def waveform(num_samples: int, seed: int) -> torch.Tensor:
     return 0.3 * torch.sin(torch.arange(num_samples) * 0.02 * (1 + seed)) + 0.05 * noise
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("csm-tiny"), seed=0)
-
-
-@pytest.fixture(scope="module")
-def reference(checkpoint):
-    from transformers import CsmForConditionalGeneration
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()
-    return CsmForConditionalGeneration.from_pretrained(str(checkpoint)).eval()
 
 
 @pytest.fixture(scope="module")
