@@ -1,18 +1,23 @@
-"""The router's stub stays small: importing it must not pull in torch (about 180 MB of RSS per stub)."""
+"""The torch-free stubs stay small: importing the router (`vox_ensemble`) or the voice registry (`voice_registry`,
+which reads the model's preset voices through the model registry only at its first register) must not pull in
+torch (about 180 MB of RSS per stub)."""
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
 
+import pytest
 
-def test_the_router_does_not_import_torch():
-    code = textwrap.dedent("""
+
+@pytest.mark.parametrize("module", ["backend_python.router.model", "backend_python.voices.model"])
+def test_a_torch_free_stub_does_not_import_torch(module):
+    code = textwrap.dedent(f"""
         import sys, types
         utils = types.ModuleType("triton_python_backend_utils")  # what the stub provides, as far as imports go
         utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
         sys.modules["triton_python_backend_utils"] = utils
-        import backend_python.router.model
+        import {module}
         print("torch" in sys.modules)
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
