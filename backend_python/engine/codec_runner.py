@@ -34,7 +34,8 @@ class StreamChunk:
     is_last: bool = False  # the stream ends with this chunk: its state is freed
 
     def __post_init__(self) -> None:
-        if not 0 <= self.context_frames < self.codes.shape[0] or self.context_frames > self.start_frame:
+        # the context may reach before frame 0: an in-context clone's reference codes (Sequence.codec_prefix)
+        if not 0 <= self.context_frames < self.codes.shape[0] or self.start_frame < 0:
             raise ValueError(f"{self.context_frames} context frames do not fit a {self.codes.shape[0]}-frame "
                              f"window starting at frame {self.start_frame}")
 

@@ -327,12 +327,24 @@ class LMEngine:
         for span in self._chunk_plan.ready_chunks(seq.num_frames - first_frame, seq.num_chunks - first_chunk,
                                                   progress is not Progress.GOING):
             start, end = span.start + first_frame, span.end + first_frame
-            context = min(self.config.codec_left_context_frames, start)
-            tokens = torch.stack(seq.frames[start - context: end])  # [context + new, K]
+            tokens, context = self._window(seq, start, end)
             chunks.append(Chunk(first_chunk + span.index, tokens, context, start_frame=start,
                                 is_last=span.is_last and progress is Progress.DONE))
             seq.num_chunks = first_chunk + span.index + 1
         return chunks
+
+    def _window(self, seq: Sequence, start: int, end: int) -> tuple[torch.Tensor, int]:
+        """Frames [start, end) after up to `codec_left_context_frames` of the request's own frames as left
+        context -> (tokens [context + new, K], context). While the own frames do not fill it, the window also
+        holds the codec prefix's last `codec_left_context_frames` (all that chunk 0 had): then a window sees
+        the whole history a lane's stream state saw, and the two paths give the same audio."""
+        left = self.config.codec_left_context_frames
+        own = min(left, start)
+        tokens = torch.stack(seq.frames[start - own: end])
+        num_prefix = 0 if seq.codec_prefix is None or start >= left else min(left, seq.codec_prefix.shape[0])
+        if num_prefix:
+            tokens = torch.cat((seq.codec_prefix[-num_prefix:].to(tokens.dtype), tokens))
+        return tokens, own + num_prefix
 
     def _deliver(self, ready: list[tuple[Sequence, Chunk]]) -> None:
         """Hand chunks to their sinks; with an inline codec, decode them first in one batch."""

@@ -76,6 +76,8 @@ class Sequence:
     text_idle_timeout_s: float = 30.0  # an open text with no new piece this long ends the request
     text_at: float = 0.0  # engine clock, its latest text piece (or its arrival)
     segment: SegmentCursor = field(default_factory=SegmentCursor)  # only a segmented text moves it on
+    codec_prefix: torch.Tensor | None = None  # [T, K] int64, cpu: frames before frame 0, the codec's left context
+    # for the first chunks (an in-context clone's reference codes: SpeechLM.codec_prefix)
 
     @property
     def is_segmented(self) -> bool:

@@ -179,7 +179,8 @@ class LMModel:
         return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
                         sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks),
-                        text=text, text_idle_timeout_s=req.text_idle_timeout_s)
+                        text=text, text_idle_timeout_s=req.text_idle_timeout_s,
+                        codec_prefix=None if prompt is None else self.model.codec_prefix(prompt))
 
     def _open_text(self, req: SpeechRequest, reference) -> SpeakableText:
         """A streaming-text request's text, its first piece in (a family whose prompt needs the whole text

@@ -174,6 +174,11 @@ class SpeechLM(nn.Module, ABC):
         """Tokenize and build the prompt; raises ValueError naming an unknown voice, or a reference the
         model cannot use."""
 
+    def codec_prefix(self, prompt: Prompt) -> torch.Tensor | None:
+        """Frames the codec decodes before the stream's first as its left context, or None: an in-context
+        clone's reference codes, where the family's reference decodes the answer after them (Qwen3-TTS)."""
+        return None
+
     def check_no_reference(self, reference: VoiceReference | None) -> None:
         """For a model without voice cloning: a reference is a ValueError that says so."""
         if reference is not None:

@@ -117,6 +117,9 @@ class FakeSpeechLM:
     def encode_segment(self, text: str, voice: str | None, context):
         return self.encode_prompt(text, voice)
 
+    def codec_prefix(self, prompt):
+        return None
+
 
 def lm_glue(engine: FakeEngine):
     """The real LM glue over a fake engine and model (what `initialize` would load)."""

@@ -250,3 +250,31 @@ def test_a_stream_through_the_graphed_stateful_runner_equals_the_full_decode_on_
     audio = torch.cat([runner.decode_chunks([chunk])[0] for chunk in chunks]).cpu()
     torch.testing.assert_close(audio, codec.decode(codes[None])[0], atol=CUDA_ATOL, rtol=0)
     assert runner.states.counters.num_hits == len(chunks) - 1
+
+
+def test_a_prefix_before_frame_0_is_left_context_the_state_carries_on(codec):
+    # an in-context clone: the reference's codes come before the answer's frame 0 (Sequence.codec_prefix)
+    runner = CodecRunner(codec, stream_states=CodecStateLimits())
+    prefix, codes = random_codes(CONTEXT, seed=11), random_codes(60, seed=12)
+    bounds = ramp_bounds(codes.shape[0])
+    chunks = [StreamChunk("a", torch.cat((prefix, codes[:bounds[0][1]])), CONTEXT, 0)] + chunks_of("a", codes)[1:]
+    audio = torch.cat([runner.decode_chunks([chunk])[0] for chunk in chunks])
+    full = codec.decode(torch.cat((prefix, codes))[None])[0, CONTEXT * codec.samples_per_frame:]
+    torch.testing.assert_close(audio, full, atol=STREAM_ATOL, rtol=0)  # as the reference decodes, cut
+    assert runner.states.counters.num_hits == len(bounds) - 1
+    with pytest.raises(ValueError, match="do not fit"):
+        StreamChunk("a", codes[:2], 2, 0)  # all context, no new frame
+
+
+def test_an_early_window_with_the_whole_prefix_equals_the_state_path(codec):
+    # chunk 1 of an in-context clone decoded by the other lane (no state): its window holds chunk 0's prefix
+    # and the frames since (engine._window), so it gives the audio the state path gives
+    runner = CodecRunner(codec, stream_states=CodecStateLimits())
+    prefix, codes = random_codes(CONTEXT, seed=13), random_codes(12, seed=14)
+    first = StreamChunk("a", torch.cat((prefix, codes[:2])), CONTEXT, 0)
+    second = StreamChunk("a", torch.cat((prefix, codes[:6])), CONTEXT + 2, 2)
+    via_state = runner.decode_chunks([first])[0], runner.decode_chunks([replace(second, codes=second.codes[CONTEXT:],
+                                                                                context_frames=2)])[0]
+    via_window = codec.decode_windows([(second.codes, second.context_frames)])[0]
+    torch.testing.assert_close(via_window, via_state[1], atol=STREAM_ATOL, rtol=0)
+    assert runner.states.counters.num_hits == 1

@@ -265,3 +265,20 @@ def test_stopping_ends_live_and_waiting_requests_as_shutting_down(lm):
     for _, sink in pairs:
         assert sink.done.is_set() and sink.error == SHUTTING_DOWN  # the sinks send it as it is
     assert SHUTTING_DOWN.reason is EndReason.LANE_DOWN and "shutting down" in SHUTTING_DOWN.message
+
+
+def test_a_codec_prefix_is_the_left_context_of_the_first_chunks(lm):
+    # an in-context clone's reference codes come before frame 0 (SpeechLM.codec_prefix): the chunks whose own
+    # frames do not fill the left context also hold the prefix, later chunks only their own frames
+    engine = make_engine(lm)
+    seq, sink = make_seq(lm, "Hello there.", frames=13)
+    seq.codec_prefix = torch.arange(5 * 16).view(5, 16) % 7 + 100  # codes no frame of the model has
+    engine.add(seq)
+    run_until_done(engine, [sink])
+    assert sink.error is None
+    # chunk 1 (frame 2) keeps all 3 prefix frames chunk 0 had: the history a codec state of chunk 0 carries
+    assert [(c.context_frames, c.start_frame) for c in sink.chunks] == [(3, 0), (5, 2), (3, 7), (3, 12)]
+    frames = torch.cat([c.tokens[c.context_frames:] for c in sink.chunks])
+    assert torch.equal(sink.chunks[0].tokens[:3], seq.codec_prefix[-3:])
+    assert torch.equal(sink.chunks[1].tokens[:5], torch.cat((seq.codec_prefix[-3:], frames[:2])))
+    assert torch.equal(sink.chunks[2].tokens[:3], frames[4:7])

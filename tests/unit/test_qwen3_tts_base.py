@@ -201,3 +201,11 @@ def test_full_base_presets_have_a_speaker_encoder_of_the_talker_width(name, hidd
     assert config.is_base and config.talker.spk_id == {}
     assert config.talker.hidden_size == config.speaker_encoder.enc_dim == hidden
     assert registry.resolve(name).preset == name
+
+
+def test_an_in_context_clone_decodes_after_the_reference_codes(golden):
+    """The reference decodes the answer with the reference's codes in front: they are the codec's prefix."""
+    lm = lm_for("auto")
+    in_context, x_vector = reference_of(golden, META["cases"][1]), reference_of(golden, META["cases"][0])
+    assert torch.equal(lm.codec_prefix(lm.encode_prompt("Hello.", None, in_context)), golden["ref_codes"])
+    assert lm.codec_prefix(lm.encode_prompt("Hello.", None, x_vector)) is None

@@ -149,6 +149,10 @@ class Qwen3TTSLM(SlotSpeechLM):
         language_id = resolve_language(self.config, self.language, None)
         return make_reference_prompt(self.config, ids, language_id, reference, ref_ids)
 
+    def codec_prefix(self, prompt: Prompt) -> torch.Tensor | None:
+        """An in-context clone's reference codes [T, 16]: the reference decodes the answer after them."""
+        return prompt.tensors.get(REF_CODES)
+
     supports_streaming_text = True  # prefill needs the first text token; the rest trail, one per frame
 
     def open_text(self, voice: str | None, reference: VoiceReference | None = None) -> Qwen3TextFeed:
