@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -30,6 +30,8 @@ from backend_python.engine.config import EngineConfig  # noqa: F401 (re-exported
 from protocol.reasons import SHUTTING_DOWN, Ended, EndReason
 from backend_python.engine import segments
 from backend_python.engine.segments import Progress
+from backend_python.engine.chunk_cutter import ChunkCutter
+from backend_python.engine.launched_step import LaunchedStep
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
@@ -57,7 +59,7 @@ class LMEngine:
         self.phases = PhaseClock(clock)  # read by the lane's metrics
         self._is_overlapped = (config.overlap_steps if config.overlap_steps is not None
                                else model.device.type == "cuda")
-        self._pending: _LaunchedStep | None = None  # the step whose codes are still on their way
+        self._pending: LaunchedStep | None = None  # the step whose codes are still on their way
         self._inbox: queue.Queue[Sequence | None] = queue.Queue()
         self._waiting: list[Sequence] = []
         self._running: list[Sequence] = []
@@ -67,7 +69,7 @@ class LMEngine:
         self._taken: dict[str, int] = {}  # flow updates not yet applied, by request id
         self._text = TextPieces()  # streaming-text pieces not yet applied
         self._cancel_lock = threading.Lock()
-        self._chunk_plan = ChunkPlan(config.scheduler.chunking)
+        self._chunks = ChunkCutter(ChunkPlan(config.scheduler.chunking), config.codec_left_context_frames)
         model.allocate_slots(config.max_slots, config.max_seq_len)
         self._thread = threading.Thread(target=self._loop, name="voxlane-lm-engine", daemon=True)
 
@@ -260,7 +262,7 @@ class LMEngine:
             self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
             segments.start_segment(seq)
 
-    def _launch(self) -> "_LaunchedStep | None":
+    def _launch(self) -> "LaunchedStep | None":
         """Launch one frame for every running request not paused on its client; its codes are copied to
         the host asynchronously. None when there is nothing to launch."""
         now = self._clock()
@@ -274,7 +276,7 @@ class LMEngine:
             seq.segment.num_launched += 1
         try:
             codes, is_eos = self.model.decode(batch)
-            launched = _LaunchedStep.start(rows, codes, is_eos, self._clock())
+            launched = LaunchedStep.start(rows, codes, is_eos, self._clock())
         except Exception as exc:  # a broken step ends the requests in it, not the loop
             log.exception("decode step failed")
             for seq in rows:
@@ -285,7 +287,7 @@ class LMEngine:
             self.phases.on_step(len(rows))
         return launched
 
-    def _process(self, step: "_LaunchedStep") -> None:
+    def _process(self, step: LaunchedStep) -> None:
         """Read a launched step's codes (waiting for the GPU), then cut and deliver its chunks."""
         self.phases.charge(LoopPhase.HOST)
         codes, is_eos = step.wait()
@@ -311,7 +313,8 @@ class LMEngine:
 
     def _progress(self, progress: list[tuple[Sequence, Progress]]) -> None:
         """Cut and deliver the chunks that are ready; move spoken segments on; finish what is done."""
-        self._deliver([(seq, chunk) for seq, p in progress for chunk in self._cut_chunks(seq, p)])
+        self._deliver([(seq, chunk) for seq, p in progress
+                       for chunk in self._chunks.cut(seq, is_finished=p is not Progress.GOING, is_done=p is Progress.DONE)])
         for seq, p in progress:
             if p is Progress.SEGMENT_SPOKEN:
                 segments.end_segment(seq)
@@ -319,32 +322,6 @@ class LMEngine:
                 segments.chunks_sent(seq)
             elif p is Progress.DONE:
                 self._finish(seq, None)
-
-    def _cut_chunks(self, seq: Sequence, progress: Progress) -> list[Chunk]:
-        """The chunks ready now; the last frames of a spoken segment (or one waiting at its limit) too. Each
-        segment's chunks ramp up anew from its first frame, numbered on from the stream's chunks before it."""
-        chunks, (first_frame, first_chunk) = [], seq.segment.chunks_from
-        for span in self._chunk_plan.ready_chunks(seq.num_frames - first_frame, seq.num_chunks - first_chunk,
-                                                  progress is not Progress.GOING):
-            start, end = span.start + first_frame, span.end + first_frame
-            tokens, context = self._window(seq, start, end)
-            chunks.append(Chunk(first_chunk + span.index, tokens, context, start_frame=start,
-                                is_last=span.is_last and progress is Progress.DONE))
-            seq.num_chunks = first_chunk + span.index + 1
-        return chunks
-
-    def _window(self, seq: Sequence, start: int, end: int) -> tuple[torch.Tensor, int]:
-        """Frames [start, end) after up to `codec_left_context_frames` of the request's own frames as left
-        context -> (tokens [context + new, K], context). While the own frames do not fill it, the window also
-        holds the codec prefix's last `codec_left_context_frames` (all that chunk 0 had): then a window sees
-        the whole history a lane's stream state saw, and the two paths give the same audio."""
-        left = self.config.codec_left_context_frames
-        own = min(left, start)
-        tokens = torch.stack(seq.frames[start - own: end])
-        num_prefix = 0 if seq.codec_prefix is None or start >= left else min(left, seq.codec_prefix.shape[0])
-        if num_prefix:
-            tokens = torch.cat((seq.codec_prefix[-num_prefix:].to(tokens.dtype), tokens))
-        return tokens, own + num_prefix
 
     def _deliver(self, ready: list[tuple[Sequence, Chunk]]) -> None:
         """Hand chunks to their sinks; with an inline codec, decode them first in one batch."""
@@ -443,30 +420,3 @@ class LMEngine:
     def _fail_all(self, reason: str | Ended) -> None:
         for seq in self._running + self._waiting:
             self._finish(seq, reason)
-
-
-@dataclass(frozen=True)
-class _LaunchedStep:
-    """A decode step in flight: its rows, and its codes on their way to the host."""
-
-    rows: list  # the Sequences of batch rows 0..n-1, as launched
-    segments: list[int]  # each row's segment index at launch (segments.py)
-    codes: torch.Tensor  # [n, K] int64, host (pinned when copied from CUDA)
-    is_eos: torch.Tensor  # [n] bool, host
-    ready: torch.cuda.Event | None  # recorded after the copies; None on the CPU
-    launched_at: float  # engine clock
-
-    @classmethod
-    def start(cls, rows: list, codes: torch.Tensor, is_eos: torch.Tensor, now: float) -> "_LaunchedStep":
-        segment_of = [seq.segment.index for seq in rows]
-        if codes.device.type != "cuda":
-            return cls(rows, segment_of, codes, is_eos, None, now)
-        host_codes, host_eos = codes.to("cpu", non_blocking=True), is_eos.to("cpu", non_blocking=True)
-        ready = torch.cuda.Event()
-        ready.record()
-        return cls(rows, segment_of, host_codes, host_eos, ready, now)
-
-    def wait(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.ready is not None:
-            self.ready.synchronize()
-        return self.codes, self.is_eos

@@ -268,7 +268,7 @@ def test_a_prefix_before_frame_0_is_left_context_the_state_carries_on(codec):
 
 def test_an_early_window_with_the_whole_prefix_equals_the_state_path(codec):
     # chunk 1 of an in-context clone decoded by the other lane (no state): its window holds chunk 0's prefix
-    # and the frames since (engine._window), so it gives the audio the state path gives
+    # and the frames since (ChunkCutter.window), so it gives the audio the state path gives
     runner = CodecRunner(codec, stream_states=CodecStateLimits())
     prefix, codes = random_codes(CONTEXT, seed=13), random_codes(12, seed=14)
     first = StreamChunk("a", torch.cat((prefix, codes[:2])), CONTEXT, 0)

@@ -1,0 +1,42 @@
+"""Which of a request's frames go to the codec now, and with what left context.
+
+The chunk plan (scheduler/chunking.py) says where chunks end; a segmented text's segments each start the
+plan anew from their first frame (`SegmentCursor.chunks_from`), numbered on from the stream's chunks before.
+A chunk's window holds up to `left_context_frames` of the request's own frames before its new ones, and,
+while those do not fill it, the codec prefix's last `left_context_frames` (an in-context clone's reference
+codes, before frame 0: all that chunk 0 had), so a window sees the whole history a codec lane's stream state
+saw and the two paths give the same audio.
+"""
+from __future__ import annotations
+
+import torch
+
+from backend_python.engine.sequence import Chunk, Sequence
+from scheduler import ChunkPlan
+
+
+class ChunkCutter:
+    def __init__(self, plan: ChunkPlan, left_context_frames: int) -> None:
+        self._plan, self._left = plan, left_context_frames
+
+    def cut(self, seq: Sequence, is_finished: bool, is_done: bool) -> list[Chunk]:
+        """The chunks ready now; with `is_finished` (the request or its segment ended, or a segment waits at
+        its limit) the frames after the last complete chunk too. `is_done`: the request is over (its final
+        chunk is marked last)."""
+        chunks, (first_frame, first_chunk) = [], seq.segment.chunks_from
+        for span in self._plan.ready_chunks(seq.num_frames - first_frame, seq.num_chunks - first_chunk, is_finished):
+            start, end = span.start + first_frame, span.end + first_frame
+            tokens, context = self.window(seq, start, end)
+            chunks.append(Chunk(first_chunk + span.index, tokens, context, start_frame=start,
+                                is_last=span.is_last and is_done))
+            seq.num_chunks = first_chunk + span.index + 1
+        return chunks
+
+    def window(self, seq: Sequence, start: int, end: int) -> tuple[torch.Tensor, int]:
+        """Frames [start, end) after their left context -> (tokens [context + new, K] int64, context)."""
+        own = min(self._left, start)
+        tokens = torch.stack(seq.frames[start - own: end])
+        num_prefix = 0 if seq.codec_prefix is None or start >= self._left else min(self._left, seq.codec_prefix.shape[0])
+        if num_prefix:
+            tokens = torch.cat((seq.codec_prefix[-num_prefix:].to(tokens.dtype), tokens))
+        return tokens, own + num_prefix
