@@ -174,6 +174,13 @@ class SpeechLM(nn.Module, ABC):
         """Tokenize and build the prompt; raises ValueError naming an unknown voice, or a reference the
         model cannot use."""
 
+    frames_per_step = 1  # > 1: `decode` emits several frames per step (multi-token prediction heads)
+
+    def codec_condition(self, prompt: Prompt) -> torch.Tensor | None:
+        """The stream's condition vector for a codec with `condition_dim` > 0 ([D] float32, cpu): a flow-matching
+        decoder's speaker embedding (a preset voice's, or the reference's). None: the codec's default."""
+        return None
+
     def codec_prefix(self, prompt: Prompt) -> torch.Tensor | None:
         """Frames the codec decodes before the stream's first as its left context, or None: an in-context
         clone's reference codes, where the family's reference decodes the answer after them (Qwen3-TTS)."""
@@ -221,11 +228,31 @@ class SpeechLM(nn.Module, ABC):
         Returns (codes: [B, K] int64 in [0, codebook_size), is_eos: [B] bool). A
         row with is_eos has no audio frame (its codes are meaningless); the
         engine then releases the slot. Rows with ignore_eos never stop here.
+        With `frames_per_step` M > 1: (codes [B, M, K], is_eos [B, M]); a row's
+        frames after its first end-of-speech are ignored.
         """
 
     @abstractmethod
     def release(self, slot: int) -> None:
         """Forget a slot's state; its KV rows are overwritten by the next prefill."""
+
+
+@dataclass(frozen=True)
+class CodecWindowing:
+    """How a codec's chunks are cut, in frames: left context before a chunk's new frames, lookahead after them,
+    and the overlap (audio past the new frames, cross-faded into the next chunk). What the LM lane reads off a
+    model family without loading its codec (registry.codec_windowing)."""
+
+    left_context_frames: int
+    lookahead_frames: int = 0
+    overlap_frames: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.left_context_frames, self.lookahead_frames, self.overlap_frames) < 0:
+            raise ValueError(f"codec windowing frames must be >= 0: {self}")
+        if self.overlap_frames > self.lookahead_frames:
+            raise ValueError(f"overlap_frames ({self.overlap_frames}) must not exceed lookahead_frames "
+                             f"({self.lookahead_frames}): the overlap is decoded from the lookahead")
 
 
 @dataclass(frozen=True)
@@ -237,12 +264,25 @@ class CodecShape:
     sample_rate: int
     samples_per_frame: int
     left_context_frames: int  # frames of left context a window needs to match a full decode (tolerance pinned by tests)
+    # frames after a chunk's new ones that its window must hold (until the stream ends) for the new frames' audio to
+    # match a full decode: a chunk is held back until they exist (a non-causal decoder: a flow-matching one, SNAC)
+    lookahead_frames: int = 0
+    # frames of audio past a chunk's new ones, decoded from its lookahead, that are cross-faded into the start of
+    # the stream's next chunk (a vocoder whose excitation does not carry across windows); <= lookahead_frames
+    overlap_frames: int = 0
 
     def __post_init__(self) -> None:
         if min(self.num_codebooks, self.codebook_size, self.sample_rate, self.samples_per_frame) < 1:
             raise ValueError(f"codebooks, codebook size, sample rate and samples per frame must be >= 1: {self}")
         if self.left_context_frames < 0:
             raise ValueError(f"left_context_frames must be >= 0, got {self.left_context_frames}")
+        if not 0 <= self.overlap_frames <= self.lookahead_frames:
+            raise ValueError(f"need 0 <= overlap_frames <= lookahead_frames, got {self.overlap_frames} and "
+                             f"{self.lookahead_frames}")
+
+    @property
+    def window(self) -> "CodecWindowing":
+        return CodecWindowing(self.left_context_frames, self.lookahead_frames, self.overlap_frames)
 
     @property
     def frame_rate(self) -> float:
@@ -283,21 +323,49 @@ class Codec(nn.Module, ABC):
         """Frames of left context a window needs to match a full decode (tolerance pinned by tests)."""
         return self.shape.left_context_frames
 
+    @property
+    def lookahead_frames(self) -> int:
+        return self.shape.lookahead_frames
+
+    @property
+    def overlap_frames(self) -> int:
+        return self.shape.overlap_frames
+
+    # > 0: the codec takes a per-stream condition vector of this size with every window (a flow-matching
+    # decoder's speaker embedding), which the LM's prompt names (`SpeechLM.codec_condition`)
+    condition_dim = 0
+
     @abstractmethod
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes: [B, T, K] int64 -> audio: [B, T * samples_per_frame] float32 in [-1, 1]."""
 
     supports_cuda_graphs = False  # True where `decode` is capturable (no host syncs, static shapes per call)
 
-    def decode_windows(self, windows: list[tuple[torch.Tensor, int]]) -> list[torch.Tensor]:
+    def decode_windows(self, windows: list[tuple[torch.Tensor, int]],
+                       conditions: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
         """Decode several requests' windows in one batch.
 
         windows: (codes [T_i, K] int64, context_frames c_i) pairs; the first c_i
-        frames are left context. Returns the new samples of each window:
-        [(T_i - c_i) * samples_per_frame] float32. Windows are right-padded to a
-        common length, which is exact because the decoder is causal.
+        frames are left context. Returns the samples of each window after its context:
+        [(T_i - c_i) * samples_per_frame] float32 (a window's lookahead frames are decoded
+        too; the runner keeps what the chunk needs of them). Windows are right-padded to a
+        common length, which is exact because the decoder is causal. `conditions`: one
+        [condition_dim] float32 per window, for a codec with `condition_dim` > 0.
         """
+        self.check_conditions(windows, conditions)
         return self.new_samples(self.decode(self.pad_windows(windows)), windows)
+
+    def check_conditions(self, windows: list, conditions: list | None) -> None:
+        """A codec without a condition takes none; one with a condition takes one per window (None: its default)."""
+        if conditions is None:
+            return
+        if len(conditions) != len(windows):
+            raise ValueError(f"need one condition per window, got {len(conditions)} for {len(windows)} windows")
+        if self.condition_dim == 0 and any(c is not None for c in conditions):
+            raise ValueError(f"{type(self).__name__} takes no condition")
+        for c in conditions:
+            if c is not None and tuple(c.shape) != (self.condition_dim,):
+                raise ValueError(f"a condition must be [{self.condition_dim}], got {list(c.shape)}")
 
     supports_streaming_state = False  # True where `decode_stream` is exact: a strictly causal decoder
 

@@ -19,7 +19,7 @@ from typing import Protocol
 import torch
 from filelock import FileLock
 
-from backend_python.models.base import Codec, SpeechLM, VoiceEncoder
+from backend_python.models.base import Codec, CodecWindowing, SpeechLM, VoiceEncoder
 from backend_python.paths import cache_dir
 
 DEFAULT_MODEL = "qwen3-tts-tiny"
@@ -56,6 +56,8 @@ class Family(Protocol):
     def preset_voices(self, spec: ModelSpec) -> tuple[str, ...]: ...  # the LM's `voices`, read without loading it
 
     def codec_left_context_frames(self, spec: ModelSpec) -> int: ...
+
+    # optional: `codec_windowing(spec) -> CodecWindowing` where the codec needs lookahead (see `codec_windowing`)
 
 
 def families() -> list[Family]:
@@ -127,6 +129,15 @@ def load_voice_encoder(spec: ModelSpec, device: str, dtype: str) -> VoiceEncoder
 def preset_voices(spec: ModelSpec) -> tuple[str, ...]:
     """The model's preset voice names (its LM's `voices`) from its config alone: no weights are loaded."""
     return tuple(family_of(spec).preset_voices(spec))
+
+
+def codec_windowing(spec: ModelSpec) -> CodecWindowing:
+    """How the model's chunks are cut (left context, lookahead, overlap), read without loading its codec: the
+    family's `codec_windowing`, else left context alone."""
+    family = family_of(spec)
+    if hasattr(family, "codec_windowing"):
+        return family.codec_windowing(spec)
+    return CodecWindowing(family.codec_left_context_frames(spec))
 
 
 def read_json(path: Path) -> dict:
