@@ -1,5 +1,6 @@
 """Decoder building blocks shared by the families: Qwen3 layers (per-head q/k RMSNorm); a Llama stack
-is the same layers with identities for q_norm/k_norm (`csm/layers.py`, `orpheus/llama.py`).
+is the same layers with identities for q_norm/k_norm (`csm/layers.py`, `orpheus/llama.py`), and a
+Qwen2 stack is a Llama stack with q/k/v biases (`qkv_bias=True`, `layers/qwen2.py`).
 
 Attention reads and writes a static KV cache in batch slots (gpt-fast style): one write path,
 `cache.k[layer][rows[:, None], positions] = k`, for prefill (B=1, T=prompt) and decode (B rows, T=1)
@@ -133,12 +134,24 @@ class RMSNorm(nn.Module):
 
 
 def fuse_linears(*linears: nn.Linear) -> torch.Tensor:
-    """One weight [sum(out), in] for several bias-free projections of the same input; each module's
+    """One weight [sum(out), in] for several projections of the same input; each module's
     weight becomes a view of it (state_dict names unchanged, no extra memory)."""
-    fused = torch.cat([m.weight.detach() for m in linears])
+    return _fuse_parameters(linears, "weight")
+
+
+def fuse_biases(*linears: nn.Linear) -> torch.Tensor | None:
+    """One bias [sum(out)] for the projections `fuse_linears` fused (each bias becomes a view of it);
+    None where they have none."""
+    if all(m.bias is None for m in linears):
+        return None
+    return _fuse_parameters(linears, "bias")
+
+
+def _fuse_parameters(linears: tuple[nn.Linear, ...], name: str) -> torch.Tensor:
+    fused = torch.cat([getattr(m, name).detach() for m in linears])
     start = 0
     for m in linears:
-        m.weight = nn.Parameter(fused[start:start + m.out_features], requires_grad=False)
+        setattr(m, name, nn.Parameter(fused[start:start + m.out_features], requires_grad=False))
         start += m.out_features
     return fused
 
@@ -165,22 +178,25 @@ class MLP(nn.Module):
 
 
 class Attention(nn.Module):
-    """GQA self-attention with per-head q/k RMSNorm before RoPE."""
+    """GQA self-attention with per-head q/k RMSNorm before RoPE; `qkv_bias`: q/k/v projections with biases (Qwen2)."""
 
-    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, eps: float) -> None:
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, eps: float,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
         self.qkv: torch.Tensor | None = None  # fused [(heads + 2 * kv_heads) * head_dim, hidden], set by `fuse`
+        self.qkv_bias: torch.Tensor | None = None  # fused [(heads + 2 * kv_heads) * head_dim] where biased
 
     def fuse(self) -> None:
         if self.qkv is None:
             self.qkv = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+            self.qkv_bias = fuse_biases(self.q_proj, self.k_proj, self.v_proj)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: [B, T, hidden] -> q [B, T, heads, head_dim], k, v [B, T, kv_heads, head_dim]."""
@@ -188,7 +204,7 @@ class Attention(nn.Module):
         if self.qkv is None:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         else:
-            q, k, v = F.linear(x, self.qkv).split(
+            q, k, v = F.linear(x, self.qkv, self.qkv_bias).split(
                 (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim,
                  self.num_kv_heads * self.head_dim), dim=-1)
         return (q.view(b, t, self.num_heads, self.head_dim), k.view(b, t, self.num_kv_heads, self.head_dim),
@@ -268,9 +284,9 @@ def _probe_varlen(device: torch.device, dtype: torch.dtype) -> bool:
 
 class DecoderLayer(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, num_heads: int, num_kv_heads: int,
-                 head_dim: int, eps: float) -> None:
+                 head_dim: int, eps: float, qkv_bias: bool = False) -> None:
         super().__init__()
-        self.self_attn = Attention(hidden_size, num_heads, num_kv_heads, head_dim, eps)
+        self.self_attn = Attention(hidden_size, num_heads, num_kv_heads, head_dim, eps, qkv_bias)
         self.mlp = MLP(hidden_size, intermediate_size)
         self.input_layernorm = RMSNorm(hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(hidden_size, eps)
@@ -284,10 +300,10 @@ class DecoderStack(nn.Module):
     """`layers` + final `norm`; subclasses add their embeddings (names follow the official checkpoint)."""
 
     def __init__(self, num_layers: int, hidden_size: int, intermediate_size: int, num_heads: int,
-                 num_kv_heads: int, head_dim: int, eps: float) -> None:
+                 num_kv_heads: int, head_dim: int, eps: float, qkv_bias: bool = False) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            DecoderLayer(hidden_size, intermediate_size, num_heads, num_kv_heads, head_dim, eps)
+            DecoderLayer(hidden_size, intermediate_size, num_heads, num_kv_heads, head_dim, eps, qkv_bias)
             for _ in range(num_layers))
         self.norm = RMSNorm(hidden_size, eps)
 
