@@ -3,12 +3,14 @@
 Dynamic batching hands `execute` every queued chunk at once; they decode in
 one call. Inputs per request: `codes` INT32 [1, frames, K] (left context first),
 `context_frames` INT32 [1, 1], and optionally the chunk's place in its stream:
-`stream_id` BYTES [1, 1], `start_frame` INT32 [1, 1], `is_last` BOOL [1, 1]. A lane
+`stream_id` BYTES [1, 1], `start_frame` INT32 [1, 1], `is_last` BOOL [1, 1], and for a codec with
+lookahead or a condition: `lookahead_frames` INT32 [1, 1] (frames after the new ones, last in `codes`) and
+`condition` FP32 [1, condition_dim] (the stream's speaker embedding). A lane
 with `stream_states` (the background lane) keeps each stream's decoder state and
 decodes only a chunk's new frames when the chunk continues where its stream's
 state stands; any other chunk takes the windowed path and leaves a state
 (engine/codec_runner.py). Outputs: `audio` FP32
-[1, new_frames * samples_per_frame], `sample_rate` INT32 [1, 1], `batch_size`
+[1, (new_frames + min(overlap_frames, lookahead_frames)) * samples_per_frame], `sample_rate` INT32 [1, 1], `batch_size`
 INT32 [1, 1] (how many chunks shared the call: the router's latency estimate
 keys on it), `run_ms` FP32 [1, 1] (the wall time of this `execute`'s decode, the same for every chunk
 of the batch: the router splits its call time into queueing and run with it). A malformed request is answered with its own error; the others
@@ -42,8 +44,9 @@ class CodecModel:
         setup = set_up_lane(args)
         from backend_python.models import registry
         self.device = setup.device
-        from backend_python.engine.codec_runner import CodecRunner, StreamChunk
+        from backend_python.engine.codec_runner import CodecRunner, StreamChunk, decode_windowed
         self._chunk = StreamChunk  # imported here: torch only after the lane's MPS limit is set
+        self._decode_windowed = decode_windowed
         self.codec = registry.load_codec(setup.spec, device=setup.device, dtype=setup.lane.dtype)
         from backend_python.engine.codec_states import CodecStateLimits
         self.runner = CodecRunner(self.codec, use_cuda_graphs=setup.lane.cuda_graphs,
@@ -96,26 +99,41 @@ class CodecModel:
         context = int(pb_utils.get_input_tensor_by_name(request, "context_frames").as_numpy().reshape(-1)[0])
         if codes.ndim != 3 or codes.shape[0] != 1 or codes.shape[2] != self.codec.num_codebooks:
             raise ValueError(f"codes must be [1, frames, {self.codec.num_codebooks}], got {list(codes.shape)}")
-        if not 0 <= context < codes.shape[1]:
-            raise ValueError(f"context_frames {context} leaves no new frame in a {codes.shape[1]}-frame window")
+        lookahead = _optional(request, "lookahead_frames")
+        lookahead = 0 if lookahead is None else int(lookahead)
+        if context < 0 or lookahead < 0 or context + lookahead >= codes.shape[1]:
+            raise ValueError(f"context_frames {context} and lookahead_frames {lookahead} leave no new frame in a "
+                             f"{codes.shape[1]}-frame window")
         if codes.min() < 0 or codes.max() >= self.codec.codebook_size:
             raise ValueError(f"codes must be in [0, {self.codec.codebook_size})")
         tokens = torch.from_numpy(codes[0].astype(np.int64)).to(self.device)
+        condition = self._condition(request)
         stream_id = _optional(request, "stream_id")
-        if stream_id is None:
-            return tokens, context
         start = _optional(request, "start_frame")
         is_last = _optional(request, "is_last")
-        return self._chunk(stream_id.decode("utf-8"), tokens, context, 0 if start is None else int(start),
-                           bool(is_last) if is_last is not None else False)
+        return self._chunk("" if stream_id is None else stream_id.decode("utf-8"), tokens, context,
+                           context if start is None else int(start), bool(is_last) if is_last is not None else False,
+                           lookahead, condition)
 
-    def _decode(self, windows: list) -> list[np.ndarray]:
-        """Windows are (codes, context) pairs, or StreamChunks where the router named the stream."""
-        if not windows:
+    def _condition(self, request):
+        """The request's `condition` [condition_dim] on the lane's device, or None (the codec's default)."""
+        tensor = pb_utils.get_input_tensor_by_name(request, "condition")
+        if tensor is None:
+            return None
+        import torch
+        values = tensor.as_numpy().reshape(-1)
+        if self.codec.condition_dim == 0:
+            raise ValueError(f"condition given, but the {type(self.codec).__name__} codec takes none")
+        if values.shape[0] != self.codec.condition_dim or not np.isfinite(values).all():
+            raise ValueError(f"condition must be {self.codec.condition_dim} finite values, got {values.shape[0]}")
+        return torch.from_numpy(values.astype(np.float32)).to(self.device)
+
+    def _decode(self, chunks: list) -> list[np.ndarray]:
+        """StreamChunks; one without a stream id (the router named none) decodes as a plain window."""
+        if not chunks:
             return []
-        chunks = [w if isinstance(w, self._chunk) else self._chunk("", w[0], w[1], w[1]) for w in windows]
         if self.runner.states is None or any(not c.stream_id for c in chunks):
-            audio = self.runner.decode_windows([(c.codes, c.context_frames) for c in chunks])
+            audio = self._decode_windowed(self.runner, chunks)
         else:
             audio = self.runner.decode_chunks(chunks)
         return [a.float().cpu().numpy() for a in audio]

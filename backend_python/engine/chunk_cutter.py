@@ -6,36 +6,53 @@ A chunk's window holds up to `left_context_frames` of the request's own frames b
 while those do not fill it, the codec prefix's last `left_context_frames` (an in-context clone's reference
 codes, before frame 0: all that chunk 0 had), so a window sees the whole history a codec lane's stream state
 saw and the two paths give the same audio.
+
+A codec with lookahead (CodecWindowing.lookahead_frames R) gets a chunk only once the R frames after it exist,
+or its request or segment has ended (then with what there is); its window holds them after its new frames, and
+the codec returns min(overlap, lookahead) frames of audio past the new ones for the server to cross-fade into
+the next chunk (router/overlap_join.py).
 """
 from __future__ import annotations
 
 import torch
 
 from backend_python.engine.sequence import Chunk, Sequence
+from backend_python.models.base import CodecWindowing
 from scheduler import ChunkPlan
 
 
 class ChunkCutter:
-    def __init__(self, plan: ChunkPlan, left_context_frames: int) -> None:
-        self._plan, self._left = plan, left_context_frames
+    def __init__(self, plan: ChunkPlan, windowing: CodecWindowing | int) -> None:
+        if isinstance(windowing, int):
+            windowing = CodecWindowing(windowing)
+        self._plan, self._left = plan, windowing.left_context_frames
+        self._ahead, self._overlap = windowing.lookahead_frames, windowing.overlap_frames
 
-    def cut(self, seq: Sequence, is_finished: bool, is_done: bool) -> list[Chunk]:
+    def cut(self, seq: Sequence, is_finished: bool, is_done: bool,
+            condition: torch.Tensor | None = None) -> list[Chunk]:
         """The chunks ready now; with `is_finished` (the request or its segment ended, or a segment waits at
         its limit) the frames after the last complete chunk too. `is_done`: the request is over (its final
-        chunk is marked last)."""
+        chunk is marked last). `condition`: the stream's codec condition, carried by each chunk."""
         chunks, (first_frame, first_chunk) = [], seq.segment.chunks_from
-        for span in self._plan.ready_chunks(seq.num_frames - first_frame, seq.num_chunks - first_chunk, is_finished):
+        num_frames = seq.num_frames - first_frame
+        next_index = seq.num_chunks - first_chunk
+        usable = (num_frames if is_finished  # else only chunks whose lookahead exists
+                  else max(num_frames - self._ahead, min(num_frames, self._plan.start(next_index))))
+        for span in self._plan.ready_chunks(usable, next_index, is_finished):
             start, end = span.start + first_frame, span.end + first_frame
             tokens, context = self.window(seq, start, end)
+            lookahead = tokens.shape[0] - context - (end - start)
             chunks.append(Chunk(first_chunk + span.index, tokens, context, start_frame=start,
-                                is_last=span.is_last and is_done))
+                                is_last=span.is_last and is_done, lookahead_frames=lookahead,
+                                overlap_frames=min(self._overlap, lookahead), condition=condition))
             seq.num_chunks = first_chunk + span.index + 1
         return chunks
 
     def window(self, seq: Sequence, start: int, end: int) -> tuple[torch.Tensor, int]:
-        """Frames [start, end) after their left context -> (tokens [context + new, K] int64, context)."""
+        """Frames [start, end) after their left context and before up to `lookahead_frames` of the frames after
+        them (as many as exist) -> (tokens [context + new + lookahead, K] int64, context)."""
         own = min(self._left, start)
-        tokens = torch.stack(seq.frames[start - own: end])
+        tokens = torch.stack(seq.frames[start - own: min(end + self._ahead, seq.num_frames)])
         num_prefix = 0 if seq.codec_prefix is None or start >= self._left else min(self._left, seq.codec_prefix.shape[0])
         if num_prefix:
             tokens = torch.cat((seq.codec_prefix[-num_prefix:].to(tokens.dtype), tokens))

@@ -7,6 +7,11 @@ chunk that starts where its stream's state stopped decodes only its new frames; 
 decodes its whole window from a fresh state (the same arithmetic as the windowed decode) and leaves
 a state for the stream's next chunk. On CUDA the stateful runner replays the streaming decode's
 graphs (and then decodes plain windows eagerly: a lane uses one path or the other).
+
+A chunk of a codec with lookahead (models/base.py CodecWindowing) holds frames after its new ones; its window
+is decoded whole and the chunk gets its new frames' samples plus min(overlap_frames, lookahead) frames past
+them, which the router cross-fades into the stream's next chunk. Such codecs are not causal, so they keep no
+stream state: their chunks always take the windowed path.
 """
 from __future__ import annotations
 
@@ -28,20 +33,24 @@ class StreamChunk:
     """One chunk of a stream as a codec lane receives it."""
 
     stream_id: str
-    codes: torch.Tensor  # [context_frames + num_new, K] int64: left context first
+    codes: torch.Tensor  # [context_frames + num_new + lookahead_frames, K] int64: left context first
     context_frames: int
     start_frame: int  # the stream's index of the chunk's first new frame
     is_last: bool = False  # the stream ends with this chunk: its state is freed
+    lookahead_frames: int = 0  # frames after the new ones (right context)
+    condition: torch.Tensor | None = None  # [condition_dim] float32: the stream's codec condition
 
     def __post_init__(self) -> None:
         # the context may reach before frame 0: an in-context clone's reference codes (Sequence.codec_prefix)
-        if not 0 <= self.context_frames < self.codes.shape[0] or self.start_frame < 0:
-            raise ValueError(f"{self.context_frames} context frames do not fit a {self.codes.shape[0]}-frame "
-                             f"window starting at frame {self.start_frame}")
+        if (self.context_frames < 0 or self.lookahead_frames < 0 or self.start_frame < 0
+                or self.context_frames + self.lookahead_frames >= self.codes.shape[0]):
+            raise ValueError(f"{self.context_frames} context and {self.lookahead_frames} lookahead frames leave "
+                             f"no new frame in a {self.codes.shape[0]}-frame window starting at frame "
+                             f"{self.start_frame}")
 
     @property
     def num_new(self) -> int:
-        return self.codes.shape[0] - self.context_frames
+        return self.codes.shape[0] - self.context_frames - self.lookahead_frames
 
 
 @dataclass
@@ -83,20 +92,29 @@ class CodecRunner:
             self.decode_windows([(self._zero_codes(2), 0)])
         self.frames = FrameCounts()  # count the lane's chunks, not the warm-up
 
+    @property
+    def samples_per_frame(self) -> int:
+        return self.codec.samples_per_frame
+
+    @property
+    def overlap_frames(self) -> int:
+        return self.codec.overlap_frames
+
     @torch.inference_mode()
-    def decode_windows(self, windows: list[tuple[torch.Tensor, int]]) -> list[torch.Tensor]:
-        """(codes [T_i, K] int64, context c_i) pairs -> each window's new samples, float32."""
+    def decode_windows(self, windows: list[tuple[torch.Tensor, int]],
+                       conditions: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
+        """(codes [T_i, K] int64, context c_i) pairs -> each window's samples after its context, float32."""
         self._count(sum(c.shape[0] for c, _ in windows), sum(c.shape[0] - ctx for c, ctx in windows))
-        if self.graphs is None:
-            return self.codec.decode_windows(windows)
+        if self.graphs is None or conditions is not None:
+            return self.codec.decode_windows(windows, conditions)
         padded = self.codec.pad_windows(windows)
         return self.codec.new_samples(self.graphs.decode(padded), windows)
 
     def decode_chunks(self, chunks: list[StreamChunk]) -> list[torch.Tensor]:
-        """Each chunk's new samples [num_new * samples_per_frame] float32: stateful when the lane keeps
-        states, else windowed (and then exactly `decode_windows`)."""
-        if self.states is None:
-            return self.decode_windows([(c.codes, c.context_frames) for c in chunks])
+        """Each chunk's new samples [num_new * samples_per_frame] float32 (plus its overlap, where the codec has
+        lookahead): stateful when the lane keeps states, else windowed (and then as `decode_windowed`)."""
+        if self.states is None or any(c.lookahead_frames or c.condition is not None for c in chunks):
+            return decode_windowed(self, chunks)
         self.states.expire_idle()
         states = [self.states.take(c.stream_id, c.start_frame) for c in chunks]
         audio: list[torch.Tensor | None] = [None] * len(chunks)
@@ -138,3 +156,13 @@ class CodecRunner:
 
     def _zero_codes(self, num_frames: int) -> torch.Tensor:
         return torch.zeros(num_frames, self.codec.num_codebooks, dtype=torch.long, device=self.codec.device)
+
+
+def decode_windowed(codec, chunks: list[StreamChunk]) -> list[torch.Tensor]:
+    """Decode chunks as plain windows (a `Codec` or a `CodecRunner`): each chunk's new samples, plus
+    min(overlap_frames, lookahead) frames of samples past them."""
+    conditions = [c.condition for c in chunks]
+    audio = codec.decode_windows([(c.codes, c.context_frames) for c in chunks],
+                                 None if all(c is None for c in conditions) else conditions)
+    spf, overlap = codec.samples_per_frame, codec.overlap_frames
+    return [a[: (c.num_new + min(overlap, c.lookahead_frames)) * spf] for a, c in zip(audio, chunks)]

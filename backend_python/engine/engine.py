@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from backend_python.engine.codec_runner import CodecRunner, StreamChunk
+from backend_python.engine.codec_runner import CodecRunner, StreamChunk, decode_windowed
 from backend_python.engine.config import EngineConfig  # noqa: F401 (re-exported: the LM model imports it here)
 from protocol.reasons import SHUTTING_DOWN, Ended, EndReason
 from backend_python.engine import segments
@@ -35,7 +35,7 @@ from backend_python.engine.launched_step import LaunchedStep
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
-from backend_python.models.base import Codec, DecodeBatch, SpeechLM
+from backend_python.models.base import Codec, CodecWindowing, DecodeBatch, SpeechLM
 from scheduler import AdmissionState, ChunkPlan, StreamStatus, WaitingRequest, make_admission_policy
 
 log = logging.getLogger("voxlane.engine")
@@ -69,7 +69,8 @@ class LMEngine:
         self._taken: dict[str, int] = {}  # flow updates not yet applied, by request id
         self._text = TextPieces()  # streaming-text pieces not yet applied
         self._cancel_lock = threading.Lock()
-        self._chunks = ChunkCutter(ChunkPlan(config.scheduler.chunking), config.codec_left_context_frames)
+        self._chunks = ChunkCutter(ChunkPlan(config.scheduler.chunking), CodecWindowing(
+            config.codec_left_context_frames, config.codec_lookahead_frames, config.codec_overlap_frames))
         model.allocate_slots(config.max_slots, config.max_seq_len)
         self._thread = threading.Thread(target=self._loop, name="voxlane-lm-engine", daemon=True)
 
@@ -273,7 +274,7 @@ class LMEngine:
                             generators=[s.generator for s in rows], ignore_eos=[s.ignore_eos for s in rows])
         self.phases.charge(LoopPhase.HOST)
         for seq in rows:
-            seq.segment.num_launched += 1
+            seq.segment.num_launched += self.model.frames_per_step
         try:
             codes, is_eos = self.model.decode(batch)
             launched = LaunchedStep.start(rows, codes, is_eos, self._clock())
@@ -298,8 +299,20 @@ class LMEngine:
             # ended while the step ran (overlapped), or a row of a segment that has ended: a spare row
             if seq.status is SeqStatus.FINISHED or seq.segment.index != step.segments[row]:
                 continue
-            progress.append((seq, self._advance(seq, codes[row], bool(is_eos[row]))))
+            progress.append((seq, self._advance_step(seq, codes[row], is_eos[row])))
         self._progress(progress)
+
+    def _advance_step(self, seq: Sequence, codes: torch.Tensor, is_eos: torch.Tensor) -> Progress:
+        """Take a step's frames for one row: one ([K] codes), or several from a multi-token model ([M, K],
+        is_eos [M]) up to its first end of speech or until the request is no longer going."""
+        if codes.dim() == 1:
+            return self._advance(seq, codes, bool(is_eos))
+        progress = Progress.GOING
+        for frame, eos in zip(codes, is_eos.tolist()):
+            progress = self._advance(seq, frame, eos)
+            if progress is not Progress.GOING:
+                break
+        return progress
 
     def _advance(self, seq: Sequence, frame: torch.Tensor, is_eos: bool) -> Progress:
         """Append the step's frame; where the request stands."""
@@ -311,10 +324,17 @@ class LMEngine:
             return segments.after_frame(seq, is_eos)
         return Progress.DONE if is_eos else Progress.GOING
 
+    def _condition(self, seq: Sequence) -> torch.Tensor | None:
+        """The stream's codec condition (a flow decoder's speaker embedding) from its current prompt."""
+        if seq.prompt is not None:
+            seq.codec_condition = self.model.codec_condition(seq.prompt)
+        return seq.codec_condition
+
     def _progress(self, progress: list[tuple[Sequence, Progress]]) -> None:
         """Cut and deliver the chunks that are ready; move spoken segments on; finish what is done."""
         self._deliver([(seq, chunk) for seq, p in progress
-                       for chunk in self._chunks.cut(seq, is_finished=p is not Progress.GOING, is_done=p is Progress.DONE)])
+                       for chunk in self._chunks.cut(seq, is_finished=p is not Progress.GOING, is_done=p is Progress.DONE,
+                                                     condition=self._condition(seq))])
         for seq, p in progress:
             if p is Progress.SEGMENT_SPOKEN:
                 segments.end_segment(seq)
@@ -348,12 +368,16 @@ class LMEngine:
         return [(seq, replace(chunk, audio=pcm.float().cpu())) for (seq, chunk), pcm in zip(ready, audio)]
 
     def _inline_audio(self, ready: list[tuple[Sequence, Chunk]]) -> list[torch.Tensor]:
-        """The chunks' new samples: through the runner's stream states where it keeps them, else windowed."""
+        """The chunks' new samples (and their overlap): through the runner's stream states where it keeps them,
+        else windowed."""
         device = self.model.device
-        if not isinstance(self.codec, CodecRunner):
-            return self.codec.decode_windows([(chunk.tokens.to(device), chunk.context_frames) for _, chunk in ready])
-        return self.codec.decode_chunks([StreamChunk(seq.request_id, chunk.tokens.to(device), chunk.context_frames,
-                                                     chunk.start_frame, chunk.is_last) for seq, chunk in ready])
+        chunks = [StreamChunk(seq.request_id, chunk.tokens.to(device), chunk.context_frames, chunk.start_frame,
+                              chunk.is_last, chunk.lookahead_frames,
+                              None if chunk.condition is None else chunk.condition.to(device))
+                  for seq, chunk in ready]
+        if isinstance(self.codec, CodecRunner):
+            return self.codec.decode_chunks(chunks)
+        return decode_windowed(self.codec, chunks)
 
     def _finish(self, seq: Sequence, error: str | EndReason | Ended | None) -> None:
         if seq.status is SeqStatus.FINISHED:

@@ -19,18 +19,25 @@ class SeqStatus(enum.Enum):
 
 @dataclass(frozen=True)
 class Chunk:
-    """A window of frames ready for the codec: `context_frames` of left context, then new frames."""
+    """A window of frames ready for the codec: `context_frames` of left context, then new frames, then
+    `lookahead_frames` after them (a codec that needs right context: CodecShape.lookahead_frames)."""
 
     chunk_index: int
-    tokens: torch.Tensor  # [context_frames + new_frames, K] int64, cpu
+    tokens: torch.Tensor  # [context_frames + new_frames + lookahead_frames, K] int64, cpu
     context_frames: int
-    audio: torch.Tensor | None = None  # [new_frames * samples_per_frame] float32, cpu; inline lane only
+    # inline lane only: [(new_frames + overlap_frames) * samples_per_frame] float32, cpu
+    audio: torch.Tensor | None = None
     start_frame: int = 0  # the request's index of the first new frame (a codec lane's stream state keys on it)
     is_last: bool = False  # the request's final chunk
+    lookahead_frames: int = 0
+    # frames of audio past the new ones that the codec returns too (decoded from the lookahead), to be
+    # cross-faded into the stream's next chunk: min(CodecShape.overlap_frames, lookahead_frames)
+    overlap_frames: int = 0
+    condition: torch.Tensor | None = None  # [D] float32, cpu: the stream's codec condition (SpeechLM.codec_condition)
 
     @property
     def num_new_frames(self) -> int:
-        return self.tokens.shape[0] - self.context_frames
+        return self.tokens.shape[0] - self.context_frames - self.lookahead_frames
 
 
 class ChunkSink(Protocol):
@@ -78,6 +85,7 @@ class Sequence:
     segment: SegmentCursor = field(default_factory=SegmentCursor)  # only a segmented text moves it on
     codec_prefix: torch.Tensor | None = None  # [T, K] int64, cpu: frames before frame 0, the codec's left context
     # for the first chunks (an in-context clone's reference codes: SpeechLM.codec_prefix)
+    codec_condition: torch.Tensor | None = None  # [D] float32, cpu: its codec's condition (SpeechLM.codec_condition)
 
     @property
     def is_segmented(self) -> bool:

@@ -2,9 +2,10 @@
 
 `execute` parses each request, builds its prompt (a bad voice fails here, at
 once) and hands it to the engine thread; it returns None. The engine sends one
-response per chunk: `tokens` INT32 [context + new frames, K], `context_frames`
+response per chunk: `tokens` INT32 [context + new + lookahead frames, K], `context_frames`
 INT32 [1], `chunk_index` INT32 [1], `start_frame` INT32 [1] (the first new frame's index in the
-request), `is_last` BOOL [1] — plus `audio` FP32 [n] and `sample_rate`
+request), `is_last` BOOL [1], `lookahead_frames` INT32 [1] and `overlap_frames` INT32 [1] (only for a codec with
+lookahead: models/base.py CodecWindowing), `codec_condition` FP32 [D] for a codec with a condition — plus `audio` FP32 [n] and `sample_rate`
 INT32 [1] in timeshare mode, where the codec runs inline — then the final flag. A request that
 fails gets one response with only `error` BYTES [1] (its `Ended` in the wire form of
 protocol/wire.py), then the final flag.
@@ -75,7 +76,7 @@ class LMModel:
         self.family = registry.family_of(spec).name
         self.model.use_torch_compile = setup.lane.torch_compile  # read when the engine allocates slots
         self.limits = RequestLimits.from_parameters(params)
-        config = EngineConfig.from_parameters(params, registry.family_of(spec).codec_left_context_frames(spec))
+        config = EngineConfig.from_parameters(params, registry.codec_windowing(spec))
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
         self.codec = (registry.load_codec(spec, device=device, dtype=dtype)
                       if config.scheduler.mode is ServingMode.TIMESHARE else None)

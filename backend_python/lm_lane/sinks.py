@@ -80,6 +80,11 @@ def chunk_arrays(chunk: Chunk, sample_rate: int | None) -> dict:
               "chunk_index": np.array([chunk.chunk_index], dtype=np.int32),
               "start_frame": np.array([chunk.start_frame], dtype=np.int32),
               "is_last": np.array([chunk.is_last], dtype=np.bool_)}
+    if chunk.lookahead_frames:  # a codec with lookahead (absent: 0)
+        arrays["lookahead_frames"] = np.array([chunk.lookahead_frames], dtype=np.int32)
+        arrays["overlap_frames"] = np.array([chunk.overlap_frames], dtype=np.int32)
+    if chunk.condition is not None:
+        arrays["codec_condition"] = chunk.condition.numpy().astype(np.float32, copy=False).reshape(-1)
     if chunk.audio is not None:
         arrays["audio"] = chunk.audio.numpy().astype(np.float32, copy=False)
         arrays["sample_rate"] = np.array([sample_rate], dtype=np.int32)

@@ -64,7 +64,8 @@ def families() -> list[Family]:
     from backend_python.models.qwen3_tts import family as qwen3_tts
     from backend_python.models.csm import family as csm
     from backend_python.models.orpheus import family as orpheus
-    return [qwen3_tts, csm, orpheus]
+    from backend_python.models.cosyvoice3 import family as cosyvoice3
+    return [qwen3_tts, csm, orpheus, cosyvoice3]
 
 
 def preset_names() -> list[str]:

@@ -77,29 +77,39 @@ class CodecLanes:
         return self._in_flight.count(lane)
 
     def decode(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict,
-               place: StreamPlace | None = None):
-        """Decode one window (`tokens`: [frames, K] int32, the first `context` frames left context) on
-        `lane`, or on the other lane while `lane` is down: (audio [n] float32, sample_rate), or the
-        Ended of a stream that cannot go on. `place` names the chunk's stream for the background
-        lane, which keeps stream states."""
+               place: StreamPlace | None = None, lookahead: int = 0, condition: np.ndarray | None = None):
+        """Decode one window (`tokens`: [frames, K] int32, the first `context` frames left context, the last
+        `lookahead` frames right context) on `lane`, or on the other lane while `lane` is down: (audio [n]
+        float32, sample_rate), or the Ended of a stream that cannot go on. `place` names the chunk's stream
+        for the background lane, which keeps stream states; `condition` is the stream's codec condition."""
         ended = None
+        extra = self._window_tensors(lookahead, condition)
         for serving in (lane, OTHER_LANE[lane]):
             if (down := self._lane_health.unavailable(LANE_MODELS[serving])) is not None:
                 ended = ended or down
                 continue
-            decoded = self._call(serving, tokens, context, parameters, place if serving is lane else None)
+            decoded = self._call(serving, tokens, context, parameters, place if serving is lane else None, extra)
             if not (isinstance(decoded, Ended) and decoded.reason is EndReason.LANE_DOWN):
                 return decoded
             ended = ended or decoded  # the lane died under this call: the other lane takes the chunk
         return ended
 
-    def _call(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict, place: StreamPlace | None):
+    @staticmethod
+    def _window_tensors(lookahead: int, condition: np.ndarray | None) -> list:
+        """The optional inputs of a codec with lookahead or a condition (none for the others)."""
+        tensors = [pb_utils.Tensor("lookahead_frames", np.array([[lookahead]], dtype=np.int32))] if lookahead else []
+        if condition is not None:
+            tensors.append(pb_utils.Tensor("condition", condition.reshape(1, -1).astype(np.float32)))
+        return tensors
+
+    def _call(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict, place: StreamPlace | None,
+              extra: list | None = None):
         model = LANE_MODELS[lane]
         request = pb_utils.InferenceRequest(
             model_name=model, requested_output_names=["audio", "sample_rate", "batch_size", "run_ms"],
             inputs=[pb_utils.Tensor("codes", tokens[None].astype(np.int32)),
                     pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32)),
-                    *(place.tensors() if place is not None and lane is Lane.BACKGROUND else [])],
+                    *(place.tensors() if place is not None and lane is Lane.BACKGROUND else []), *(extra or [])],
             parameters=parameters)
         self._in_flight.enter(lane)
         started = time.monotonic()

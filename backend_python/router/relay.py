@@ -11,6 +11,7 @@ import numpy as np
 from backend_python.router.acks import ACK
 from backend_python.router.codec_lanes import CodecLanes, StreamPlace
 from backend_python.router.lm_client import LMClient
+from backend_python.router.overlap_join import OverlapJoin
 from backend_python.router.stream import DecodedChunk, Job
 from backend_python.router.voice_encoder import VoiceEncoderClient
 from backend_python.triton.chunk_channel import ChunkChannel
@@ -52,6 +53,7 @@ class Relay:
 
     def _pump(self, job: Job, clock: PlaybackClock, send, is_cancelled, messages) -> Ended:
         flow = AckedFlow(self._flow.max_unread_audio_s, self._flow.stall_timeout_s) if job.acks else None
+        seams = OverlapJoin()
         while True:
             try:  # the LM's death wakes it too (the channel's end_all)
                 kind, payload = messages.get(timeout=_STALL_POLL_S) if flow is not None else messages.get()
@@ -68,7 +70,7 @@ class Relay:
                 return stalled
             if kind is not ChannelKind.CHUNK:
                 continue
-            chunk = self._decoded(payload, clock, job)
+            chunk = self._decoded(payload, clock, job, seams)
             if isinstance(chunk, Ended):  # this stream cannot go on: free its LM slot too
                 self._lm.cancel(job.stream_id)
                 return chunk
@@ -88,8 +90,9 @@ class Relay:
                                               f"{flow.stall_timeout_s:g} s (the server's stall_timeout_s)")
         return None
 
-    def _decoded(self, arrays: dict, clock: PlaybackClock, job: Job) -> DecodedChunk | Ended:
-        """Route and decode one LM chunk (its arrays by output name)."""
+    def _decoded(self, arrays: dict, clock: PlaybackClock, job: Job, seams: OverlapJoin) -> DecodedChunk | Ended:
+        """Route and decode one LM chunk (its arrays by output name); its seam with the chunk before is
+        cross-faded where the codec returned an overlap."""
         index = int(arrays["chunk_index"][0])
         now = time.monotonic()
         route = self._router.route(clock, index, now, self._codecs.batch_size_if_joined(Lane.BACKGROUND),
@@ -97,19 +100,36 @@ class Relay:
         lane = route.lane
         decoded = (_inline_audio(arrays) if lane is Lane.INLINE
                    else self._codecs.decode(lane, arrays["tokens"], int(arrays["context_frames"][0]),
-                                            job.codec_parameters, _place(job.stream_id, arrays)))
+                                            job.codec_parameters, _place(job.stream_id, arrays),
+                                            _scalar(arrays, "lookahead_frames"), arrays.get("codec_condition")))
         if isinstance(decoded, Ended):
             return decoded
-        chunk = DecodedChunk(index, lane, *decoded, is_last=bool(arrays.get("is_last", [False])[0]),
+        audio, sample_rate = decoded
+        audio = seams.join(audio, _tail_samples(arrays, audio.shape[0]))
+        chunk = DecodedChunk(index, lane, audio, sample_rate, is_last=bool(arrays.get("is_last", [False])[0]),
                              reason=route.reason)
         clock.on_emitted(index, chunk.duration_s)
         return chunk
 
 
+def _scalar(arrays: dict, name: str) -> int:
+    """An optional INT32 [1] output of the LM's chunk; 0 when absent."""
+    return int(arrays[name].reshape(-1)[0]) if name in arrays else 0
+
+
+def _new_frames(arrays: dict) -> int:
+    return arrays["tokens"].shape[0] - int(arrays["context_frames"][0]) - _scalar(arrays, "lookahead_frames")
+
+
+def _tail_samples(arrays: dict, num_samples: int) -> int:
+    """Samples of `num_samples` past the chunk's new frames: its overlap, for the next chunk's seam."""
+    overlap = _scalar(arrays, "overlap_frames")
+    return num_samples * overlap // (_new_frames(arrays) + overlap) if overlap else 0
+
+
 def _end_frame(arrays: dict) -> int:
     """The stream's frame count once this LM chunk is taken: its first new frame plus its new frames."""
-    new_frames = arrays["tokens"].shape[0] - int(arrays["context_frames"][0])
-    return int(arrays["start_frame"][0]) + new_frames if "start_frame" in arrays else 0
+    return int(arrays["start_frame"][0]) + _new_frames(arrays) if "start_frame" in arrays else 0
 
 
 def _place(stream_id: str, arrays: dict) -> StreamPlace | None:

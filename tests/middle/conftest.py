@@ -140,6 +140,8 @@ class FakeCodec:
         self.places = []  # (stream_id, start_frame, is_last) of each call that named its stream, else None
         self.signal = None  # samples -> audio [n] float32 (e.g. a tone); None: silence
         self.run_ms = 0.0  # the decode's run time the lane reports
+        self.overlap_frames = 0  # a codec with lookahead returns this many frames past the new ones (at most)
+        self.conditions = []  # each call's `condition` input, or None
 
     def __call__(self, request, decoupled: bool):
         pb = fake_pb_utils
@@ -153,7 +155,12 @@ class FakeCodec:
             int(pb.get_input_tensor_by_name(request, "start_frame").as_numpy().reshape(-1)[0]),
             bool(pb.get_input_tensor_by_name(request, "is_last").as_numpy().reshape(-1)[0])))
         context = int(pb.get_input_tensor_by_name(request, "context_frames").as_numpy().reshape(-1)[0])
-        num_samples = (codes.shape[1] - context) * SAMPLES_PER_FRAME
+        lookahead = pb.get_input_tensor_by_name(request, "lookahead_frames")
+        lookahead = 0 if lookahead is None else int(lookahead.as_numpy().reshape(-1)[0])
+        condition = pb.get_input_tensor_by_name(request, "condition")
+        self.conditions.append(None if condition is None else condition.as_numpy().reshape(-1).copy())
+        num_new = codes.shape[1] - context - lookahead
+        num_samples = (num_new + min(self.overlap_frames, lookahead)) * SAMPLES_PER_FRAME
         audio = (np.zeros(num_samples, np.float32) if self.signal is None else self.signal(num_samples)).reshape(1, -1)
         return [pb.InferenceResponse(output_tensors=[
             pb.Tensor("audio", audio), pb.Tensor("sample_rate", np.array([[SAMPLE_RATE]], np.int32)),
@@ -235,9 +242,11 @@ def lanes(pb, request):
 
 
 def chunk(index: int, new_frames: int = 2, context_frames: int = 0, num_codebooks: int = 4, start_frame: int = 0,
-          is_last: bool = False):
+          is_last: bool = False, lookahead_frames: int = 0, overlap_frames: int = 0, condition=None):
     import torch
 
     from backend_python.engine.sequence import Chunk
-    return Chunk(index, torch.zeros(context_frames + new_frames, num_codebooks, dtype=torch.int64), context_frames,
-                 start_frame=start_frame, is_last=is_last)
+    num_frames = context_frames + new_frames + lookahead_frames
+    return Chunk(index, torch.zeros(num_frames, num_codebooks, dtype=torch.int64), context_frames,
+                 start_frame=start_frame, is_last=is_last, lookahead_frames=lookahead_frames,
+                 overlap_frames=overlap_frames, condition=condition)

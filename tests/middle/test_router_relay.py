@@ -266,3 +266,25 @@ def test_a_stopping_server_ends_the_stream_as_lane_down_and_reloads_nothing(lane
     _, ended = outcome(request)
     assert ended.reason is EndReason.LANE_DOWN and "shutting down" in ended.message
     assert lanes.pb.SERVER.unloaded == [] and lanes.router.lane_health.unavailable("codec") is None
+
+
+def test_a_chunk_with_lookahead_sends_its_new_frames_and_the_codec_its_window_and_condition(lanes):
+    """The codec lanes get the lookahead frames and the stream's condition; each chunk sent holds exactly its
+    new frames' samples (the overlap past them is held back for the next chunk's seam)."""
+    for codec in lanes.codecs.values():
+        codec.overlap_frames = 1
+    condition = np.arange(6, dtype=np.float32)
+    request = lanes.speak()
+    seq = lanes.engine.next_sequence()
+    import torch
+    seq.sink.emit(chunk(0, new_frames=2, lookahead_frames=3, overlap_frames=1, condition=torch.from_numpy(condition)))
+    seq.sink.emit(chunk(1, new_frames=4, context_frames=2, start_frame=2, lookahead_frames=2, overlap_frames=1,
+                        condition=torch.from_numpy(condition)))
+    seq.sink.emit(chunk(2, new_frames=3, context_frames=2, start_frame=6, is_last=True,
+                        condition=torch.from_numpy(condition)))
+    lanes.engine.finish(seq.request_id, None)
+    chunks, ended = outcome(request)
+    assert ended is None
+    assert [n for _, _, n in chunks] == [2 * SAMPLES_PER_FRAME, 4 * SAMPLES_PER_FRAME, 3 * SAMPLES_PER_FRAME]
+    conditions = lanes.codecs["codec_urgent"].conditions + lanes.codecs["codec"].conditions
+    assert len(conditions) == 3 and all(np.array_equal(c, condition) for c in conditions)

@@ -262,7 +262,7 @@ def test_a_prefix_before_frame_0_is_left_context_the_state_carries_on(codec):
     full = codec.decode(torch.cat((prefix, codes))[None])[0, CONTEXT * codec.samples_per_frame:]
     torch.testing.assert_close(audio, full, atol=STREAM_ATOL, rtol=0)  # as the reference decodes, cut
     assert runner.states.counters.num_hits == len(bounds) - 1
-    with pytest.raises(ValueError, match="do not fit"):
+    with pytest.raises(ValueError, match="leave no new frame"):
         StreamChunk("a", codes[:2], 2, 0)  # all context, no new frame
 
 

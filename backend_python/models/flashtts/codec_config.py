@@ -1,0 +1,81 @@
+"""`FlashTTSCodecConfig`: the token-to-mel DiT's and the vocoder's shapes, and how the codec is served.
+
+config.json of a codec folder: {"flow": MeanFlowConfig fields, "vocoder": HiFiGANConfig fields, then the serving
+fields below}. A frame is one speech token (K = 1, 25 per second, 960 samples at 24 kHz).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+from ..base import CodecWindowing
+from .meanflow import MeanFlowConfig
+from .vocoder import HiFiGANConfig
+
+SPEECH_CODES = 6561  # CosyVoice 2's speech tokenizer (S3 v2); the LM adds 3 stop tokens, the DiT one filler row
+
+
+@dataclass(frozen=True)
+class FlashTTSCodecConfig:
+    """Defaults: FlashTTS's published shape (`full()`), served with 2 evaluations."""
+
+    flow: MeanFlowConfig = field(default_factory=MeanFlowConfig)
+    vocoder: HiFiGANConfig = field(default_factory=HiFiGANConfig)
+    codebook_size: int = SPEECH_CODES
+    n_evals: int = 2  # function evaluations of the sampler: FlashTTS serves 1 or 2 (its yaml: `steps: 2`)
+    noise_seed: int = 0  # the fixed noise x at t = 1 (same codes and condition -> same audio)
+    # the noise table repeats every this many tokens, anchored at each window's chunk start, so a window and a
+    # full decode draw the same noise for a frame whenever chunks start on multiples of it (one attention block)
+    noise_period_tokens: int = 6
+    # windows (frames = tokens): a chunk's new frames after left context, before FlashTTS's 6 tokens of lookahead
+    # (one attention block); the left context and overlap are chosen by measurement (tests/unit/test_flashtts.py)
+    left_context_frames: int = 24
+    lookahead_frames: int = 6
+    overlap_frames: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.flow, dict):
+            object.__setattr__(self, "flow", MeanFlowConfig.from_dict(self.flow))
+        if isinstance(self.vocoder, dict):
+            object.__setattr__(self, "vocoder", HiFiGANConfig.from_dict(self.vocoder))
+        if self.flow.mel_dim != self.vocoder.num_mels:
+            raise ValueError(f"the DiT's mel_dim {self.flow.mel_dim} != the vocoder's num_mels {self.vocoder.num_mels}")
+        if not 0 < self.codebook_size <= self.flow.text_num_embeds + 1:
+            raise ValueError(f"codebook_size {self.codebook_size} exceeds the DiT's token embeddings")
+        if self.n_evals < 1:
+            raise ValueError(f"n_evals must be >= 1, got {self.n_evals}")
+        if self.noise_period_tokens < 1:
+            raise ValueError(f"noise_period_tokens must be >= 1, got {self.noise_period_tokens}")
+        self.windowing()  # validates the three window fields
+
+    @property
+    def sample_rate(self) -> int:
+        return self.vocoder.sampling_rate
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.flow.mel_per_token * self.vocoder.hop_length
+
+    def windowing(self) -> CodecWindowing:
+        return CodecWindowing(self.left_context_frames, self.lookahead_frames, self.overlap_frames)
+
+    @classmethod
+    def full(cls, **overrides) -> "FlashTTSCodecConfig":
+        """FlashTTS: DiT 16 x 768 (16 heads of 64, ff x2, token embeddings 512 wide), HiFi-GAN 24 kHz."""
+        return cls(**overrides)
+
+    @classmethod
+    def tiny(cls, **overrides) -> "FlashTTSCodecConfig":
+        """A DiT 4 x 64 with FlashTTS's block reach (layer 0 sees the next block, layers 1-3 the previous one:
+        3 blocks back, 1 ahead, as layers 0 / 5, 10, 15 of the full 16) and a 32-channel HiFi-GAN with the same
+        rates; the real condition widths and vocabulary."""
+        flow = MeanFlowConfig(dim=64, depth=4, heads=2, dim_head=32, ff_mult=2, text_dim=32,
+                              forward_layers=(0,), backward_layers=(1, 2, 3))
+        return cls(flow=flow, vocoder=replace(HiFiGANConfig(), upsample_initial_channel=32), **overrides)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FlashTTSCodecConfig":
+        return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
+
+    def to_dict(self) -> dict:
+        serving = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("flow", "vocoder")}
+        return {"flow": self.flow.to_dict(), "vocoder": self.vocoder.to_dict(), **serving}
