@@ -72,6 +72,12 @@ class PreLookaheadLayer(nn.Module):
         return h.transpose(1, 2) + x
 
 
+def fixed_noise(mel_dim: int) -> torch.Tensor:
+    """The reference's rand_noise ([1, mel, NOISE_FRAMES] from seed 0) as [NOISE_FRAMES, mel] float32."""
+    generator = torch.Generator().manual_seed(NOISE_SEED)
+    return torch.randn([1, mel_dim, NOISE_FRAMES], generator=generator)[0].t().contiguous()
+
+
 def cosine_time_span(num_steps: int, device: torch.device) -> torch.Tensor:
     """[num_steps + 1] float32 flow times from 0 to 1, dense near 0 (the reference's 'cosine' t-scheduler)."""
     t = torch.linspace(0, 1, num_steps + 1, device=device, dtype=torch.float32)
@@ -84,9 +90,7 @@ class ConditionalFlowMatching(nn.Module):
     def __init__(self, estimator_cfg: DiTConfig) -> None:
         super().__init__()
         self.estimator = DiT(estimator_cfg)
-        generator = torch.Generator().manual_seed(NOISE_SEED)
-        noise = torch.randn([1, estimator_cfg.mel_dim, NOISE_FRAMES], generator=generator)
-        self.register_buffer("rand_noise", noise[0].t().contiguous(), persistent=False)  # [NOISE_FRAMES, mel]
+        self.register_buffer("rand_noise", fixed_noise(estimator_cfg.mel_dim), persistent=False)
 
     def noise(self, start_frames: torch.Tensor, num_frames: int) -> torch.Tensor:
         """start_frames: [B] int64 mel positions (may be negative) -> [B, num_frames, mel] float32."""

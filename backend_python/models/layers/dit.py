@@ -106,13 +106,17 @@ class InputEmbedding(nn.Module):
         return self.conv_pos_embed(x) + x
 
 
+def rotary_inv_freq(dim: int, base: float = 10000.0) -> torch.Tensor:
+    """[dim / 2] float32 inverse frequencies."""
+    return 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+
+
 class RotaryEmbedding(nn.Module):
     """x-transformers 2.x rotary frequencies: interleaved pairs (f0, f0, f1, f1, ...)."""
 
-    def __init__(self, dim: int, base: float = 10000.0) -> None:
+    def __init__(self, dim: int) -> None:
         super().__init__()
-        # persistent, as in the reference: its state dict holds it
-        self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)))
+        self.register_buffer("inv_freq", rotary_inv_freq(dim))  # persistent, as in the reference's state dict
 
     def forward(self, num_frames: int) -> torch.Tensor:
         """-> freqs [N, dim] float32 for positions 0..N-1."""

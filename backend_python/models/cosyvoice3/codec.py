@@ -1,0 +1,348 @@
+"""CosyVoice 3's codec decoder behind the `Codec` contract: speech tokens (1 codebook of 6561, 25 Hz) ->
+mel (flow matching, flow.py) -> 24 kHz waveform (HiFT, hift.py), 960 samples per token, conditioned on a
+192-d speaker embedding (`condition_dim`; None: zeros, the reference's empty embedding).
+
+Windows. The decoder is not causal: the pre-lookahead conv reads 3 tokens ahead, the DiT attends over the
+whole window both ways, HiFT's first conv reads 2 tokens ahead, and the NSF source's phase is a running
+sum from the window's start. So a chunk's window holds left context and a lookahead (`CodecShape`), and
+the audio past the chunk's new frames (`overlap_frames`) is cross-faded into the next chunk (`crossfade`,
+the router's OverlapJoin does the same in serving). Measured against a full-utterance decode (random
+weights, tests/unit/test_cosyvoice3_codec.py): see `CosyVoice3CodecConfig`'s windowing defaults.
+
+Noise. The flow starts from the reference's fixed noise at the frame's position in its stream
+(flow.py). A window reads its noise from `start_frames` (its first new frame's index in the stream, the
+runner's StreamChunk.start_frame); without them a window is taken to start at stream frame 0, and its
+noise differs from the full decode's wherever the window does not (the error is pinned by the tests).
+
+Batching. `decode_windows` right-pads the windows' tokens into one flow batch with a mask (the DiT never
+attends to padding and zeroes it; the rest of the flow is per frame or causal, so a row decodes as if
+alone), then vocodes windows of equal length together (HiFT's STFT/iSTFT edges and its read-ahead would
+see padding).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from ..base import Codec, CodecShape, CodecWindowing
+from ..layers.dit import DiTConfig, rotary_inv_freq
+from .flow import Flow, FlowConfig, fixed_noise
+from .hift import HiFTConfig, HiFTGenerator, fold_weight_norm
+
+CONFIG_FILE = "codec_config.json"  # our layout: a checkpoint's codec/ dir
+WEIGHTS_FILE = "codec.safetensors"
+CODEC_DIR = "codec"
+OFFICIAL_FILES = ("flow.pt", "hift.pt", "cosyvoice3.yaml")  # the reference's model dir
+CONDITION_DIM = 192
+FRAME_RATE = 25
+
+
+@dataclass(frozen=True)
+class CosyVoice3CodecConfig:
+    """The flow's and HiFT's sizes, the solver's settings, and the serving windows (in 25 Hz token frames)."""
+
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    hift: HiFTConfig = field(default_factory=HiFTConfig)
+    n_timesteps: int = 10  # Euler steps of the flow (the reference's flow.inference uses 10)
+    cfg_rate: float = 0.7  # classifier-free guidance (the reference's inference_cfg_rate)
+    left_context_frames: int = 25
+    lookahead_frames: int = 3
+    overlap_frames: int = 2
+
+    def __post_init__(self) -> None:
+        if isinstance(self.flow, dict):
+            object.__setattr__(self, "flow", FlowConfig(**self.flow))
+        if isinstance(self.hift, dict):
+            object.__setattr__(self, "hift", HiFTConfig(**self.hift))
+        if self.n_timesteps < 1 or self.cfg_rate < 0:
+            raise ValueError(f"need n_timesteps >= 1 and cfg_rate >= 0, got {self.n_timesteps}, {self.cfg_rate}")
+        if self.flow.output_size != self.hift.in_channels:
+            raise ValueError(f"the flow's {self.flow.output_size} mel bins must be HiFT's in_channels")
+        self.windowing  # validates the three frame counts
+
+    @property
+    def windowing(self) -> CodecWindowing:
+        return CodecWindowing(self.left_context_frames, self.lookahead_frames, self.overlap_frames)
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.flow.token_mel_ratio * self.hift.samples_per_mel_frame
+
+    @classmethod
+    def tiny(cls, **overrides) -> "CosyVoice3CodecConfig":
+        """The reference topology at CPU-test size: a 2-layer DiT of width 64, HiFT with 32 base channels."""
+        flow = FlowConfig(pre_lookahead_channels=64,
+                          estimator=DiTConfig(dim=64, depth=2, heads=4, dim_head=16, ff_mult=2))
+        return cls(flow=flow, hift=HiFTConfig(base_channels=32, f0_cond_channels=32), **overrides)
+
+    @classmethod
+    def full(cls, **overrides) -> "CosyVoice3CodecConfig":
+        """The sizes of the reference's cosyvoice3.yaml (Fun-CosyVoice3-0.5B)."""
+        return cls(**overrides)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CosyVoice3CodecConfig":
+        return cls(**d)
+
+
+def crossfade(tail: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+    """`head` (a chunk's first samples) with its start cross-faded from `tail` (the previous chunk's audio
+    decoded past its new frames, over the same stream samples): complementary raised-cosine fades over
+    min(len(tail), len(head)) samples, as the router's OverlapJoin."""
+    n = min(tail.shape[-1], head.shape[-1])
+    i = torch.arange(n, dtype=torch.float32, device=head.device)
+    fade_in = torch.sin(0.5 * math.pi * (i + 0.5) / n).pow(2).to(head.dtype)
+    out = head.clone()
+    out[..., :n] = tail[..., :n] * (1.0 - fade_in) + head[..., :n] * fade_in
+    return out
+
+
+class CosyVoice3Codec(Codec):
+    """Flow (tokens -> mel) then HiFT (mel -> audio); windows decoded as described in the module docstring."""
+
+    condition_dim = CONDITION_DIM
+
+    def __init__(self, cfg: CosyVoice3CodecConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.shape = CodecShape(1, cfg.flow.vocab_size, cfg.hift.sampling_rate, cfg.samples_per_frame,
+                                cfg.left_context_frames, cfg.lookahead_frames, cfg.overlap_frames)
+        self.flow = Flow(cfg.flow)
+        self.hift = HiFTGenerator(cfg.hift)
+
+    @property
+    def device(self) -> torch.device:
+        return self.flow.input_embedding.weight.device
+
+    # ------------------------------------------------------------ decoding
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes: [B, T, 1] int64 in [0, 6561) -> audio [B, T * 960] float32, default speaker, from stream frame 0."""
+        self.check_codes(codes)
+        return torch.stack(self.decode_windows([(row, 0) for row in codes]))
+
+    @torch.inference_mode()
+    def decode_windows(self, windows: list[tuple[torch.Tensor, int]], conditions: list[torch.Tensor | None] | None = None,
+                       start_frames: list[int] | None = None) -> list[torch.Tensor]:
+        """As `Codec.decode_windows`; `start_frames[i]`: the stream index of window i's first new frame
+        (None: each window's first frame is stream frame 0). Returns [(T_i - c_i) * 960] float32 each."""
+        mels = self.window_mels(windows, conditions, start_frames)
+        audio = self.vocode(mels)
+        spf = self.samples_per_frame
+        return [a[context * spf:] for a, (_, context) in zip(audio, windows)]
+
+    @torch.inference_mode()
+    def window_mels(self, windows: list[tuple[torch.Tensor, int]], conditions: list[torch.Tensor | None] | None = None,
+                    start_frames: list[int] | None = None) -> list[torch.Tensor]:
+        """Each whole window's mel (context included): [T_i * token_mel_ratio, 80] in the flow's dtype."""
+        self.check_conditions(windows, conditions)
+        for codes, context in windows:
+            self.check_codes(codes[None])
+            if not 0 <= context < codes.shape[0]:
+                raise ValueError(f"a window of {codes.shape[0]} frames cannot have {context} context frames")
+        if start_frames is not None and len(start_frames) != len(windows):
+            raise ValueError(f"need one start frame per window, got {len(start_frames)} for {len(windows)}")
+        device = self.device
+        lengths = torch.tensor([codes.shape[0] for codes, _ in windows], device=device)
+        firsts = [0] * len(windows) if start_frames is None else [s - c for s, (_, c) in zip(start_frames, windows)]
+        mel = self.flow(self.pad_windows(windows)[..., 0].to(device), lengths, self.stack_conditions(conditions, len(windows)),
+                        torch.tensor(firsts, device=device), self.cfg.n_timesteps, self.cfg.cfg_rate)
+        ratio = self.cfg.flow.token_mel_ratio
+        return [mel[row, : codes.shape[0] * ratio] for row, (codes, _) in enumerate(windows)]
+
+    def vocode(self, mels: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Mels [N_i, 80] -> audio [N_i * 480] float32, one HiFT batch per length."""
+        out: list[torch.Tensor | None] = [None] * len(mels)
+        for length in sorted({m.shape[0] for m in mels}):
+            group = [i for i, m in enumerate(mels) if m.shape[0] == length]
+            audio = self.hift(torch.stack([mels[i] for i in group]).transpose(1, 2))
+            for row, i in enumerate(group):
+                out[i] = audio[row]
+        return out
+
+    def stack_conditions(self, conditions: list[torch.Tensor | None] | None, num_rows: int) -> torch.Tensor:
+        """[num_rows, 192] float32 on the codec's device; None rows (or no list) are zeros."""
+        out = torch.zeros(num_rows, self.condition_dim, device=self.device)
+        for row, c in enumerate(conditions or []):
+            if c is not None:
+                out[row] = c.to(device=self.device, dtype=torch.float32)
+        return out
+
+    def check_codes(self, codes: torch.Tensor) -> None:
+        if codes.dim() != 3 or codes.shape[-1] != 1 or codes.shape[1] < 1:
+            raise ValueError(f"codes must be [B, T >= 1, 1], got {tuple(codes.shape)}")
+
+    # ------------------------------------------------------------ construction
+
+    def prepare(self, device: torch.device | str, dtype: torch.dtype) -> "CosyVoice3Codec":
+        """The flow in `dtype`, HiFT in float32 with its f0 net in float64 (as the reference runs it);
+        the fixed noise, rotary frequencies and STFT window rebuilt in float32 on `device`."""
+        self.flow.to(device=device, dtype=dtype)
+        self.hift.to(device=device, dtype=torch.float32)
+        self.hift.f0_predictor.to(torch.float64)
+        self.flow.decoder.rand_noise = fixed_noise(self.cfg.flow.output_size).to(device)
+        self.flow.decoder.estimator.rotary_embed.inv_freq = rotary_inv_freq(self.cfg.flow.estimator.dim_head).to(device)
+        self.hift.stft_window = torch.hann_window(self.cfg.hift.istft_n_fft, periodic=True, device=device)
+        return self.eval()
+
+    @classmethod
+    def from_config(cls, cfg: CosyVoice3CodecConfig, device: torch.device | str = "cpu",
+                    dtype: torch.dtype = torch.float32, seed: int = 0,
+                    n_timesteps: int | None = None) -> "CosyVoice3Codec":
+        """Random weights, deterministic in `seed`: every parameter drawn, scaled so the output is neither
+        silent nor clipped and f0 lands in the voiced range (so the sine source is exercised)."""
+        if n_timesteps is not None:
+            cfg = replace(cfg, n_timesteps=n_timesteps)
+        codec = cls(cfg)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in codec.named_parameters():
+                param.copy_(random_parameter(name, param, generator))
+        return codec.prepare(device, dtype)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, device: torch.device | str = "cpu",
+                        dtype: torch.dtype = torch.float32, n_timesteps: int | None = None) -> "CosyVoice3Codec":
+        """Our layout (codec_config.json + codec.safetensors, in `path` or `path`/codec) or the reference's
+        model dir (flow.pt + hift.pt + cosyvoice3.yaml); strict on every key."""
+        path = Path(path)
+        if not (path / CONFIG_FILE).exists() and (path / CODEC_DIR / CONFIG_FILE).exists():
+            path = path / CODEC_DIR
+        if (path / CONFIG_FILE).exists():
+            cfg = CosyVoice3CodecConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
+            state = read_safetensors(path / WEIGHTS_FILE)
+        elif all((path / name).exists() for name in OFFICIAL_FILES):
+            cfg, state = read_official(path)
+        else:
+            raise FileNotFoundError(f"{path} holds neither {CONFIG_FILE} nor the reference's {', '.join(OFFICIAL_FILES)}")
+        if n_timesteps is not None:
+            cfg = replace(cfg, n_timesteps=n_timesteps)
+        with torch.device("meta"):
+            codec = cls(cfg)
+        state.setdefault("flow.decoder.estimator.rotary_embed.inv_freq",
+                         torch.zeros(cfg.flow.estimator.dim_head // 2))  # rebuilt by `prepare`
+        codec.load_state_dict(state, strict=True, assign=True)
+        return codec.prepare(device, dtype)
+
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """Write codec_config.json and codec.safetensors (reference names under flow. and hift., weight
+        norm folded) into `path`."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / CONFIG_FILE).write_text(json.dumps(self.cfg.to_dict(), indent=2))
+        state = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+def read_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    with safe_open(str(file), framework="pt", device="cpu") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def read_official(path: Path) -> tuple[CosyVoice3CodecConfig, dict[str, torch.Tensor]]:
+    """The reference dir's config (from cosyvoice3.yaml) and state: flow.pt under flow., hift.pt (its
+    'generator.' prefix dropped, weight norm folded) under hift."""
+    cfg = config_from_yaml(read_hyperpyyaml((path / "cosyvoice3.yaml").read_text()))
+    flow = torch.load(path / "flow.pt", map_location="cpu", weights_only=True)
+    hift = torch.load(path / "hift.pt", map_location="cpu", weights_only=True)
+    hift = fold_weight_norm({k.removeprefix("generator."): v for k, v in hift.items()})
+    return cfg, {**{f"flow.{k}": v for k, v in flow.items()}, **{f"hift.{k}": v for k, v in hift.items()}}
+
+
+def read_hyperpyyaml(text: str) -> dict:
+    """A hyperpyyaml file as plain data: tagged nodes (!new:, !name:, !apply:, !ref) become the mapping,
+    list or string under the tag, and a string '<key>' (a !ref) becomes the top-level key's value."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def untag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node):
+        if isinstance(node, yaml.MappingNode):
+            return loader.construct_mapping(node, deep=True)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node, deep=True)
+        return loader.construct_scalar(node)
+
+    Loader.add_multi_constructor("!", untag)
+    data = yaml.load(text, Loader=Loader)
+
+    def resolve(value):
+        if isinstance(value, dict):
+            return {k: resolve(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolve(v) for v in value]
+        ref = re.fullmatch(r"<(\w+)>", value) if isinstance(value, str) else None
+        return resolve(data[ref.group(1)]) if ref and ref.group(1) in data else value
+
+    return resolve(data)
+
+
+def config_from_yaml(conf: dict) -> CosyVoice3CodecConfig:
+    """CosyVoice3CodecConfig from a parsed cosyvoice3.yaml (its `flow` and `hift` sections)."""
+    flow, hift = conf["flow"], conf["hift"]
+    est = flow["decoder"]["estimator"]
+    estimator = DiTConfig(dim=int(est["dim"]), depth=int(est["depth"]), heads=int(est["heads"]),
+                          dim_head=int(est["dim_head"]), ff_mult=int(est["ff_mult"]), mel_dim=int(est["mel_dim"]),
+                          mu_dim=int(est.get("mu_dim", est["mel_dim"])), spk_dim=int(est["spk_dim"]))
+    flow_cfg = FlowConfig(vocab_size=int(flow["vocab_size"]), input_size=int(flow["input_size"]),
+                          output_size=int(flow["output_size"]), spk_embed_dim=int(flow["spk_embed_dim"]),
+                          token_mel_ratio=int(flow["token_mel_ratio"]), pre_lookahead_len=int(flow["pre_lookahead_len"]),
+                          pre_lookahead_channels=int(flow["pre_lookahead_layer"]["channels"]), estimator=estimator)
+    istft, f0 = hift["istft_params"], hift["f0_predictor"]
+    hift_cfg = HiFTConfig(
+        in_channels=int(hift["in_channels"]), base_channels=int(hift["base_channels"]),
+        nb_harmonics=int(hift["nb_harmonics"]), sampling_rate=int(hift["sampling_rate"]),
+        nsf_alpha=float(hift["nsf_alpha"]), nsf_sigma=float(hift["nsf_sigma"]),
+        nsf_voiced_threshold=float(hift["nsf_voiced_threshold"]), upsample_rates=hift["upsample_rates"],
+        upsample_kernel_sizes=hift["upsample_kernel_sizes"], istft_n_fft=int(istft["n_fft"]),
+        istft_hop_len=int(istft["hop_len"]), resblock_kernel_sizes=hift["resblock_kernel_sizes"],
+        resblock_dilation_sizes=hift["resblock_dilation_sizes"],
+        source_resblock_kernel_sizes=hift["source_resblock_kernel_sizes"],
+        source_resblock_dilation_sizes=hift["source_resblock_dilation_sizes"],
+        lrelu_slope=float(hift["lrelu_slope"]), audio_limit=float(hift["audio_limit"]),
+        conv_pre_look_right=int(hift.get("conv_pre_look_right", 4)), f0_cond_channels=int(f0["cond_channels"]))
+    cfm = flow["decoder"].get("cfm_params", {})
+    cfm = cfm.get("content", cfm) if isinstance(cfm, dict) else {}
+    return CosyVoice3CodecConfig(flow=flow_cfg, hift=hift_cfg, cfg_rate=float(cfm.get("inference_cfg_rate", 0.7)))
+
+
+def random_parameter(name: str, param: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A random value for one parameter of a random codec (no parameter is left zero)."""
+    leaf, shape = name.rsplit(".", 1)[-1], param.shape
+    randn = torch.randn(shape, generator=generator)
+    if name == "hift.f0_predictor.classifier.bias":
+        return 150.0 + 10.0 * randn  # f0 around 150 Hz: voiced, so the sine source is exercised
+    if name == "hift.f0_predictor.classifier.weight":
+        return 40.0 * randn / math.sqrt(shape[1])
+    if leaf == "alpha":  # Snake
+        return 1.0 + 0.1 * randn
+    if leaf == "bias":
+        return 0.02 * randn
+    if param.dim() == 2 and "embedding" in name and "affine" not in name:
+        return randn
+    fan_in = param[0].numel()
+    return gain_of(name) * randn / math.sqrt(fan_in)
+
+
+def gain_of(name: str) -> float:
+    if ".attn_norm.linear" in name or ".norm_out.linear" in name:
+        return 0.3  # AdaLN modulations around (1 + small) scales
+    if name.startswith("hift.conv_post"):
+        return 0.3  # log-magnitudes near 0: exp() neither explodes nor clips
+    if ".convs2." in name:
+        return 0.5  # keep residual stacks from compounding the level
+    return 1.0
