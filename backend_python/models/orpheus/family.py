@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ..base import CodecWindowing
 from . import tiny
 from .codec import SNAC_DIR, SNAC_HF_ID, SnacCodec, SnacConfig
 from .config import MODEL_TYPE
@@ -64,6 +65,13 @@ def codec_left_context_frames(spec) -> int:
     if spec.checkpoint is None:
         return full_snac().left_context_frames
     return SnacConfig.from_dict(json.loads((snac_dir(spec.checkpoint) / "config.json").read_text())).left_context_frames
+
+
+def codec_windowing(spec) -> CodecWindowing:
+    """Left context and lookahead of SNAC's non-causal decoder (codec.py says why and what each costs)."""
+    cfg = full_snac() if spec.checkpoint is None else SnacConfig.from_dict(
+        json.loads((snac_dir(spec.checkpoint) / "config.json").read_text()))
+    return CodecWindowing(cfg.left_context_frames, cfg.lookahead_frames)
 
 
 def snac_dir(checkpoint: Path) -> Path:
