@@ -8,7 +8,7 @@ from its cosyvoice3.yaml and CosyVoice-BlankEN/config.json (`checkpoint.py`).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from ..layers.qwen2 import Qwen2Config
@@ -86,5 +86,5 @@ class CosyVoice3Config:
     def from_dict(cls, d: dict[str, Any]) -> "CosyVoice3Config":
         if d.get("model_type") != MODEL_TYPE:
             raise ValueError(f"not a CosyVoice 3 config: model_type {d.get('model_type')!r}")
-        kwargs = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in ("llm", "voices")}
+        kwargs = {f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in ("llm", "voices")}
         return cls(llm=Qwen2Config.from_dict(d["llm"]), voices=tuple(d.get("voices", ())), **kwargs)
