@@ -59,8 +59,9 @@ class Job:
 
     @property
     def label(self) -> str:
-        fixed = self.width == 0 and any(r.startswith("@") for r in self.rates)
-        return f"{self.server}-{self.arrival}" + ("-past" if fixed else "")
+        """`SERVER-ARRIVAL`; `-past` for a job of fixed rates (WIDTH 0), absolute or `@F`, so that it
+        does not share its results directory with the server's bracket job."""
+        return f"{self.server}-{self.arrival}" + ("-past" if self.width == 0 else "")
 
 
 def parse_job(spec: str) -> Job:

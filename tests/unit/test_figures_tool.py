@@ -11,6 +11,12 @@ def test_a_job_spec_parses_and_names_its_results():
     assert job.label == "voxlane-gamma" and parse_job("timeshare:poisson:@1.5/@2:1:0:2").label == "timeshare-poisson-past"
 
 
+def test_a_fixed_rate_job_is_past_capacity_whether_its_rates_are_scaled_or_absolute():
+    bracket, past = parse_job("voxlane-pf:poisson:34:3:2:3"), parse_job("voxlane-pf:poisson:46/56:3:0:2")
+    assert (bracket.label, past.label) == ("voxlane-pf-poisson", "voxlane-pf-poisson-past")
+    assert parse_job("timeshare:poisson:28/@1.5:3:0:2").label == "timeshare-poisson-past"
+
+
 @pytest.mark.parametrize("spec", ["voxlane:poisson:36:3:2", "nosuch:poisson:36:3:2:4", "voxlane:burst:36:3:2:4",
                                   "voxlane:poisson:x:3:2:4"])
 def test_a_bad_spec_is_refused(spec):
