@@ -4,7 +4,8 @@ All servers start together under one MPS daemon (their compiles and graph captur
 start-up is paid about once), then each job benches one server while the others sit idle (an idle
 lane holds memory, not SMs). A job is `SERVER:ARRIVAL:RATES:SEEDS:WIDTH:MAX`:
 
-- SERVER: a name in SERVERS (a mode, an admission policy, an SM split);
+- SERVER: a name in SERVERS (a mode, an admission policy, an SM split), optionally `NAME@MODEL` to serve
+  another model than `--model` (a family's figures beside another's, servers started together);
 - ARRIVAL: poisson, or gamma (burstiness 0.5);
 - RATES: the first rates, `/`-separated; `@F` is F times the 90 % capacity of the server's first job
   (its Poisson one, say), so a later job starts near what an earlier one found;
@@ -61,7 +62,17 @@ class Job:
     def label(self) -> str:
         """`SERVER-ARRIVAL`; `-past` for a job of fixed rates (WIDTH 0), absolute or `@F`, so that it
         does not share its results directory with the server's bracket job."""
-        return f"{self.server}-{self.arrival}" + ("-past" if self.width == 0 else "")
+        return f"{self.server.replace('@', '_')}-{self.arrival}" + ("-past" if self.width == 0 else "")
+
+    @property
+    def config_name(self) -> str:
+        """The SERVERS entry of its server."""
+        return self.server.partition("@")[0]
+
+    @property
+    def model(self) -> str | None:
+        """The model its server serves, where the job names one (`NAME@MODEL`); None: `--model`."""
+        return self.server.partition("@")[2] or None
 
 
 def parse_job(spec: str) -> Job:
@@ -70,7 +81,7 @@ def parse_job(spec: str) -> Job:
     if len(parts) != 6:
         raise ValueError(f"job {spec!r}: want SERVER:ARRIVAL:RATES:SEEDS:WIDTH:MAX")
     server, arrival, rates, seeds, width, max_rates = parts
-    if server not in SERVERS or arrival not in BURSTINESS:
+    if server.partition("@")[0] not in SERVERS or arrival not in BURSTINESS:
         raise ValueError(f"job {spec!r}: server one of {sorted(SERVERS)}, arrival one of {sorted(BURSTINESS)}")
     job = Job(server, arrival, tuple(rates.split("/")), int(seeds), float(width), int(max_rates))
     for rate in job.rates:
@@ -98,9 +109,10 @@ def start_servers(names: list[str], args: argparse.Namespace, mps: MpsDaemon | N
     logs = args.state / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     for index, name in enumerate(names):
-        config = ServeConfig(model=args.model, device=args.device, ports=Ports(*ports[3 * index:3 * index + 3]),
-                             **SERVERS[name])
-        server = Server(config, log_path=logs / f"{name}.log", shared_mps=mps)
+        config_name, _, model = name.partition("@")
+        config = ServeConfig(model=model or args.model, device=args.device,
+                             ports=Ports(*ports[3 * index:3 * index + 3]), **SERVERS[config_name])
+        server = Server(config, log_path=logs / f"{name.replace('@', '_')}.log", shared_mps=mps)
         threads.append(threading.Thread(target=_start, args=(name, server, servers, report), daemon=True))
     for thread in threads:
         thread.start()

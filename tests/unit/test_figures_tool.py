@@ -29,3 +29,12 @@ def test_scaled_rates_land_on_the_two_req_s_grid_and_need_a_capacity():
     with pytest.raises(ValueError):
         resolve_rates(parse_job("voxlane:gamma:@0.8:3:2:4"), None)
     assert set(SERVERS) >= {"timeshare", "colocate", "partition", "voxlane", "voxlane-pf"}
+
+
+def test_a_job_may_name_the_model_its_server_serves():
+    job = parse_job("timeshare@cosyvoice3-0.5b:poisson:8/12:1:0:2")
+    assert (job.config_name, job.model, job.label) == ("timeshare", "cosyvoice3-0.5b",
+                                                       "timeshare_cosyvoice3-0.5b-poisson-past")
+    assert parse_job("voxlane:poisson:36:3:2:4").model is None
+    with pytest.raises(ValueError):
+        parse_job("nosuch@cosyvoice3-0.5b:poisson:8:1:0:1")
