@@ -1,4 +1,4 @@
-"""Codec lane latency per batch size: one window (new frames + left context) per request.
+"""Codec lane latency per batch size: one window (left context + new frames + lookahead) per request.
 
     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 python3 -m clients.microbench.codec --model qwen3-tts-1.7b
 
@@ -43,14 +43,19 @@ def host_round_trip(codes: np.ndarray, audio: list[torch.Tensor], device: torch.
         samples.float().cpu().numpy()
 
 
-def bench_batch(runner: CodecRunner, batch_size: int, frames: int, context: int, repeats: int) -> dict:
+def bench_batch(runner: CodecRunner, batch_size: int, frames: int, context: int, repeats: int,
+                lookahead: int = 0) -> dict:
     codec = runner.codec
-    codes = torch.randint(0, codec.codebook_size, (frames + context, codec.num_codebooks), device=codec.device)
+    codes = torch.randint(0, codec.codebook_size, (context + frames + lookahead, codec.num_codebooks),
+                          device=codec.device)
     windows = [(codes, context)] * batch_size
+    # a codec with a condition gets one per window (a speaker embedding), as the lane passes them
+    conditions = [torch.zeros(codec.condition_dim, device=codec.device)] * batch_size if codec.condition_dim else None
     with torch.inference_mode():
-        eager = median_ms(lambda: codec.decode_windows(windows), repeats)
-        graphs = median_ms(lambda: runner.decode_windows(windows), repeats) if runner.graphs else float("nan")
-        audio = runner.decode_windows(windows)
+        eager = median_ms(lambda: codec.decode_windows(windows, conditions), repeats)
+        graphs = (median_ms(lambda: runner.decode_windows(windows, conditions), repeats)
+                  if runner.graphs and conditions is None else float("nan"))
+        audio = runner.decode_windows(windows, conditions)
         host_codes = codes.cpu().numpy().astype(np.int32)
         copies = median_ms(lambda: host_round_trip(host_codes, audio, codec.device), repeats)
     return {"eager_ms": round(eager, 2), "graphs_ms": round(graphs, 2), "host_copy_ms": round(copies, 3)}
@@ -67,16 +72,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     spec = registry.resolve(args.model)
     codec = registry.load_codec(spec, device="cuda", dtype=args.dtype)
-    context = registry.family_of(spec).codec_left_context_frames(spec)
+    windowing = registry.codec_windowing(spec)
+    context, lookahead = windowing.left_context_frames, windowing.lookahead_frames
     runner = CodecRunner(codec, use_cuda_graphs=not args.no_graphs)
     started = time.perf_counter()
     runner.warm_up()
     capture_s = time.perf_counter() - started
     pct = int(os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100"))
     for batch_size in args.batch_sizes:
-        row = bench_batch(runner, batch_size, args.frames, context, args.repeats)
+        row = bench_batch(runner, batch_size, args.frames, context, args.repeats, lookahead)
         print(json.dumps({"bench": "codec", "model": args.model, "mps_pct": pct, "batch": batch_size,
-                          "frames": args.frames, "context": context, "capture_s": round(capture_s, 1), **row}),
+                          "frames": args.frames, "context": context, "lookahead": lookahead,
+                          "capture_s": round(capture_s, 1), **row}),
               flush=True)
 
 

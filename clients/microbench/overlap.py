@@ -49,12 +49,16 @@ class CodecLoop:
         codec = registry.load_codec(spec, device="cuda", dtype=dtype)
         self.runner = CodecRunner(codec)
         self.runner.warm_up()
-        context = registry.family_of(spec).codec_left_context_frames(spec)
-        codes = torch.randint(0, codec.codebook_size, (context + chunk_frames, codec.num_codebooks), device="cuda")
+        windowing = registry.codec_windowing(spec)
+        context = windowing.left_context_frames
+        codes = torch.randint(0, codec.codebook_size, (context + chunk_frames + windowing.lookahead_frames,
+                                                       codec.num_codebooks), device="cuda")
         self.windows = [(codes, context)] * batch_size
+        self.conditions = ([torch.zeros(codec.condition_dim, device="cuda")] * batch_size if codec.condition_dim
+                           else None)
 
     def step(self) -> None:
-        for audio in self.runner.decode_windows(self.windows):
+        for audio in self.runner.decode_windows(self.windows, self.conditions):
             audio.cpu()
 
 
