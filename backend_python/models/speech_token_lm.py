@@ -216,7 +216,9 @@ class SpeechTokenLM(SlotSpeechLM):
             tokens = self._graphs.run(floats, ints, batch.sampling, batch.generators, self.use_cuda_graphs)
         else:
             tokens = self._decode_eager(batch, floats, ints, max(s.position for s in states) + self.frames_per_step)
-        is_eos = (tokens == self.vocab.num_codes) | self._forced_eos(batch, states).to(tokens.device)
+        is_eos, forced = tokens == self.vocab.num_codes, self._forced_eos(batch, states)
+        if forced.any():  # a CPU tensor: no device sync
+            is_eos = is_eos | forced.to(tokens.device)
         for s in states:
             s.position += self.frames_per_step
             s.num_frames += self.frames_per_step

@@ -21,7 +21,8 @@ from backend_python.models.cosyvoice3.presets import cosyvoice3_0_5b, preset_con
 from backend_python.models.cosyvoice3.prompt import INSTRUCT_PREFIX, SPEAKER_EMBEDDING, TEXT_IDS
 from backend_python.models.cosyvoice3.tiny import save_checkpoint
 from backend_python.models.registry import ModelSpec
-from tests.unit.lm_graph_helpers import assert_padded_equals_eager, sampling_mixes
+from tests.unit.lm_graph_helpers import (assert_close, assert_graph_replay_equals_eager, assert_padded_equals_eager,
+                                        needs_cuda, sampling_mixes)
 
 torch.set_flush_denormal(True)
 
@@ -322,3 +323,46 @@ def test_two_frames_per_step_feed_both_tokens_back(lm, reference):
         logits = reference_logits(lm, reference, reference_embeddings(lm, TEXTS[0], tokens[:-1]))
     heads = logits[-len(tokens)::2, :NUM_CODES].argmax(dim=-1).tolist()  # each step's first token
     assert tokens[::2] == heads and two._states[1].position == two.encode_prompt(TEXTS[0], None).num_tokens + 6
+
+
+# ---- the CUDA path's pieces ------------------------------------------------------------------------
+def test_fused_projections_with_biases_compute_the_same(lm):
+    """CUDA fuses q/k/v (weights and biases) and gate/up; on the CPU the fused math must match the plain one."""
+    fused = CosyVoice3LM(lm.config, lm.tokenizer, lm.voice_embeddings)
+    fused.load_state_dict(lm.state_dict())
+    fused.backbone.fuse_projections()
+    assert fused.llm.model.model.layers[0].self_attn.qkv_bias is not None
+    assert fused.state_dict().keys() == lm.state_dict().keys()
+    got, expected = (decode(m, [1], [TEXTS[0]], [GREEDY], [0], num_steps=4) for m in (fused, lm))
+    assert torch.equal(got, expected)
+    torch.testing.assert_close(fused._memory.hidden, lm._memory.hidden, rtol=0, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def cuda_lm() -> CosyVoice3LM:
+    """The 0.5B shapes (hidden 896, GQA 14/2, head_dim 64, the full text vocabulary) with 2 layers, bf16."""
+    config = replace(cosyvoice3_0_5b(), llm=replace(cosyvoice3_0_5b().llm, num_hidden_layers=2))
+    return CosyVoice3LM.from_config(config, device="cuda", dtype=torch.bfloat16, seed=0)
+
+
+@needs_cuda
+@pytest.mark.parametrize("mix", ["greedy", "sampled", "mixed"])
+def test_graph_replay_equals_the_eager_step(cuda_lm, mix):
+    assert_graph_replay_equals_eager(cuda_lm, sampling_mixes(GREEDY, SAMPLED)[mix][:3], 5, NUM_CODES)
+
+
+@needs_cuda
+def test_cuda_kernels_match_the_cpu_reference(cuda_lm):
+    """Fused biased projections, fused RMSNorm and varlen flash attention (bf16) against the plain fp32 CPU code:
+    the slots' hidden states after prefill."""
+    with torch.device("meta"):
+        cpu = CosyVoice3LM(cuda_lm.config, cuda_lm.tokenizer, cuda_lm.voice_embeddings)
+    cpu.load_state_dict({k: v.float().cpu() for k, v in cuda_lm.state_dict().items()}, assign=True)
+    hidden = []
+    for model in (cuda_lm, cpu):
+        model.allocate_slots(4, 64)
+        for slot, text in zip([2, 0], TEXTS):
+            model.prefill(slot, model.encode_prompt(text, None))
+        hidden.append(model._memory.hidden[[2, 0]].clone())
+    assert cuda_lm._memory.kv.is_varlen and cuda_lm.llm.model.model.layers[0].self_attn.qkv_bias is not None
+    assert_close(*hidden)

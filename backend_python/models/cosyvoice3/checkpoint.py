@@ -87,11 +87,11 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 def load_tokenizer(path: str | Path):
     """Ours: the saved tokenizer (its special tokens included). Official: CosyVoice-BlankEN's, with CosyVoice 3's
     special tokens added in the reference's order (so <|endofprompt|> gets the id the model was trained on)."""
-    from transformers import AutoTokenizer  # heavy import, only when loading
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # heavy import, only when loading
 
     path = Path(path)
-    if is_ours(path):
-        return AutoTokenizer.from_pretrained(str(path))
+    if is_ours(path):  # not AutoTokenizer: it would read config.json, which is no transformers config
+        return PreTrainedTokenizerFast.from_pretrained(str(path))
     tokenizer = AutoTokenizer.from_pretrained(str(path / OFFICIAL_TEXT_LM_DIR))
     add_special_tokens(tokenizer)
     return tokenizer

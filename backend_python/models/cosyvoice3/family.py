@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 
 from ..base import CodecWindowing
-from ..checkpoint_io import CONFIG_FILE
 from . import checkpoint, tiny
 from .lm import CosyVoice3LM
 from .presets import preset_config
@@ -73,8 +72,9 @@ def codec_left_context_frames(spec) -> int:
 
 
 def _codec_config(spec):
-    """Our checkpoint's codec/config.json; the full shape for a random preset and an official directory."""
-    from .codec import CosyVoice3CodecConfig
+    """Our checkpoint's codec/codec_config.json; the full config for a random preset and an official directory
+    (whose yaml holds the codec's sizes, not its serving windows)."""
+    from .codec import CONFIG_FILE, CosyVoice3CodecConfig
 
     if spec.checkpoint is None or checkpoint.is_official(spec.checkpoint):
         return CosyVoice3CodecConfig.full()
