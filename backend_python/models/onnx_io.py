@@ -3,11 +3,11 @@
 Some official checkpoints ship a network only as ONNX (CosyVoice's campplus.onnx); a family that has the
 same network in torch reads the weights out of it. An ONNX file is one protobuf message (`ModelProto`), so
 this walks the protobuf wire format for the few fields it needs: the graph's nodes (name, op type, inputs,
-outputs) and its initializers (name, dims, data type, data). Tensors kept in external files are refused.
+outputs) and its initializers (name, dims, data type, raw data). Tensors kept in external files, or in typed
+fields rather than raw_data, are refused.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -18,7 +18,7 @@ import torch
 MODEL_GRAPH = 7
 GRAPH_NODE, GRAPH_INITIALIZER = 1, 5
 NODE_INPUT, NODE_OUTPUT, NODE_NAME, NODE_OP_TYPE = 1, 2, 3, 4
-TENSOR_DIMS, TENSOR_DATA_TYPE, TENSOR_FLOAT_DATA, TENSOR_INT32_DATA, TENSOR_INT64_DATA = 1, 2, 4, 5, 7
+TENSOR_DIMS, TENSOR_DATA_TYPE = 1, 2
 TENSOR_NAME, TENSOR_RAW_DATA, TENSOR_DATA_LOCATION = 8, 9, 14
 EXTERNAL_DATA = 1  # TensorProto.DataLocation.EXTERNAL
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5  # protobuf wire types
@@ -101,9 +101,8 @@ def parse_node(message: memoryview) -> OnnxNode:
 
 
 def parse_tensor(message: memoryview) -> tuple[str, torch.Tensor]:
-    """A TensorProto's name and values (raw_data, or float_data / int32_data / int64_data)."""
+    """A TensorProto's name and values; a torch export keeps every initializer's values in raw_data."""
     name, dims, data_type, raw = "", [], 0, None
-    typed: dict[int, list] = {TENSOR_FLOAT_DATA: [], TENSOR_INT32_DATA: [], TENSOR_INT64_DATA: []}
     for number, wire_type, value in fields(message):
         if number == TENSOR_NAME:
             name = bytes(value).decode("utf-8")
@@ -115,27 +114,13 @@ def parse_tensor(message: memoryview) -> tuple[str, torch.Tensor]:
             raw = value
         elif number == TENSOR_DATA_LOCATION and value == EXTERNAL_DATA:
             raise ValueError(f"ONNX tensor {name or '?'} is stored in an external file, which is not supported")
-        elif number in typed:
-            typed[number].append((wire_type, value))
     if data_type not in TORCH_DTYPES:
         raise ValueError(f"ONNX tensor {name} has unsupported data type {data_type}")
-    dtype = TORCH_DTYPES[data_type]
     if raw is None:
-        return name, typed_values(typed, dtype).reshape(dims)
+        raise ValueError(f"ONNX tensor {name} has no raw_data (values in typed fields are not supported)")
+    dtype = TORCH_DTYPES[data_type]
     values = torch.frombuffer(bytearray(raw), dtype=dtype) if len(raw) else torch.empty(0, dtype=dtype)
     return name, values.reshape(dims)
-
-
-def typed_values(typed: dict[int, list], dtype: torch.dtype) -> torch.Tensor:
-    """The values of a tensor stored in its typed field rather than raw_data."""
-    if typed[TENSOR_FLOAT_DATA]:
-        floats = [f for wire_type, value in typed[TENSOR_FLOAT_DATA] for f in packed_floats(wire_type, value)]
-        return torch.tensor(floats, dtype=torch.float32).to(dtype)
-    field = TENSOR_INT64_DATA if typed[TENSOR_INT64_DATA] else TENSOR_INT32_DATA
-    ints = [i for wire_type, value in typed[field]
-            for i in (packed_varints(value) if wire_type == LENGTH_DELIMITED else [value])]
-    ints = [i - (1 << 64) if i >= 1 << 63 else i for i in ints]  # two's complement varints
-    return torch.tensor(ints, dtype=torch.int64).to(dtype)
 
 
 def packed_varints(data: memoryview) -> list[int]:
@@ -144,8 +129,3 @@ def packed_varints(data: memoryview) -> list[int]:
         value, pos = varint(data, pos)
         values.append(value)
     return values
-
-
-def packed_floats(wire_type: int, value: memoryview) -> tuple[float, ...]:
-    raw = bytes(value)
-    return struct.unpack(f"<{len(raw) // 4}f", raw)

@@ -58,6 +58,8 @@ def povey_window(length: int, device: torch.device) -> torch.Tensor:
 def fbank(audio: torch.Tensor, banks: torch.Tensor, sample_rate: int) -> torch.Tensor:
     """audio: [N] float32 -> log mel energies [num_frames(N), num_bins] float32."""
     length, shift, fft_size = frame_sizes(sample_rate)
+    if audio.numel() < length:
+        return torch.zeros(0, banks.shape[0], device=audio.device)
     frames = audio.float().unfold(0, length, shift)  # [T, length]
     frames = frames - frames.mean(dim=1, keepdim=True)  # each frame's DC offset
     previous = torch.cat([frames[:, :1], frames[:, :-1]], dim=1)  # Kaldi repeats a frame's first sample
