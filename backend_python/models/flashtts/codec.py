@@ -26,6 +26,7 @@ from torch import nn
 from .. import checkpoint_io
 from ..base import Codec, CodecShape
 from ..checkpoint_io import CONFIG_FILE, WEIGHTS_FILE
+from ..layers.dit import rotary_inv_freq
 from .codec_config import FlashTTSCodecConfig
 from .meanflow import FOREIGN_PREFIXES, MeanFlowDiT
 from .vocoder import HiFiGAN, fold_weight_norm
@@ -102,9 +103,12 @@ class FlashTTSCodec(Codec):
 
     # ---- construction ----------------------------------------------------------------------------------------
     def prepare(self, device: torch.device | str, dtype: torch.dtype) -> "FlashTTSCodec":
-        """The DiT in `dtype`, the vocoder in float32 (its tanh-bounded convs lose precision in half types)."""
+        """The DiT in `dtype`, the vocoder in float32 (its tanh-bounded convs lose precision in half types); the
+        noise and the rotary frequencies computed afresh in float32 on `device`."""
         self.to(device=device)
         self.transformer.to(dtype=dtype)
+        self.transformer.rotary_embed.inv_freq = rotary_inv_freq(self.cfg.flow.dim_head).to(device)
+        self.noise = noise_table(self.cfg).to(device)
         return self.eval()
 
     @classmethod
@@ -114,7 +118,6 @@ class FlashTTSCodec(Codec):
         with torch.device("meta"):
             codec = cls(cfg)
         codec.to_empty(device="cpu")
-        codec.noise = noise_table(cfg)
         init_codec_weights(codec, seed)
         return codec.prepare(device, dtype)
 
