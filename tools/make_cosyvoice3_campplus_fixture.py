@@ -32,7 +32,8 @@ import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 from speakerlab.models.campplus.DTDNN import CAMPPlus  # noqa: E402
 
-from backend_python.models.cosyvoice3.voice_encoder import CONFIG_FILE, ONNX_FILE, CampPlusConfig, CampPlusEncoder  # noqa: E402
+from backend_python.models.cosyvoice3.voice_encoder import (  # noqa: E402
+    CONFIG_FILE, ONNX_FILE, CampPlusConfig, CampPlusEncoder)
 
 SEED = 0
 SAMPLE_RATE = 16000
@@ -104,7 +105,8 @@ def main() -> None:
     np.savez(out / "golden.npz", waveform=audio, fbank=fbank, embedding=embedding)
     meta = {"seed": SEED, "sample_rate": SAMPLE_RATE, "num_frames": int(fbank.shape[0]),
             "onnxruntime": ort.__version__, "kaldi_native_fbank": getattr(knf, "__version__", "?"),
-            "torch": torch.__version__, "onnxruntime_vs_torch_max_abs": float(np.abs(embedding - torch_embedding).max()),
+            "torch": torch.__version__,
+            "onnxruntime_vs_torch_max_abs": float(np.abs(embedding - torch_embedding).max()),
             "embedding_norm": float(np.linalg.norm(embedding))}
     (out / "golden.json").write_text(json.dumps(meta, indent=2) + "\n")
     print(json.dumps(meta, indent=2))

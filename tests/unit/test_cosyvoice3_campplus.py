@@ -181,7 +181,8 @@ def test_full_config_is_3d_speakers_campplus_192():
     assert sum(p.numel() for p in full.parameters()) == FULL_192_PARAMETERS and len(state) == 937
     assert sum(p.numel() for p in wide.parameters()) == FULL_512_PARAMETERS
     shapes = {"head.conv1.weight": (32, 1, 3, 3), "head.layer1.0.shortcut.1.running_var": (32,),
-              "xvector.tdnn.linear.weight": (128, 320, 5), "xvector.block1.tdnnd1.cam_layer.linear1.weight": (64, 128, 1),
+              "xvector.tdnn.linear.weight": (128, 320, 5),
+              "xvector.block1.tdnnd1.cam_layer.linear1.weight": (64, 128, 1),
               "xvector.block3.tdnnd16.cam_layer.linear2.bias": (32,), "xvector.transit1.linear.weight": (256, 512, 1),
               "xvector.out_nonlinear.batchnorm.weight": (512,), "xvector.dense.linear.weight": (192, 1024, 1),
               "xvector.dense.nonlinear.batchnorm.running_mean": (192,)}
@@ -225,7 +226,8 @@ def test_onnx_reader_sees_the_exported_graph():
     assert len(graph.initializers) == 617  # as many as CosyVoice's campplus.onnx has
     conv = nodes["/xvector/block1/tdnnd1/cam_layer/linear_local/Conv"]
     assert conv.op_type == "Conv" and conv.inputs[1] == "xvector.block1.tdnnd1.cam_layer.linear_local.weight"
-    assert graph.initializers[conv.inputs[1]].shape == (4, 8, 3) and graph.initializers[conv.inputs[1]].dtype == torch.float32
+    weight = graph.initializers[conv.inputs[1]]
+    assert weight.shape == (4, 8, 3) and weight.dtype == torch.float32
     assert len(nodes["/head/conv1/Conv"].inputs) == 3  # bn1 folded in: a bias the conv does not have
     assert "/head/bn1/BatchNormalization" not in nodes
 

@@ -89,5 +89,6 @@ def folded_batchnorm_state(name: str, module: nn.modules.batchnorm._BatchNorm,
         raise ValueError(f"campplus.onnx has no BatchNormalization node for {name} ({onnx_scope(name)}), and the "
                          "conv before it has no folded bias")
     return {f"{name}.weight": torch.ones_like(bias), f"{name}.bias": bias,
-            f"{name}.running_mean": torch.zeros_like(bias), f"{name}.running_var": torch.full_like(bias, 1 - module.eps),
+            f"{name}.running_mean": torch.zeros_like(bias),
+            f"{name}.running_var": torch.full_like(bias, 1 - module.eps),
             f"{name}.num_batches_tracked": torch.tensor(0)}
