@@ -3,11 +3,19 @@ mel (flow matching, flow.py) -> 24 kHz waveform (HiFT, hift.py), 960 samples per
 192-d speaker embedding (`condition_dim`; None: zeros, the reference's empty embedding).
 
 Windows. The decoder is not causal: the pre-lookahead conv reads 3 tokens ahead, the DiT attends over the
-whole window both ways, HiFT's first conv reads 2 tokens ahead, and the NSF source's phase is a running
-sum from the window's start. So a chunk's window holds left context and a lookahead (`CodecShape`), and
-the audio past the chunk's new frames (`overlap_frames`) is cross-faded into the next chunk (`crossfade`,
-the router's OverlapJoin does the same in serving). Measured against a full-utterance decode (random
-weights, tests/unit/test_cosyvoice3_codec.py): see `CosyVoice3CodecConfig`'s windowing defaults.
+whole window both ways (its causal conv position embedding reaches 30 tokens back), HiFT's first conv
+reads 2 tokens ahead and its convs ~12 tokens back, and the NSF source's phase is a running sum (restarted
+on a grid of stream positions, hift.py). So a chunk's window holds `left_context_frames` = 32 (past the
+position embedding's reach; with HiFT's 16-token restart period it always holds a restart >= 4 tokens into
+the window and >= 12 before its new frames, which makes HiFT exact there) and
+`lookahead_frames` = 4 (the pre-lookahead's 3, and 3 more for the 1 `overlap_frames` that are decoded past
+the chunk and cross-faded into the next one: `crossfade`, as the router's OverlapJoin). Measured against
+a full-utterance decode (random weights, 60 frames, the engine's chunks 2, 4, 8, 10, ...;
+tests/unit/test_cosyvoice3_codec.py): given the same mel, HiFT's windows are exact (<= 1e-5); the flow's
+mel differs by rms 0.023-0.025 (max 0.13-0.14; mel std 1.66): the DiT attends to frames outside the
+window, which no finite window removes (left context 25: rms 0.055-0.062, 50: 0.017-0.018; a 4x wider and
+4x deeper DiT: rms 0.047); and the waveform by rms 0.016-0.018 (audio std 0.033): the small mel error moves
+f0, and f0 errors accumulate in the source's phase until its next restart.
 
 Noise. The flow starts from the reference's fixed noise at the frame's position in its stream
 (flow.py). A window reads its noise from `start_frames` (its first new frame's index in the stream, the
@@ -54,9 +62,9 @@ class CosyVoice3CodecConfig:
     hift: HiFTConfig = field(default_factory=HiFTConfig)
     n_timesteps: int = 10  # Euler steps of the flow (the reference's flow.inference uses 10)
     cfg_rate: float = 0.7  # classifier-free guidance (the reference's inference_cfg_rate)
-    left_context_frames: int = 25
-    lookahead_frames: int = 3
-    overlap_frames: int = 2
+    left_context_frames: int = 32  # see the module docstring for how these three were chosen
+    lookahead_frames: int = 4
+    overlap_frames: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.flow, dict):
@@ -140,7 +148,8 @@ class CosyVoice3Codec(Codec):
         """As `Codec.decode_windows`; `start_frames[i]`: the stream index of window i's first new frame
         (None: each window's first frame is stream frame 0). Returns [(T_i - c_i) * 960] float32 each."""
         mels = self.window_mels(windows, conditions, start_frames)
-        audio = self.vocode(mels)
+        firsts = self.first_frames(windows, start_frames)
+        audio = self.vocode(mels, [f * self.cfg.flow.token_mel_ratio for f in firsts])
         spf = self.samples_per_frame
         return [a[context * spf:] for a, (_, context) in zip(audio, windows)]
 
@@ -153,22 +162,31 @@ class CosyVoice3Codec(Codec):
             self.check_codes(codes[None])
             if not 0 <= context < codes.shape[0]:
                 raise ValueError(f"a window of {codes.shape[0]} frames cannot have {context} context frames")
-        if start_frames is not None and len(start_frames) != len(windows):
-            raise ValueError(f"need one start frame per window, got {len(start_frames)} for {len(windows)}")
         device = self.device
         lengths = torch.tensor([codes.shape[0] for codes, _ in windows], device=device)
-        firsts = [0] * len(windows) if start_frames is None else [s - c for s, (_, c) in zip(start_frames, windows)]
         mel = self.flow(self.pad_windows(windows)[..., 0].to(device), lengths, self.stack_conditions(conditions, len(windows)),
-                        torch.tensor(firsts, device=device), self.cfg.n_timesteps, self.cfg.cfg_rate)
+                        torch.tensor(self.first_frames(windows, start_frames), device=device), self.cfg.n_timesteps,
+                        self.cfg.cfg_rate)
         ratio = self.cfg.flow.token_mel_ratio
         return [mel[row, : codes.shape[0] * ratio] for row, (codes, _) in enumerate(windows)]
 
-    def vocode(self, mels: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Mels [N_i, 80] -> audio [N_i * 480] float32, one HiFT batch per length."""
+    @staticmethod
+    def first_frames(windows: list[tuple[torch.Tensor, int]], start_frames: list[int] | None) -> list[int]:
+        """Each window's first frame's index in its stream (context included; negative before frame 0)."""
+        if start_frames is None:
+            return [0] * len(windows)
+        if len(start_frames) != len(windows):
+            raise ValueError(f"need one start frame per window, got {len(start_frames)} for {len(windows)}")
+        return [start - context for start, (_, context) in zip(start_frames, windows)]
+
+    def vocode(self, mels: list[torch.Tensor], start_mel_frames: list[int] | None = None) -> list[torch.Tensor]:
+        """Mels [N_i, 80] (starting at stream mel frame start_mel_frames[i], default 0) -> audio [N_i * 480]
+        float32, one HiFT batch per length."""
+        starts = torch.tensor(start_mel_frames or [0] * len(mels), device=self.device)
         out: list[torch.Tensor | None] = [None] * len(mels)
         for length in sorted({m.shape[0] for m in mels}):
             group = [i for i, m in enumerate(mels) if m.shape[0] == length]
-            audio = self.hift(torch.stack([mels[i] for i in group]).transpose(1, 2))
+            audio = self.hift(torch.stack([mels[i] for i in group]).transpose(1, 2), starts[group])
             for row, i in enumerate(group):
                 out[i] = audio[row]
         return out
@@ -188,15 +206,19 @@ class CosyVoice3Codec(Codec):
     # ------------------------------------------------------------ construction
 
     def prepare(self, device: torch.device | str, dtype: torch.dtype) -> "CosyVoice3Codec":
-        """The flow in `dtype`, HiFT in float32 with its f0 net in float64 (as the reference runs it);
-        the fixed noise, rotary frequencies and STFT window rebuilt in float32 on `device`."""
+        """The flow in `dtype`, HiFT in float32 with its f0 net in float64 (as the reference runs it)."""
+        self.set_buffers("cpu")  # a codec built on the meta device has none yet
         self.flow.to(device=device, dtype=dtype)
         self.hift.to(device=device, dtype=torch.float32)
         self.hift.f0_predictor.to(torch.float64)
+        self.set_buffers(device)
+        return self.eval()
+
+    def set_buffers(self, device: torch.device | str) -> None:
+        """The fixed noise, rotary frequencies and STFT window, computed afresh in float32 on `device`."""
         self.flow.decoder.rand_noise = fixed_noise(self.cfg.flow.output_size).to(device)
         self.flow.decoder.estimator.rotary_embed.inv_freq = rotary_inv_freq(self.cfg.flow.estimator.dim_head).to(device)
         self.hift.stft_window = torch.hann_window(self.cfg.hift.istft_n_fft, periodic=True, device=device)
-        return self.eval()
 
     @classmethod
     def from_config(cls, cfg: CosyVoice3CodecConfig, device: torch.device | str = "cpu",

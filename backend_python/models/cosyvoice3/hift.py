@@ -10,6 +10,12 @@ checkpoint loads (`fold_weight_norm`). Two changes for serving, both determinist
 - The sine source's phase starts at 0 for every harmonic (the reference's causal SineGen2 adds a random
   initial phase that its frame-rate resampling never reads, so this is exact), and it is accumulated in
   float64 (the reference's float32 cumsum drifts over long utterances).
+- The phase restarts from 0 every `phase_reset_frames` mel frames of the stream (0: never, the reference).
+  The reference's running phase is a sum over every frame since the stream's start, which no window can
+  know; restarting it on a grid of stream positions lets a window whose left context reaches back to the
+  last restart (and that knows where it starts: `start_frames`) reproduce the full decode's source
+  exactly. Little is lost: the causal source is sampled once per 20 ms frame (see SourceModule), so its
+  phase already jumps by 2 pi f0 h / 50 at every frame; a restart is one more such jump per period.
 - The source's additive noise is left out: the reference's is a fixed uniform tensor at inference, zero-mean
   Gaussian in training; we take the training noise's mean, 0. (Its noise branch output is unused anyway.)
 """
@@ -46,6 +52,7 @@ class HiFTConfig:
     audio_limit: float = 0.99
     conv_pre_look_right: int = 4
     f0_cond_channels: int = 512
+    phase_reset_frames: int = 32  # ours: the sine phase restarts every 32 mel frames of the stream (0: never)
 
     def __post_init__(self) -> None:
         for name in ("upsample_rates", "upsample_kernel_sizes", "resblock_kernel_sizes",
@@ -59,6 +66,8 @@ class HiFTConfig:
             raise ValueError("need one kernel size and one source resblock per upsample rate")
         if len(self.resblock_kernel_sizes) != len(self.resblock_dilation_sizes):
             raise ValueError("need one dilation list per resblock kernel size")
+        if self.phase_reset_frames < 0:
+            raise ValueError(f"phase_reset_frames must be >= 0, got {self.phase_reset_frames}")
         if self.base_channels % 2 ** num_ups:
             raise ValueError(f"base_channels must halve {num_ups} times")
 
@@ -163,15 +172,30 @@ class SourceModule(nn.Module):
         self.cfg = cfg
         self.l_linear = nn.Linear(cfg.nb_harmonics + 1, 1)
 
-    def forward(self, f0: torch.Tensor) -> torch.Tensor:
-        """f0: [B, T] Hz -> source [B, T] per mel frame (float32)."""
+    def forward(self, f0: torch.Tensor, start_frames: torch.Tensor) -> torch.Tensor:
+        """f0: [B, T] Hz, start_frames: [B] each row's first mel frame's index in its stream -> source [B, T]
+        per mel frame (float32)."""
         cfg = self.cfg
         harmonics = torch.arange(1, cfg.nb_harmonics + 2, device=f0.device, dtype=torch.float64)
         rad = (f0.double()[..., None] * harmonics / cfg.sampling_rate) % 1  # [B, T, H] cycles per sample
-        phase = torch.cumsum(rad, dim=1) * cfg.samples_per_mel_frame % 1 * (2 * math.pi)
+        cycles = torch.cumsum(rad, dim=1)
+        cycles = cycles - self.cycles_before_restart(cycles, start_frames)
+        phase = cycles * cfg.samples_per_mel_frame % 1 * (2 * math.pi)
         voiced = (f0 > cfg.nsf_voiced_threshold)[..., None]
         sines = (cfg.nsf_alpha * torch.sin(phase)).float() * voiced
         return torch.tanh(self.l_linear(sines.to(self.l_linear.weight.dtype))).squeeze(-1).float()
+
+    def cycles_before_restart(self, cycles: torch.Tensor, start_frames: torch.Tensor) -> torch.Tensor:
+        """The running sum `cycles` [B, T, H] as it stood just before each frame's latest phase restart
+        (0 before the row's first frame, where every window starts its sum)."""
+        period = self.cfg.phase_reset_frames
+        if period == 0:
+            return torch.zeros_like(cycles)
+        frames = torch.arange(cycles.shape[1], device=cycles.device)
+        is_restart = (start_frames[:, None] + frames) % period == 0  # [B, T]
+        latest = torch.where(is_restart, frames, torch.zeros_like(frames)).cummax(dim=1).values  # [B, T]
+        before = F.pad(cycles, (0, 0, 1, 0))  # before[:, j] = cycles[:, j - 1], 0 at j = 0
+        return torch.gather(before, 1, latest[..., None].expand(-1, -1, cycles.shape[2]))
 
 
 class HiFTGenerator(nn.Module):
@@ -209,15 +233,18 @@ class HiFTGenerator(nn.Module):
             blocks.append(ResBlock(ch, k, d))
         return downs, blocks
 
-    def source(self, mel: torch.Tensor) -> torch.Tensor:
+    def source(self, mel: torch.Tensor, start_frames: torch.Tensor) -> torch.Tensor:
         """mel [B, C, T] -> the NSF source [B, T * samples_per_mel_frame] float32 (f0 in float64, as the reference)."""
         f0 = self.f0_predictor(mel.to(self.f0_predictor.classifier.weight.dtype))
-        return self.m_source(f0).repeat_interleave(self.cfg.samples_per_mel_frame, dim=1)
+        return self.m_source(f0, start_frames).repeat_interleave(self.cfg.samples_per_mel_frame, dim=1)
 
-    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+    def forward(self, mel: torch.Tensor, start_frames: torch.Tensor | None = None) -> torch.Tensor:
+        """`start_frames` [B]: each row's first mel frame's index in its stream (None: 0)."""
         cfg = self.cfg
+        if start_frames is None:
+            start_frames = torch.zeros(mel.shape[0], dtype=torch.long, device=mel.device)
         mel = mel.to(self.conv_pre.weight.dtype)
-        s_stft = self._stft(self.source(mel).to(mel.dtype))
+        s_stft = self._stft(self.source(mel, start_frames).to(mel.dtype))
         x = self.conv_pre(mel)
         for i, up in enumerate(self.ups):
             x = up(F.leaky_relu(x, cfg.lrelu_slope))
