@@ -52,8 +52,9 @@ def reference_embeddings(lm: CosyVoice3LM, text: str, speech: list[int] = ()) ->
     """The reference's lm_input for CosyVoice 3 (cross-lingual): [speech_embedding[sos], embed_tokens(instruct +
     text), speech_embedding[task_id]], then the speech tokens fed back -> [L, H]."""
     ids = torch.tensor(lm.tokenizer(INSTRUCT_PREFIX + text)["input_ids"])
+    speech = lm.speech_embedding(torch.tensor(speech, dtype=torch.long))
     return torch.cat((lm.speech_embedding.weight[SOS][None], lm.llm.model.model.embed_tokens(ids),
-                      lm.speech_embedding.weight[TASK_ID][None], lm.speech_embedding(torch.tensor(speech, dtype=torch.long))))
+                      lm.speech_embedding.weight[TASK_ID][None], speech))
 
 
 def reference_logits(lm: CosyVoice3LM, reference: Qwen2ForCausalLM, embeds: torch.Tensor) -> torch.Tensor:

@@ -5,8 +5,9 @@ Ours: config.json (model_type cosyvoice3, the LM config), model.safetensors (the
 llm.pt names), the tokenizer files, voices.safetensors (voice name -> [192] float32 speaker embedding),
 `codec/` (the codec's own save_pretrained) and `campplus/` (the voice encoder's).
 
-Official (Fun-CosyVoice3-0.5B): cosyvoice3.yaml (hyperpyyaml: the LM's speech sizes), llm.pt (a torch state
-dict with the same names, plus the unused tied text head `llm.model.lm_head.weight`), CosyVoice-BlankEN/
+Official (Fun-CosyVoice3-0.5B): cosyvoice3.yaml (hyperpyyaml, read as plain YAML: the LM's speech sizes),
+llm.pt (a torch state dict with the same names, plus the unused tied text head `llm.model.lm_head.weight`),
+CosyVoice-BlankEN/
 (the Qwen2 config.json and tokenizer, to which CosyVoice 3's special tokens are added as the reference does),
 flow.pt and hift.pt (the codec reads them from the directory itself), campplus.onnx, and spk2info.pt
 (optional: speaker name -> {"embedding": [1, 192], ...}) for preset voices.
@@ -14,9 +15,7 @@ flow.pt and hift.pt (the codec reads them from the directory itself), campplus.o
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -24,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from .. import checkpoint_io
 from ..checkpoint_io import CONFIG_FILE
 from ..layers.qwen2 import Qwen2Config
-from .config import MODEL_TYPE, CosyVoice3Config
+from .config import FRAME_RATE, MODEL_TYPE, SPEAKER_EMBEDDING_DIM, SPEECH_TOKEN_SIZE, CosyVoice3Config
 from .presets import add_special_tokens
 
 VOICES_FILE = "voices.safetensors"
@@ -34,7 +33,6 @@ OFFICIAL_YAML = "cosyvoice3.yaml"
 OFFICIAL_LLM = "llm.pt"
 OFFICIAL_TEXT_LM_DIR = "CosyVoice-BlankEN"
 OFFICIAL_SPEAKERS = "spk2info.pt"
-OFFICIAL_LM_CLASS = "CosyVoice3LM"
 UNUSED_KEYS = ("llm.model.lm_head.weight",)  # Qwen2's tied text head: the speech LM reads llm_decoder
 
 
@@ -60,17 +58,17 @@ def read_config(path: str | Path) -> CosyVoice3Config:
 def official_config(path: Path) -> CosyVoice3Config:
     """The LM config of an official directory: speech sizes from cosyvoice3.yaml, the Qwen2 shape from
     CosyVoice-BlankEN/config.json, voices from spk2info.pt (none without it)."""
-    yaml_config = read_hyperpyyaml(path / OFFICIAL_YAML)
+    from .codec import read_hyperpyyaml  # the codec reads the same yaml (its `flow` and `hift`)
+
+    yaml_config = read_hyperpyyaml((path / OFFICIAL_YAML).read_text())
     llm = yaml_config.get("llm") or {}
-    if llm.get("__class__") != OFFICIAL_LM_CLASS:
-        raise ValueError(f"{path / OFFICIAL_YAML}: llm is {llm.get('__class__')!r}, not {OFFICIAL_LM_CLASS}")
     qwen2 = Qwen2Config.from_dict(json.loads((path / OFFICIAL_TEXT_LM_DIR / CONFIG_FILE).read_text()))
-    hidden = resolve_ref(llm.get("llm_input_size", qwen2.hidden_size), yaml_config)
-    if int(hidden) != qwen2.hidden_size:
-        raise ValueError(f"{path / OFFICIAL_YAML}: llm_input_size {hidden} != the Qwen2 hidden size {qwen2.hidden_size}")
-    return CosyVoice3Config(llm=qwen2, speech_token_size=int(resolve_ref(llm["speech_token_size"], yaml_config)),
-                            speaker_embedding_dim=int(yaml_config.get("spk_embed_dim", 192)),
-                            frame_rate=float(yaml_config.get("token_frame_rate", 25)),
+    if int(llm.get("llm_input_size", qwen2.hidden_size)) != qwen2.hidden_size:
+        raise ValueError(f"{path / OFFICIAL_YAML}: llm_input_size {llm['llm_input_size']} != the Qwen2 hidden "
+                         f"size {qwen2.hidden_size}")
+    return CosyVoice3Config(llm=qwen2, speech_token_size=int(llm.get("speech_token_size", SPEECH_TOKEN_SIZE)),
+                            speaker_embedding_dim=int(yaml_config.get("spk_embed_dim", SPEAKER_EMBEDDING_DIM)),
+                            frame_rate=float(yaml_config.get("token_frame_rate", FRAME_RATE)),
                             voices=tuple(read_voices(path)))
 
 
@@ -124,31 +122,3 @@ def voice_encoder_dir(path: str | Path) -> Path:
     path = Path(path)
     return path if is_official(path) else path / VOICE_ENCODER_DIR
 
-
-# ---- hyperpyyaml, read as plain YAML --------------------------------------------------------------
-def read_hyperpyyaml(path: Path) -> dict[str, Any]:
-    """A hyperpyyaml file as plain data: a tagged mapping (`!new:pkg.Class`) is a dict whose "__class__" is the
-    tag's last name, other tags (`!ref`, `!name:`, `!apply:`) are their plain values; nothing is imported."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        """A SafeLoader that reads every `!tag` node as its plain value."""
-
-    Loader.add_multi_constructor("!", _tagged_value)
-    return yaml.load(path.read_text(), Loader=Loader) or {}
-
-
-def _tagged_value(loader, tag_suffix: str, node) -> Any:
-    import yaml
-
-    if isinstance(node, yaml.MappingNode):
-        return {"__class__": tag_suffix.rsplit(".", 1)[-1], **loader.construct_mapping(node, deep=True)}
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    return loader.construct_scalar(node)
-
-
-def resolve_ref(value: Any, top: dict[str, Any]) -> Any:
-    """`!ref <name>` (read as the string "<name>") -> the top-level value of that name; other values as they are."""
-    match = re.fullmatch(r"<(\w+)>", value) if isinstance(value, str) else None
-    return top[match.group(1)] if match else value

@@ -40,7 +40,8 @@ class CosyVoice3Config:
 
     def __post_init__(self) -> None:
         if self.num_special_speech_ids < 4:
-            raise ValueError(f"need >= 4 special speech ids (sos, eos, task_id, fill), got {self.num_special_speech_ids}")
+            raise ValueError(f"need >= 4 special speech ids (sos, eos, task_id, fill), "
+                             f"got {self.num_special_speech_ids}")
         if not 0 <= self.min_token_text_ratio <= self.max_token_text_ratio:
             raise ValueError(f"need 0 <= min_token_text_ratio <= max_token_text_ratio: {self}")
         if len(set(self.voices)) != len(self.voices):
