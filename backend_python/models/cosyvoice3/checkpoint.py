@@ -7,9 +7,8 @@ llm.pt names), the tokenizer files, voices.safetensors (voice name -> [192] floa
 
 Official (Fun-CosyVoice3-0.5B): cosyvoice3.yaml (hyperpyyaml, read as plain YAML: the LM's speech sizes),
 llm.pt (a torch state dict with the same names, plus the unused tied text head `llm.model.lm_head.weight`),
-CosyVoice-BlankEN/
-(the Qwen2 config.json and tokenizer, to which CosyVoice 3's special tokens are added as the reference does),
-flow.pt and hift.pt (the codec reads them from the directory itself), campplus.onnx, and spk2info.pt
+CosyVoice-BlankEN/ (the Qwen2 config.json and tokenizer, to which CosyVoice 3's special tokens are added as
+the reference does), flow.pt and hift.pt (the codec reads them from the directory itself), campplus.onnx, and spk2info.pt
 (optional: speaker name -> {"embedding": [1, 192], ...}) for preset voices.
 """
 from __future__ import annotations
