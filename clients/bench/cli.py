@@ -28,9 +28,10 @@ def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
                                  "(and the lanes under load beside) from results.json files")
     plot.add_argument("results", nargs="+", type=Path, help="results.json files (or their directories)")
     plot.add_argument("-o", "--output", type=Path, default=Path("bench.png"))
-    plot.add_argument("--figure", choices=("curves", "capacity"), default="curves",
+    plot.add_argument("--figure", choices=("curves", "capacity", "past"), default="curves",
                       help="curves: attainment, p99 TTFA and goodput vs rate (bands over seeds) and the lanes; "
-                           "capacity: capacity at 90%% and 99%% per results file, each seed's as a dot")
+                           "capacity: capacity at 90%% and 99%% per results file, each seed's as a dot; "
+                           "past: completed req/s, attainment and stall rate vs rate (past capacity)")
     compare = subparsers.add_parser("compare", help="start the server in each mode, bench it, print capacity ratios")
     # unset flags keep CompareConfig's defaults (timeshare and voxlane, the default model, cpu)
     compare.add_argument("--modes", nargs="+", choices=MODES, default=None)
@@ -114,6 +115,10 @@ def _plot(args: argparse.Namespace) -> int:
     if args.figure == "capacity":
         from clients.bench.plot_capacity import plot_capacity
         print(f"wrote {plot_capacity(results, args.output)}")
+        return 0
+    if args.figure == "past":
+        from clients.bench.plot_past import plot_past
+        print(f"wrote {plot_past(results, args.output)}")
         return 0
     print(f"wrote {plot_results(results, args.output)}")
     if has_lanes(results):  # a second figure: the lanes under load
