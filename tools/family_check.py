@@ -1,0 +1,73 @@
+"""A model's LM and codec on their own: load, prefill one prompt, decode a few steps, decode one chunk window.
+
+    python -m tools.family_check --model cosyvoice3-0.5b [--device cuda]
+
+Prints one JSON line: load seconds, the decode step's and the codec window's wall time (ms, after a warm-up),
+and the shapes, so a device run learns at once whether a family runs there before servers start.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from backend_python.models import registry
+from backend_python.models.base import DecodeBatch, SamplingParams
+
+TEXT = "Get the trust fund to the bank early, and call me when you are back home tonight."
+
+
+def timed_ms(run, device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    run()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - started) * 1e3
+
+
+def check(model: str, device: str, dtype: str, steps: int) -> dict:
+    started = time.perf_counter()
+    spec = registry.resolve(model)
+    lm = registry.load_lm(spec, device=device, dtype=dtype)
+    codec = registry.load_codec(spec, device=device, dtype=dtype)
+    load_s = time.perf_counter() - started
+    lm.allocate_slots(2, 1024)
+    prompt = lm.encode_prompt(TEXT, None)
+    prefill_ms = timed_ms(lambda: lm.prefill(0, prompt), device)
+    batch = DecodeBatch(slots=[0], sampling=[SamplingParams(seed=0)], generators=[torch.Generator(device=device)],
+                        ignore_eos=[True])
+    frames = []
+    lm.decode(batch)  # warm-up (graph capture, compile)
+    step_ms = [timed_ms(lambda: frames.append(lm.decode(batch)[0].cpu()), device) for _ in range(steps)]
+    codes = torch.cat([f.reshape(-1, codec.num_codebooks) for f in frames]).to(device)
+    windowing = registry.codec_windowing(spec)
+    condition = lm.codec_condition(prompt)
+    conditions = None if condition is None else [condition.to(device)]
+    window = [(codes, min(windowing.left_context_frames, codes.shape[0] - 1))]
+    codec.decode_windows(window, conditions)  # warm-up
+    audio = []
+    codec_ms = timed_ms(lambda: audio.extend(codec.decode_windows(window, conditions)), device)
+    return {"model": model, "device": device, "load_s": round(load_s, 1), "prefill_ms": round(prefill_ms, 1),
+            "step_ms_median": round(sorted(step_ms)[len(step_ms) // 2], 2), "frames_per_step": lm.frames_per_step,
+            "codec_window_frames": codes.shape[0], "codec_ms": round(codec_ms, 1),
+            "audio_samples": int(audio[0].shape[0]), "audio_peak": round(float(audio[0].abs().max()), 3),
+            "windowing": [windowing.left_context_frames, windowing.lookahead_frames, windowing.overlap_frames]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
+    parser.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on the CPU")
+    parser.add_argument("--steps", type=int, default=12)
+    args = parser.parse_args(argv)
+    dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    print(json.dumps(check(args.model, args.device, dtype, args.steps)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
