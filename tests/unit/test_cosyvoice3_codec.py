@@ -13,15 +13,14 @@ chunk; all windows decoded in one batch with their stream start frames). Measure
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from backend_python.models.base import CodecWindowing
-from backend_python.models.cosyvoice3.codec import (CONFIG_FILE, CosyVoice3Codec, CosyVoice3CodecConfig, config_from_yaml,
-                                                    crossfade, read_hyperpyyaml)
+from backend_python.models.cosyvoice3.codec import CONFIG_FILE, CosyVoice3Codec, CosyVoice3CodecConfig, crossfade
+from backend_python.models.cosyvoice3.codec_checkpoint import config_from_yaml, read_hyperpyyaml
 from backend_python.models.cosyvoice3.hift import fold_weight_norm
 from backend_python.router.overlap_join import OverlapJoin
 
@@ -94,7 +93,8 @@ def test_chunked_windows_match_a_full_decode(codec, utterance):
     windows = engine_windows(codes, codec)
     pairs, starts = [(w, c) for w, c, _, _ in windows], [s for _, _, _, s in windows]
     mels = codec.window_mels(pairs, [condition] * len(pairs), starts)
-    new_mel = torch.cat([m[c * MEL_PER_FRAME:(w.shape[0] - a) * MEL_PER_FRAME] for m, (w, c, a, _) in zip(mels, windows)])
+    new_mel = torch.cat([m[c * MEL_PER_FRAME:(w.shape[0] - a) * MEL_PER_FRAME]
+                         for m, (w, c, a, _) in zip(mels, windows)])
     mel_error = (new_mel - full_mel).abs()
     assert full_mel.std() > 1.0
     assert mel_error.max() <= MEL_MAX and mel_error.pow(2).mean().sqrt() <= MEL_RMS

@@ -32,77 +32,25 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
-from torch import nn
 
-from ..base import Codec, CodecShape, CodecWindowing
-from ..layers.dit import DiTConfig, rotary_inv_freq
-from .flow import Flow, FlowConfig, fixed_noise
-from .hift import HiFTConfig, HiFTGenerator, fold_weight_norm
+from ..base import Codec, CodecShape
+from ..layers.dit import rotary_inv_freq
+from .codec_checkpoint import random_parameter, read_official, read_safetensors
+from .codec_checkpoint import read_hyperpyyaml  # noqa: F401  (checkpoint.py reads the official yaml from here)
+from .codec_config import CosyVoice3CodecConfig
+from .flow import Flow, fixed_noise
+from .hift import HiFTGenerator
 
 CONFIG_FILE = "codec_config.json"  # our layout: a checkpoint's codec/ dir
 WEIGHTS_FILE = "codec.safetensors"
 CODEC_DIR = "codec"
 OFFICIAL_FILES = ("flow.pt", "hift.pt", "cosyvoice3.yaml")  # the reference's model dir
 CONDITION_DIM = 192
-FRAME_RATE = 25
-
-
-@dataclass(frozen=True)
-class CosyVoice3CodecConfig:
-    """The flow's and HiFT's sizes, the solver's settings, and the serving windows (in 25 Hz token frames)."""
-
-    flow: FlowConfig = field(default_factory=FlowConfig)
-    hift: HiFTConfig = field(default_factory=HiFTConfig)
-    n_timesteps: int = 10  # Euler steps of the flow (the reference's flow.inference uses 10)
-    cfg_rate: float = 0.7  # classifier-free guidance (the reference's inference_cfg_rate)
-    left_context_frames: int = 32  # see the module docstring for how these three were chosen
-    lookahead_frames: int = 4
-    overlap_frames: int = 1
-
-    def __post_init__(self) -> None:
-        if isinstance(self.flow, dict):
-            object.__setattr__(self, "flow", FlowConfig(**self.flow))
-        if isinstance(self.hift, dict):
-            object.__setattr__(self, "hift", HiFTConfig(**self.hift))
-        if self.n_timesteps < 1 or self.cfg_rate < 0:
-            raise ValueError(f"need n_timesteps >= 1 and cfg_rate >= 0, got {self.n_timesteps}, {self.cfg_rate}")
-        if self.flow.output_size != self.hift.in_channels:
-            raise ValueError(f"the flow's {self.flow.output_size} mel bins must be HiFT's in_channels")
-        self.windowing  # validates the three frame counts
-
-    @property
-    def windowing(self) -> CodecWindowing:
-        return CodecWindowing(self.left_context_frames, self.lookahead_frames, self.overlap_frames)
-
-    @property
-    def samples_per_frame(self) -> int:
-        return self.flow.token_mel_ratio * self.hift.samples_per_mel_frame
-
-    @classmethod
-    def tiny(cls, **overrides) -> "CosyVoice3CodecConfig":
-        """The reference topology at CPU-test size: a 2-layer DiT of width 64, HiFT with 32 base channels."""
-        flow = FlowConfig(pre_lookahead_channels=64,
-                          estimator=DiTConfig(dim=64, depth=2, heads=4, dim_head=16, ff_mult=2))
-        return cls(flow=flow, hift=HiFTConfig(base_channels=32, f0_cond_channels=32), **overrides)
-
-    @classmethod
-    def full(cls, **overrides) -> "CosyVoice3CodecConfig":
-        """The sizes of the reference's cosyvoice3.yaml (Fun-CosyVoice3-0.5B)."""
-        return cls(**overrides)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CosyVoice3CodecConfig":
-        return cls(**d)
 
 
 def crossfade(tail: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
@@ -143,7 +91,8 @@ class CosyVoice3Codec(Codec):
         return torch.stack(self.decode_windows([(row, 0) for row in codes]))
 
     @torch.inference_mode()
-    def decode_windows(self, windows: list[tuple[torch.Tensor, int]], conditions: list[torch.Tensor | None] | None = None,
+    def decode_windows(self, windows: list[tuple[torch.Tensor, int]],
+                       conditions: list[torch.Tensor | None] | None = None,
                        start_frames: list[int] | None = None) -> list[torch.Tensor]:
         """As `Codec.decode_windows`; `start_frames[i]`: the stream index of window i's first new frame
         (None: each window's first frame is stream frame 0). Returns [(T_i - c_i) * 960] float32 each."""
@@ -154,7 +103,8 @@ class CosyVoice3Codec(Codec):
         return [a[context * spf:] for a, (_, context) in zip(audio, windows)]
 
     @torch.inference_mode()
-    def window_mels(self, windows: list[tuple[torch.Tensor, int]], conditions: list[torch.Tensor | None] | None = None,
+    def window_mels(self, windows: list[tuple[torch.Tensor, int]],
+                    conditions: list[torch.Tensor | None] | None = None,
                     start_frames: list[int] | None = None) -> list[torch.Tensor]:
         """Each whole window's mel (context included): [T_i * token_mel_ratio, 80] in the flow's dtype."""
         self.check_conditions(windows, conditions)
@@ -164,8 +114,9 @@ class CosyVoice3Codec(Codec):
                 raise ValueError(f"a window of {codes.shape[0]} frames cannot have {context} context frames")
         device = self.device
         lengths = torch.tensor([codes.shape[0] for codes, _ in windows], device=device)
-        mel = self.flow(self.pad_windows(windows)[..., 0].to(device), lengths, self.stack_conditions(conditions, len(windows)),
-                        torch.tensor(self.first_frames(windows, start_frames), device=device), self.cfg.n_timesteps,
+        tokens = self.pad_windows(windows)[..., 0].to(device)  # [B, max T] right-padded
+        firsts = torch.tensor(self.first_frames(windows, start_frames), device=device)
+        mel = self.flow(tokens, lengths, self.stack_conditions(conditions, len(windows)), firsts, self.cfg.n_timesteps,
                         self.cfg.cfg_rate)
         ratio = self.cfg.flow.token_mel_ratio
         return [mel[row, : codes.shape[0] * ratio] for row, (codes, _) in enumerate(windows)]
@@ -249,7 +200,8 @@ class CosyVoice3Codec(Codec):
         elif all((path / name).exists() for name in OFFICIAL_FILES):
             cfg, state = read_official(path)
         else:
-            raise FileNotFoundError(f"{path} holds neither {CONFIG_FILE} nor the reference's {', '.join(OFFICIAL_FILES)}")
+            raise FileNotFoundError(f"{path} holds neither {CONFIG_FILE} nor the reference's "
+                                    f"{', '.join(OFFICIAL_FILES)}")
         if n_timesteps is not None:
             cfg = replace(cfg, n_timesteps=n_timesteps)
         with torch.device("meta"):
@@ -267,104 +219,3 @@ class CosyVoice3Codec(Codec):
         (path / CONFIG_FILE).write_text(json.dumps(self.cfg.to_dict(), indent=2))
         state = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
-
-
-def read_safetensors(file: Path) -> dict[str, torch.Tensor]:
-    with safe_open(str(file), framework="pt", device="cpu") as f:
-        return {k: f.get_tensor(k) for k in f.keys()}
-
-
-def read_official(path: Path) -> tuple[CosyVoice3CodecConfig, dict[str, torch.Tensor]]:
-    """The reference dir's config (from cosyvoice3.yaml) and state: flow.pt under flow., hift.pt (its
-    'generator.' prefix dropped, weight norm folded) under hift."""
-    cfg = config_from_yaml(read_hyperpyyaml((path / "cosyvoice3.yaml").read_text()))
-    flow = torch.load(path / "flow.pt", map_location="cpu", weights_only=True)
-    hift = torch.load(path / "hift.pt", map_location="cpu", weights_only=True)
-    hift = fold_weight_norm({k.removeprefix("generator."): v for k, v in hift.items()})
-    return cfg, {**{f"flow.{k}": v for k, v in flow.items()}, **{f"hift.{k}": v for k, v in hift.items()}}
-
-
-def read_hyperpyyaml(text: str) -> dict:
-    """A hyperpyyaml file as plain data: tagged nodes (!new:, !name:, !apply:, !ref) become the mapping,
-    list or string under the tag, and a string '<key>' (a !ref) becomes the top-level key's value."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def untag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node):
-        if isinstance(node, yaml.MappingNode):
-            return loader.construct_mapping(node, deep=True)
-        if isinstance(node, yaml.SequenceNode):
-            return loader.construct_sequence(node, deep=True)
-        return loader.construct_scalar(node)
-
-    Loader.add_multi_constructor("!", untag)
-    data = yaml.load(text, Loader=Loader)
-
-    def resolve(value):
-        if isinstance(value, dict):
-            return {k: resolve(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [resolve(v) for v in value]
-        ref = re.fullmatch(r"<(\w+)>", value) if isinstance(value, str) else None
-        return resolve(data[ref.group(1)]) if ref and ref.group(1) in data else value
-
-    return resolve(data)
-
-
-def config_from_yaml(conf: dict) -> CosyVoice3CodecConfig:
-    """CosyVoice3CodecConfig from a parsed cosyvoice3.yaml (its `flow` and `hift` sections)."""
-    flow, hift = conf["flow"], conf["hift"]
-    est = flow["decoder"]["estimator"]
-    estimator = DiTConfig(dim=int(est["dim"]), depth=int(est["depth"]), heads=int(est["heads"]),
-                          dim_head=int(est["dim_head"]), ff_mult=int(est["ff_mult"]), mel_dim=int(est["mel_dim"]),
-                          mu_dim=int(est.get("mu_dim", est["mel_dim"])), spk_dim=int(est["spk_dim"]))
-    flow_cfg = FlowConfig(vocab_size=int(flow["vocab_size"]), input_size=int(flow["input_size"]),
-                          output_size=int(flow["output_size"]), spk_embed_dim=int(flow["spk_embed_dim"]),
-                          token_mel_ratio=int(flow["token_mel_ratio"]), pre_lookahead_len=int(flow["pre_lookahead_len"]),
-                          pre_lookahead_channels=int(flow["pre_lookahead_layer"]["channels"]), estimator=estimator)
-    istft, f0 = hift["istft_params"], hift["f0_predictor"]
-    hift_cfg = HiFTConfig(
-        in_channels=int(hift["in_channels"]), base_channels=int(hift["base_channels"]),
-        nb_harmonics=int(hift["nb_harmonics"]), sampling_rate=int(hift["sampling_rate"]),
-        nsf_alpha=float(hift["nsf_alpha"]), nsf_sigma=float(hift["nsf_sigma"]),
-        nsf_voiced_threshold=float(hift["nsf_voiced_threshold"]), upsample_rates=hift["upsample_rates"],
-        upsample_kernel_sizes=hift["upsample_kernel_sizes"], istft_n_fft=int(istft["n_fft"]),
-        istft_hop_len=int(istft["hop_len"]), resblock_kernel_sizes=hift["resblock_kernel_sizes"],
-        resblock_dilation_sizes=hift["resblock_dilation_sizes"],
-        source_resblock_kernel_sizes=hift["source_resblock_kernel_sizes"],
-        source_resblock_dilation_sizes=hift["source_resblock_dilation_sizes"],
-        lrelu_slope=float(hift["lrelu_slope"]), audio_limit=float(hift["audio_limit"]),
-        conv_pre_look_right=int(hift.get("conv_pre_look_right", 4)), f0_cond_channels=int(f0["cond_channels"]))
-    cfm = flow["decoder"].get("cfm_params", {})
-    cfm = cfm.get("content", cfm) if isinstance(cfm, dict) else {}
-    return CosyVoice3CodecConfig(flow=flow_cfg, hift=hift_cfg, cfg_rate=float(cfm.get("inference_cfg_rate", 0.7)))
-
-
-def random_parameter(name: str, param: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """A random value for one parameter of a random codec (no parameter is left zero)."""
-    leaf, shape = name.rsplit(".", 1)[-1], param.shape
-    randn = torch.randn(shape, generator=generator)
-    if name == "hift.f0_predictor.classifier.bias":
-        return 150.0 + 10.0 * randn  # f0 around 150 Hz: voiced, so the sine source is exercised
-    if name == "hift.f0_predictor.classifier.weight":
-        return 40.0 * randn / math.sqrt(shape[1])
-    if leaf == "alpha":  # Snake
-        return 1.0 + 0.1 * randn
-    if leaf == "bias":
-        return 0.02 * randn
-    if param.dim() == 2 and "embedding" in name and "affine" not in name:
-        return randn
-    fan_in = param[0].numel()
-    return gain_of(name) * randn / math.sqrt(fan_in)
-
-
-def gain_of(name: str) -> float:
-    if ".attn_norm.linear" in name or ".norm_out.linear" in name:
-        return 0.3  # AdaLN modulations around (1 + small) scales
-    if name.startswith("hift.conv_post"):
-        return 0.3  # log-magnitudes near 0: exp() neither explodes nor clips
-    if ".convs2." in name:
-        return 0.5  # keep residual stacks from compounding the level
-    return 1.0
