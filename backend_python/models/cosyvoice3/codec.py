@@ -7,20 +7,21 @@ whole window both ways (its causal conv position embedding reaches 30 tokens bac
 reads 2 tokens ahead and its convs ~12 tokens back, and the NSF source's phase is a running sum (restarted
 on a grid of stream positions, hift.py). So a chunk's window holds `left_context_frames` = 32 (past the
 position embedding's reach; with HiFT's 16-token restart period it always holds a restart >= 4 tokens into
-the window and >= 12 before its new frames, which makes HiFT exact there) and
-`lookahead_frames` = 4 (the pre-lookahead's 3, and 3 more for the 1 `overlap_frames` that are decoded past
-the chunk and cross-faded into the next one: `crossfade`, as the router's OverlapJoin). Measured against
-a full-utterance decode (random weights, 60 frames, the engine's chunks 2, 4, 8, 10, ...;
+the window and >= 12 before its new frames, which makes HiFT exact there) and `lookahead_frames` = 4: the
+1 `overlap_frames` decoded past the chunk (cross-faded into the next chunk: `crossfade`, as the router's
+OverlapJoin) and the pre-lookahead's 3 after it, so the token condition of every frame kept is exact.
+Measured against a full-utterance decode (random weights, 60 frames, the engine's chunks 2, 4, 8, 10, ...;
 tests/unit/test_cosyvoice3_codec.py): given the same mel, HiFT's windows are exact (<= 6.1e-7); the flow's
 mel differs by rms 0.023-0.025 (max 0.135-0.141; mel std 1.66): the DiT attends to frames outside the
 window, which no finite window removes (left context 25: rms 0.055-0.062, 50: 0.017-0.018; a 4x wider and
 4x deeper DiT at 32: rms 0.047); and the waveform by rms 0.016-0.020 (max 0.13-0.17; audio std 0.032): the
 small mel error moves f0, and f0 errors accumulate in the source's phase until its next restart.
 
-Noise. The flow starts from the reference's fixed noise at the frame's position in its stream
-(flow.py). A window reads its noise from `start_frames` (its first new frame's index in the stream, the
-runner's StreamChunk.start_frame); without them a window is taken to start at stream frame 0, and its
-noise differs from the full decode's wherever the window does not (the error is pinned by the tests).
+Noise. The flow starts from the reference's fixed noise at the frame's position in its stream (flow.py),
+and the source's phase restarts on stream positions: a window learns where it is from `start_frames` (its
+first new frame's index in the stream: the runner's StreamChunk.start_frame). Without them each window is
+taken to start at stream frame 0, which only a stream's first window does; the others then start from other
+noise, and their mel is as far from the full decode's as two samples of the flow are (rms 1.15, pinned).
 
 Batching. `decode_windows` right-pads the windows' tokens into one flow batch with a mask (the DiT never
 attends to padding and zeroes it; the rest of the flow is per frame or causal, so a row decodes as if
