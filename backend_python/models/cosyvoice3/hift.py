@@ -6,15 +6,15 @@ iSTFT head (n_fft 16, hop 4): 480 samples per mel frame. Only `conv_pre` (4 fram
 conv (3 frames) read ahead; everything after them is causal.
 
 Module names mirror the reference's (its hift.pt keys); weight norm is folded into plain weights when a
-checkpoint loads (`fold_weight_norm`). Two changes for serving, both deterministic:
+checkpoint loads (`fold_weight_norm`). Three changes for serving, all deterministic:
 - The sine source's phase starts at 0 for every harmonic (the reference's causal SineGen2 adds a random
   initial phase that its frame-rate resampling never reads, so this is exact), and it is accumulated in
   float64 (the reference's float32 cumsum drifts over long utterances).
 - The phase restarts from 0 every `phase_reset_frames` mel frames of the stream (0: never, the reference).
   The reference's running phase is a sum over every frame since the stream's start, which no window can
-  know; restarting it on a grid of stream positions lets a window whose left context reaches back to the
-  last restart (and that knows where it starts: `start_frames`) reproduce the full decode's source
-  exactly. Little is lost: the causal source is sampled once per 20 ms frame (see SourceModule), so its
+  know; restarting it on a grid of stream positions lets a window (that knows where it starts:
+  `start_frames`) reproduce the full decode's audio exactly when a restart lies >= 8 mel frames into it
+  (past the f0 net's reach) and >= 24 before its new frames (HiFT's memory of the source). Little is lost: the causal source is sampled once per 20 ms frame (see SourceModule), so its
   phase already jumps by 2 pi f0 h / 50 at every frame; a restart is one more such jump per period.
 - The source's additive noise is left out: the reference's is a fixed uniform tensor at inference, zero-mean
   Gaussian in training; we take the training noise's mean, 0. (Its noise branch output is unused anyway.)
