@@ -14,8 +14,9 @@ checkpoint loads (`fold_weight_norm`). Three changes for serving, all determinis
   The reference's running phase is a sum over every frame since the stream's start, which no window can
   know; restarting it on a grid of stream positions lets a window (that knows where it starts:
   `start_frames`) reproduce the full decode's audio exactly when a restart lies >= 8 mel frames into it
-  (past the f0 net's reach) and >= 24 before its new frames (HiFT's memory of the source). Little is lost: the causal source is sampled once per 20 ms frame (see SourceModule), so its
-  phase already jumps by 2 pi f0 h / 50 at every frame; a restart is one more such jump per period.
+  (past the f0 net's reach) and >= 24 before its new frames (HiFT's memory of the source). Little is
+  lost: the causal source is sampled once per 20 ms frame (see SourceModule), so its phase already jumps
+  by 2 pi f0 h / 50 at every frame; a restart is one more such jump per period.
 - The source's additive noise is left out: the reference's is a fixed uniform tensor at inference, zero-mean
   Gaussian in training; we take the training noise's mean, 0. (Its noise branch output is unused anyway.)
 """
