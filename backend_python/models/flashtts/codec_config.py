@@ -16,19 +16,23 @@ SPEECH_CODES = 6561  # CosyVoice 2's speech tokenizer (S3 v2); the LM adds 3 sto
 
 @dataclass(frozen=True)
 class FlashTTSCodecConfig:
-    """Defaults: FlashTTS's published shape (`full()`), served with 2 evaluations."""
+    """Defaults: FlashTTS's published shape (`full()`), served as its streaming path runs it (1 evaluation)."""
 
     flow: MeanFlowConfig = field(default_factory=MeanFlowConfig)
     vocoder: HiFiGANConfig = field(default_factory=HiFiGANConfig)
     codebook_size: int = SPEECH_CODES
-    n_evals: int = 2  # function evaluations of the sampler: FlashTTS serves 1 or 2 (its yaml: `steps: 2`)
+    # function evaluations of the sampler, 1 or 2: FlashTTS's streaming token2wav runs 1 (its yaml and README say
+    # 2); one evaluation's reach is 1 block ahead, which the 6-token lookahead covers exactly, 2 reach 2 blocks
+    n_evals: int = 1
     noise_seed: int = 0  # the fixed noise x at t = 1 (same codes and condition -> same audio)
     # the noise table repeats every this many tokens, anchored at each window's chunk start, so a window and a
     # full decode draw the same noise for a frame whenever chunks start on multiples of it (one attention block)
     noise_period_tokens: int = 6
-    # windows (frames = tokens): a chunk's new frames after left context, before FlashTTS's 6 tokens of lookahead
-    # (one attention block); the left context and overlap are chosen by measurement (tests/unit/test_flashtts.py)
-    left_context_frames: int = 24
+    # windows (frames = tokens), measured in tests/unit/test_flashtts.py: 18 tokens of left context (3 blocks: one
+    # evaluation's whole reach back, so the new tokens' mel is exact; less is as good on random weights, more adds
+    # nothing), FlashTTS's 6 tokens of lookahead, and no overlap: the audio past a chunk is decoded from the
+    # lookahead block, whose own next block is missing, so cross-fading it in only adds error
+    left_context_frames: int = 18
     lookahead_frames: int = 6
     overlap_frames: int = 0
 
