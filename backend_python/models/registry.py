@@ -65,7 +65,8 @@ def families() -> list[Family]:
     from backend_python.models.csm import family as csm
     from backend_python.models.orpheus import family as orpheus
     from backend_python.models.cosyvoice3 import family as cosyvoice3
-    return [qwen3_tts, csm, orpheus, cosyvoice3]
+    from backend_python.models.flashtts import family as flashtts
+    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts]
 
 
 def preset_names() -> list[str]:
