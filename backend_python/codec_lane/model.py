@@ -111,6 +111,8 @@ class CodecModel:
         stream_id = _optional(request, "stream_id")
         start = _optional(request, "start_frame")
         is_last = _optional(request, "is_last")
+        # without `start_frame` (a client that names no place) the window's first new frame counts as frame
+        # `context`: the window starts the stream
         return self._chunk("" if stream_id is None else stream_id.decode("utf-8"), tokens, context,
                            context if start is None else int(start), bool(is_last) if is_last is not None else False,
                            lookahead, condition)

@@ -100,11 +100,19 @@ class CodecRunner:
     def overlap_frames(self) -> int:
         return self.codec.overlap_frames
 
+    @property
+    def uses_stream_position(self) -> bool:
+        return self.codec.uses_stream_position
+
     @torch.inference_mode()
     def decode_windows(self, windows: list[tuple[torch.Tensor, int]],
-                       conditions: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
-        """(codes [T_i, K] int64, context c_i) pairs -> each window's samples after its context, float32."""
+                       conditions: list[torch.Tensor | None] | None = None,
+                       start_frames: list[int] | None = None) -> list[torch.Tensor]:
+        """(codes [T_i, K] int64, context c_i) pairs -> each window's samples after its context, float32;
+        `start_frames` for a codec that `uses_stream_position`."""
         self._count(sum(c.shape[0] for c, _ in windows), sum(c.shape[0] - ctx for c, ctx in windows))
+        if start_frames is not None:
+            return self.codec.decode_windows(windows, conditions, start_frames=start_frames)
         if self.graphs is None or conditions is not None:
             return self.codec.decode_windows(windows, conditions)
         padded = self.codec.pad_windows(windows)
@@ -162,7 +170,11 @@ def decode_windowed(codec, chunks: list[StreamChunk]) -> list[torch.Tensor]:
     """Decode chunks as plain windows (a `Codec` or a `CodecRunner`): each chunk's new samples, plus
     min(overlap_frames, lookahead) frames of samples past them."""
     conditions = [c.condition for c in chunks]
-    audio = codec.decode_windows([(c.codes, c.context_frames) for c in chunks],
-                                 None if all(c is None for c in conditions) else conditions)
+    conditions = None if all(c is None for c in conditions) else conditions
+    windows = [(c.codes, c.context_frames) for c in chunks]
+    if codec.uses_stream_position:  # a flow decoder lays out its noise by stream position
+        audio = codec.decode_windows(windows, conditions, start_frames=[c.start_frame for c in chunks])
+    else:
+        audio = codec.decode_windows(windows, conditions)
     spf, overlap = codec.samples_per_frame, codec.overlap_frames
     return [a[: (c.num_new + min(overlap, c.lookahead_frames)) * spf] for a, c in zip(audio, chunks)]

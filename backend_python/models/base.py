@@ -334,6 +334,9 @@ class Codec(nn.Module, ABC):
     # > 0: the codec takes a per-stream condition vector of this size with every window (a flow-matching
     # decoder's speaker embedding), which the LM's prompt names (`SpeechLM.codec_condition`)
     condition_dim = 0
+    # True: `decode_windows` also takes `start_frames`, each window's first new frame's index in its stream (a
+    # flow decoder's fixed noise and a vocoder's phase restarts are laid out by stream position)
+    uses_stream_position = False
 
     @abstractmethod
     def decode(self, codes: torch.Tensor) -> torch.Tensor:

@@ -55,9 +55,13 @@ class StreamPlace:
     start_frame: int  # the stream's index of the chunk's first new frame
     is_last: bool
 
-    def tensors(self) -> list:
-        return [pb_utils.Tensor("stream_id", np.array([[self.stream_id.encode()]], dtype=np.object_)),
-                pb_utils.Tensor("start_frame", np.array([[self.start_frame]], dtype=np.int32)),
+    def tensors(self, with_stream: bool = True) -> list:
+        """The place's inputs; without the stream (a lane that keeps no state for it) only `start_frame`, which
+        a codec that lays out its windows by stream position needs on every lane."""
+        start = pb_utils.Tensor("start_frame", np.array([[self.start_frame]], dtype=np.int32))
+        if not with_stream:
+            return [start]
+        return [pb_utils.Tensor("stream_id", np.array([[self.stream_id.encode()]], dtype=np.object_)), start,
                 pb_utils.Tensor("is_last", np.array([[self.is_last]], dtype=np.bool_))]
 
 
@@ -88,7 +92,7 @@ class CodecLanes:
             if (down := self._lane_health.unavailable(LANE_MODELS[serving])) is not None:
                 ended = ended or down
                 continue
-            decoded = self._call(serving, tokens, context, parameters, place if serving is lane else None, extra)
+            decoded = self._call(serving, tokens, context, parameters, place, extra, with_stream=serving is lane)
             if not (isinstance(decoded, Ended) and decoded.reason is EndReason.LANE_DOWN):
                 return decoded
             ended = ended or decoded  # the lane died under this call: the other lane takes the chunk
@@ -103,13 +107,16 @@ class CodecLanes:
         return tensors
 
     def _call(self, lane: Lane, tokens: np.ndarray, context: int, parameters: dict, place: StreamPlace | None,
-              extra: list | None = None):
+              extra: list | None = None, with_stream: bool = True):
+        """One codec call; the background lane, where the chunk was routed (`with_stream`), gets the chunk's whole
+        place and keeps the stream's state; any other call gets only its start frame (the windowed path)."""
         model = LANE_MODELS[lane]
+        place_tensors = [] if place is None else place.tensors(with_stream and lane is Lane.BACKGROUND)
         request = pb_utils.InferenceRequest(
             model_name=model, requested_output_names=["audio", "sample_rate", "batch_size", "run_ms"],
             inputs=[pb_utils.Tensor("codes", tokens[None].astype(np.int32)),
                     pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32)),
-                    *(place.tensors() if place is not None and lane is Lane.BACKGROUND else []), *(extra or [])],
+                    *place_tensors, *(extra or [])],
             parameters=parameters)
         self._in_flight.enter(lane)
         started = time.monotonic()

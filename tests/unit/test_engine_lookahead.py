@@ -171,3 +171,27 @@ def test_the_overlap_join_leaves_a_seamless_signal_unchanged():
     join = OverlapJoin()
     out = np.concatenate([join.join(signal[0:14], 4), join.join(signal[10:30], 4), join.join(signal[26:40], 0)])
     np.testing.assert_allclose(out, signal, atol=1e-6)
+
+
+class PlacedCodec(RampCodec):
+    """Records the start frames it is given (a flow decoder lays its noise out by stream position)."""
+
+    uses_stream_position = True
+
+    def __init__(self) -> None:
+        super().__init__(lookahead=0, overlap=0)
+        self.start_frames = []
+
+    def decode_windows(self, windows, conditions=None, start_frames=None):
+        self.start_frames.append(start_frames)
+        return super().decode_windows(windows, conditions)
+
+
+def test_a_codec_that_uses_stream_position_gets_each_windows_start_frame():
+    codec = PlacedCodec()
+    codes = torch.arange(12)[:, None]
+    chunks = [StreamChunk("a", codes[0:2], 0, 0), StreamChunk("b", codes[3:9], 2, 5)]
+    decode_windowed(codec, chunks)
+    decode_windowed(CodecRunner(codec, use_cuda_graphs=False), chunks)
+    assert codec.start_frames == [[0, 5], [0, 5]]
+    decode_windowed(RampCodec(0, 0), chunks)  # a codec that does not: no start frames, no error

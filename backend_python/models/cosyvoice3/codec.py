@@ -70,6 +70,7 @@ class CosyVoice3Codec(Codec):
     """Flow (tokens -> mel) then HiFT (mel -> audio); windows decoded as described in the module docstring."""
 
     condition_dim = CONDITION_DIM
+    uses_stream_position = True  # windows are laid out by their start frames (fixed noise, phase restarts)
 
     def __init__(self, cfg: CosyVoice3CodecConfig) -> None:
         super().__init__()
