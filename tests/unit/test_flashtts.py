@@ -114,6 +114,18 @@ def test_one_evaluation_gives_the_full_decodes_mel_for_every_new_token(codecs, u
         assert n_evals == 1 or error[exact_tokens:].max() > 1e-4
 
 
+def test_a_window_s_grid_starts_at_its_chunk_not_at_its_first_token(codecs, utterance):
+    """A context that is not whole blocks (20 tokens: 2 before the grid's first block) still gives the full
+    decode's mel for the new tokens, and its noise: both are laid on the grid of the chunk's first new token."""
+    codec, codes = codecs[1], utterance[0][None, :, 0]
+    condition = codec.stack_conditions([utterance[1]])
+    start, context = 36, 20
+    with torch.inference_mode():
+        full = codec.token_to_mel(codes, torch.tensor([0]), condition)[0, start * 4:(start + HOP) * 4]
+        mel = codec.token_to_mel(codes[:, start - context:start + HOP + LOOKAHEAD], torch.tensor([context]), condition)
+    torch.testing.assert_close(mel[0, context * 4:(context + HOP) * 4], full, rtol=0, atol=EXACT_ATOL)
+
+
 def test_one_and_two_evaluations_both_run_and_differ(codecs, utterance):
     codes, condition = utterance
     one, two = (codecs[n].decode(codes[None, :24], condition[None]) for n in (1, 2))
