@@ -1,6 +1,7 @@
 """Orpheus through a real tritonserver: streamed audio (SNAC windows across both lanes) against a
-full decode of the same frames. SNAC is not causal, so each chunk is exact except for its last
-frames, which miss the frames after them (tolerances: tests/unit/test_orpheus_codec.py)."""
+full decode of the same frames. SNAC is not causal: each chunk waits for 2 frames of lookahead,
+which make it match a full decode but for a small error at its end (tolerances:
+tests/unit/test_orpheus_codec.py; without lookahead the chunk ends were off by up to 0.37)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,7 @@ from tests.e2e.test_streaming import TEXT, chunk_frames, lm_tokens, num_frames
 PRESET = "orpheus-tiny"
 EDGE_FRAMES = 3  # the decoder reaches ~2.3 frames to the right
 EXACT_TOLERANCE = 1e-4
-EDGE_TOLERANCE = 0.5  # tiny codec, measured max 0.365 on random codes
+EDGE_TOLERANCE = 1e-4  # tiny codec with 2 frames of lookahead: measured max 8.4e-6 on random codes (0.365 without)
 
 
 @pytest.mark.parametrize("family", [PRESET], indirect=True)  # the Orpheus server of the family fixture
@@ -31,4 +32,4 @@ def test_streamed_audio_matches_full_decode_but_for_chunk_ends(family):
         edge[max(0, end - EDGE_FRAMES) * family.samples_per_frame:end * family.samples_per_frame] = True
     error = np.abs(streamed.audio - full)
     assert error[~edge].max() <= EXACT_TOLERANCE
-    assert 0 < error[edge].max() <= EDGE_TOLERANCE
+    assert error[edge].max() <= EDGE_TOLERANCE

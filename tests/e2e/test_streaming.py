@@ -83,12 +83,12 @@ def test_every_voice_is_served(family):
         assert result.audio.size == num_frames(family, 0.4) * family.samples_per_frame
 
 
-def lm_tokens(url: str, seed: int, seconds: float = 1.6) -> np.ndarray:
+def lm_tokens(url: str, seed: int, seconds: float = 1.6, voice: str | None = None) -> np.ndarray:
     """Stream `speechlm_lm` directly (it is a decoupled model too) and stack its new frames."""
     client = grpcclient.InferenceServerClient(url=url)
     responses: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
-    client.async_stream_infer("speechlm_lm", build_inputs(TEXT, seed=seed, max_audio_seconds=seconds,
+    client.async_stream_infer("speechlm_lm", build_inputs(TEXT, voice, seed=seed, max_audio_seconds=seconds,
                                                           ignore_eos=True), enable_empty_final_response=True)
     frames = []
     while True:
