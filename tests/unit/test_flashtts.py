@@ -34,9 +34,12 @@ from backend_python.models.flashtts import FlashTTSCodec, FlashTTSCodecConfig
 from backend_python.models.flashtts.codec import flashtts_state, serving_state
 from backend_python.models.flashtts.config import FlashTTSConfig
 from backend_python.models.flashtts.lm import FlashTTSLM
-from backend_python.models.flashtts.presets import flashtts_0_5b
+from backend_python.models.flashtts.presets import flashtts_0_5b, tiny
 from backend_python.models.flashtts.vocoder import HiFiGAN, HiFiGANConfig, fold_weight_norm
 from backend_python.router.overlap_join import OverlapJoin
+from scheduler import ChunkingConfig, SchedulerConfig
+from scheduler.config import AdmissionPolicyName
+from tests.unit.test_engine import make_engine, make_seq, run_until_done
 
 torch.set_flush_denormal(True)
 
@@ -195,7 +198,8 @@ def test_weight_norm_folds_to_the_same_convolution():
 
 def test_shape_and_windowing(codecs):
     codec = codecs[1]
-    assert (codec.num_codebooks, codec.codebook_size, codec.sample_rate, codec.samples_per_frame) == (1, 6561, 24000, 960)
+    assert (codec.num_codebooks, codec.codebook_size, codec.sample_rate) == (1, 6561, 24000)
+    assert codec.samples_per_frame == SPF
     assert codec.shape.frame_rate == 25.0 and codec.condition_dim == 320
     assert codec.shape.window == CodecWindowing(18, 6, 0) == FlashTTSCodecConfig.full().windowing()
     assert FlashTTSCodecConfig.from_dict(codec.cfg.to_dict()) == codec.cfg
@@ -232,8 +236,9 @@ def spec(tmp_path_factory):
 def test_the_family_through_the_registry(spec):
     lm, codec = registry.load_lm(spec, "cpu", "float32"), registry.load_codec(spec, "cpu", "float32")
     assert spec.family == "flashtts" and registry.resolve(str(spec.checkpoint)).family == "flashtts"
-    assert registry.resolve("flashtts-0.5b").preset == "flashtts-0.5b"
-    assert registry.codec_windowing(spec) == codec.shape.window == registry.codec_windowing(registry.resolve("flashtts-0.5b"))
+    full = registry.resolve("flashtts-0.5b")
+    assert full.preset == "flashtts-0.5b"
+    assert registry.codec_windowing(spec) == codec.shape.window == registry.codec_windowing(full)
     assert registry.preset_voices(spec) == lm.voices and registry.load_voice_encoder(spec, "cpu", "float32") is None
     assert lm.frame_rate == codec.shape.frame_rate and lm.vocab.num_codes == codec.codebook_size
     prompt = lm.encode_prompt("Hello world.", "bob")
@@ -243,3 +248,29 @@ def test_the_family_through_the_registry(spec):
     codes = torch.cat([lm.decode(batch)[0][0] for _ in range(6)])  # [12, 1]: 2 tokens per step
     audio = codec.decode_windows([(codes, 0)], [lm.codec_condition(prompt)])[0]
     assert codes.shape == (12, 1) and audio.shape == (12 * SPF,) and audio.abs().max() > 0
+
+
+def test_the_engine_cuts_flashtts_chunks_and_they_join_into_the_full_decode(codecs):
+    """The LM lane with FlashTTS's plan (18 new tokens a chunk, the codec's windowing) on the tiny LM's 2 tokens a
+    step: chunks wait for 6 tokens of lookahead, carry 18 of context and the voice; decoded and joined as the
+    codec lane and the router do, they match a full decode of the stream (measured 1.4e-2)."""
+    lm, codec = FlashTTSLM.from_config(tiny(), seed=0), codecs[1]
+    window = codec.shape.window
+    plan = ChunkingConfig(first_chunk_frames=HOP, chunk_frames=HOP, chunk_growth=None)
+    engine = make_engine(lm, codec_left_context_frames=window.left_context_frames,
+                         codec_lookahead_frames=window.lookahead_frames, codec_overlap_frames=window.overlap_frames,
+                         scheduler=SchedulerConfig(chunking=plan, admission_policy=AdmissionPolicyName.PREFILL_FIRST))
+    seq, sink = make_seq(lm, "Hello there, a test of the engine.", frames=61)
+    engine.add(seq)
+    run_until_done(engine, [sink])
+    assert sink.error is None
+    assert [(c.num_new_frames, c.context_frames, c.lookahead_frames) for c in sink.chunks] == [
+        (18, 0, 6), (18, 18, 6), (18, 18, 6), (7, 18, 0)]
+    join, pieces = OverlapJoin(), []
+    for chunk in sink.chunks:
+        [audio] = codec.decode_windows([(chunk.tokens, chunk.context_frames)], [chunk.condition])
+        tail = chunk.overlap_frames * SPF
+        pieces.append(join.join(audio[:chunk.num_new_frames * SPF + tail].numpy(), tail))
+    frames = torch.stack(seq.frames)
+    full = codec.decode(frames[None], lm.codec_condition(seq.prompt)[None])[0]
+    assert (torch.from_numpy(np.concatenate(pieces)) - full).abs().max() < END_ATOL

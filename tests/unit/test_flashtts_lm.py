@@ -101,7 +101,8 @@ def test_the_prompt_is_two_positions_with_the_text_riding_along(lm):
     prompt = lm.encode_prompt(TEXT, "alice")
     ids = prompt.tensors[TEXT_IDS]
     assert prompt.num_tokens == 2 and ids.tolist() == lm.tokenizer(TEXT)["input_ids"]
-    assert torch.equal(lm.codec_condition(prompt), lm.voice_vectors["alice"]) and lm.codec_condition(prompt).shape == (320,)
+    assert torch.equal(lm.codec_condition(prompt), lm.voice_vectors["alice"])
+    assert lm.codec_condition(prompt).shape == (320,)
     with torch.no_grad():
         embeds = lm.prompt_embeddings(prompt)
         text = lm.backbone.embed_text(ids)

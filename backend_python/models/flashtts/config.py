@@ -57,7 +57,7 @@ class FlashTTSConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.inference_head_num <= self.head_num:
-            raise ValueError(f"need 1 <= inference_head_num <= head_num, got {self.inference_head_num}, {self.head_num}")
+            raise ValueError(f"need 1 <= inference_head_num <= head_num: {self.inference_head_num}, {self.head_num}")
         if self.llm.hidden_size % self.mtp_head_num:
             raise ValueError(f"hidden_size {self.llm.hidden_size} must split into {self.mtp_head_num} MTP heads")
         if max(self.sos_token_id, self.sot_token_id) >= self.llm.vocab_size:
