@@ -5,14 +5,15 @@ The stream's condition (`condition_dim` 320) is [CAMPPlus speaker embedding (192
 the reference mel (128)], both constant over a stream; None = zeros, which is what FlashTTS's DiT sees when its
 audio condition is dropped.
 
-Windows: the DiT's block attention makes a token depend on tokens up to 3 blocks (18 tokens) before its block's
-start and up to 1 block (6 tokens) past its block's end, on a grid of 6-token blocks. A window is cut on the grid
-of its chunk: block boundaries every 6 tokens from the chunk's first new token (its context count), so a window
-whose chunk starts on a multiple of 6 tokens in the stream has the full decode's grid. The noise (x at t = 1) is a
-fixed table indexed the same way (`noise_period_tokens`). Then a window with 18 tokens of left context and 6 of
-lookahead gives the full decode's mel for its new tokens; the vocoder, which looks ~3 mel frames to each side,
-adds the error near the window's ends that `left_context_frames` and the tests pin. Because nothing is causal,
-windows of different lengths are decoded in separate batches (no padding).
+Windows: one evaluation of the DiT's block attention makes a token depend on the tokens from 3 blocks (18 tokens)
+before its block to 1 block (6 tokens) after it, on a grid of 6-token blocks (n evaluations: 3n back, n ahead).
+A window is laid on the grid of its chunk, block boundaries every 6 tokens from the chunk's first new token (its
+context count), and so is the fixed noise (x at t = 1, a table repeating every `noise_period_tokens`): a chunk
+that starts on a multiple of 6 tokens of its stream sees the full decode's grid and noise. With 1 evaluation, 18
+tokens of context and FlashTTS's 6 of lookahead, a window's new tokens get exactly the full decode's mel; the
+vocoder, which reads a few mel frames to each side, adds the error at a chunk's last tokens, where it reads the
+lookahead block's mel (that block misses its own next block). The tests pin it. Nothing is causal, so windows of
+different lengths are decoded in separate batches (no padding).
 """
 from __future__ import annotations
 

@@ -72,10 +72,6 @@ class MeanFlowConfig:
             raise ValueError(f"dim_head must be even for RoPE, got {self.dim_head}")
 
     @property
-    def block_tokens(self) -> int:
-        return self.block_size // self.mel_per_token
-
-    @property
     def condition_dim(self) -> int:
         """The stream's condition: [speaker embedding (spk_dim) | reference embedding (ref_dim)]."""
         return self.spk_dim + self.ref_dim
@@ -162,9 +158,9 @@ class MeanFlowDiT(nn.Module):
         self.text_embed = TextEmbedding(cfg.text_num_embeds, cfg.text_dim, cfg.mel_per_token)
         self.input_embed = InputEmbedding(cfg.mel_dim, cfg.text_dim, cfg.ref_dim, cfg.spk_dim, cfg.dim)
         self.rotary_embed = dit.RotaryEmbedding(cfg.dim_head)
+        reaches = [(int(i in cfg.backward_layers), int(i in cfg.forward_layers)) for i in range(cfg.depth)]
         self.transformer_blocks = nn.ModuleList(
-            BlockDiTBlock(cfg.dim, cfg.heads, cfg.dim_head, cfg.ff_mult,
-                     (int(i in cfg.backward_layers), int(i in cfg.forward_layers))) for i in range(cfg.depth))
+            BlockDiTBlock(cfg.dim, cfg.heads, cfg.dim_head, cfg.ff_mult, reach) for reach in reaches)
         self.norm_out = dit.AdaLayerNormZeroFinal(cfg.dim)
         self.proj_out = nn.Linear(cfg.dim, cfg.mel_dim)
 
