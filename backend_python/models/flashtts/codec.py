@@ -7,13 +7,13 @@ audio condition is dropped.
 
 Windows: one evaluation of the DiT's block attention makes a token depend on the tokens from 3 blocks (18 tokens)
 before its block to 1 block (6 tokens) after it, on a grid of 6-token blocks (n evaluations: 3n back, n ahead).
-A window is laid on the grid of its chunk, block boundaries every 6 tokens from the chunk's first new token (its
-context count), and so is the fixed noise (x at t = 1, a table repeating every `noise_period_tokens`): a chunk
-that starts on a multiple of 6 tokens of its stream sees the full decode's grid and noise. With 1 evaluation, 18
-tokens of context and FlashTTS's 6 of lookahead, a window's new tokens get exactly the full decode's mel; the
-vocoder, which reads a few mel frames to each side, adds the error at a chunk's last tokens, where it reads the
-lookahead block's mel (that block misses its own next block). The tests pin it. Nothing is causal, so windows of
-different lengths are decoded in separate batches (no padding).
+Windows are laid out by stream position (`uses_stream_position`): the block grid starts at the stream's first
+token, and the fixed noise (x at t = 1) is a table of `noise_tokens` tokens indexed by stream position, so a window
+sees the full decode's grid and noise wherever it starts. When its chunk starts and ends on block boundaries (the
+FlashTTS plan: 18 new tokens a chunk), 1 evaluation, 18 tokens of context and FlashTTS's 6 of lookahead give a
+window's new tokens exactly the full decode's mel; the vocoder, which reads a few mel frames to each side, adds
+the error at a chunk's last tokens, where it reads the lookahead block's mel (that block misses its own next
+block). The tests pin it. Nothing is causal, so windows of different lengths are decoded in separate batches.
 """
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ NUM_CODEBOOKS = 1
 class FlashTTSCodec(Codec):
     """`transformer.*`: the DiT (FlashTTS's CFM names its DiT so); `vocoder.*`: the HiFi-GAN generator."""
 
+    uses_stream_position = True  # the block grid and the fixed noise are laid out by stream position
+
     def __init__(self, cfg: FlashTTSCodecConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -46,45 +48,50 @@ class FlashTTSCodec(Codec):
         self.condition_dim = cfg.flow.condition_dim
         self.transformer = MeanFlowDiT(cfg.flow)
         self.vocoder = HiFiGAN(cfg.vocoder)
-        self.register_buffer("noise", noise_table(cfg), persistent=False)  # [period mel frames, mel] float32
+        self.register_buffer("noise", noise_table(cfg), persistent=False)  # [noise_tokens * 4, mel] float32
 
     # ---- decoding --------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor, conditions: torch.Tensor | None = None) -> torch.Tensor:
         """codes: [B, T, 1] int64 in [0, 6561), conditions: [B, 320] float32 or None (zeros) -> audio:
-        [B, T * 960] float32 in [-1, 1]. A whole stream: its block grid and noise start at token 0."""
+        [B, T * 960] float32 in [-1, 1]. Each row is a whole stream (its first token is stream token 0)."""
         if codes.dim() != 3 or codes.shape[-1] != NUM_CODEBOOKS:
             raise ValueError(f"codes must be [B, T, {NUM_CODEBOOKS}], got {tuple(codes.shape)}")
-        starts = torch.zeros(codes.shape[0], dtype=torch.long, device=codes.device)
-        return self.decode_from(codes[..., 0], starts, self.stack_conditions([None] * codes.shape[0], conditions))
+        origins = torch.zeros(codes.shape[0], dtype=torch.long, device=codes.device)
+        return self.decode_from(codes[..., 0], origins, self.stack_conditions([None] * codes.shape[0], conditions))
 
     @torch.inference_mode()
     def decode_windows(self, windows: list[tuple[torch.Tensor, int]],
-                       conditions: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
-        """As `Codec.decode_windows`; windows of one length share a batch (padding would reach real frames)."""
+                       conditions: list[torch.Tensor | None] | None = None,
+                       start_frames: list[int] | None = None) -> list[torch.Tensor]:
+        """As `Codec.decode_windows`; `start_frames[i]`: the stream index of window i's first new token (None:
+        each window starts its stream). Windows of one length share a batch (padding would reach real frames)."""
         self.check_conditions(windows, conditions)
         conditions = conditions if conditions is not None else [None] * len(windows)
+        starts = start_frames if start_frames is not None else [context for _, context in windows]
+        if len(starts) != len(windows):
+            raise ValueError(f"need one start frame per window, got {len(starts)} for {len(windows)} windows")
         out: list[torch.Tensor | None] = [None] * len(windows)
         for length in sorted({codes.shape[0] for codes, _ in windows}):
             group = [i for i, (codes, _) in enumerate(windows) if codes.shape[0] == length]
             codes = torch.stack([windows[i][0][:, 0] for i in group])  # [G, length]
-            starts = torch.tensor([windows[i][1] for i in group], device=codes.device)
-            audio = self.decode_from(codes, starts, self.stack_conditions([conditions[i] for i in group]))
+            origins = torch.tensor([starts[i] - windows[i][1] for i in group], device=codes.device)
+            audio = self.decode_from(codes, origins, self.stack_conditions([conditions[i] for i in group]))
             for row, i in enumerate(group):
                 out[i] = audio[row, windows[i][1] * self.samples_per_frame:]
         return out
 
-    def decode_from(self, codes: torch.Tensor, starts: torch.Tensor, conditions: torch.Tensor) -> torch.Tensor:
-        """codes [B, T] int64, starts [B] int64 (the token where each row's chunk starts: its grid's origin),
-        conditions [B, 320] -> audio [B, T * 960] float32."""
-        mel = self.token_to_mel(codes, starts, conditions)  # [B, 4T, 80]
+    def decode_from(self, codes: torch.Tensor, origins: torch.Tensor, conditions: torch.Tensor) -> torch.Tensor:
+        """codes [B, T] int64, origins [B] int64 (the stream index of each row's first token), conditions
+        [B, 320] -> audio [B, T * 960] float32."""
+        mel = self.token_to_mel(codes, origins, conditions)  # [B, 4T, 80]
         return self.vocoder(mel.transpose(1, 2)).clamp(-1.0, 1.0)
 
-    def token_to_mel(self, codes: torch.Tensor, starts: torch.Tensor, conditions: torch.Tensor) -> torch.Tensor:
-        """-> mel [B, 4T, 80] float32 after `n_evals` sampler steps from the fixed noise."""
+    def token_to_mel(self, codes: torch.Tensor, origins: torch.Tensor, conditions: torch.Tensor) -> torch.Tensor:
+        """-> mel [B, 4T, 80] float32 after `n_evals` sampler steps from the fixed noise at the rows' positions."""
         flow = self.cfg.flow
-        frames = torch.arange(codes.shape[1] * flow.mel_per_token, device=codes.device)[None] \
-            - (starts * flow.mel_per_token)[:, None]  # [B, N]: mel frames from each row's chunk start
+        frames = (origins * flow.mel_per_token)[:, None] \
+            + torch.arange(codes.shape[1] * flow.mel_per_token, device=codes.device)[None]  # [B, N] stream mel frames
         noise = self.noise[frames.remainder(self.noise.shape[0])]
         block_ids = torch.div(frames, flow.block_size, rounding_mode="floor")
         condition = self.transformer.condition(codes, conditions)
@@ -156,9 +163,9 @@ def flashtts_state(ema_state: dict[str, torch.Tensor], generator_state: dict[str
 
 
 def noise_table(cfg: FlashTTSCodecConfig) -> torch.Tensor:
-    """[noise_period_tokens * mel_per_token, mel_dim] float32 N(0, 1), from `noise_seed` on the CPU."""
+    """[noise_tokens * mel_per_token, mel_dim] float32 N(0, 1), from `noise_seed` on the CPU."""
     generator = torch.Generator().manual_seed(cfg.noise_seed)
-    rows = cfg.noise_period_tokens * cfg.flow.mel_per_token
+    rows = cfg.noise_tokens * cfg.flow.mel_per_token
     return torch.randn(rows, cfg.flow.mel_dim, generator=generator, device="cpu")
 
 

@@ -25,13 +25,13 @@ class FlashTTSCodecConfig:
     # 2); one evaluation's reach is 1 block ahead, which the 6-token lookahead covers exactly, 2 reach 2 blocks
     n_evals: int = 1
     noise_seed: int = 0  # the fixed noise x at t = 1 (same codes and condition -> same audio)
-    # the noise table repeats every this many tokens, anchored at each window's chunk start, so a window and a
-    # full decode draw the same noise for a frame whenever chunks start on multiples of it (one attention block)
-    noise_period_tokens: int = 6
+    # tokens of fixed noise, indexed by stream position (300 s, as CosyVoice's; a longer stream wraps around)
+    noise_tokens: int = 7500
     # windows (frames = tokens), measured in tests/unit/test_flashtts.py: 18 tokens of left context (3 blocks: one
-    # evaluation's whole reach back, so the new tokens' mel is exact; less is as good on random weights, more adds
-    # nothing), FlashTTS's 6 tokens of lookahead, and no overlap: the audio past a chunk is decoded from the
-    # lookahead block, whose own next block is missing, so cross-fading it in only adds error
+    # evaluation's whole reach back, so the new tokens' mel is exact; 24 also make the vocoder's first samples
+    # exact, 1e-6 against 8e-5, far below the chunk end's error), FlashTTS's 6 tokens of lookahead, and no overlap:
+    # the audio past a chunk is decoded from the lookahead block, whose own next block is missing, so cross-fading
+    # it in moves the chunk end's error into the next chunk's start
     left_context_frames: int = 18
     lookahead_frames: int = 6
     overlap_frames: int = 0
@@ -47,8 +47,8 @@ class FlashTTSCodecConfig:
             raise ValueError(f"codebook_size {self.codebook_size} exceeds the DiT's token embeddings")
         if self.n_evals < 1:
             raise ValueError(f"n_evals must be >= 1, got {self.n_evals}")
-        if self.noise_period_tokens < 1:
-            raise ValueError(f"noise_period_tokens must be >= 1, got {self.noise_period_tokens}")
+        if self.noise_tokens < 1:
+            raise ValueError(f"noise_tokens must be >= 1, got {self.noise_tokens}")
         self.windowing()  # validates the three window fields
 
     @property
