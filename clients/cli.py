@@ -13,7 +13,7 @@ from clients.gateway.cli import add_gateway_command
 from clients.microbench.cli import add_command as add_microbench
 from clients.mps import MpsError
 from clients.fleet import LAYOUTS, Fleet, FleetConfig
-from clients.serve import ADMISSION_POLICIES, MODES, ServeConfig, Server
+from clients.serve import ADMISSION_POLICIES, FROM_MODEL, MODES, ServeConfig, Server
 from clients.triton_launch import Ports, find_triton
 from clients.voices import add_voices_command
 from scheduler import FlowConfig
@@ -60,10 +60,13 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-slots", type=int, default=defaults.max_slots, help="LM batch slots (live requests)")
     parser.add_argument("--max-queued", type=int, default=defaults.max_queued,
                         help="requests waiting for a slot; beyond it new requests get an 'overloaded' error")
-    parser.add_argument("--first-chunk-frames", type=int, default=defaults.first_chunk_frames)
-    parser.add_argument("--chunk-frames", type=int, default=defaults.chunk_frames)
-    parser.add_argument("--chunk-growth", type=_growth, default=defaults.chunk_growth,
-                        help="chunk sizes grow by this factor up to --chunk-frames (2, 4, 8, 10, …); 'none': no ramp")
+    parser.add_argument("--first-chunk-frames", type=int, default=defaults.first_chunk_frames,
+                        help="frames in a stream's first chunk (default: the model family's plan, mostly 2)")
+    parser.add_argument("--chunk-frames", type=int, default=defaults.chunk_frames,
+                        help="frames in a full chunk (default: the model family's plan, mostly 10)")
+    parser.add_argument("--chunk-growth", type=_chunk_growth, default=defaults.chunk_growth,
+                        help="chunk sizes grow by this factor up to --chunk-frames (2, 4, 8, 10, …); 'none': no "
+                             "ramp (default: the model family's plan, mostly 2)")
     parser.add_argument("--partition", choices=("mps", "none"), default=defaults.partition,
                         help="SM partition of the lanes on cuda (default: mps on cuda)")
     parser.add_argument("--lm-sm-pct", type=int, default=defaults.lm_sm_pct, help="MPS active-thread %% of the LM lane")
@@ -106,6 +109,11 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
 
 def _growth(value: str) -> float | None:
     return None if value.lower() == "none" else float(value)
+
+
+def _chunk_growth(value: str) -> float | None | str:
+    """A growth factor, 'none' (no ramp), or 'model' (the model family's plan)."""
+    return FROM_MODEL if value == FROM_MODEL else _growth(value)
 
 
 def _add_serve(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,7 @@
 """`voxlane serve`: render a run copy of the model repository and run `tritonserver` on it."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend_python.engine.config import EngineConfig
+from backend_python.models.chunk_plans import chunk_plan
 from backend_python.triton.params import LaneSettings
 from backend_python.triton.reference_inputs import ReferenceLimits
 from backend_python.triton.request_inputs import RequestLimits
@@ -26,7 +28,8 @@ CODEC_GPU_MODELS = (*CODEC_MODELS, models.VOICE_ENCODER)
 ROUTER_MODEL = models.ROUTER
 # knobs `voxlane serve` has no flag for: each run keeps what the repository's config.pbtxt says
 KEPT_FROM_REPOSITORY = ("cuda_graphs", "max_seq_len")
-_CHUNKING, _ENGINE, _LANE = ChunkingConfig(), EngineConfig(), LaneSettings()  # the defaults, stated there once
+_ENGINE, _LANE = EngineConfig(), LaneSettings()  # the defaults, stated there once
+FROM_MODEL = "model"  # a chunk growth not given: the model family's
 
 
 @dataclass(frozen=True)
@@ -44,9 +47,11 @@ class ServeConfig:
     ports: Ports = field(default_factory=Ports)
     max_slots: int = _ENGINE.max_slots
     max_queued: int = _ENGINE.max_queued  # requests waiting for an LM slot before new ones are refused
-    first_chunk_frames: int = _CHUNKING.first_chunk_frames
-    chunk_frames: int = _CHUNKING.chunk_frames
-    chunk_growth: float | None = _CHUNKING.chunk_growth  # chunk sizes ramp 2, 4, 8, 10, …; None: 2, 10, 10, …
+    # the chunk plan; a field left at FROM_MODEL takes the model family's (models/chunk_plans.py: most take the
+    # engine's ramp 2, 4, 8, 10, …; FlashTTS 18, 18, …). chunk_growth None: no ramp (2, 10, 10, …)
+    first_chunk_frames: int | None = None
+    chunk_frames: int | None = None
+    chunk_growth: float | None | str = FROM_MODEL
     num_threads: int = _LANE.num_threads  # torch threads per model process (cpu)
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
     # MPS active-thread percentages: measured on an H200 with qwen3-tts-1.7b, a 60/40 split holds the SLO
@@ -143,11 +148,19 @@ class ServeConfig:
 
     def scheduler_config(self) -> SchedulerConfig:
         """Routing, admission and chunking: the router and the LM lane both get these."""
-        chunking = ChunkingConfig(first_chunk_frames=self.first_chunk_frames, chunk_frames=self.chunk_frames,
-                                  chunk_growth=self.chunk_growth)
+        chunking = self.chunking()
         return SchedulerConfig(mode=self.mode, admission_policy=AdmissionPolicyName(self.admission),
                                urgent_budget=self.urgent_budget, margin_quantile=self.margin_quantile,
                                chunking=chunking)
+
+    def chunking(self) -> ChunkingConfig:
+        """The chunk plan: the fields given, the model family's plan for the rest."""
+        plan = chunk_plan(self.model)
+        given = {"first_chunk_frames": self.first_chunk_frames, "chunk_frames": self.chunk_frames}
+        given = {key: value for key, value in given.items() if value is not None}
+        if self.chunk_growth != FROM_MODEL:
+            given["chunk_growth"] = self.chunk_growth
+        return dataclasses.replace(plan, **given)
 
     def engine_config(self) -> EngineConfig:
         """The LM lane's engine (its codec context comes from the model family, in the lane)."""

@@ -46,10 +46,6 @@ SERVERS = {  # name -> ServeConfig fields over the defaults (voxlane, 60/40, dea
     "voxlane-c25": {"codec_sm_pct": 25, "lm_sm_pct": 75},
     "voxlane-nosplit": {"codec_sm_pct": 100, "lm_sm_pct": 100},
 }
-# FlashTTS's published streaming schedule: 24 tokens first, then an 18-token hop (its 6 of lookahead are the codec's)
-FLASHTTS_CHUNKS = {"first_chunk_frames": 24, "chunk_frames": 18, "chunk_growth": None}
-SERVERS.update({f"{mode}-ft": {**SERVERS[mode], **FLASHTTS_CHUNKS} for mode in ("timeshare", "colocate", "partition",
-                                                                                 "voxlane")})
 BURSTINESS = {"poisson": 1.0, "gamma": 0.5}
 
 

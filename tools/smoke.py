@@ -79,7 +79,7 @@ def codec_latency(before: dict, after: dict) -> dict:
 def measure_server(config: ServeConfig, args: argparse.Namespace):
     """Rows of one server: the sequential level, then each concurrency level."""
     config = replace(config, ports=Ports(*free_ports(3)))  # taken just before the server starts
-    log = args.log_dir / f"triton-{config.model}-{config.mode.value}-fc{config.first_chunk_frames}.log"
+    log = args.log_dir / f"triton-{config.model}-{config.mode.value}-fc{config.chunking().first_chunk_frames}.log"
     started = time.perf_counter()
     with Server(config, log_path=log) as server:
         base = _base(config) | {"startup_s": round(time.perf_counter() - started, 1)}
@@ -94,7 +94,7 @@ def measure_server(config: ServeConfig, args: argparse.Namespace):
 
 
 def _base(config: ServeConfig) -> dict:
-    return {"model": config.model, "mode": config.mode.value, "first_chunk_frames": config.first_chunk_frames,
+    return {"model": config.model, "mode": config.mode.value, "first_chunk_frames": config.chunking().first_chunk_frames,
             "device": config.device}
 
 
@@ -114,7 +114,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=defaults.device)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=[defaults.mode.value])
     parser.add_argument("--first-chunk-frames", type=int, nargs="+", default=[defaults.first_chunk_frames],
-                        help="serve each model and mode once per first-chunk size")
+                        help="serve each model and mode once per first-chunk size (default: the model's plan)")
     parser.add_argument("--seconds", type=float, default=1.6, help="audio per request")
     parser.add_argument("--sequential", type=int, default=5, help="requests one at a time, on an idle server")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8], help="streams at once, per level")

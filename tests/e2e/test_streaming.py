@@ -9,22 +9,17 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from backend_python.models.chunk_plans import chunk_plan
 from clients.stream import build_inputs, synthesize
+from scheduler import ChunkPlan
 
 TEXT = "Get the trust fund to the bank early."
-CHUNK_PLAN = (2, 4, 8, 10)  # the default chunk sizes in frames (2, growth 2, up to 10), then 10, 10, …
+DEFAULT_MODEL = "qwen3-tts-tiny"  # its plan is the engine's default: 2, 4, 8, 10, then 10, 10, …
 
 
-def chunk_frames(num_frames: int) -> list[int]:
-    """The frames of each chunk of a `num_frames` stream under the default chunk plan."""
-    sizes, left = [], num_frames
-    while left > 0:
-        sizes.append(min(CHUNK_PLAN[min(len(sizes), len(CHUNK_PLAN) - 1)], left))
-        left -= sizes[-1]
-    return sizes
-
-
-FIRST_CHUNK_FRAMES = 2  # the default chunk plan's first chunk
+def chunk_frames(num_frames: int, model: str = DEFAULT_MODEL) -> list[int]:
+    """The frames of each chunk of a `num_frames` stream under the chunk plan `voxlane serve` gives `model`."""
+    return [span.num_frames for span in ChunkPlan(chunk_plan(model)).ready_chunks(num_frames, 0, True)]
 
 
 def num_frames(family, seconds: float) -> int:
@@ -40,7 +35,7 @@ def test_one_stream_arrives_in_order(family):
     assert all(np.all(np.abs(c.audio) <= 1.0) for c in result.chunks)
     frames = num_frames(family, 3.2)  # ignore_eos: exactly the requested length
     assert result.audio.size == frames * family.samples_per_frame
-    assert [c.audio.size // family.samples_per_frame for c in result.chunks] == chunk_frames(frames)
+    assert [c.audio.size // family.samples_per_frame for c in result.chunks] == chunk_frames(frames, family.preset)
     assert np.abs(result.audio).max() > 1e-3  # not silence
 
 
@@ -117,5 +112,5 @@ def test_seed_controls_tokens(family):
 def test_very_short_request(family, seconds):
     result = synthesize(family.url, TEXT, seed=1, max_audio_seconds=seconds, ignore_eos=True)
     frames = num_frames(family, seconds)  # 1-2 frames at 12.5 Hz (one first chunk of 2), 2-4 at 25 Hz
-    assert [c.index for c in result.chunks] == ([0] if frames <= FIRST_CHUNK_FRAMES else [0, 1])
+    assert [c.index for c in result.chunks] == list(range(len(chunk_frames(frames, family.preset))))
     assert result.audio.size == num_frames(family, seconds) * family.samples_per_frame

@@ -123,3 +123,20 @@ def test_mode_names_are_the_enums():
 def test_bad_lane_parameters_are_refused(params):
     with pytest.raises(ValueError, match="lane parameter"):
         LaneSettings.from_parameters(params)
+
+
+def test_a_model_family_brings_its_chunk_plan_and_given_fields_override_it(tmp_path):
+    from backend_python.models.chunk_plans import chunk_plan
+    assert ServeConfig().chunking() == ChunkingConfig()  # Qwen3-TTS: the engine's ramp
+    flash = ServeConfig(model="flashtts-0.5b")
+    assert flash.chunking() == ChunkingConfig(first_chunk_frames=18, chunk_frames=18, chunk_growth=None)
+    assert ServeConfig(model="flashtts-tiny", first_chunk_frames=6).chunking().first_chunk_frames == 6
+    assert ServeConfig(model="cosyvoice3-tiny", chunk_growth=None).chunking() == ChunkingConfig(
+        first_chunk_frames=2, chunk_frames=25, chunk_growth=None)
+    checkpoint = tmp_path / "my-flashtts"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"model_type": "flashtts"}')
+    assert chunk_plan(str(checkpoint)).first_chunk_frames == 18  # a directory: by its config's model_type
+    repo = render_repository(flash, tmp_path / "repo")
+    assert EngineConfig.from_parameters(parameters(repo, "speechlm_lm"), CONTEXT).scheduler.chunking == \
+        flash.chunking()  # what the LM lane is given

@@ -20,7 +20,7 @@ def test_one_server_per_model_mode_and_first_chunk_size():
 
 def test_the_defaults_are_the_served_ones():
     [config] = server_configs(parse_args([]))
-    assert (config.model, config.mode.value, config.first_chunk_frames) == ("qwen3-tts-tiny", "voxlane", 2)
+    assert (config.model, config.mode.value, config.chunking().first_chunk_frames) == ("qwen3-tts-tiny", "voxlane", 2)
 
 
 def test_codec_latency_is_the_mean_over_one_level():

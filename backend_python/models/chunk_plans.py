@@ -1,0 +1,43 @@
+"""The chunk plan a model family streams with when `voxlane serve` is given none: torch-free, so the serving
+CLI reads it without loading the model stack.
+
+Most families take the engine's default ramp (2, 4, 8, 10 frames: scheduler/chunking.py). A flow-matching
+codec pays for every window with its left context and lookahead, and some decode on a fixed grid:
+- FlashTTS: chunks of 18 tokens from the start (no ramp); with the codec's 6 tokens of lookahead the first
+  leaves once 24 tokens exist, then one every 18, as FlashTTS streams. Its DiT attends in blocks of 6 tokens,
+  so chunks that start and end on that grid match a full decode best (tests/unit/test_flashtts.py).
+- CosyVoice 3: the default ramp up to 25 tokens (2, 4, 8, 16, 25), CosyVoice's own token hop: a window holds
+  32 tokens of context and 4 of lookahead around its new ones, so a 25-token chunk costs 2.4x its frames
+  where a 10-token one costs 4.6x.
+A model is named by a preset or a checkpoint directory; a directory's family comes from its config.json's
+`model_type`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from scheduler import ChunkingConfig
+
+PLANS = {
+    "flashtts": {"first_chunk_frames": 18, "chunk_frames": 18, "chunk_growth": None},
+    "cosyvoice3": {"chunk_frames": 25},
+}
+
+
+def family_of_model(model: str) -> str | None:
+    """The family a `--model` value names, where it can be told without loading anything: a preset's name
+    starts with it, or a checkpoint directory's config.json names it as `model_type`."""
+    for family in PLANS:
+        if model == family or model.startswith(family + "-"):
+            return family
+    config = Path(model).expanduser() / "config.json"
+    try:
+        return json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def chunk_plan(model: str) -> ChunkingConfig:
+    """The model's family's chunk plan, else the engine's default."""
+    return ChunkingConfig(**PLANS.get(family_of_model(model) or "", {}))
