@@ -1,35 +1,31 @@
 #!/usr/bin/env bash
-# On the GPU machine, from the checkout root, with the devpack in .devpack/ and the shared workload in
-# .devdata/ (both carried):   bash tools/device_families.sh OUT_DIR
-# The flow-matching families on one H200: (1) a CUDA check of each model alone (load, a few decode steps,
-# one codec window); (2) every family's servers in all four modes started together under one MPS daemon,
-# then measured one at a time (tools/figures.py): `voxlane` and `timeshare` bracketed for their SLO
-# capacity, `partition` and `colocate` at one rate; (3) the codec lane's cost per chunk at each SM share
-# (`voxlane microbench`, codec table only). MODELS, the rates and the time limits are environment settings.
+# On one H200, from the checkout root, with the devpack carried in .devpack/:
+#   bash tools/device_families.sh OUT_DIR
+# 1. the CUDA-only unit tests of every family (graph replay == eager frame, bf16 kernels vs the
+#    CPU reference, codec graphs and the fused SnakeBeta kernel);
+# 2. each registered full-size family preset (csm-1b; orpheus-3b when registered) served in
+#    voxlane mode: 3 sequential requests, then 4 and 16 concurrent streams of 3.2 s each;
+#    TTFA p50 and real-time factor per level in OUT_DIR/families.jsonl (MODELS overrides the presets).
+#    About 3 minutes.
 source tools/device_env.sh "$@" || exit 1
-models=${MODELS:-"cosyvoice3-0.5b flashtts-0.5b"}
-state=${STATE:-/tmp/voxlane-families}
-export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-2}
-for model in $models; do
-  timeout 120 python3 -m tools.family_check --model "$model" 2>&1 | tail -4
-done
-jobs=
-for model in $models; do
-  jobs="$jobs voxlane@$model:poisson:${VOX_RATES:-8/16}:1:4:3 timeshare@$model:poisson:${TS_RATES:-4/8}:1:4:3"
-  jobs="$jobs partition@$model:poisson:${ONE_RATE:-8}:1:0:1 colocate@$model:poisson:${ONE_RATE:-8}:1:0:1"
-done
-mkdir -p "$state"
-timeout ${FIGURES_S:-400} python3 -m tools.figures --state "$state" --workload .devdata/librispeech_pc_test_clean.tsv \
-  --duration ${DURATION:-5} --sequential 4 --stop-after-s $(( ${FIGURES_S:-400} - 60 )) --jobs $jobs \
-  > "$state/figures.log" 2>&1
-grep -E '^\{"label|Error|Traceback' "$state/figures.log" | cut -c1-500 | tail -30
-tar czf "$out/families.tgz" -C "$state" --exclude=mps --exclude=logs . 2>/dev/null
-for f in "$state"/logs/*.log; do tail -c 20000 "$f" > "$out/tail-$(basename "$f")"; done 2>/dev/null
-tar czf "$out/logs.tgz" -C "$out" $(cd "$out" && ls tail-*.log 2>/dev/null) && rm -f "$out"/tail-*.log
-for model in $models; do
-  timeout ${MICRO_S:-75} python3 -m clients.cli microbench --model "$model" --lm-pcts --splits \
-    --codec-pcts 100 40 25 15 --codec-batch-sizes 1 4 16 --out "$out/microbench-$model.json" \
-    > "$out/microbench-$model.md" 2> "$out/microbench-$model.err"
-  cat "$out/microbench-$model.md"; tail -3 "$out/microbench-$model.err"
-done
-ls -la "$out"
+nvidia-smi --query-gpu=name,memory.total,compute_mode --format=csv,noheader
+python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)'
+
+# the unit tests on the last GPU, at the same time as the serving smoke on the first
+gpus=$(nvidia-smi --query-gpu=uuid --format=csv,noheader)
+first=$(echo "$gpus" | head -1) last=$(echo "$gpus" | tail -1)
+CUDA_VISIBLE_DEVICES=$last timeout 240 python3 -m pytest -q -p no:cacheprovider -rs tests/unit/test_csm_graphs.py \
+  tests/unit/test_csm_codec.py tests/unit/test_orpheus_graphs.py tests/unit/test_qwen3_tts_graphs.py \
+  tests/unit/test_codec_runner.py > "$out/cuda-tests.txt" 2>&1 &
+tests_pid=$!
+export CUDA_VISIBLE_DEVICES=$first
+
+models=${MODELS:-$(python3 -c 'from backend_python.models import registry
+print(" ".join(m for m in ("csm-1b", "orpheus-3b") if m in registry.preset_names()))')}
+echo "models: $models"
+timeout 420 python3 -m tools.smoke --device cuda --modes voxlane --models $models \
+  --sequential 3 --concurrency 4 16 --seconds 3.2 --log-dir "$out" --out "$out/families.jsonl" 2>&1 | grep -E '^\{|Error|error' | head -20
+rc=${PIPESTATUS[0]}
+for f in "$out"/triton-*.log; do echo "== $f"; grep -E "^E|Error|Signal \(11|Fatal" "$f" | grep -v -E "NVML|DCGM" | head -5; done
+wait $tests_pid; tail -15 "$out/cuda-tests.txt"
+exit $rc
