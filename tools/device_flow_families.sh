@@ -10,11 +10,13 @@ source tools/device_env.sh "$@" || exit 1
 models=${MODELS:-"cosyvoice3-0.5b flashtts-0.5b"}
 state=${STATE:-/tmp/voxlane-families}
 export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-2}
+timeout ${CHECK_S:-75} python3 -m pytest -q -p no:cacheprovider -rs tests/unit/test_cosyvoice3_lm.py \
+  tests/unit/test_flashtts_lm.py -k "cuda or graph" > "$out/cuda-tests.txt" 2>&1 &  # graph replay == eager, on CUDA
 for model in $models; do  # both at once: a minute, not two
   timeout ${CHECK_S:-75} python3 -m tools.family_check --model "$model" > "$out/check-$model.json" 2> "$out/check-$model.err" &
 done
 wait
-cat "$out"/check-*.json; tail -n 3 "$out"/check-*.err
+cat "$out"/check-*.json; tail -n 3 "$out"/check-*.err; tail -n 4 "$out/cuda-tests.txt"
 jobs= one=
 for model in $models; do  # the capacities first; `partition` and `colocate` at one rate each, last
   rates=$(echo ${RATES:-"cosyvoice3-0.5b=8/24,4/12 flashtts-0.5b=16/40,8/24"} | tr ' ' '\n' | grep "^$model=" | cut -d= -f2)
