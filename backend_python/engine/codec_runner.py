@@ -79,6 +79,10 @@ class CodecRunner:
         self.stream_graphs = CodecStreamGraphs(codec) if can_graph and is_stateful else None
         self._decode_stream = self.stream_graphs.decode_stream if self.stream_graphs else codec.decode_stream
         self.frames = FrameCounts()
+        if codec.device.type == "cuda" and self.graphs is None and self.stream_graphs is None:
+            # eager windows come in every batch size and length: cuDNN's benchmark mode would tune each new
+            # shape's convolutions anew, seconds per call (process-wide: the lane's codec decides it)
+            torch.backends.cudnn.benchmark = False
 
     def warm_up(self) -> None:
         """Capture every bucket up front (or run one eager window), so no request pays for it."""

@@ -195,3 +195,16 @@ def test_a_codec_that_uses_stream_position_gets_each_windows_start_frame():
     decode_windowed(CodecRunner(codec, use_cuda_graphs=False), chunks)
     assert codec.start_frames == [[0, 5], [0, 5]]
     decode_windowed(RampCodec(0, 0), chunks)  # a codec that does not: no start frames, no error
+
+
+def test_an_eager_codec_on_cuda_turns_cudnn_benchmark_off(monkeypatch):
+    """Its windows vary in batch and length: benchmark mode would tune every new shape (seconds per call)."""
+    codec = RampCodec(lookahead=0, overlap=0)
+    monkeypatch.setattr(type(codec), "device", property(lambda self: torch.device("cuda")))
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    CodecRunner(codec, use_cuda_graphs=True)  # RampCodec cannot be graphed: eager
+    assert torch.backends.cudnn.benchmark is False
+    monkeypatch.setattr(type(codec), "device", property(lambda self: torch.device("cpu")))
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    CodecRunner(codec)
+    assert torch.backends.cudnn.benchmark is True  # not on the CPU: nothing to decide there
