@@ -72,6 +72,9 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lm-sm-pct", type=int, default=defaults.lm_sm_pct, help="MPS active-thread %% of the LM lane")
     parser.add_argument("--codec-sm-pct", type=int, default=defaults.codec_sm_pct,
                         help="MPS active-thread %% of the background codec lane (~32 of 132 SMs)")
+    parser.add_argument("--codec-steps", type=int, default=defaults.codec_steps,
+                        help="a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps; "
+                             "FlashTTS: 1 or 2); 0: the model's own")
     parser.add_argument("--encoder-sm-pct", type=int, default=defaults.encoder_sm_pct,
                         help="MPS active-thread %% of the voice encoder lane (reference audio of cloning requests)")
     parser.add_argument("--admission", choices=ADMISSION_POLICIES, default=defaults.admission,
@@ -100,7 +103,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        max_slots=args.max_slots, max_queued=args.max_queued, first_chunk_frames=args.first_chunk_frames,
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        lm_sm_pct=args.lm_sm_pct,
-                       codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct,
+                       codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct, codec_steps=args.codec_steps,
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),

@@ -47,7 +47,8 @@ class CodecModel:
         from backend_python.engine.codec_runner import CodecRunner, StreamChunk, decode_windowed
         self._chunk = StreamChunk  # imported here: torch only after the lane's MPS limit is set
         self._decode_windowed = decode_windowed
-        self.codec = registry.load_codec(setup.spec, device=setup.device, dtype=setup.lane.dtype)
+        self.codec = registry.load_codec(setup.spec, device=setup.device, dtype=setup.lane.dtype,
+                                         steps=setup.lane.codec_steps)
         from backend_python.engine.codec_states import CodecStateLimits
         self.runner = CodecRunner(self.codec, use_cuda_graphs=setup.lane.cuda_graphs,
                                   stream_states=CodecStateLimits() if setup.lane.stream_states else None)

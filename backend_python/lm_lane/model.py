@@ -78,7 +78,7 @@ class LMModel:
         self.limits = RequestLimits.from_parameters(params)
         config = EngineConfig.from_parameters(params, registry.codec_windowing(spec))
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
-        self.codec = (registry.load_codec(spec, device=device, dtype=dtype)
+        self.codec = (registry.load_codec(spec, device=device, dtype=dtype, steps=setup.lane.codec_steps)
                       if config.scheduler.mode is ServingMode.TIMESHARE else None)
         self.metrics = LMMetrics()
         self.engine = LMEngine(self.model, config, self._inline_codec(setup.lane.cuda_graphs, setup.lane.stream_states),

@@ -9,6 +9,7 @@ depend on weight values).
 """
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import tempfile
@@ -119,7 +120,14 @@ def load_lm(spec: ModelSpec, device: str, dtype: str) -> SpeechLM:
     return family_of(spec).load_lm(spec, device, DTYPES[dtype])
 
 
-def load_codec(spec: ModelSpec, device: str, dtype: str) -> Codec:
+def load_codec(spec: ModelSpec, device: str, dtype: str, steps: int = 0) -> Codec:
+    """The model's codec; `steps` > 0 sets a flow-matching codec's function evaluations per window (CosyVoice 3's
+    Euler steps, FlashTTS's mean-flow evaluations), and is refused by a codec that has none."""
+    if steps:
+        family = family_of(spec)
+        if "steps" not in inspect.signature(family.load_codec).parameters:
+            raise ValueError(f"codec_steps={steps}: {spec.name}'s codec ({family.name}) has no flow steps to set")
+        return family.load_codec(spec, device, DTYPES[dtype], steps=steps)
     return family_of(spec).load_codec(spec, device, DTYPES[dtype])
 
 

@@ -30,6 +30,7 @@ class LaneSettings:
     cudnn_benchmark: bool = False  # cuDNN tunes each conv shape once (the graphed codec sees only its buckets)
     torch_compile: bool = True  # the LM on CUDA fuses its decode kernels with Inductor (`torch_compile`: false = off)
     stream_states: bool = False  # a codec lane keeps each stream's decoder state and decodes only new frames
+    codec_steps: int = 0  # a flow-matching codec's function evaluations per window (0: the model's own)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -42,6 +43,8 @@ class LaneSettings:
             raise ValueError(f"mps_client_priority must be 0 (normal) or 1 (below normal), got {self.mps_client_priority}")
         if self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
+        if self.codec_steps < 0:
+            raise ValueError(f"codec_steps must be >= 0 (0: the model's own), got {self.codec_steps}")
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> "LaneSettings":
@@ -94,7 +97,7 @@ def _render(value) -> str:
 _PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percentage": int,
             "mps_client_priority": int, "num_threads": int,
             "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
-            "torch_compile": _parse_bool, "stream_states": _parse_bool}
+            "torch_compile": _parse_bool, "stream_states": _parse_bool, "codec_steps": int}
 
 
 @dataclass(frozen=True)

@@ -140,3 +140,16 @@ def test_a_model_family_brings_its_chunk_plan_and_given_fields_override_it(tmp_p
     repo = render_repository(flash, tmp_path / "repo")
     assert EngineConfig.from_parameters(parameters(repo, "speechlm_lm"), CONTEXT).scheduler.chunking == \
         flash.chunking()  # what the LM lane is given
+
+
+def test_codec_steps_reach_the_lanes_and_a_codec_without_flow_steps_refuses_them(tmp_path):
+    from backend_python.models import registry
+    repo = render_repository(ServeConfig(model="cosyvoice3-tiny", codec_steps=4), tmp_path / "repo")
+    for model in ("codec", "codec_urgent", "speechlm_lm"):
+        assert LaneSettings.from_parameters(parameters(repo, model)).codec_steps == 4
+    assert registry.load_codec(registry.resolve("cosyvoice3-tiny"), "cpu", "float32", steps=3).cfg.n_timesteps == 3
+    assert registry.load_codec(registry.resolve("flashtts-tiny"), "cpu", "float32", steps=2).cfg.n_evals == 2
+    with pytest.raises(ValueError, match="no flow steps"):
+        registry.load_codec(registry.resolve("qwen3-tts-tiny"), "cpu", "float32", steps=2)
+    with pytest.raises(ValueError, match="codec_steps"):
+        LaneSettings(codec_steps=-1)

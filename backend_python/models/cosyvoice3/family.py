@@ -38,12 +38,15 @@ def load_lm(spec, device: str, dtype: torch.dtype) -> CosyVoice3LM:
     return CosyVoice3LM.from_config(preset_config(spec.preset), device=device, dtype=dtype, seed=RANDOM_SEED)
 
 
-def load_codec(spec, device: str, dtype: torch.dtype):
+def load_codec(spec, device: str, dtype: torch.dtype, steps: int | None = None):
+    """The flow (its Euler steps: `steps`, else the config's 10) and HiFT."""
     from .codec import CosyVoice3Codec, CosyVoice3CodecConfig
 
     if spec.checkpoint is None:
-        return CosyVoice3Codec.from_config(CosyVoice3CodecConfig.full(), device=device, dtype=dtype, seed=RANDOM_SEED)
-    return CosyVoice3Codec.from_pretrained(checkpoint.codec_dir(spec.checkpoint), device=device, dtype=dtype)
+        return CosyVoice3Codec.from_config(CosyVoice3CodecConfig.full(), device=device, dtype=dtype, seed=RANDOM_SEED,
+                                           n_timesteps=steps)
+    return CosyVoice3Codec.from_pretrained(checkpoint.codec_dir(spec.checkpoint), device=device, dtype=dtype,
+                                           n_timesteps=steps)
 
 
 def load_voice_encoder(spec, device: str, dtype: torch.dtype):

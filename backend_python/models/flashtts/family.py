@@ -7,6 +7,8 @@ encoder is built here, so the voices are the checkpoint's presets.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -40,11 +42,16 @@ def load_lm(spec, device: str, dtype: torch.dtype) -> FlashTTSLM:
     return FlashTTSLM.from_config(preset_config(spec.preset), device=device, dtype=dtype, seed=RANDOM_SEED)
 
 
-def load_codec(spec, device: str, dtype: torch.dtype) -> FlashTTSCodec:
-    """The DiT in the lane's dtype, the vocoder in float32."""
+def load_codec(spec, device: str, dtype: torch.dtype, steps: int | None = None) -> FlashTTSCodec:
+    """The DiT in the lane's dtype, the vocoder in float32; `steps`: the mean-flow evaluations (1 or 2), else the
+    config's."""
     if spec.checkpoint is None:
-        return FlashTTSCodec.from_config(FlashTTSCodecConfig.full(), device=device, dtype=dtype, seed=RANDOM_SEED)
-    return FlashTTSCodec.from_pretrained(checkpoint.codec_dir(spec.checkpoint), device=device, dtype=dtype)
+        codec = FlashTTSCodec.from_config(FlashTTSCodecConfig.full(), device=device, dtype=dtype, seed=RANDOM_SEED)
+    else:
+        codec = FlashTTSCodec.from_pretrained(checkpoint.codec_dir(spec.checkpoint), device=device, dtype=dtype)
+    if steps:
+        codec.cfg = dataclasses.replace(codec.cfg, n_evals=steps)  # validated by the config
+    return codec
 
 
 def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
