@@ -132,10 +132,10 @@ class CosyVoice3LM(SpeechTokenLM):
 
 def reference_embedding(reference: VoiceReference, dim: int) -> torch.Tensor:
     """A reference's x-vector [dim] float32; an in-context reference is a ValueError that says why."""
-    if REF_CODES in reference.tensors:
+    if REF_CODES in reference.tensors or reference.text is not None:
         raise ValueError(f"CosyVoice 3 clones from the reference's speaker embedding alone: in-context cloning "
-                         f"('{REF_CODES}') needs CosyVoice's speech tokenizer, which is not shipped; send the "
-                         f"reference as x-vector only")
+                         f"('{REF_CODES}', or a transcript in ref_text) needs CosyVoice's speech tokenizer, which "
+                         f"is not shipped; send the reference as x-vector only (x_vector_only, no ref_text)")
     embedding = reference.tensors.get(SPEAKER_EMBEDDING)
     if embedding is None or tuple(embedding.shape) != (dim,):
         shape = None if embedding is None else list(embedding.shape)
