@@ -109,6 +109,32 @@ class SpeechTokenLM(SlotSpeechLM):
     def backbone(self) -> Qwen2Backbone:
         return self.llm.model
 
+    # ---- building a family's LM: `cls(config, tokenizer, voices)`, `config` with `frame_rate` and `voices` ----
+    @classmethod
+    def build_loaded(cls, config, tokenizer, voices: dict, state_dict: dict, device, dtype: torch.dtype):
+        """A family's LM with the checkpoint's weights (built on `meta`, strict on every key)."""
+        with torch.device("meta"):
+            lm = cls(config, tokenizer, voices)
+        lm.load_state_dict(state_dict, strict=True, assign=True)
+        return lm.to(device=device, dtype=dtype).eval()
+
+    @classmethod
+    def build_random(cls, config, tokenizer, voices: dict, device, dtype: torch.dtype, seed: int):
+        """A family's LM with deterministic random weights (built on `meta`, materialised on `device`)."""
+        with torch.device("meta"):
+            lm = cls(config, tokenizer, voices).to(dtype=dtype)
+        lm.to_empty(device=device)
+        lm.init_weights(seed)
+        return lm.eval()
+
+    @property
+    def frame_rate(self) -> float:
+        return self.config.frame_rate
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return self.config.voices
+
     def init_weights(self, seed: int) -> None:
         """Deterministic random weights (`layers.random_init`), with non-zero biases."""
         init_random_weights(self, seed)

@@ -45,11 +45,8 @@ class CosyVoice3LM(SpeechTokenLM):
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
                         dtype: torch.dtype = torch.float32) -> "CosyVoice3LM":
         """Our checkpoint directory or an official one (see checkpoint.py)."""
-        config, tokenizer = checkpoint.read_config(path), checkpoint.load_tokenizer(path)
-        with torch.device("meta"):
-            lm = cls(config, tokenizer, checkpoint.read_voices(path))
-        lm.load_state_dict(checkpoint.read_state_dict(path), strict=True, assign=True)
-        return lm.to(device=device, dtype=dtype).eval()
+        return cls.build_loaded(checkpoint.read_config(path), checkpoint.load_tokenizer(path),
+                                checkpoint.read_voices(path), checkpoint.read_state_dict(path), device, dtype)
 
     @classmethod
     def from_config(cls, config: CosyVoice3Config, device: str | torch.device = "cpu",
@@ -57,20 +54,7 @@ class CosyVoice3LM(SpeechTokenLM):
         """Random weights and random preset voices (built on `meta`, materialised on `device`); the tokenizer
         defaults to the tiny BPE."""
         tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
-        with torch.device("meta"):
-            lm = cls(config, tokenizer, random_voices(config, seed)).to(dtype=dtype)
-        lm.to_empty(device=device)
-        lm.init_weights(seed)
-        return lm.eval()
-
-    # ---- SpeechLM properties -------------------------------------------------------------------
-    @property
-    def frame_rate(self) -> float:
-        return self.config.frame_rate
-
-    @property
-    def voices(self) -> tuple[str, ...]:
-        return self.config.voices
+        return cls.build_random(config, tokenizer, random_voices(config, seed), device, dtype, seed)
 
     # ---- prompts -------------------------------------------------------------------------------
     def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
