@@ -11,7 +11,7 @@ models=${MODELS:-"cosyvoice3-0.5b flashtts-0.5b"}
 state=${STATE:-/tmp/voxlane-families}
 export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-2}
 timeout ${CHECK_S:-75} python3 -m pytest -q -p no:cacheprovider -rs tests/unit/test_cosyvoice3_lm.py \
-  tests/unit/test_flashtts_lm.py -k "cuda or graph" > "$out/cuda-tests.txt" 2>&1 &  # graph replay == eager, on CUDA
+  tests/unit/test_flashtts_lm.py tests/unit/test_cosyvoice3_flow_graphs.py -k "cuda or graph" > "$out/cuda-tests.txt" 2>&1 &  # graph replay == eager, on CUDA
 for model in $models; do  # both at once: a minute, not two
   timeout ${CHECK_S:-75} python3 -m tools.family_check --model "$model" > "$out/check-$model.json" 2> "$out/check-$model.err" &
 done

@@ -76,6 +76,7 @@ class CodecRunner:
         is_stateful = stream_states is not None and codec.supports_streaming_state
         self.states = CodecStateStore(stream_states, clock) if is_stateful else None  # None: windowed
         self.graphs = CodecGraphs(codec) if can_graph and not is_stateful else None
+        self._own_graphs = use_cuda_graphs and codec.device.type == "cuda" and self.graphs is None and not is_stateful
         self.stream_graphs = CodecStreamGraphs(codec) if can_graph and is_stateful else None
         self._decode_stream = self.stream_graphs.decode_stream if self.stream_graphs else codec.decode_stream
         self.frames = FrameCounts()
@@ -93,6 +94,8 @@ class CodecRunner:
         elif self.graphs is not None:
             self.graphs.capture_all()
         else:
+            if self._own_graphs:
+                self.codec.capture_graphs()  # a flow decoder's steps, say (Codec.capture_graphs)
             self.decode_windows([(self._zero_codes(2), 0)])
         self.frames = FrameCounts()  # count the lane's chunks, not the warm-up
 

@@ -344,6 +344,11 @@ class Codec(nn.Module, ABC):
 
     supports_cuda_graphs = False  # True where `decode` is capturable (no host syncs, static shapes per call)
 
+    def capture_graphs(self) -> bool:
+        """A codec that graphs a part of its decode itself (a flow decoder's steps, where `decode` as a whole is
+        not capturable) captures it here, on CUDA; True when it did. The runner calls it at warm-up."""
+        return False
+
     def decode_windows(self, windows: list[tuple[torch.Tensor, int]],
                        conditions: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
         """Decode several requests' windows in one batch.

@@ -45,6 +45,7 @@ from .codec_checkpoint import random_parameter, read_official, read_safetensors
 from .codec_checkpoint import read_hyperpyyaml  # noqa: F401  (checkpoint.py reads the official yaml from here)
 from .codec_config import CosyVoice3CodecConfig
 from .flow import Flow, fixed_noise
+from .flow_graphs import FlowGraphs, try_capture
 from .hift import HiFTGenerator
 
 CONFIG_FILE = "codec_config.json"  # our layout: a checkpoint's codec/ dir
@@ -79,6 +80,7 @@ class CosyVoice3Codec(Codec):
                                 cfg.left_context_frames, cfg.lookahead_frames, cfg.overlap_frames)
         self.flow = Flow(cfg.flow)
         self.hift = HiFTGenerator(cfg.hift)
+        self.flow_graphs: FlowGraphs | None = None  # the flow's steps in CUDA graphs (capture_graphs), else eager
 
     @property
     def device(self) -> torch.device:
@@ -118,8 +120,11 @@ class CosyVoice3Codec(Codec):
         lengths = torch.tensor([codes.shape[0] for codes, _ in windows], device=device)
         tokens = self.pad_windows(windows)[..., 0].to(device)  # [B, max T] right-padded
         firsts = torch.tensor(self.first_frames(windows, start_frames), device=device)
-        mel = self.flow(tokens, lengths, self.stack_conditions(conditions, len(windows)), firsts, self.cfg.n_timesteps,
-                        self.cfg.cfg_rate)
+        embedding = self.stack_conditions(conditions, len(windows))
+        if self.flow_graphs is not None:
+            mel = self.flow_graphs.run(tokens, lengths, embedding, firsts)
+        else:
+            mel = self.flow(tokens, lengths, embedding, firsts, self.cfg.n_timesteps, self.cfg.cfg_rate)
         ratio = self.cfg.flow.token_mel_ratio
         return [mel[row, : codes.shape[0] * ratio] for row, (codes, _) in enumerate(windows)]
 
@@ -151,6 +156,15 @@ class CosyVoice3Codec(Codec):
             if c is not None:
                 out[row] = c.to(device=self.device, dtype=torch.float32)
         return out
+
+    def capture_graphs(self) -> bool:
+        """The flow's steps in CUDA graphs per (windows, tokens) bucket (flow_graphs.py); HiFT stays eager. A
+        capture that fails leaves the flow eager (and says so in the log)."""
+        if self.device.type != "cuda":
+            return False
+        graphs = FlowGraphs(self.flow, self.condition_dim, self.cfg.n_timesteps, self.cfg.cfg_rate, self.device)
+        self.flow_graphs = try_capture(graphs)
+        return self.flow_graphs is not None
 
     def check_codes(self, codes: torch.Tensor) -> None:
         if codes.dim() != 3 or codes.shape[-1] != 1 or codes.shape[1] < 1:

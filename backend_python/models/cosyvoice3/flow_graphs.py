@@ -1,0 +1,110 @@
+"""CUDA graphs of CosyVoice 3's flow, one per (windows, tokens) bucket, sharing one memory pool.
+
+A window's flow is the DiT run `n_timesteps` times (the guidance rides in the batch): about 12,000 small
+kernels, which eagerly on an H200 take ~0.3 s to launch one by one (BENCHMARKS.md, "Flow-matching families").
+A graph replays them in one launch. The flow batches windows right-padded to a common length with a mask, which
+is exact (the DiT never attends to padding, the pre-lookahead conv reads zeros past a row's end), so a batch of
+B windows of at most T tokens runs in the graph of the smallest bucket (b >= B, t >= T): rows B..b are padding
+rows of one token, tokens T..t are padding. Shapes past the largest bucket, and every shape on the CPU, run
+eagerly through the same padded buffers.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..frame_buffers import smallest_at_least
+from ..graph_capture import capture_steps
+
+log = logging.getLogger("voxlane.codec")
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16)
+# window lengths of CosyVoice 3's chunk plan (2, 4, 8, 16, 25 tokens) with 32 of context and 4 of lookahead:
+# 6, 10, 18, 32, 61, then 61 for every later chunk
+TOKEN_BUCKETS = (8, 16, 32, 48, 64)
+
+
+class FlowGraphs:
+    """Static flow inputs sized to the largest bucket, and a graph per bucket whose mel aliases the pool."""
+
+    def __init__(self, flow, condition_dim: int, num_steps: int, cfg_rate: float, device: torch.device,
+                 batch_buckets: tuple[int, ...] = BATCH_BUCKETS, token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
+                 graphed: bool | None = None) -> None:
+        self.flow, self.num_steps, self.cfg_rate = flow, num_steps, cfg_rate
+        self.batch_buckets, self.token_buckets = tuple(sorted(batch_buckets)), tuple(sorted(token_buckets))
+        rows, tokens = self.batch_buckets[-1], self.token_buckets[-1]
+        self.tokens = torch.zeros(rows, tokens, dtype=torch.long, device=device)
+        self.lengths = torch.ones(rows, dtype=torch.long, device=device)
+        self.embedding = torch.zeros(rows, condition_dim, dtype=torch.float32, device=device)
+        self.start_frames = torch.zeros(rows, dtype=torch.long, device=device)
+        self.graphed = device.type == "cuda" if graphed is None else graphed
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._pool = torch.cuda.graph_pool_handle() if self.graphed else None
+
+    def bucket_for(self, num_rows: int, num_tokens: int) -> tuple[int, int] | None:
+        rows, tokens = smallest_at_least(self.batch_buckets, num_rows), smallest_at_least(self.token_buckets, num_tokens)
+        return None if rows is None or tokens is None else (rows, tokens)
+
+    @torch.inference_mode()
+    def run(self, tokens: torch.Tensor, lengths: torch.Tensor, embedding: torch.Tensor,
+            start_frames: torch.Tensor) -> torch.Tensor:
+        """As `Flow.forward` with the codec's steps and guidance: tokens [B, T] right-padded, lengths [B],
+        embedding [B, D], start_frames [B] -> mel [B, T * ratio, mel] (a fresh tensor; garbage past a row's
+        length)."""
+        num_rows, num_tokens = tokens.shape
+        bucket = self.bucket_for(num_rows, num_tokens)
+        if bucket is None:
+            return self.flow(tokens, lengths, embedding, start_frames, self.num_steps, self.cfg_rate)
+        rows, width = bucket
+        self._fill(tokens, lengths, embedding, start_frames, rows, width)
+        if not self.graphed:
+            mel = self._forward(rows, width)
+        else:
+            graph, mel = self._graph(bucket)
+            graph.replay()
+        return mel[:num_rows, : num_tokens * self.flow.cfg.token_mel_ratio].clone()  # the pool is reused
+
+    def capture_all(self) -> None:
+        """Every bucket, largest first, so the shared pool is sized once and the smaller graphs reuse it."""
+        for rows in reversed(self.batch_buckets):
+            for width in reversed(self.token_buckets):
+                self._graph((rows, width))
+
+    def _fill(self, tokens, lengths, embedding, start_frames, rows: int, width: int) -> None:
+        """The batch into the static buffers; its padding rows are one token long, zero, at frame 0."""
+        num_rows, num_tokens = tokens.shape
+        self.tokens[:rows, :width].zero_()
+        self.tokens[:num_rows, :num_tokens].copy_(tokens)
+        self.lengths[:rows].fill_(1)
+        self.lengths[:num_rows].copy_(lengths)
+        self.embedding[:rows].zero_()
+        self.embedding[:num_rows].copy_(embedding)
+        self.start_frames[:rows].zero_()
+        self.start_frames[:num_rows].copy_(start_frames)
+
+    def _forward(self, rows: int, width: int) -> torch.Tensor:
+        return self.flow(self.tokens[:rows, :width], self.lengths[:rows], self.embedding[:rows],
+                         self.start_frames[:rows], self.num_steps, self.cfg_rate)
+
+    def _graph(self, bucket: tuple[int, int]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        if bucket not in self._graphs:
+            rows, width = bucket
+            self.tokens[:rows, :width].zero_()
+            self.lengths[:rows].fill_(width)
+            with torch.inference_mode():
+                [(graph, mel)] = capture_steps([lambda: self._forward(rows, width)], self._pool)
+            self._graphs[bucket] = (graph, mel)
+        return self._graphs[bucket]
+
+
+def try_capture(graphs: FlowGraphs) -> FlowGraphs | None:
+    """`graphs` with every bucket captured, or None (the flow then runs eagerly) when capture fails: a lane
+    that cannot graph its flow still serves, slower, and says why."""
+    try:
+        graphs.capture_all()
+        return graphs
+    except Exception as exc:  # a capture error must not take the lane down
+        log.warning("the flow's CUDA graphs could not be captured, it runs eagerly: %s", exc)
+        torch.cuda.synchronize()
+        return None

@@ -1,0 +1,55 @@
+"""CosyVoice 3's flow through its graph buffers: a batch padded into a bucket (more rows, more tokens) gives
+the mel of the windows alone, which is what lets one graph per bucket serve every batch; on CUDA the graph's
+replay equals the eager flow. Tiny random weights."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend_python.models.cosyvoice3.codec import CosyVoice3Codec
+from backend_python.models.cosyvoice3.codec_config import CosyVoice3CodecConfig
+from backend_python.models.cosyvoice3.flow_graphs import FlowGraphs
+
+torch.set_flush_denormal(True)
+ATOL = 1e-5  # float32 on the CPU: padding must not change a valid frame (observed exact to rounding)
+
+
+def make_codec(device: str = "cpu") -> CosyVoice3Codec:
+    return CosyVoice3Codec.from_config(CosyVoice3CodecConfig.tiny(), device=device, dtype=torch.float32, seed=0)
+
+
+def windows(device: str = "cpu"):
+    generator = torch.Generator().manual_seed(3)
+    return [(torch.randint(0, 6561, (n, 1), generator=generator).to(device), c) for n, c in ((6, 0), (13, 5), (10, 8))]
+
+
+def test_a_padded_bucket_gives_each_windows_own_mel():
+    codec = make_codec()
+    batch, conditions, starts = windows(), [torch.randn(192), None, torch.randn(192)], [0, 40, 7]
+    eager = codec.window_mels(batch, conditions, starts)
+    codec.flow_graphs = FlowGraphs(codec.flow, codec.condition_dim, codec.cfg.n_timesteps, codec.cfg.cfg_rate,
+                                   codec.device, batch_buckets=(4,), token_buckets=(16,), graphed=False)
+    assert codec.flow_graphs.bucket_for(3, 13) == (4, 16)  # one more row, three more tokens of padding
+    padded = codec.window_mels(batch, conditions, starts)
+    for a, b in zip(eager, padded):
+        assert a.shape == b.shape
+        torch.testing.assert_close(b, a, rtol=0, atol=ATOL)
+    assert codec.flow_graphs.bucket_for(5, 4) is None  # past the largest bucket: the plain flow
+
+
+def test_off_cuda_no_graphs_are_captured():
+    codec = make_codec()
+    assert codec.capture_graphs() is False and codec.flow_graphs is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_the_graphs_replay_the_eager_flow_on_cuda():
+    codec = make_codec("cuda")
+    batch, starts = windows("cuda"), [0, 40, 7]
+    eager = codec.window_mels(batch, None, starts)
+    assert codec.capture_graphs() is True
+    graphed = codec.window_mels(batch, None, starts)
+    for a, b in zip(eager, graphed):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
+    audio_eager = codec.decode_windows(batch, None, starts)  # HiFT stays eager: the same audio from the same mel
+    assert all(torch.isfinite(a).all() for a in audio_eager)
