@@ -333,8 +333,8 @@ class LMEngine:
     def _progress(self, progress: list[tuple[Sequence, Progress]]) -> None:
         """Cut and deliver the chunks that are ready; move spoken segments on; finish what is done."""
         self._deliver([(seq, chunk) for seq, p in progress
-                       for chunk in self._chunks.cut(seq, is_finished=p is not Progress.GOING, is_done=p is Progress.DONE,
-                                                     condition=self._condition(seq))])
+                       for chunk in self._chunks.cut(seq, is_finished=p is not Progress.GOING,
+                                                     is_done=p is Progress.DONE, condition=self._condition(seq))])
         for seq, p in progress:
             if p is Progress.SEGMENT_SPOKEN:
                 segments.end_segment(seq)

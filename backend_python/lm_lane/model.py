@@ -4,9 +4,10 @@
 once) and hands it to the engine thread; it returns None. The engine sends one
 response per chunk: `tokens` INT32 [context + new + lookahead frames, K], `context_frames`
 INT32 [1], `chunk_index` INT32 [1], `start_frame` INT32 [1] (the first new frame's index in the
-request), `is_last` BOOL [1], `lookahead_frames` INT32 [1] and `overlap_frames` INT32 [1] (only for a codec with
-lookahead: models/base.py CodecWindowing), `codec_condition` FP32 [D] for a codec with a condition — plus `audio` FP32 [n] and `sample_rate`
-INT32 [1] in timeshare mode, where the codec runs inline — then the final flag. A request that
+request), `is_last` BOOL [1]; `lookahead_frames` INT32 [1] and `overlap_frames` INT32 [1] only for
+a codec with lookahead (models/base.py CodecWindowing); `codec_condition` FP32 [D] for a codec with
+a condition — plus `audio` FP32 [n] and `sample_rate` INT32 [1] in timeshare mode, where the codec
+runs inline — then the final flag. A request that
 fails gets one response with only `error` BYTES [1] (its `Ended` in the wire form of
 protocol/wire.py), then the final flag.
 

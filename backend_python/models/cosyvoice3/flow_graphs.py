@@ -43,7 +43,8 @@ class FlowGraphs:
         self._pool = torch.cuda.graph_pool_handle() if self.graphed else None
 
     def bucket_for(self, num_rows: int, num_tokens: int) -> tuple[int, int] | None:
-        rows, tokens = smallest_at_least(self.batch_buckets, num_rows), smallest_at_least(self.token_buckets, num_tokens)
+        rows = smallest_at_least(self.batch_buckets, num_rows)
+        tokens = smallest_at_least(self.token_buckets, num_tokens)
         return None if rows is None or tokens is None else (rows, tokens)
 
     @torch.inference_mode()
