@@ -2,8 +2,9 @@
 
     python -m tools.family_check --model cosyvoice3-0.5b [--device cuda]
 
-Prints one JSON line: load seconds, the decode step's and the codec window's wall time (ms, after a warm-up),
-and the shapes, so a device run learns at once whether a family runs there before servers start.
+Prints one JSON line: load seconds, the decode step's and the codec window's wall time (ms, after a warm-up;
+`codec_ms` eager, `runner_ms` through the lane's runner with its graphs, on CUDA), and the shapes, so a device
+run learns at once whether a family runs there before servers start.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 
 import torch
 
+from backend_python.engine.codec_runner import CodecRunner, StreamChunk, decode_windowed
 from backend_python.models import registry
 from backend_python.models.base import DecodeBatch, SamplingParams
 
@@ -51,9 +53,18 @@ def check(model: str, device: str, dtype: str, steps: int) -> dict:
     codec.decode_windows(window, conditions)  # warm-up
     audio = []
     codec_ms = timed_ms(lambda: audio.extend(codec.decode_windows(window, conditions)), device)
+    runner_ms = None
+    if device == "cuda":  # the lane's runner: graphs where the codec has them (Codec.capture_graphs), eager else
+        runner = CodecRunner(codec)
+        runner.warm_up()
+        chunk = [StreamChunk("check", window[0][0], window[0][1], window[0][1], condition=None if conditions is None
+                             else conditions[0])]
+        decode_windowed(runner, chunk)  # warm-up
+        runner_ms = timed_ms(lambda: decode_windowed(runner, chunk), device)
     return {"model": model, "device": device, "load_s": round(load_s, 1), "prefill_ms": round(prefill_ms, 1),
             "step_ms_median": round(sorted(step_ms)[len(step_ms) // 2], 2), "frames_per_step": lm.frames_per_step,
             "codec_window_frames": codes.shape[0], "codec_ms": round(codec_ms, 1),
+            "runner_ms": None if runner_ms is None else round(runner_ms, 1),
             "audio_samples": int(audio[0].shape[0]), "audio_peak": round(float(audio[0].abs().max()), 3),
             "windowing": [windowing.left_context_frames, windowing.lookahead_frames, windowing.overlap_frames]}
 
