@@ -64,6 +64,13 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="frames in a stream's first chunk (default: the model family's plan, mostly 2)")
     parser.add_argument("--chunk-frames", type=int, default=defaults.chunk_frames,
                         help="frames in a full chunk (default: the model family's plan, mostly 10)")
+    parser.add_argument("--first-chunk-frames-idle", type=int, default=defaults.first_chunk_frames_idle,
+                        help="the first chunk of a request that starts alone (default: --first-chunk-frames)")
+    parser.add_argument("--first-chunk-frames-busy", type=int, default=defaults.first_chunk_frames_busy,
+                        help="the first chunk of a request that starts beside --busy-streams running ones "
+                             "(default: --first-chunk-frames)")
+    parser.add_argument("--busy-streams", type=int, default=defaults.busy_streams,
+                        help="running streams from which the LM counts as busy (default 16)")
     parser.add_argument("--chunk-growth", type=_chunk_growth, default=defaults.chunk_growth,
                         help="chunk sizes grow by this factor up to --chunk-frames (2, 4, 8, 10, …); 'none': no "
                              "ramp (default: the model family's plan, mostly 2)")
@@ -102,6 +109,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
                        max_slots=args.max_slots, max_queued=args.max_queued, first_chunk_frames=args.first_chunk_frames,
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
+                       first_chunk_frames_idle=args.first_chunk_frames_idle,
+                       first_chunk_frames_busy=args.first_chunk_frames_busy, busy_streams=args.busy_streams,
                        lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct, codec_steps=args.codec_steps,
                        admission=args.admission,

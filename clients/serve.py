@@ -52,6 +52,10 @@ class ServeConfig:
     first_chunk_frames: int | None = None
     chunk_frames: int | None = None
     chunk_growth: float | None | str = FROM_MODEL
+    # the first chunk from the LM's load when a request starts (scheduler/chunking.py): alone, beside busy_streams
+    first_chunk_frames_idle: int | None = None
+    first_chunk_frames_busy: int | None = None
+    busy_streams: int | None = None
     num_threads: int = _LANE.num_threads  # torch threads per model process (cpu)
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
     # MPS active-thread percentages: measured on an H200 with qwen3-tts-1.7b, a 60/40 split holds the SLO
@@ -159,7 +163,9 @@ class ServeConfig:
     def chunking(self) -> ChunkingConfig:
         """The chunk plan: the fields given, the model family's plan for the rest."""
         plan = chunk_plan(self.model)
-        given = {"first_chunk_frames": self.first_chunk_frames, "chunk_frames": self.chunk_frames}
+        given = {"first_chunk_frames": self.first_chunk_frames, "chunk_frames": self.chunk_frames,
+                 "first_chunk_frames_idle": self.first_chunk_frames_idle,
+                 "first_chunk_frames_busy": self.first_chunk_frames_busy, "busy_streams": self.busy_streams}
         given = {key: value for key, value in given.items() if value is not None}
         if self.chunk_growth != FROM_MODEL:
             given["chunk_growth"] = self.chunk_growth

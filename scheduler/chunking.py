@@ -7,6 +7,12 @@ chunk k holds min(chunk_frames, ceil(first * g**k)) frames: sizes ramp up (2,
 enough to cover generating and decoding the next one. When the request
 finishes, the frames left after the last complete chunk form one shorter final
 chunk.
+
+The first chunk's size may follow the LM's load when a request starts (`first_chunk_frames_for`): with
+`first_chunk_frames_idle`, a request that starts alone gets that many (smaller: its time to first audio is one
+LM step shorter); with `first_chunk_frames_busy`, one that starts beside `busy_streams` or more running streams
+gets that many (larger: fewer urgent first-chunk calls and codec windows while the lanes are busy). The rest of
+its ramp grows from there.
 """
 from __future__ import annotations
 
@@ -21,15 +27,29 @@ class ChunkingConfig:
     first_chunk_frames: int = 2  # small: cuts time to first audio
     chunk_frames: int = 10
     chunk_growth: float | None = 2.0  # sizes 2, 4, 8, 10, 10, …; None: straight to chunk_frames after chunk 0
+    first_chunk_frames_idle: int | None = None  # a request that starts alone (None: first_chunk_frames)
+    first_chunk_frames_busy: int | None = None  # one that starts beside busy_streams running ones (None: the same)
+    busy_streams: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("first_chunk_frames", "chunk_frames"):
+        for name in ("first_chunk_frames", "chunk_frames", "busy_streams", "first_chunk_frames_idle",
+                     "first_chunk_frames_busy"):
             value = getattr(self, name)
+            if value is None and name.endswith(("_idle", "_busy")):
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         growth = self.chunk_growth
         if growth is not None and not (isinstance(growth, (int, float)) and growth > 1.0):
             raise ValueError(f"chunk_growth must be > 1 (or None for no ramp), got {self.chunk_growth!r}")
+
+    def first_chunk_frames_for(self, num_running: int) -> int:
+        """The first chunk of a request that starts beside `num_running` running streams."""
+        if num_running == 0 and self.first_chunk_frames_idle is not None:
+            return self.first_chunk_frames_idle
+        if num_running >= self.busy_streams and self.first_chunk_frames_busy is not None:
+            return self.first_chunk_frames_busy
+        return self.first_chunk_frames
 
     def size(self, index: int) -> int:
         """Frames in complete chunk `index`."""

@@ -126,6 +126,9 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "first_chunk_frames": int,
     "chunk_frames": int,
     "chunk_growth": _optional_float,
+    "first_chunk_frames_idle": lambda value: None if _optional_float(value) is None else int(value),
+    "first_chunk_frames_busy": lambda value: None if _optional_float(value) is None else int(value),
+    "busy_streams": int,
 }
 
 

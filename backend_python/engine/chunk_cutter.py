@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import torch
 
+import dataclasses
+
 from backend_python.engine.sequence import Chunk, Sequence
 from backend_python.models.base import CodecWindowing
-from scheduler import ChunkPlan
+from scheduler import ChunkingConfig, ChunkPlan
 
 
 class ChunkCutter:
-    def __init__(self, plan: ChunkPlan, windowing: CodecWindowing | int) -> None:
+    def __init__(self, chunking: ChunkingConfig | ChunkPlan, windowing: CodecWindowing | int) -> None:
         if isinstance(windowing, int):
             windowing = CodecWindowing(windowing)
-        self._plan, self._left = plan, windowing.left_context_frames
+        self._chunking = chunking if isinstance(chunking, ChunkingConfig) else None
+        self._plans = {} if self._chunking is not None else None
+        self._plan, self._left = (chunking if isinstance(chunking, ChunkPlan) else ChunkPlan(chunking),
+                                  windowing.left_context_frames)
         self._ahead, self._overlap = windowing.lookahead_frames, windowing.overlap_frames
 
     def cut(self, seq: Sequence, is_finished: bool, is_done: bool,
@@ -35,10 +40,10 @@ class ChunkCutter:
         chunk is marked last). `condition`: the stream's codec condition, carried by each chunk."""
         chunks, (first_frame, first_chunk) = [], seq.segment.chunks_from
         num_frames = seq.num_frames - first_frame
-        next_index = seq.num_chunks - first_chunk
+        next_index, plan = seq.num_chunks - first_chunk, self._plan_for(seq)
         usable = (num_frames if is_finished  # else only chunks whose lookahead exists
-                  else max(num_frames - self._ahead, min(num_frames, self._plan.start(next_index))))
-        for span in self._plan.ready_chunks(usable, next_index, is_finished):
+                  else max(num_frames - self._ahead, min(num_frames, plan.start(next_index))))
+        for span in plan.ready_chunks(usable, next_index, is_finished):
             start, end = span.start + first_frame, span.end + first_frame
             tokens, context = self.window(seq, start, end)
             lookahead = tokens.shape[0] - context - (end - start)
@@ -47,6 +52,15 @@ class ChunkCutter:
                                 overlap_frames=min(self._overlap, lookahead), condition=condition))
             seq.num_chunks = first_chunk + span.index + 1
         return chunks
+
+    def _plan_for(self, seq: Sequence) -> ChunkPlan:
+        """The request's plan: the engine's, or the same with the first chunk chosen for it at admission."""
+        first = seq.first_chunk_frames
+        if first is None or self._chunking is None or first == self._chunking.first_chunk_frames:
+            return self._plan
+        if first not in self._plans:
+            self._plans[first] = ChunkPlan(dataclasses.replace(self._chunking, first_chunk_frames=first))
+        return self._plans[first]
 
     def window(self, seq: Sequence, start: int, end: int) -> tuple[torch.Tensor, int]:
         """Frames [start, end) after their left context and before up to `lookahead_frames` of the frames after

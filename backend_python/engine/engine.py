@@ -36,7 +36,7 @@ from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
 from backend_python.models.base import Codec, CodecWindowing, DecodeBatch, SpeechLM
-from scheduler import AdmissionState, ChunkPlan, StreamStatus, WaitingRequest, make_admission_policy
+from scheduler import AdmissionState, StreamStatus, WaitingRequest, make_admission_policy
 
 log = logging.getLogger("voxlane.engine")
 
@@ -69,7 +69,7 @@ class LMEngine:
         self._taken: dict[str, int] = {}  # flow updates not yet applied, by request id
         self._text = TextPieces()  # streaming-text pieces not yet applied
         self._cancel_lock = threading.Lock()
-        self._chunks = ChunkCutter(ChunkPlan(config.scheduler.chunking), CodecWindowing(
+        self._chunks = ChunkCutter(config.scheduler.chunking, CodecWindowing(
             config.codec_left_context_frames, config.codec_lookahead_frames, config.codec_overlap_frames))
         model.allocate_slots(config.max_slots, config.max_seq_len)
         self._thread = threading.Thread(target=self._loop, name="voxlane-lm-engine", daemon=True)
@@ -199,6 +199,9 @@ class LMEngine:
                 self._fail_prefill(seq, exc)
                 continue
             ready.append(seq)
+        chunking = self.config.scheduler.chunking
+        for beside, seq in enumerate(ready, start=len(self._running)):  # the first chunk's size from the load
+            seq.first_chunk_frames = chunking.first_chunk_frames_for(beside)
         if ready:
             self._prefill(ready)
 

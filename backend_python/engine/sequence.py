@@ -85,6 +85,7 @@ class Sequence:
     segment: SegmentCursor = field(default_factory=SegmentCursor)  # only a segmented text moves it on
     codec_prefix: torch.Tensor | None = None  # [T, K] int64, cpu: frames before frame 0, the codec's left context
     # for the first chunks (an in-context clone's reference codes: SpeechLM.codec_prefix)
+    first_chunk_frames: int | None = None  # its chunk plan's first chunk, chosen from the load when admitted
     codec_condition: torch.Tensor | None = None  # [D] float32, cpu: its codec's condition (SpeechLM.codec_condition)
 
     @property

@@ -208,3 +208,22 @@ def test_an_eager_codec_on_cuda_turns_cudnn_benchmark_off(monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
     CodecRunner(codec)
     assert torch.backends.cudnn.benchmark is True  # not on the CPU: nothing to decide there
+
+
+def test_the_first_chunk_follows_the_load_when_the_request_starts(lm):
+    """Alone: the idle size; beside `busy_streams` running streams: the busy size; the ramp grows from it."""
+    from scheduler import ChunkingConfig, SchedulerConfig, AdmissionPolicyName
+    chunking = ChunkingConfig(first_chunk_frames=2, chunk_frames=6, chunk_growth=2.0, first_chunk_frames_idle=1,
+                              first_chunk_frames_busy=4, busy_streams=2)
+    engine = make_engine(lm, scheduler=SchedulerConfig(chunking=chunking,
+                                                        admission_policy=AdmissionPolicyName.PREFILL_FIRST))
+    pairs = [make_seq(lm, f"Request {i}.", frames=12, seed=i) for i in range(3)]
+    engine.add(pairs[0][0])  # alone
+    engine._collect(0)
+    engine.step()
+    engine.add(pairs[1][0])  # beside one running stream
+    engine.add(pairs[2][0])  # beside two (admitted in the same round)
+    run_until_done(engine, [sink for _, sink in pairs])
+    sizes = [[c.num_new_frames for c in sink.chunks] for _, sink in pairs]
+    assert sizes == [[1, 2, 4, 5], [2, 4, 6], [4, 6, 2]]
+    assert ChunkingConfig().first_chunk_frames_for(0) == 2  # off by default: one first size whatever the load
