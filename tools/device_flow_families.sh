@@ -5,11 +5,14 @@
 # one codec window); (2) every family's servers in all four modes started together under one MPS daemon,
 # then measured one at a time (tools/figures.py): `voxlane` and `timeshare` bracketed for their SLO
 # capacity, `partition` and `colocate` at one rate; (3) the codec lane's cost per chunk at each SM share
-# (`voxlane microbench`, codec table only). MODELS, the rates and the time limits are environment settings.
+# (`voxlane microbench`, codec table only, a window of the family's steady chunk). MODELS, the rates, the
+# time limits and PARTS (which of check, figures, micro to run) are environment settings.
 source tools/device_env.sh "$@" || exit 1
 models=${MODELS:-"cosyvoice3-0.5b flashtts-0.5b"}
 state=${STATE:-/tmp/voxlane-families}
 export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-2}
+parts=" ${PARTS:-check figures micro} "
+if [[ $parts == *" check "* ]]; then
 timeout ${CHECK_S:-75} python3 -m pytest -q -p no:cacheprovider -rs tests/unit/test_cosyvoice3_lm.py \
   tests/unit/test_flashtts_lm.py tests/unit/test_cosyvoice3_flow_graphs.py -k "cuda or graph" > "$out/cuda-tests.txt" 2>&1 &  # graph replay == eager, on CUDA
 for model in $models; do  # both at once: a minute, not two
@@ -17,6 +20,8 @@ for model in $models; do  # both at once: a minute, not two
 done
 wait
 cat "$out"/check-*.json; tail -n 3 "$out"/check-*.err; tail -n 4 "$out/cuda-tests.txt"
+fi
+if [[ $parts == *" figures "* ]]; then
 jobs= one=
 for model in $models; do  # the capacities first; `partition` and `colocate` at one rate each, last
   rates=$(echo ${RATES:-"cosyvoice3-0.5b=8/24,4/12 flashtts-0.5b=16/40,8/24"} | tr ' ' '\n' | grep "^$model=" | cut -d= -f2)
@@ -33,9 +38,12 @@ grep -E '^\{"label|Error|Traceback' "$state/figures.log" | cut -c1-500 | tail -3
 tar czf "$out/families.tgz" -C "$state" --exclude=mps --exclude=logs . 2>/dev/null
 for f in "$state"/logs/*.log; do tail -c 20000 "$f" > "$out/tail-$(basename "$f")"; done 2>/dev/null
 tar czf "$out/logs.tgz" -C "$out" $(cd "$out" && ls tail-*.log 2>/dev/null) && rm -f "$out"/tail-*.log
-for model in $models; do
+fi
+[[ $parts == *" micro "* ]] && for model in $models; do
+  frames=$(echo ${CODEC_FRAMES:-"cosyvoice3-0.5b=25 flashtts-0.5b=18"} | tr ' ' '\n' | grep "^$model=" | cut -d= -f2)
   timeout ${MICRO_S:-75} python3 -m clients.cli microbench --model "$model" --lm-pcts --splits \
-    --codec-pcts ${CODEC_PCTS:-100 40 15} --codec-batch-sizes 1 16 --out "$out/microbench-$model.json" \
+    --codec-pcts ${CODEC_PCTS:-100 40 15} --codec-batch-sizes 1 16 ${frames:+--codec-frames $frames} \
+    --out "$out/microbench-$model.json" \
     > "$out/microbench-$model.md" 2> "$out/microbench-$model.err"
   cat "$out/microbench-$model.md"; tail -3 "$out/microbench-$model.err"
 done

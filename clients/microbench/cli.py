@@ -28,6 +28,7 @@ class MicrobenchConfig:
     codec_pcts: tuple[int, ...] = (100, 50, 25)
     lm_batch_sizes: tuple[int, ...] = (1, 8, 16, 32, 64)
     codec_batch_sizes: tuple[int, ...] = (1, 4, 8, 16, 32)
+    codec_frames: int | None = None  # new frames per codec window; None: the codec worker's default (10)
     splits: tuple[tuple[int, int], ...] = ((75, 25), (60, 40))  # (LM %, codec %)
     seconds: float = 6.0
     timeout_s: float = 300.0
@@ -38,6 +39,8 @@ class MicrobenchConfig:
             raise ValueError(f"MPS percentages must be in [1, 100], got {pcts}")
         if min(self.lm_batch_sizes + self.codec_batch_sizes) < 1 or self.seconds <= 0:
             raise ValueError("batch sizes must be >= 1 and --seconds > 0")
+        if self.codec_frames is not None and self.codec_frames < 1:
+            raise ValueError(f"--codec-frames must be >= 1, got {self.codec_frames}")
 
 
 def parse_split(value: str) -> tuple[int, int]:
@@ -58,6 +61,8 @@ def add_command(subparsers) -> None:
                         help="MPS shares for the codec table (none: skip it)")
     parser.add_argument("--lm-batch-sizes", nargs="+", type=int, default=list(defaults.lm_batch_sizes))
     parser.add_argument("--codec-batch-sizes", nargs="+", type=int, default=list(defaults.codec_batch_sizes))
+    parser.add_argument("--codec-frames", type=int, default=None,
+                        help="new frames per codec window (a family's chunk, e.g. 25 for CosyVoice 3; default 10)")
     parser.add_argument("--splits", nargs="*", type=parse_split, default=list(defaults.splits),
                         metavar="LM:CODEC", help="MPS splits for the side-by-side run (none: skip it)")
     parser.add_argument("--seconds", type=float, default=defaults.seconds, help="timed seconds per overlap run")
@@ -68,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     config = MicrobenchConfig(model=args.model, lm_pcts=tuple(args.lm_pcts), codec_pcts=tuple(args.codec_pcts),
                               lm_batch_sizes=tuple(args.lm_batch_sizes),
                               codec_batch_sizes=tuple(args.codec_batch_sizes), splits=tuple(args.splits),
+                              codec_frames=args.codec_frames,
                               seconds=args.seconds)
     with tempfile.TemporaryDirectory(prefix="voxlane-microbench-") as tmp:
         daemon = MpsDaemon(Path(tmp))
@@ -92,7 +98,8 @@ class Microbench:
         for pct in cfg.lm_pcts:
             rows += self._worker("lm", pct, "--batch-sizes", *cfg.lm_batch_sizes)
         for pct in cfg.codec_pcts:
-            rows += self._worker("codec", pct, "--batch-sizes", *cfg.codec_batch_sizes)
+            frames = () if cfg.codec_frames is None else ("--frames", cfg.codec_frames)
+            rows += self._worker("codec", pct, *frames, "--batch-sizes", *cfg.codec_batch_sizes)
         if cfg.splits:
             rows += self._worker("overlap", 100, "--role", "timeshare", *self._overlap_flags())
         for lm_pct, codec_pct in cfg.splits:

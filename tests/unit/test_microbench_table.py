@@ -41,3 +41,19 @@ def test_percentages_are_checked():
 
 def test_only_worker_json_lines_are_kept():
     assert json_lines('# header\n{"bench": "lm", "batch": 1}\nnoise {"x": 1}\n') == [{"bench": "lm", "batch": 1}]
+
+
+def test_codec_frames_reach_the_codec_worker(monkeypatch, tmp_path):
+    from clients.microbench import cli
+
+    commands = []
+    monkeypatch.setattr(cli.Microbench, "_worker", lambda self, worker, pct, *flags: commands.append(
+        (worker, pct, flags)) or [])
+    config = MicrobenchConfig(lm_pcts=(), codec_pcts=(40,), codec_batch_sizes=(1, 16), splits=(), codec_frames=25)
+    cli.Microbench(config, {}, tmp_path).run_all()
+    assert commands == [("codec", 40, ("--frames", 25, "--batch-sizes", 1, 16))]
+    cli.Microbench(MicrobenchConfig(lm_pcts=(), codec_pcts=(15,), codec_batch_sizes=(1,), splits=()), {},
+                   tmp_path).run_all()
+    assert commands[-1] == ("codec", 15, ("--batch-sizes", 1))  # no --frames: the worker's own default
+    with pytest.raises(ValueError, match="--codec-frames"):
+        MicrobenchConfig(codec_frames=0)
