@@ -76,9 +76,11 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                              "ramp (default: the model family's plan, mostly 2)")
     parser.add_argument("--partition", choices=("mps", "none"), default=defaults.partition,
                         help="SM partition of the lanes on cuda (default: mps on cuda)")
-    parser.add_argument("--lm-sm-pct", type=int, default=defaults.lm_sm_pct, help="MPS active-thread %% of the LM lane")
-    parser.add_argument("--codec-sm-pct", type=int, default=defaults.codec_sm_pct,
-                        help="MPS active-thread %% of the background codec lane (~32 of 132 SMs)")
+    parser.add_argument("--lm-sm-pct", type=int, default=None,
+                        help="MPS active-thread %% of the LM lane (default: the model family's, mostly 60)")
+    parser.add_argument("--codec-sm-pct", type=int, default=None,
+                        help="MPS active-thread %% of the background codec lane (default: the model family's, "
+                             "mostly 40; CosyVoice 3: 60)")
     parser.add_argument("--codec-steps", type=int, default=defaults.codec_steps,
                         help="a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps; "
                              "FlashTTS: 1 or 2); 0: the model's own")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend_python.engine.config import EngineConfig
-from backend_python.models.chunk_plans import chunk_plan
+from backend_python.models.chunk_plans import chunk_plan, sm_shares
 from backend_python.triton.params import LaneSettings
 from backend_python.triton.reference_inputs import ReferenceLimits
 from backend_python.triton.request_inputs import RequestLimits
@@ -60,8 +60,9 @@ class ServeConfig:
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
     # MPS active-thread percentages: measured on an H200 with qwen3-tts-1.7b, a 60/40 split holds the SLO
     # for 90 % of requests at 34 req/s where 75/25 holds it for 82 % (BENCHMARKS.md, "Engine work")
-    lm_sm_pct: int = 60  # of the LM lane
-    codec_sm_pct: int = 40  # of the background codec lane: ~53 of an H200's 132 SMs
+    # None: the model family's (models/chunk_plans.py: CosyVoice 3 40/60, its codec being the heavy part)
+    lm_sm_pct: int | None = None  # of the LM lane
+    codec_sm_pct: int | None = None  # of the background codec lane: 40 is ~53 of an H200's 132 SMs
     # of the voice encoder lane: it runs once per cloning request, before its LM prefill, beside the other lanes
     encoder_sm_pct: int = 25
     # a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps, 10 by default; FlashTTS:
@@ -92,6 +93,11 @@ class ServeConfig:
             raise ValueError(f"--partition must be mps or none, got {self.partition!r}")
         if self.device == "cpu" and self.partition == "mps":
             raise ValueError("--partition mps needs --device cuda (MPS partitions GPU SMs)")
+        lm_share, codec_share = sm_shares(self.model)
+        if self.lm_sm_pct is None:
+            object.__setattr__(self, "lm_sm_pct", lm_share)
+        if self.codec_sm_pct is None:
+            object.__setattr__(self, "codec_sm_pct", codec_share)
         for name in ("lm_sm_pct", "codec_sm_pct", "encoder_sm_pct"):
             if not 1 <= getattr(self, name) <= 100:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [1, 100], got {getattr(self, name)}")

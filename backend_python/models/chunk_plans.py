@@ -6,9 +6,13 @@ codec pays for every window with its left context and lookahead, and some decode
 - FlashTTS: chunks of 18 tokens from the start (no ramp); with the codec's 6 tokens of lookahead the first
   leaves once 24 tokens exist, then one every 18, as FlashTTS streams. Its DiT attends in blocks of 6 tokens,
   so chunks that start and end on that grid match a full decode best (tests/unit/test_flashtts.py).
-- CosyVoice 3: the default ramp up to 25 tokens (2, 4, 8, 16, 25), CosyVoice's own token hop: a window holds
+- CosyVoice 3: a ramp from 4 up to 25 tokens (4, 8, 16, 25), CosyVoice's own token hop: a window holds
   32 tokens of context and 4 of lookahead around its new ones, so a 25-token chunk costs 2.4x its frames
   where a 10-token one costs 4.6x.
+A family can also take its own MPS split of the SMs between the LM lane and the background codec lane
+(`sm_shares`; most take 60/40, measured with Qwen3-TTS 1.7B): CosyVoice 3's LM steps in 2 ms and needs 25 tokens
+a second per stream, while its codec runs a 22-layer DiT 10 times (twice over, for the guidance) per window,
+so its codec lane takes the larger share.
 A model is named by a preset or a checkpoint directory; a directory's family comes from its config.json's
 `model_type`.
 """
@@ -21,8 +25,12 @@ from scheduler import ChunkingConfig
 
 PLANS = {
     "flashtts": {"first_chunk_frames": 18, "chunk_frames": 18, "chunk_growth": None},
-    "cosyvoice3": {"chunk_frames": 25},
+    # 4, 8, 16, 25: a window costs about the same from 12 tokens to 61 (BENCHMARKS.md, "Flow-matching
+    # families"), so a 2-token first chunk buys 4 ms of time to first audio for a call that plays 80 ms
+    "cosyvoice3": {"first_chunk_frames": 4, "chunk_frames": 25},
 }
+DEFAULT_SM_SHARES = (60, 40)  # (LM lane %, background codec lane %)
+SM_SHARES = {"cosyvoice3": (40, 60)}
 
 
 def family_of_model(model: str) -> str | None:
@@ -41,3 +49,8 @@ def family_of_model(model: str) -> str | None:
 def chunk_plan(model: str) -> ChunkingConfig:
     """The model's family's chunk plan, else the engine's default."""
     return ChunkingConfig(**PLANS.get(family_of_model(model) or "", {}))
+
+
+def sm_shares(model: str) -> tuple[int, int]:
+    """The model's family's MPS shares (LM lane %, background codec lane %), else the default 60/40."""
+    return SM_SHARES.get(family_of_model(model) or "", DEFAULT_SM_SHARES)

@@ -131,8 +131,9 @@ def test_a_model_family_brings_its_chunk_plan_and_given_fields_override_it(tmp_p
     flash = ServeConfig(model="flashtts-0.5b")
     assert flash.chunking() == ChunkingConfig(first_chunk_frames=18, chunk_frames=18, chunk_growth=None)
     assert ServeConfig(model="flashtts-tiny", first_chunk_frames=6).chunking().first_chunk_frames == 6
+    assert ServeConfig(model="cosyvoice3-tiny").chunking() == ChunkingConfig(first_chunk_frames=4, chunk_frames=25)
     assert ServeConfig(model="cosyvoice3-tiny", chunk_growth=None).chunking() == ChunkingConfig(
-        first_chunk_frames=2, chunk_frames=25, chunk_growth=None)
+        first_chunk_frames=4, chunk_frames=25, chunk_growth=None)
     checkpoint = tmp_path / "my-flashtts"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text('{"model_type": "flashtts"}')
@@ -153,3 +154,16 @@ def test_codec_steps_reach_the_lanes_and_a_codec_without_flow_steps_refuses_them
         registry.load_codec(registry.resolve("qwen3-tts-tiny"), "cpu", "float32", steps=2)
     with pytest.raises(ValueError, match="codec_steps"):
         LaneSettings(codec_steps=-1)
+
+
+def test_a_model_family_brings_its_sm_shares_and_given_ones_override_them(tmp_path):
+    assert (ServeConfig().lm_sm_pct, ServeConfig().codec_sm_pct) == (60, 40)  # Qwen3-TTS
+    cosy = ServeConfig(model="cosyvoice3-0.5b", device="cuda")
+    assert (cosy.lm_sm_pct, cosy.codec_sm_pct) == (40, 60)  # its codec is the heavy part
+    assert (cosy.sm_percentage("speechlm_lm"), cosy.sm_percentage("codec"), cosy.sm_percentage("codec_urgent")) == \
+        (40, 60, 100)
+    given = ServeConfig(model="cosyvoice3-tiny", codec_sm_pct=30)
+    assert (given.lm_sm_pct, given.codec_sm_pct) == (40, 30)  # a field given is kept, the other is the family's
+    assert ServeConfig(model="flashtts-0.5b").codec_sm_pct == 40
+    with pytest.raises(ValueError, match="--lm-sm-pct must be in"):
+        ServeConfig(model="cosyvoice3-tiny", lm_sm_pct=0)

@@ -100,10 +100,15 @@ class CosyVoice3Codec(Codec):
                        start_frames: list[int] | None = None) -> list[torch.Tensor]:
         """As `Codec.decode_windows`; `start_frames[i]`: the stream index of window i's first new frame
         (None: each window's first frame is stream frame 0). Returns [(T_i - c_i) * 960] float32 each."""
+        spf = self.samples_per_frame
+        if self.flow_graphs is not None:  # the flow and HiFT in one graph of the batch's bucket
+            audio = self.flow_graphs.run_audio(*self.flow_inputs(windows, conditions, start_frames))
+            if audio is not None:
+                return [audio[row, context * spf:codes.shape[0] * spf]
+                        for row, (codes, context) in enumerate(windows)]
         mels = self.window_mels(windows, conditions, start_frames)
         firsts = self.first_frames(windows, start_frames)
         audio = self.vocode(mels, [f * self.cfg.flow.token_mel_ratio for f in firsts])
-        spf = self.samples_per_frame
         return [a[context * spf:] for a, (_, context) in zip(audio, windows)]
 
     @torch.inference_mode()
@@ -111,6 +116,18 @@ class CosyVoice3Codec(Codec):
                     conditions: list[torch.Tensor | None] | None = None,
                     start_frames: list[int] | None = None) -> list[torch.Tensor]:
         """Each whole window's mel (context included): [T_i * token_mel_ratio, 80] in the flow's dtype."""
+        tokens, lengths, embedding, firsts = self.flow_inputs(windows, conditions, start_frames)
+        if self.flow_graphs is not None:
+            mel = self.flow_graphs.run(tokens, lengths, embedding, firsts)
+        else:
+            mel = self.flow(tokens, lengths, embedding, firsts, self.cfg.n_timesteps, self.cfg.cfg_rate)
+        ratio = self.cfg.flow.token_mel_ratio
+        return [mel[row, : codes.shape[0] * ratio] for row, (codes, _) in enumerate(windows)]
+
+    def flow_inputs(self, windows: list[tuple[torch.Tensor, int]], conditions: list[torch.Tensor | None] | None,
+                    start_frames: list[int] | None) -> tuple[torch.Tensor, ...]:
+        """The windows checked, as the flow takes them: tokens [B, max T] right-padded, lengths [B], speaker
+        embeddings [B, 192] and each window's first stream frame [B], on the codec's device."""
         self.check_conditions(windows, conditions)
         for codes, context in windows:
             self.check_codes(codes[None])
@@ -118,15 +135,9 @@ class CosyVoice3Codec(Codec):
                 raise ValueError(f"a window of {codes.shape[0]} frames cannot have {context} context frames")
         device = self.device
         lengths = torch.tensor([codes.shape[0] for codes, _ in windows], device=device)
-        tokens = self.pad_windows(windows)[..., 0].to(device)  # [B, max T] right-padded
+        tokens = self.pad_windows(windows)[..., 0].to(device)
         firsts = torch.tensor(self.first_frames(windows, start_frames), device=device)
-        embedding = self.stack_conditions(conditions, len(windows))
-        if self.flow_graphs is not None:
-            mel = self.flow_graphs.run(tokens, lengths, embedding, firsts)
-        else:
-            mel = self.flow(tokens, lengths, embedding, firsts, self.cfg.n_timesteps, self.cfg.cfg_rate)
-        ratio = self.cfg.flow.token_mel_ratio
-        return [mel[row, : codes.shape[0] * ratio] for row, (codes, _) in enumerate(windows)]
+        return tokens, lengths, self.stack_conditions(conditions, len(windows)), firsts
 
     @staticmethod
     def first_frames(windows: list[tuple[torch.Tensor, int]], start_frames: list[int] | None) -> list[int]:
@@ -158,11 +169,12 @@ class CosyVoice3Codec(Codec):
         return out
 
     def capture_graphs(self) -> bool:
-        """The flow's steps in CUDA graphs per (windows, tokens) bucket (flow_graphs.py); HiFT stays eager. A
-        capture that fails leaves the flow eager (and says so in the log)."""
+        """The flow's steps and HiFT in one CUDA graph per (windows, tokens) bucket (flow_graphs.py). A capture
+        that fails leaves the codec eager (and says so in the log)."""
         if self.device.type != "cuda":
             return False
-        graphs = FlowGraphs(self.flow, self.condition_dim, self.cfg.n_timesteps, self.cfg.cfg_rate, self.device)
+        graphs = FlowGraphs(self.flow, self.condition_dim, self.cfg.n_timesteps, self.cfg.cfg_rate, self.device,
+                            vocoder=self.hift)
         self.flow_graphs = try_capture(graphs)
         return self.flow_graphs is not None
 

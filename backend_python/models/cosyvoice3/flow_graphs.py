@@ -7,6 +7,11 @@ is exact (the DiT never attends to padding, the pre-lookahead conv reads zeros p
 B windows of at most T tokens runs in the graph of the smallest bucket (b >= B, t >= T): rows B..b are padding
 rows of one token, tokens T..t are padding. Shapes past the largest bucket, and every shape on the CPU, run
 eagerly through the same padded buffers.
+
+Given the vocoder (HiFT), a bucket's graph runs it too, on the padded mel with every frame past a row's length
+zeroed: HiFT reads 4 mel frames ahead through zero padding and is causal after them, so a row's audio is its
+own but for its last ~hop samples (the source STFT's centring), which lie in the window's lookahead. Eagerly,
+HiFT costs ~1,000 small launches per call and one call per distinct window length in the batch.
 """
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ from ..graph_capture import capture_steps
 log = logging.getLogger("voxlane.codec")
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16)
-# window lengths of CosyVoice 3's chunk plan (2, 4, 8, 16, 25 tokens) with 32 of context and 4 of lookahead:
-# 6, 10, 18, 32, 61, then 61 for every later chunk
+# window lengths of CosyVoice 3's chunk plan (4, 8, 16, 25 tokens) with up to 32 of context and 4 of lookahead:
+# 8, 16, 32, 57, then 61 for every later chunk
 TOKEN_BUCKETS = (8, 16, 32, 48, 64)
 
 
@@ -30,8 +35,8 @@ class FlowGraphs:
 
     def __init__(self, flow, condition_dim: int, num_steps: int, cfg_rate: float, device: torch.device,
                  batch_buckets: tuple[int, ...] = BATCH_BUCKETS, token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
-                 graphed: bool | None = None) -> None:
-        self.flow, self.num_steps, self.cfg_rate = flow, num_steps, cfg_rate
+                 graphed: bool | None = None, vocoder=None) -> None:
+        self.flow, self.num_steps, self.cfg_rate, self.vocoder = flow, num_steps, cfg_rate, vocoder
         self.batch_buckets, self.token_buckets = tuple(sorted(batch_buckets)), tuple(sorted(token_buckets))
         rows, tokens = self.batch_buckets[-1], self.token_buckets[-1]
         self.tokens = torch.zeros(rows, tokens, dtype=torch.long, device=device)
@@ -39,7 +44,8 @@ class FlowGraphs:
         self.embedding = torch.zeros(rows, condition_dim, dtype=torch.float32, device=device)
         self.start_frames = torch.zeros(rows, dtype=torch.long, device=device)
         self.graphed = device.type == "cuda" if graphed is None else graphed
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        # per bucket: the graph, and its outputs (mel, audio or None) in the pool
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor | None]]] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.graphed else None
 
     def bucket_for(self, num_rows: int, num_tokens: int) -> tuple[int, int] | None:
@@ -57,14 +63,30 @@ class FlowGraphs:
         bucket = self.bucket_for(num_rows, num_tokens)
         if bucket is None:
             return self.flow(tokens, lengths, embedding, start_frames, self.num_steps, self.cfg_rate)
+        mel, _ = self._run_bucket(bucket, tokens, lengths, embedding, start_frames)
+        return mel[:num_rows, : num_tokens * self.flow.cfg.token_mel_ratio].clone()  # the pool is reused
+
+    @torch.inference_mode()
+    def run_audio(self, tokens: torch.Tensor, lengths: torch.Tensor, embedding: torch.Tensor,
+                  start_frames: torch.Tensor) -> torch.Tensor | None:
+        """The flow and the vocoder in one bucket: as `run`, -> audio [B, T * ratio * hop] float32 (a fresh
+        tensor; row i valid up to lengths[i] tokens), or None without a vocoder or past the largest bucket."""
+        num_rows, num_tokens = tokens.shape
+        bucket = self.bucket_for(num_rows, num_tokens)
+        if self.vocoder is None or bucket is None:
+            return None
+        _, audio = self._run_bucket(bucket, tokens, lengths, embedding, start_frames)
+        samples = num_tokens * self.flow.cfg.token_mel_ratio * self.vocoder.cfg.samples_per_mel_frame
+        return audio[:num_rows, :samples].clone()
+
+    def _run_bucket(self, bucket: tuple[int, int], tokens, lengths, embedding, start_frames):
         rows, width = bucket
         self._fill(tokens, lengths, embedding, start_frames, rows, width)
         if not self.graphed:
-            mel = self._forward(rows, width)
-        else:
-            graph, mel = self._graph(bucket)
-            graph.replay()
-        return mel[:num_rows, : num_tokens * self.flow.cfg.token_mel_ratio].clone()  # the pool is reused
+            return self._forward(rows, width)
+        graph, outputs = self._graph(bucket)
+        graph.replay()
+        return outputs
 
     def capture_all(self) -> None:
         """Every bucket, largest first, so the shared pool is sized once and the smaller graphs reuse it."""
@@ -84,9 +106,17 @@ class FlowGraphs:
         self.start_frames[:rows].zero_()
         self.start_frames[:num_rows].copy_(start_frames)
 
-    def _forward(self, rows: int, width: int) -> torch.Tensor:
-        return self.flow(self.tokens[:rows, :width], self.lengths[:rows], self.embedding[:rows],
-                         self.start_frames[:rows], self.num_steps, self.cfg_rate)
+    def _forward(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The bucket's mel [rows, width * ratio, mel] and, with a vocoder, its audio [rows, samples]."""
+        mel = self.flow(self.tokens[:rows, :width], self.lengths[:rows], self.embedding[:rows],
+                        self.start_frames[:rows], self.num_steps, self.cfg_rate)
+        if self.vocoder is None:
+            return mel, None
+        ratio = self.flow.cfg.token_mel_ratio
+        frames = torch.arange(width * ratio, device=mel.device)
+        valid = frames[None, :] < self.lengths[:rows, None] * ratio  # zeros past each row, as eager padding
+        audio = self.vocoder(mel.masked_fill(~valid[..., None], 0).transpose(1, 2), self.start_frames[:rows] * ratio)
+        return mel, audio
 
     def _graph(self, bucket: tuple[int, int]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         if bucket not in self._graphs:
@@ -94,8 +124,8 @@ class FlowGraphs:
             self.tokens[:rows, :width].zero_()
             self.lengths[:rows].fill_(width)
             with torch.inference_mode():
-                [(graph, mel)] = capture_steps([lambda: self._forward(rows, width)], self._pool)
-            self._graphs[bucket] = (graph, mel)
+                [(graph, outputs)] = capture_steps([lambda: self._forward(rows, width)], self._pool)
+            self._graphs[bucket] = (graph, outputs)
         return self._graphs[bucket]
 
 

@@ -269,7 +269,21 @@ class HiFTGenerator(nn.Module):
         n_fft, hop = self.cfg.istft_n_fft, self.cfg.istft_hop_len
         magnitude = magnitude.float().clamp(max=1e2)
         spec = torch.polar(magnitude, phase.float())
-        return torch.istft(spec, n_fft, hop, n_fft, window=self.stft_window.float())
+        return istft(spec, n_fft, hop, self.stft_window.float())
+
+
+def istft(spec: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor) -> torch.Tensor:
+    """`torch.istft(spec, n_fft, hop, n_fft, window)` (centred, one-sided) without its host-side check of the
+    window envelope (a device-to-host sync, which a CUDA graph cannot capture): spec [B, n_fft / 2 + 1, N]
+    complex -> [B, (N - 1) * hop] float. The envelope of a Hann window at hop <= n_fft / 2 has no zero."""
+    frames = torch.fft.irfft(spec, n=n_fft, dim=1) * window[None, :, None]  # [B, n_fft, N]
+    length = (spec.shape[-1] - 1) * hop + n_fft
+    fold = dict(output_size=(1, length), kernel_size=(1, n_fft), stride=(1, hop))
+    signal = F.fold(frames, **fold)[:, 0, 0]  # overlap-add: [B, length]
+    squares = (window ** 2)[None, :, None].expand(1, n_fft, spec.shape[-1])
+    envelope = F.fold(squares, **fold)[:, 0, 0]
+    half = n_fft // 2
+    return signal[:, half:length - half] / envelope[:, half:length - half]
 
 
 def fold_weight_norm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
