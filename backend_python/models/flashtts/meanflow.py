@@ -120,7 +120,7 @@ class BlockAttention(dit.Attention):
     """The DiT's attention with FlashTTS's two differences: RoPE rotates every head (its projections are split
     into heads first), and the mask is a block mask [B, 1, N, N] (True = attend)."""
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, freqs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         q, k, v = (proj(x).unflatten(-1, (self.heads, self.dim_head)).transpose(1, 2)
                    for proj in (self.to_q, self.to_k, self.to_v))
         out = F.scaled_dot_product_attention(dit.apply_rotary(q, freqs), dit.apply_rotary(k, freqs), v,
@@ -137,7 +137,7 @@ class BlockDiTBlock(dit.DiTBlock):
         self.reach = reach
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, masks: dict[tuple[int, int], torch.Tensor],
-                freqs: torch.Tensor) -> torch.Tensor:
+                freqs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return super().forward(x, t, masks[self.reach], freqs)
 
 
