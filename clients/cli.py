@@ -81,6 +81,11 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codec-sm-pct", type=int, default=None,
                         help="MPS active-thread %% of the background codec lane (default: the model family's, "
                              "mostly 40; CosyVoice 3: 60)")
+    parser.add_argument("--codec-max-batch", type=int, default=defaults.codec_max_batch,
+                        help="the most chunks the background codec lane decodes in one call (1-32)")
+    parser.add_argument("--codec-queue-delay-us", type=int, default=defaults.codec_queue_delay_us,
+                        help="how long the background codec lane's batcher waits for more chunks when the lane "
+                             "is free (Triton's max_queue_delay_microseconds)")
     parser.add_argument("--codec-steps", type=int, default=defaults.codec_steps,
                         help="a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps; "
                              "FlashTTS: 1 or 2); 0: the model's own")
@@ -115,6 +120,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        first_chunk_frames_busy=args.first_chunk_frames_busy, busy_streams=args.busy_streams,
                        lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct, codec_steps=args.codec_steps,
+                       codec_max_batch=args.codec_max_batch, codec_queue_delay_us=args.codec_queue_delay_us,
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),

@@ -71,6 +71,11 @@ class ServeConfig:
     # the background codec's MPS client priority in voxlane mode (1: below the LM and the urgent lane): measured on
     # an H200, SLO attainment at 38 req/s 0.93 against 0.88 (BENCHMARKS.md, "Levers for the urgent lane")
     codec_mps_priority: int = 1
+    # the background codec lane's Triton dynamic batching (a lever of the urgent lane, BENCHMARKS.md "Levers"):
+    # the most chunks in one call (its CUDA graphs go up to 32 windows) and how long the batcher waits for more
+    # when the lane is free
+    codec_max_batch: int = 32
+    codec_queue_delay_us: int = 2000
     urgent_budget: int = SchedulerConfig.urgent_budget  # urgent chunks in flight before low-slack ones go background
     margin_quantile: float | None = SchedulerConfig.margin_quantile  # routing margin from this latency quantile
     admission: str = SchedulerConfig.admission_policy.value  # LM admission policy: deadline-aware | prefill-first
@@ -101,6 +106,12 @@ class ServeConfig:
         for name in ("lm_sm_pct", "codec_sm_pct", "encoder_sm_pct"):
             if not 1 <= getattr(self, name) <= 100:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [1, 100], got {getattr(self, name)}")
+        if not 1 <= self.codec_max_batch <= MAX_CODEC_BATCH:
+            raise ValueError(f"--codec-max-batch must be in [1, {MAX_CODEC_BATCH}] (the codec lanes' CUDA graphs "
+                             f"go up to {MAX_CODEC_BATCH} windows), got {self.codec_max_batch}")
+        if not 0 <= self.codec_queue_delay_us <= MAX_CODEC_QUEUE_DELAY_US:
+            raise ValueError(f"--codec-queue-delay-us must be in [0, {MAX_CODEC_QUEUE_DELAY_US}], "
+                             f"got {self.codec_queue_delay_us}")
         if self.gpus and self.device != "cuda":
             raise ValueError("--gpus needs --device cuda")
         if not 0 <= self.codec_gpu < max(1, len(self.gpus)) or (self.codec_gpu and self.device != "cuda"):
@@ -204,6 +215,22 @@ class ServeConfig:
         return VoiceStoreSettings(model=self.model, data_dir=str(Path(self.data_dir).expanduser().resolve())
                                   if self.data_dir else "")
 
+    def batching(self, model_name: str) -> tuple[int, int] | None:
+        """(max_batch_size, max_queue_delay_microseconds) this run sets on a model's dynamic batcher; None: the
+        repository's own (every model but the background codec lane)."""
+        return (self.codec_max_batch, self.codec_queue_delay_us) if model_name == models.CODEC else None
+
+    def render_config(self, model_name: str, config_text: str) -> str:
+        """One model's config.pbtxt with this run's settings: parameters, batching, instance kind."""
+        for key, value in self.parameters(model_name).items():
+            config_text = set_parameter(config_text, key, value)
+        batching = self.batching(model_name)
+        if batching is not None:
+            config_text = set_batching(config_text, *batching)
+        if model_name in LANE_MODELS:
+            config_text = set_instance_kind(config_text, self.device, self.gpu_of(model_name))
+        return config_text
+
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""
         text = {"text_idle_timeout_s": f"{self.text_idle_timeout_s:g}"}  # RequestLimits reads it in both
@@ -230,6 +257,8 @@ def _mode(value) -> ServingMode:
 
 
 MODES = tuple(mode.value for mode in ServingMode)  # the --mode choices
+MAX_CODEC_BATCH = 32  # the codec runner's largest graph bucket (models/codec_graphs.py)
+MAX_CODEC_QUEUE_DELAY_US = 1_000_000
 ADMISSION_POLICIES = tuple(policy.value for policy in AdmissionPolicyName)
 
 
@@ -240,6 +269,16 @@ def set_parameter(config_text: str, key: str, value: str) -> str:
     if pattern.search(config_text):
         return pattern.sub(lambda _: entry, config_text)
     return config_text.rstrip("\n") + "\n" + entry + "\n"
+
+
+def set_batching(config_text: str, max_batch_size: int, queue_delay_us: int) -> str:
+    """Set a config.pbtxt's `max_batch_size` and its dynamic batcher's `max_queue_delay_microseconds`."""
+    for pattern, value in ((r"max_batch_size:\s*\d+", f"max_batch_size: {max_batch_size}"),
+                           (r"max_queue_delay_microseconds:\s*\d+", f"max_queue_delay_microseconds: {queue_delay_us}")):
+        config_text, count = re.subn(pattern, value, config_text, count=1)
+        if count != 1:
+            raise ValueError(f"the config has no {value.split(':')[0]} to set")
+    return config_text
 
 
 def set_instance_kind(config_text: str, device: str, gpu: int = 0) -> str:
@@ -254,12 +293,7 @@ def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITO
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
     for model_dir in sorted(p for p in target.iterdir() if (p / "config.pbtxt").exists()):
         path = model_dir / "config.pbtxt"
-        text = path.read_text()
-        for key, value in config.parameters(model_dir.name).items():
-            text = set_parameter(text, key, value)
-        if model_dir.name in LANE_MODELS:
-            text = set_instance_kind(text, config.device, config.gpu_of(model_dir.name))
-        path.write_text(text)
+        path.write_text(config.render_config(model_dir.name, path.read_text()))
     return target
 
 

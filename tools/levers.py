@@ -25,7 +25,7 @@ from pathlib import Path
 from clients.bench.compare import free_ports
 from clients.bench.config import BenchConfig
 from clients.bench.runner import run_bench
-from clients.serve import MODES, ROUTER_MODEL, ServeConfig, Server, ServingMode, set_parameter
+from clients.serve import MODES, ROUTER_MODEL, ServeConfig, Server, ServingMode
 from clients.triton_launch import Ports
 from protocol import models
 from tools.smoke import run_sequential
@@ -36,6 +36,9 @@ VARIANTS = {
     "mps-priority": {"codec_mps_priority": 1},  # the background codec below the LM and the urgent lane
     "urgent-budget": {"urgent_budget": 4},
     "margin-q95": {"margin_quantile": 0.95},
+    # the background lane's batch: smaller batches that return sooner, or a longer wait for fuller ones
+    "codec-batch-16": {"codec_max_batch": 16},
+    "codec-delay-8ms": {"codec_queue_delay_us": 8000},
 }
 RELOADABLE = (models.CODEC, models.CODEC_URGENT, ROUTER_MODEL)  # in this order: the router last
 
@@ -66,20 +69,18 @@ def models_to_reload(old: ServeConfig, new: ServeConfig) -> list[str]:
     """The models whose rendered parameters differ; refuses a change of the LM lane's own settings."""
     if old.lane_settings(models.LM) != new.lane_settings(models.LM) or old.engine_config().max_slots != new.engine_config().max_slots:
         raise ValueError("this variant changes the LM lane: measure it on a server of its own")
-    return [name for name in RELOADABLE if old.parameters(name) != new.parameters(name)]
+    return [name for name in RELOADABLE
+            if old.parameters(name) != new.parameters(name) or old.batching(name) != new.batching(name)]
 
 
 def reload(server: Server, config: ServeConfig, names: list[str]) -> float:
-    """Rewrite the named models' config.pbtxt with `config`'s parameters and load them again; seconds taken."""
+    """Rewrite the named models' config.pbtxt with `config`'s settings and load them again; seconds taken."""
     import tritonclient.grpc as grpcclient
     started = time.perf_counter()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     for name in names:
         path = server.run_dir / "model_repository" / name / "config.pbtxt"
-        text = path.read_text()
-        for key, value in config.parameters(name).items():
-            text = set_parameter(text, key, value)
-        path.write_text(text)
+        path.write_text(config.render_config(name, path.read_text()))
         client.load_model(name)
         if not client.is_model_ready(name):
             raise RuntimeError(f"{name} is not ready after its reload")

@@ -19,5 +19,7 @@ def test_only_the_models_a_lever_touches_reload():
     assert models_to_reload(base, ServeConfig(device="cuda", **overrides("baseline"))) == []
     assert models_to_reload(base, ServeConfig(device="cuda", **overrides("mps-priority"))) == ["codec"]
     assert models_to_reload(base, ServeConfig(device="cuda", **overrides("margin-q95"))) == ["vox_ensemble"]
+    for variant in ("codec-batch-16", "codec-delay-8ms"):  # the background lane's batcher: that lane alone
+        assert models_to_reload(base, ServeConfig(device="cuda", **overrides(variant))) == ["codec"]
     with pytest.raises(ValueError, match="LM lane"):
         models_to_reload(base, ServeConfig(device="cuda", lm_sm_pct=50, **OFF))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -102,3 +103,27 @@ def test_the_voice_encoder_shares_the_codec_gpu_when_disaggregated():
     assert config.gpu_of("voice_encoder") == 1 and config.gpu_of("speechlm_lm") == 0
     with pytest.raises(ValueError, match="--encoder-sm-pct must be in"):
         ServeConfig(device="cuda", encoder_sm_pct=0)
+
+
+def test_the_background_codec_lanes_batcher_is_rendered_and_checked(tmp_path):
+    import argparse
+
+    from clients.cli import _add_server_flags, _serve_config
+
+    config = ServeConfig(device="cuda", codec_max_batch=16, codec_queue_delay_us=8000)
+    repo = render_repository(config, tmp_path / "repo")
+    background = (repo / "codec" / "config.pbtxt").read_text()
+    assert re.search(r"^max_batch_size: 16$", background, re.M)
+    assert "dynamic_batching { max_queue_delay_microseconds: 8000 }" in background
+    urgent = (repo / "codec_urgent" / "config.pbtxt").read_text()  # the urgent lane keeps its own: no delay
+    assert "max_queue_delay_microseconds: 0" in urgent
+    assert config.render_config("codec", (REPOSITORY / "codec" / "config.pbtxt").read_text()) == background
+    parser = argparse.ArgumentParser()
+    _add_server_flags(parser)
+    given = _serve_config(parser.parse_args(["--codec-max-batch", "8", "--codec-queue-delay-us", "0"]))
+    assert (given.codec_max_batch, given.codec_queue_delay_us) == (8, 0)
+    for bad, message in (({"codec_max_batch": 0}, "--codec-max-batch must be in"),
+                         ({"codec_max_batch": 64}, "CUDA graphs"),
+                         ({"codec_queue_delay_us": -1}, "--codec-queue-delay-us must be in")):
+        with pytest.raises(ValueError, match=message):
+            ServeConfig(**bad)

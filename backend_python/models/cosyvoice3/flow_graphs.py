@@ -24,7 +24,7 @@ from ..graph_capture import capture_steps
 
 log = logging.getLogger("voxlane.codec")
 
-BATCH_BUCKETS = (1, 2, 4, 8, 16)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)  # up to the background lane's largest batch (`voxlane serve --codec-max-batch`)
 # window lengths of CosyVoice 3's chunk plan (4, 8, 16, 25 tokens) with up to 32 of context and 4 of lookahead:
 # 8, 16, 32, 57, then 61 for every later chunk
 TOKEN_BUCKETS = (8, 16, 32, 48, 64)
