@@ -14,7 +14,8 @@ export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-2}
 parts=" ${PARTS:-check figures micro} "
 if [[ $parts == *" check "* ]]; then
 timeout ${CHECK_S:-75} python3 -m pytest -q -p no:cacheprovider -rs tests/unit/test_cosyvoice3_lm.py \
-  tests/unit/test_flashtts_lm.py tests/unit/test_cosyvoice3_flow_graphs.py -k "cuda or graph" > "$out/cuda-tests.txt" 2>&1 &  # graph replay == eager, on CUDA
+  tests/unit/test_flashtts_lm.py tests/unit/test_cosyvoice3_flow_graphs.py tests/unit/test_flashtts_window_graphs.py \
+  -k "cuda or graph" > "$out/cuda-tests.txt" 2>&1 &  # graph replay == eager, on CUDA
 for model in $models; do  # both at once: a minute, not two
   timeout ${CHECK_S:-75} python3 -m tools.family_check --model "$model" > "$out/check-$model.json" 2> "$out/check-$model.err" &
 done

@@ -27,10 +27,12 @@ from torch import nn
 from .. import checkpoint_io
 from ..base import Codec, CodecShape
 from ..checkpoint_io import CONFIG_FILE, WEIGHTS_FILE
+from ..chunk_plans import PLANS
 from ..layers.dit import rotary_inv_freq
 from .codec_config import FlashTTSCodecConfig
 from .meanflow import FOREIGN_PREFIXES, MeanFlowDiT
 from .vocoder import HiFiGAN, fold_weight_norm
+from .window_graphs import WindowGraphs, try_capture
 
 NUM_CODEBOOKS = 1
 
@@ -49,6 +51,7 @@ class FlashTTSCodec(Codec):
         self.transformer = MeanFlowDiT(cfg.flow)
         self.vocoder = HiFiGAN(cfg.vocoder)
         self.register_buffer("noise", noise_table(cfg), persistent=False)  # [noise_tokens * 4, mel] float32
+        self.window_graphs: WindowGraphs | None = None  # on CUDA, the chunk plan's windows (capture_graphs)
 
     # ---- decoding --------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -76,10 +79,21 @@ class FlashTTSCodec(Codec):
             group = [i for i, (codes, _) in enumerate(windows) if codes.shape[0] == length]
             codes = torch.stack([windows[i][0][:, 0] for i in group])  # [G, length]
             origins = torch.tensor([starts[i] - windows[i][1] for i in group], device=codes.device)
-            audio = self.decode_from(codes, origins, self.stack_conditions([conditions[i] for i in group]))
+            rows = self.stack_conditions([conditions[i] for i in group])
+            audio = self.window_graphs.run(codes, origins, rows) if self.window_graphs is not None else None
+            if audio is None:
+                audio = self.decode_from(codes, origins, rows)
             for row, i in enumerate(group):
                 out[i] = audio[row, windows[i][1] * self.samples_per_frame:]
         return out
+
+    def capture_graphs(self) -> bool:
+        """The chunk plan's windows in CUDA graphs per (rows, length) (window_graphs.py); a capture that fails
+        leaves the codec eager (and says so in the log)."""
+        if self.device.type != "cuda":
+            return False
+        self.window_graphs = try_capture(WindowGraphs(self, plan_window_lengths(self.cfg)))
+        return self.window_graphs is not None
 
     def decode_from(self, codes: torch.Tensor, origins: torch.Tensor, conditions: torch.Tensor) -> torch.Tensor:
         """codes [B, T] int64, origins [B] int64 (the stream index of each row's first token), conditions
@@ -146,6 +160,13 @@ class FlashTTSCodec(Codec):
         path.mkdir(parents=True, exist_ok=True)
         (path / CONFIG_FILE).write_text(json.dumps(self.cfg.to_dict(), indent=2))
         save_file(checkpoint_io.cpu_state(self.state_dict()), str(path / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+def plan_window_lengths(cfg: FlashTTSCodecConfig) -> tuple[int, int]:
+    """The window lengths FlashTTS's chunk plan makes (models/chunk_plans.py): its first chunk with lookahead, and
+    every later one with left context too (18 + 6 = 24 and 18 + 18 + 6 = 42 tokens)."""
+    chunk = PLANS["flashtts"]["chunk_frames"]
+    return chunk + cfg.lookahead_frames, cfg.left_context_frames + chunk + cfg.lookahead_frames
 
 
 def serving_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
