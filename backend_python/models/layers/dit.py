@@ -72,8 +72,29 @@ class TimestepEmbedding(nn.Module):
         return self.time_mlp(timestep_features(t, self.freq_dim).to(self.time_mlp[0].weight.dtype))
 
 
+def grouped_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int) -> torch.Tensor:
+    """`F.conv1d(x, weight, bias, groups=groups)` (stride 1, no padding) as one batched matmul over the groups:
+    x [B, C, N + K - 1], weight [C_out, C / groups, K] -> [B, C_out, N]. On an H200 cuDNN runs CosyVoice 3's
+    bf16 grouped position conv as one kernel per group, 16 a call and a fifth of a batch-1 window's GPU time
+    (BENCHMARKS.md, "Flow-matching families"); this is four kernels."""
+    batch, channels, _ = x.shape
+    out_channels, group_channels, kernel = weight.shape
+    out_per_group = out_channels // groups
+    cols = x.unfold(2, kernel, 1)  # [B, C, N, K], a view
+    frames = cols.shape[2]
+    cols = cols.reshape(batch, groups, group_channels, frames, kernel).permute(1, 0, 3, 2, 4)
+    cols = cols.reshape(groups, batch * frames, group_channels * kernel)  # the one copy of the input
+    w = weight.reshape(groups, out_per_group, group_channels * kernel).transpose(1, 2)  # [G, C/G * K, C_out / G]
+    if bias is None:
+        out = torch.bmm(cols, w)
+    else:
+        out = torch.baddbmm(bias.reshape(groups, 1, out_per_group), cols, w)
+    return out.reshape(groups, batch, frames, out_per_group).permute(1, 0, 3, 2).reshape(batch, out_channels, frames)
+
+
 class CausalConvPositionEmbedding(nn.Module):
-    """Two grouped convs, each left-padded by kernel - 1 (frame n sees frames <= n), with Mish."""
+    """Two grouped convs, each left-padded by kernel - 1 (frame n sees frames <= n), with Mish. On CUDA the
+    convs run as batched matmuls (`grouped_conv1d`); on the CPU, where the reference is checked, as convs."""
 
     def __init__(self, dim: int, kernel_size: int = 31, groups: int = 16) -> None:
         super().__init__()
@@ -83,9 +104,16 @@ class CausalConvPositionEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [B, N, dim] -> [B, N, dim]."""
-        x = self.conv1(F.pad(x.transpose(1, 2), (self.kernel_size - 1, 0)))
-        x = self.conv2(F.pad(x, (self.kernel_size - 1, 0)))
+        x = self._conv(self.conv1, F.pad(x.transpose(1, 2), (self.kernel_size - 1, 0)))
+        x = self._conv(self.conv2, F.pad(x, (self.kernel_size - 1, 0)))
         return x.transpose(1, 2)
+
+    @staticmethod
+    def _conv(block: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+        conv, mish = block
+        if x.device.type != "cuda":
+            return mish(conv(x))
+        return mish(grouped_conv1d(x, conv.weight, conv.bias, conv.groups))
 
 
 class InputEmbedding(nn.Module):
