@@ -30,7 +30,10 @@ from clients.triton_launch import Ports
 from protocol import models
 from tools.smoke import run_sequential
 
-OFF = {"codec_mps_priority": 0, "urgent_budget": 0, "margin_quantile": None}  # the baseline: every lever off
+# the baseline: every lever off (the background lane's batcher at its defaults), so a variant never inherits
+# an earlier variant's setting
+OFF = {"codec_mps_priority": 0, "urgent_budget": 0, "margin_quantile": None,
+       "codec_max_batch": ServeConfig.codec_max_batch, "codec_queue_delay_us": ServeConfig.codec_queue_delay_us}
 VARIANTS = {
     "baseline": {},
     "mps-priority": {"codec_mps_priority": 1},  # the background codec below the LM and the urgent lane

@@ -10,7 +10,8 @@ eagerly through the same padded buffers.
 
 Given the vocoder (HiFT), a bucket's graph runs it too, on the padded mel with every frame past a row's length
 zeroed: HiFT reads 4 mel frames ahead through zero padding and is causal after them, so a row's audio is its
-own but for its last ~hop samples (the source STFT's centring), which lie in the window's lookahead. Eagerly,
+own but for its last ~63 samples (the source STFT's centring). A window with lookahead keeps them out of its
+chunk; a stream's last window has none, so its last ~3 ms may differ by how it was batched. Eagerly,
 HiFT costs ~1,000 small launches per call and one call per distinct window length in the batch.
 """
 from __future__ import annotations
