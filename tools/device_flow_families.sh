@@ -25,7 +25,7 @@ fi
 if [[ $parts == *" figures "* ]]; then
 jobs= one=
 for model in $models; do  # the capacities first; `partition` and `colocate` at one rate each, last
-  rates=$(echo ${RATES:-"cosyvoice3-0.5b=8/24,4/12 flashtts-0.5b=16/40,8/24"} | tr ' ' '\n' | grep "^$model=" | cut -d= -f2)
+  rates=$(echo ${RATES:-"cosyvoice3-0.5b=4/8,2/4 flashtts-0.5b=12/20,1/2"} | tr ' ' '\n' | grep "^$model=" | cut -d= -f2)
   vox=${rates%%,*} ts=${rates##*,}
   jobs="$jobs voxlane@$model:poisson:${vox:-8/16}:1:4:4 timeshare@$model:poisson:${ts:-4/8}:1:4:4"
   one="$one partition@$model:poisson:${vox%%/*}:1:0:1 colocate@$model:poisson:${vox%%/*}:1:0:1"
