@@ -4,7 +4,9 @@
 
 Reads the MPS percentage from the environment (set it, under a running MPS daemon, to see the codec
 lane's partition) and prints one JSON line per batch size (ms, medians):
-  eager       `decode_windows` as launched kernel by kernel
+  eager       `decode_windows` as the codec runs it itself: kernel by kernel, or through the graphs a codec
+              captures of its own at warm-up (`Codec.capture_graphs`: CosyVoice 3's flow and HiFT, FlashTTS's
+              windows)
   graphs      the same windows through the lane's `CodecRunner` (CUDA graphs per bucket)
   host_copy   what the Triton glue adds around a call: each window's codes numpy -> device and each
               window's audio device -> numpy (the round trip DLPack would avoid)
