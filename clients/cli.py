@@ -86,6 +86,9 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codec-queue-delay-us", type=int, default=defaults.codec_queue_delay_us,
                         help="how long the background codec lane's batcher waits for more chunks when the lane "
                              "is free (Triton's max_queue_delay_microseconds)")
+    parser.add_argument("--codec-compile", action="store_true", default=defaults.codec_compile,
+                        help="compile a flow-matching codec's DiT blocks with Inductor before capturing its graphs "
+                             "(CosyVoice 3, FlashTTS; CUDA)")
     parser.add_argument("--codec-steps", type=int, default=defaults.codec_steps,
                         help="a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps; "
                              "FlashTTS: 1 or 2); 0: the model's own")
@@ -121,6 +124,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct, codec_steps=args.codec_steps,
                        codec_max_batch=args.codec_max_batch, codec_queue_delay_us=args.codec_queue_delay_us,
+                       codec_compile=args.codec_compile,
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),

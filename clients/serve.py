@@ -68,6 +68,9 @@ class ServeConfig:
     # a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps, 10 by default; FlashTTS:
     # mean-flow evaluations, 1 or 2); 0: the model's own. The codec lanes and, in timeshare, the LM lane read it
     codec_steps: int = _LANE.codec_steps
+    # the flow-matching codecs' DiT blocks compiled with Inductor before their graphs are captured (off: not yet
+    # measured on the GPU; BENCHMARKS.md, "Flow-matching families")
+    codec_compile: bool = _LANE.codec_compile
     # the background codec's MPS client priority in voxlane mode (1: below the LM and the urgent lane): measured on
     # an H200, SLO attainment at 38 req/s 0.93 against 0.88 (BENCHMARKS.md, "Levers for the urgent lane")
     codec_mps_priority: int = 1
@@ -199,7 +202,8 @@ class ServeConfig:
                             mps_client_priority=self.mps_priority(model_name),
                             num_threads=self.num_threads, pin_gpu=self.is_disaggregated,  # each stub sees its GPU
                             cudnn_benchmark=self._runs_codec(model_name),
-                            stream_states=self._keeps_stream_states(model_name), codec_steps=self.codec_steps)
+                            stream_states=self._keeps_stream_states(model_name), codec_steps=self.codec_steps,
+                            codec_compile=self.codec_compile)
 
     def _keeps_stream_states(self, model_name: str) -> bool:
         """The lane that sees a stream's chunks in order keeps their codec state: the background lane,

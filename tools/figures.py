@@ -47,6 +47,8 @@ SERVERS = {  # name -> ServeConfig fields over the defaults (voxlane, 60/40, dea
     "voxlane-nosplit": {"codec_sm_pct": 100, "lm_sm_pct": 100},
     # the lever "first chunk from load": 1 frame for a request that starts alone, 4 beside 20 running streams
     "voxlane-fcl": {"first_chunk_frames_idle": 1, "first_chunk_frames_busy": 4, "busy_streams": 20},
+    # the flow-matching codecs' DiT blocks compiled before their graphs are captured (`--codec-compile`)
+    "voxlane-cc": {"codec_compile": True},
 }
 BURSTINESS = {"poisson": 1.0, "gamma": 0.5}
 

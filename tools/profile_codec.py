@@ -26,9 +26,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--frames", type=int, default=25, help="new frames per window")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--compile", action="store_true", help="the runner's codec with its DiT blocks compiled "
+                        "(`voxlane serve --codec-compile`)")
     args = parser.parse_args(argv)
     spec = registry.resolve(args.model)
     codec = registry.load_codec(spec, device="cuda", dtype=args.dtype)
+    codec.use_torch_compile = args.compile
     windowing = registry.codec_windowing(spec)
     context = windowing.left_context_frames
     length = context + args.frames + windowing.lookahead_frames
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
                 entry[1] += 1
         total = sum(ms for ms, _ in kernels.values())
         top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:args.top]
-        print(json.dumps({"model": args.model, "batch": batch, "window": length, "runner_ms": round(runner_ms, 2),
+        print(json.dumps({"model": args.model, "compiled": args.compile, "batch": batch, "window": length, "runner_ms": round(runner_ms, 2),
                           "kernel_ms_total": round(total, 2), "kernels": sum(n for _, n in kernels.values()),
                           "top": [[name, round(ms, 2), n] for name, (ms, n) in top]}), flush=True)
 

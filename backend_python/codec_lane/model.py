@@ -49,6 +49,7 @@ class CodecModel:
         self._decode_windowed = decode_windowed
         self.codec = registry.load_codec(setup.spec, device=setup.device, dtype=setup.lane.dtype,
                                          steps=setup.lane.codec_steps)
+        self.codec.use_torch_compile = setup.lane.codec_compile  # read at warm-up (Codec.capture_graphs)
         from backend_python.engine.codec_states import CodecStateLimits
         self.runner = CodecRunner(self.codec, use_cuda_graphs=setup.lane.cuda_graphs,
                                   stream_states=CodecStateLimits() if setup.lane.stream_states else None)

@@ -81,6 +81,8 @@ class LMModel:
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
         self.codec = (registry.load_codec(spec, device=device, dtype=dtype, steps=setup.lane.codec_steps)
                       if config.scheduler.mode is ServingMode.TIMESHARE else None)
+        if self.codec is not None:
+            self.codec.use_torch_compile = setup.lane.codec_compile  # as the codec lanes (Codec.capture_graphs)
         self.metrics = LMMetrics()
         self.engine = LMEngine(self.model, config, self._inline_codec(setup.lane.cuda_graphs, setup.lane.stream_states),
                                on_step=self.metrics.on_step)

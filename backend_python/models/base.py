@@ -343,6 +343,9 @@ class Codec(nn.Module, ABC):
         """codes: [B, T, K] int64 -> audio: [B, T * samples_per_frame] float32 in [-1, 1]."""
 
     supports_cuda_graphs = False  # True where `decode` is capturable (no host syncs, static shapes per call)
+    # set by the lane before warm-up (`voxlane serve --codec-compile`): a codec that captures its own graphs may
+    # compile their hot part with Inductor first (the flow-matching DiTs); others ignore it
+    use_torch_compile = False
 
     def capture_graphs(self) -> bool:
         """A codec that graphs a part of its decode itself (a flow decoder's steps, where `decode` as a whole is

@@ -31,6 +31,7 @@ class LaneSettings:
     torch_compile: bool = True  # the LM on CUDA fuses its decode kernels with Inductor (`torch_compile`: false = off)
     stream_states: bool = False  # a codec lane keeps each stream's decoder state and decodes only new frames
     codec_steps: int = 0  # a flow-matching codec's function evaluations per window (0: the model's own)
+    codec_compile: bool = False  # a codec with its own graphs compiles their hot part first (`Codec.use_torch_compile`)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -97,7 +98,8 @@ def _render(value) -> str:
 _PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percentage": int,
             "mps_client_priority": int, "num_threads": int,
             "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
-            "torch_compile": _parse_bool, "stream_states": _parse_bool, "codec_steps": int}
+            "torch_compile": _parse_bool, "stream_states": _parse_bool, "codec_steps": int,
+            "codec_compile": _parse_bool}
 
 
 @dataclass(frozen=True)

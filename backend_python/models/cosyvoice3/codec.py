@@ -40,7 +40,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..base import Codec, CodecShape
-from ..layers.dit import rotary_inv_freq
+from ..layers.dit import compile_blocks, rotary_inv_freq, uncompile_blocks
 from .codec_checkpoint import random_parameter, read_official, read_safetensors
 from .codec_checkpoint import read_hyperpyyaml  # noqa: F401  (checkpoint.py reads the official yaml from here)
 from .codec_config import CosyVoice3CodecConfig
@@ -169,14 +169,23 @@ class CosyVoice3Codec(Codec):
         return out
 
     def capture_graphs(self) -> bool:
-        """The flow's steps and HiFT in one CUDA graph per (windows, tokens) bucket (flow_graphs.py). A capture
-        that fails leaves the codec eager (and says so in the log)."""
+        """The flow's steps and HiFT in one CUDA graph per (windows, tokens) bucket (flow_graphs.py), the DiT's blocks
+        compiled first with `use_torch_compile`. A capture that fails leaves the codec eager (and says so in the
+        log); compiled blocks that fail to capture are dropped for plain ones."""
         if self.device.type != "cuda":
             return False
-        graphs = FlowGraphs(self.flow, self.condition_dim, self.cfg.n_timesteps, self.cfg.cfg_rate, self.device,
-                            vocoder=self.hift)
-        self.flow_graphs = try_capture(graphs)
+        blocks = self.flow.decoder.estimator.transformer_blocks
+        if self.use_torch_compile:
+            compile_blocks(blocks)
+        self.flow_graphs = try_capture(self._flow_graphs())
+        if self.flow_graphs is None and self.use_torch_compile:  # the compiled blocks did not capture: plain ones
+            uncompile_blocks(blocks)
+            self.flow_graphs = try_capture(self._flow_graphs())
         return self.flow_graphs is not None
+
+    def _flow_graphs(self) -> FlowGraphs:
+        return FlowGraphs(self.flow, self.condition_dim, self.cfg.n_timesteps, self.cfg.cfg_rate, self.device,
+                          vocoder=self.hift)
 
     def check_codes(self, codes: torch.Tensor) -> None:
         if codes.dim() != 3 or codes.shape[-1] != 1 or codes.shape[1] < 1:

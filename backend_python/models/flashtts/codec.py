@@ -28,7 +28,7 @@ from .. import checkpoint_io
 from ..base import Codec, CodecShape
 from ..checkpoint_io import CONFIG_FILE, WEIGHTS_FILE
 from ..chunk_plans import PLANS
-from ..layers.dit import rotary_inv_freq
+from ..layers.dit import compile_blocks, rotary_inv_freq, uncompile_blocks
 from .codec_config import FlashTTSCodecConfig
 from .meanflow import FOREIGN_PREFIXES, MeanFlowDiT
 from .vocoder import HiFiGAN, fold_weight_norm
@@ -88,11 +88,17 @@ class FlashTTSCodec(Codec):
         return out
 
     def capture_graphs(self) -> bool:
-        """The chunk plan's windows in CUDA graphs per (rows, length) (window_graphs.py); a capture that fails
-        leaves the codec eager (and says so in the log)."""
+        """The chunk plan's windows in CUDA graphs per (rows, length) (window_graphs.py), the DiT's blocks compiled
+        first with `use_torch_compile`; a capture that fails leaves the codec eager (and says so in the log)."""
         if self.device.type != "cuda":
             return False
+        blocks = self.transformer.transformer_blocks
+        if self.use_torch_compile:
+            compile_blocks(blocks)
         self.window_graphs = try_capture(WindowGraphs(self, plan_window_lengths(self.cfg)))
+        if self.window_graphs is None and self.use_torch_compile:  # the compiled blocks did not capture: plain ones
+            uncompile_blocks(blocks)
+            self.window_graphs = try_capture(WindowGraphs(self, plan_window_lengths(self.cfg)))
         return self.window_graphs is not None
 
     def decode_from(self, codes: torch.Tensor, origins: torch.Tensor, conditions: torch.Tensor) -> torch.Tensor:

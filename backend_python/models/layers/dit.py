@@ -241,6 +241,19 @@ class DiTBlock(nn.Module):
         return x + gate_mlp[:, None] * self.ff(norm)
 
 
+def compile_blocks(blocks: nn.ModuleList) -> None:
+    """Compile each DiT block with Inductor (dynamic shapes: every bucket's batch and length share the code;
+    the blocks share it too, as instances of one class). Fuses the ~9 full-size elementwise passes of a block
+    (modulation, gates, residuals, rotary) that run as separate kernels eagerly. Undo with `uncompile_blocks`."""
+    for block in blocks:
+        block.compile(dynamic=True, fullgraph=True)
+
+
+def uncompile_blocks(blocks: nn.ModuleList) -> None:
+    for block in blocks:
+        block._compiled_call_impl = None  # what nn.Module.compile set: the plain forward again
+
+
 class DiT(nn.Module):
     """The velocity estimator: v = DiT(x_t, mask, mu, t, spks, cond)."""
 
