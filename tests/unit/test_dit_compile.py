@@ -39,3 +39,19 @@ def test_the_setting_reaches_the_lanes_off_by_default():
     config = ServeConfig(model="cosyvoice3-tiny", codec_compile=True)
     for lane in ("codec", "codec_urgent", "speechlm_lm"):
         assert LaneSettings.from_parameters(config.parameters(lane)).codec_compile is True
+
+
+def test_flashtts_compiled_block_attention_gives_the_plain_audio():
+    from backend_python.models.flashtts import FlashTTSCodec, FlashTTSCodecConfig
+
+    codec = FlashTTSCodec.from_config(FlashTTSCodecConfig.tiny(), device="cpu", dtype=torch.float32, seed=0)
+    blocks = codec.transformer.transformer_blocks
+    batch = windows(((42, 18), (24, 0)), 7)  # the chunk plan's two windows: steady, first
+    plain = codec.decode_windows(batch, None, [54, 0])
+    compile_blocks(blocks)
+    try:
+        compiled = codec.decode_windows(batch, None, [54, 0])
+    finally:
+        uncompile_blocks(blocks)
+    for a, b in zip(plain, compiled):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
