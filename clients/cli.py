@@ -86,9 +86,9 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codec-queue-delay-us", type=int, default=defaults.codec_queue_delay_us,
                         help="how long the background codec lane's batcher waits for more chunks when the lane "
                              "is free (Triton's max_queue_delay_microseconds)")
-    parser.add_argument("--codec-compile", action="store_true", default=defaults.codec_compile,
+    parser.add_argument("--codec-compile", action=argparse.BooleanOptionalAction, default=defaults.codec_compile,
                         help="compile a flow-matching codec's DiT blocks with Inductor before capturing its graphs "
-                             "(CosyVoice 3, FlashTTS; CUDA)")
+                             "(CosyVoice 3, FlashTTS; CUDA; on by default, --no-codec-compile: plain blocks)")
     parser.add_argument("--codec-steps", type=int, default=defaults.codec_steps,
                         help="a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps; "
                              "FlashTTS: 1 or 2); 0: the model's own")

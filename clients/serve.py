@@ -68,8 +68,8 @@ class ServeConfig:
     # a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps, 10 by default; FlashTTS:
     # mean-flow evaluations, 1 or 2); 0: the model's own. The codec lanes and, in timeshare, the LM lane read it
     codec_steps: int = _LANE.codec_steps
-    # the flow-matching codecs' DiT blocks compiled with Inductor before their graphs are captured (off: not yet
-    # measured on the GPU; BENCHMARKS.md, "Flow-matching families")
+    # the flow-matching codecs' DiT blocks compiled with Inductor before their graphs are captured (CUDA): on an H200
+    # CosyVoice 3's capacity at 90 % 7.5 -> 12.6 req/s (BENCHMARKS.md, "Flow-matching families")
     codec_compile: bool = _LANE.codec_compile
     # the background codec's MPS client priority in voxlane mode (1: below the LM and the urgent lane): measured on
     # an H200, SLO attainment at 38 req/s 0.93 against 0.88 (BENCHMARKS.md, "Levers for the urgent lane")

@@ -49,6 +49,7 @@ SERVERS = {  # name -> ServeConfig fields over the defaults (voxlane, 60/40, dea
     "voxlane-fcl": {"first_chunk_frames_idle": 1, "first_chunk_frames_busy": 4, "busy_streams": 20},
     # the flow-matching codecs' DiT blocks compiled before their graphs are captured (`--codec-compile`)
     "voxlane-cc": {"codec_compile": True},
+    "voxlane-nocc": {"codec_compile": False},
 }
 BURSTINESS = {"poisson": 1.0, "gamma": 0.5}
 

@@ -31,7 +31,9 @@ class LaneSettings:
     torch_compile: bool = True  # the LM on CUDA fuses its decode kernels with Inductor (`torch_compile`: false = off)
     stream_states: bool = False  # a codec lane keeps each stream's decoder state and decodes only new frames
     codec_steps: int = 0  # a flow-matching codec's function evaluations per window (0: the model's own)
-    codec_compile: bool = False  # a codec with its own graphs compiles their hot part first (`Codec.use_torch_compile`)
+    # a codec with its own graphs compiles their hot part first (`Codec.use_torch_compile`; CUDA only): measured on an
+    # H200, CosyVoice 3's window 38.7 -> 23.9 ms at batch 1 and its capacity 7.5 -> 12.6 req/s (BENCHMARKS.md)
+    codec_compile: bool = True
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):

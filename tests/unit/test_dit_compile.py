@@ -34,11 +34,24 @@ def test_compiled_blocks_give_the_plain_blocks_mel():
             torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
 
 
-def test_the_setting_reaches_the_lanes_off_by_default():
-    assert ServeConfig().codec_compile is False
-    config = ServeConfig(model="cosyvoice3-tiny", codec_compile=True)
-    for lane in ("codec", "codec_urgent", "speechlm_lm"):
-        assert LaneSettings.from_parameters(config.parameters(lane)).codec_compile is True
+def test_the_setting_reaches_the_lanes_on_by_default():
+    assert ServeConfig().codec_compile is True
+    for value in (True, False):
+        config = ServeConfig(model="cosyvoice3-tiny", codec_compile=value)
+        for lane in ("codec", "codec_urgent", "speechlm_lm"):
+            assert LaneSettings.from_parameters(config.parameters(lane)).codec_compile is value
+
+
+def test_the_cli_turns_it_off():
+    import argparse
+
+    from clients.cli import _add_server_flags
+
+    parser = argparse.ArgumentParser()
+    _add_server_flags(parser)
+    assert parser.parse_args([]).codec_compile is True
+    assert parser.parse_args(["--no-codec-compile"]).codec_compile is False
+    assert parser.parse_args(["--codec-compile"]).codec_compile is True
 
 
 def test_flashtts_compiled_block_attention_gives_the_plain_audio():
