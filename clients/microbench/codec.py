@@ -24,6 +24,7 @@ import torch
 
 from backend_python.engine.codec_runner import CodecRunner
 from backend_python.models import registry
+from backend_python.triton.params import LaneSettings
 
 
 def median_ms(run, repeats: int) -> float:
@@ -71,11 +72,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--frames", type=int, default=10, help="new frames per window (10 = 0.8 s)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--no-graphs", action="store_true")
+    parser.add_argument("--codec-compile", action=argparse.BooleanOptionalAction, default=LaneSettings.codec_compile,
+                        help="a flow-matching codec's DiT blocks compiled before its graphs are captured, as the "
+                             "codec lanes do by default (`voxlane serve --codec-compile`)")
     args = parser.parse_args(argv)
     spec = registry.resolve(args.model)
     codec = registry.load_codec(spec, device="cuda", dtype=args.dtype)
     windowing = registry.codec_windowing(spec)
     context, lookahead = windowing.left_context_frames, windowing.lookahead_frames
+    codec.use_torch_compile = args.codec_compile  # read at warm-up (Codec.capture_graphs), as in the lanes
     runner = CodecRunner(codec, use_cuda_graphs=not args.no_graphs)
     started = time.perf_counter()
     runner.warm_up()
