@@ -228,7 +228,7 @@ class SpeechTokenLM(SlotSpeechLM):
         embeds = self.prompt_embeddings(prompt)[None]  # [1, L, H]
         length = embeds.shape[1]
         rows, positions = torch.tensor([slot], device=self.device), torch.arange(length, device=self.device)[None]
-        mem.hidden[slot] = self.hidden_states(embeds, rows, positions, self._cache_upto(length))[0, -1]
+        mem.hidden[slot] = self.hidden_states(embeds, rows, positions, self._require_memory().kv.upto(length))[0, -1]
         mem.seen[slot] = False
         min_frames, max_frames = self.frame_limits(prompt)
         self._states[slot] = TokenSlotState(position=length, min_frames=min_frames, max_frames=max_frames)
@@ -254,15 +254,6 @@ class SpeechTokenLM(SlotSpeechLM):
         return codes[..., None], is_eos
 
     # ---- helpers -------------------------------------------------------------------------------
-    def _cache_upto(self, num_positions: int) -> KVCache:
-        """The first num_positions of every row, a view (writes land in the cache): masked attention then
-        reads only the used keys. Varlen flash attention reads only the used keys anyway, and needs the whole
-        contiguous cache."""
-        kv = self._require_memory().kv
-        if kv.is_varlen:
-            return kv
-        return KVCache(kv.k[:, :, :num_positions], kv.v[:, :, :num_positions])
-
     def _host_columns(self, batch: DecodeBatch, states: list[TokenSlotState]) -> tuple[torch.Tensor, torch.Tensor]:
         """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `StepInputs.from_columns`."""
         floats, sampling_ints = host_columns(batch.sampling)
@@ -283,7 +274,7 @@ class SpeechTokenLM(SlotSpeechLM):
         draw_noise(noise, batch.sampling, batch.generators)
         inputs = StepInputs.from_columns(floats.to(self.device, non_blocking=True),
                                          ints.to(self.device, non_blocking=True), noise, **host_flags(batch.sampling))
-        return self._step(inputs, self._cache_upto(num_positions))
+        return self._step(inputs, self._require_memory().kv.upto(num_positions))
 
     def _step(self, inputs: StepInputs, cache: KVCache) -> torch.Tensor:
         """Sample the step's tokens from the rows' last hidden states, then feed them back -> tokens

@@ -2,9 +2,9 @@
 is the same layers with identities for q_norm/k_norm (`csm/layers.py`, `orpheus/llama.py`), and a
 Qwen2 stack is a Llama stack with q/k/v biases (`qkv_bias=True`, `layers/qwen2.py`).
 
-Attention reads and writes a static KV cache in batch slots (gpt-fast style): one write path,
-`cache.k[layer][rows[:, None], positions] = k`, for prefill (B=1, T=prompt) and decode (B rows, T=1)
-alike; each query attends to the keys of its own row at positions <= its own position. A row's
+Attention reads and writes a KV cache in batch slots (gpt-fast style): one write path,
+`cache.k[layer][step.write_index] = k` (each row a contiguous extent of one pool: `KVCache`), for
+prefill (B=1, T=prompt) and decode (B rows, T=1) alike; each query attends to the keys of its own row at positions <= its own position. A row's
 queries are always the last T positions written to it (prefill from 0, decode appends), which lets
 the CUDA path read only the used prefix of each row (`varlen`, see `attend`).
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,27 +33,67 @@ VARLEN_DTYPES = (torch.float16, torch.bfloat16)
 
 @dataclass
 class KVCache:
-    """Static K/V memory: k, v: [layers, rows, max_seq_len, kv_heads, head_dim].
+    """K/V memory of a stack: k, v: [layers, pool, kv_heads, head_dim], `pool` positions shared by the rows.
 
-    A row's keys are contiguous ([max_seq_len, kv_heads, head_dim]), so flash attention can read
-    them in place; `is_varlen` says whether attention takes that path (CUDA, half types).
+    Row r owns the contiguous positions row_starts[r] .. row_starts[r] + row_lengths[r] - 1 of the pool, so
+    flash attention reads a row's keys in place from its start (`is_varlen`: CUDA, half types). A *static*
+    cache gives row r the positions r * max_seq_len onward (each row a full max_seq_len); a *pooled* one
+    (`pool_positions`) places each row where the engine's block allocator put its stream (`place`), sized to
+    what that stream needs, so memory, not a row count, bounds the live streams. The last row is the scratch
+    row (padding rows of a batch) with max_seq_len positions of its own; a write past a row's length lands
+    there, so a padded prefill row never writes into another stream's keys.
     """
 
     k: torch.Tensor
     v: torch.Tensor
+    row_starts: torch.Tensor  # [rows] int64, a row's first pool position
+    row_lengths: torch.Tensor  # [rows] int64, positions a row owns
+    max_seq_len: int  # the most positions one row attends over
     is_varlen: bool = False
 
     @classmethod
     def allocate(cls, num_layers: int, num_rows: int, num_kv_heads: int, max_seq_len: int, head_dim: int,
-                 device: torch.device, dtype: torch.dtype) -> "KVCache":
-        shape = (num_layers, num_rows, max_seq_len, num_kv_heads, head_dim)
+                 device: torch.device, dtype: torch.dtype, pool_positions: int | None = None,
+                 is_varlen: bool | None = None) -> "KVCache":
+        """Static (`pool_positions` None): num_rows rows of max_seq_len. Pooled: pool_positions shared positions
+        plus the scratch row's max_seq_len; every row starts on the scratch row until `place`d. `is_varlen`
+        None: flash attention where it works here."""
+        if pool_positions is None:
+            size, starts = num_rows * max_seq_len, torch.arange(num_rows) * max_seq_len
+        else:
+            size, starts = pool_positions + max_seq_len, torch.full((num_rows,), pool_positions)
+        shape = (num_layers, size, num_kv_heads, head_dim)
         # zeros, not empty: masked keys get weight 0, and 0 * NaN garbage would still be NaN
         return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
-                   is_varlen=varlen_attention_works(torch.device(device), dtype))
+                   starts.to(device), torch.full((num_rows,), max_seq_len, device=device), max_seq_len,
+                   is_varlen=(varlen_attention_works(torch.device(device), dtype) if is_varlen is None
+                              else is_varlen))
 
     @property
-    def max_seq_len(self) -> int:
-        return self.k.shape[2]
+    def num_positions(self) -> int:
+        """Positions of the pool, the scratch row's included."""
+        return self.k.shape[1]
+
+    @property
+    def scratch_start(self) -> int:
+        return self.num_positions - self.max_seq_len
+
+    def place(self, row: int, start: int, length: int) -> None:
+        """Row `row` owns pool positions start .. start + length - 1 from now on (outside graph capture)."""
+        if start < 0 or length < 1 or start + length > self.scratch_start:
+            raise ValueError(f"extent [{start}, {start + length}) is outside the pool of {self.scratch_start}")
+        self.row_starts[row], self.row_lengths[row] = start, min(length, self.max_seq_len)
+
+    def write_index(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """rows [B], positions [B, T] -> [B, T] int64 pool positions to write; past a row's length, scratch."""
+        inside = positions < self.row_lengths[rows][:, None]
+        scratch = self.scratch_start + positions.clamp(max=self.max_seq_len - 1)
+        return torch.where(inside, self.row_starts[rows][:, None] + positions, scratch)
+
+    def upto(self, num_positions: int) -> "KVCache":
+        """The same memory attended over its first num_positions per row only (masked attention reads fewer
+        keys); varlen flash attention reads only the used keys anyway."""
+        return self if self.is_varlen else replace(self, max_seq_len=min(num_positions, self.max_seq_len))
 
 
 @dataclass
@@ -64,8 +104,11 @@ class Step:
     positions: torch.Tensor  # [B, T] int64, absolute position of each token (the last T of its row)
     cos: torch.Tensor  # [B, T, 1, head_dim]
     sin: torch.Tensor  # [B, T, 1, head_dim], sign-folded for rotate-half (see `apply_rope`)
-    mask: torch.Tensor | None  # [B, 1, T, max_seq_len] bool, True = attend; None on the varlen path
-    key_starts: torch.Tensor | None = None  # varlen: [B + 1] int32, first flat key index of each row
+    write_index: torch.Tensor  # [B, T] int64, the pool position each token's keys and values go to
+    max_keys: int  # keys a row attends over at most (the cache's max_seq_len)
+    mask: torch.Tensor | None  # [B, 1, T, max_keys] bool, True = attend; None on the varlen path
+    key_index: torch.Tensor | None = None  # masked path: [B, max_keys] int64, pool position of each row's keys
+    key_starts: torch.Tensor | None = None  # varlen: [B + 1] int32, first pool position of each row
     num_keys: torch.Tensor | None = None  # varlen: [B] int32, keys each row attends to (last position + 1)
     query_starts: torch.Tensor | None = None  # varlen: [B + 1] int32, b * T
 
@@ -73,22 +116,25 @@ class Step:
     def build(cls, rows: torch.Tensor, positions: torch.Tensor, head_dim: int, rope_theta: float,
               cache: KVCache, dtype: torch.dtype) -> "Step":
         cos, sin = rope_cos_sin(positions, head_dim, rope_theta, dtype)
+        write_index, starts = cache.write_index(rows, positions), cache.row_starts[rows]
         if cache.is_varlen:
             key_starts = torch.zeros(rows.shape[0] + 1, dtype=torch.int32, device=rows.device)
-            key_starts[:-1] = rows * cache.max_seq_len
-            return cls(rows, positions, cos, sin, None, key_starts, _num_keys(positions), _query_starts(positions))
+            key_starts[:-1] = starts
+            return cls(rows, positions, cos, sin, write_index, cache.max_seq_len, None, None, key_starts,
+                       _num_keys(positions), _query_starts(positions))
         keys = torch.arange(cache.max_seq_len, device=positions.device)
         mask = keys[None, None, None, :] <= positions[:, None, :, None]
-        return cls(rows, positions, cos, sin, mask)
+        key_index = (starts[:, None] + keys).clamp(max=cache.num_positions - 1)
+        return cls(rows, positions, cos, sin, write_index, cache.max_seq_len, mask, key_index)
 
     def window(self, start: int, end: int) -> "Step":
         """The tokens start..end-1 of a step built over a whole (short) sequence."""
         positions = self.positions[:, start:end]
         mask = None if self.mask is None else self.mask[:, :, start:end]
-        if self.key_starts is None:
-            return Step(self.rows, positions, self.cos[:, start:end], self.sin[:, start:end], mask)
-        return Step(self.rows, positions, self.cos[:, start:end], self.sin[:, start:end], mask,
-                    self.key_starts, _num_keys(positions), _query_starts(positions))
+        varlen = {} if self.key_starts is None else dict(key_starts=self.key_starts, num_keys=_num_keys(positions),
+                                                             query_starts=_query_starts(positions))
+        return Step(self.rows, positions, self.cos[:, start:end], self.sin[:, start:end],
+                    self.write_index[:, start:end], self.max_keys, mask, self.key_index, **varlen)
 
 
 def _num_keys(positions: torch.Tensor) -> torch.Tensor:
@@ -211,7 +257,7 @@ class Attention(nn.Module):
                 v.view(b, t, self.num_kv_heads, self.head_dim))
 
     def forward(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        """x: [B, T, hidden]; k_cache, v_cache: [rows, max_seq_len, kv_heads, head_dim] (written in place)."""
+        """x: [B, T, hidden]; k_cache, v_cache: [pool, kv_heads, head_dim] (written in place)."""
         b, t, _ = x.shape
         q, k, v = self.project(x)
         q = apply_rope(self.q_norm(q), step.cos, step.sin)
@@ -222,8 +268,8 @@ class Attention(nn.Module):
     def write_and_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, step: Step, k_cache: torch.Tensor,
                          v_cache: torch.Tensor) -> torch.Tensor:
         """Write this step's keys and values to the cache, then attend over the row's keys so far."""
-        k_cache[step.rows[:, None], step.positions] = k
-        v_cache[step.rows[:, None], step.positions] = v
+        k_cache[step.write_index] = k
+        v_cache[step.write_index] = v
         return attend(q, k_cache, v_cache, step)
 
 
@@ -231,7 +277,7 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: 
     """q: [B, T, heads, head_dim] -> [B, T, heads, head_dim], over each row's keys <= its positions."""
     if step.key_starts is not None:
         return varlen_attention(q, k_cache, v_cache, step)
-    keys, values = k_cache[step.rows].transpose(1, 2), v_cache[step.rows].transpose(1, 2)  # [B, kv_heads, S, D]
+    keys, values = k_cache[step.key_index].transpose(1, 2), v_cache[step.key_index].transpose(1, 2)  # [B, kv_heads, S, D]
     out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=step.mask, enable_gqa=True)
     return out.transpose(1, 2)
 
@@ -243,11 +289,9 @@ def varlen_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     "keys <= own position" because a row's queries are its last T positions.
     """
     b, t, heads, dim = q.shape
-    rows, seq, kv_heads, _ = k_cache.shape
     out = torch.ops.aten._flash_attention_forward(
-        q.reshape(b * t, heads, dim), k_cache.view(rows * seq, kv_heads, dim),
-        v_cache.view(rows * seq, kv_heads, dim), step.query_starts, step.key_starts, t, seq, 0.0, True, False,
-        seqused_k=step.num_keys)[0]
+        q.reshape(b * t, heads, dim), k_cache, v_cache, step.query_starts, step.key_starts, t, step.max_keys,
+        0.0, True, False, seqused_k=step.num_keys)[0]
     return out.view(b, t, heads, dim)
 
 
@@ -266,15 +310,19 @@ def varlen_attention_works(device: torch.device, dtype: torch.dtype) -> bool:
 def _probe_varlen(device: torch.device, dtype: torch.dtype) -> bool:
     """Prefill-like (T=2, causal) and decode-like (T=1) steps over unordered rows with gaps."""
     gen = torch.Generator(device=device).manual_seed(0)
-    k_cache, v_cache = (torch.randn(4, 32, 2, 128, generator=gen, device=device, dtype=dtype) for _ in range(2))
-    cache, rows = KVCache(k_cache[None], v_cache[None], is_varlen=True), torch.tensor([2, 0, 3], device=device)
+    cache = KVCache.allocate(1, 4, 2, 32, 128, device, dtype, pool_positions=96, is_varlen=False)  # rows out of order
+    for row, start in ((2, 64), (0, 0), (3, 32)):
+        cache.place(row, start, 32)
+    cache.k.normal_(generator=gen), cache.v.normal_(generator=gen)
+    cache.is_varlen, rows = True, torch.tensor([2, 0, 3], device=device)
+    k_cache, v_cache = cache.k[0], cache.v[0]
     error = 0.0
     for positions in ([[5, 6], [19, 20], [0, 1]], [[6], [31], [0]]):
         positions = torch.tensor(positions, device=device)
         q = torch.randn(3, positions.shape[1], 4, 128, generator=gen, device=device, dtype=dtype)
         step = Step.build(rows, positions, 128, 10000.0, cache, dtype)
-        mask = torch.arange(32, device=device)[None, None, None, :] <= positions[:, None, :, None]
-        reference = attend(q, k_cache, v_cache, Step(rows, positions, step.cos, step.sin, mask))
+        masked = Step.build(rows, positions, 128, 10000.0, replace(cache, is_varlen=False), dtype)
+        reference = attend(q, k_cache, v_cache, masked)
         fast = varlen_attention(q, k_cache, v_cache, step)
         error = max(error, (fast.float() - reference.float()).abs().max().item())
     if error > 2e-2:

@@ -142,7 +142,7 @@ class OrpheusLM(SlotSpeechLM):
         ids = prompt.tensors["input_ids"].to(self.device)[None]  # [1, L]
         rows = torch.tensor([slot], device=self.device)
         positions = torch.arange(ids.shape[1], device=self.device)[None]
-        mem.hidden[slot] = self.backbone(ids, rows, positions, self._cache_upto(ids.shape[1]))[0]
+        mem.hidden[slot] = self.backbone(ids, rows, positions, self._require_memory().kv.upto(ids.shape[1]))[0]
         mem.seen[slot] = False
         self._states[slot] = SlotState(position=ids.shape[1])
 
@@ -167,15 +167,6 @@ class OrpheusLM(SlotSpeechLM):
             raise ValueError(f"unknown voice {quoted(voice)}; known voices: {list(self.voices)}")
         return voice.lower()
 
-    def _cache_upto(self, num_positions: int) -> KVCache:
-        """The first num_positions of every row, a view (writes land in the cache): masked attention
-        then reads only the used keys instead of all 7 * max_seq_len. Varlen flash attention reads
-        only the used keys anyway, and needs the whole contiguous cache."""
-        kv = self._require_memory().kv
-        if kv.is_varlen:
-            return kv
-        return KVCache(kv.k[:, :, :num_positions], kv.v[:, :, :num_positions])
-
     def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
         """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns`."""
         floats, sampling_ints = host_columns(batch.sampling)
@@ -190,7 +181,7 @@ class OrpheusLM(SlotSpeechLM):
         draw_noise(noise, batch.sampling, batch.generators)
         inputs = FrameInputs.from_columns(floats.to(self.device, non_blocking=True),
                                           ints.to(self.device, non_blocking=True), noise, **host_flags(batch.sampling))
-        return self._frame(inputs, self._cache_upto(num_positions))
+        return self._frame(inputs, self._require_memory().kv.upto(num_positions))
 
     def _frame(self, inputs: FrameInputs, cache: KVCache) -> torch.Tensor:
         """Seven Llama steps -> codes [B, 7] int64 (CODES_PER_SLOT at slot 0 = end of speech). No host sync."""
