@@ -144,7 +144,7 @@ class VoiceEncoder(nn.Module, ABC):
 class SpeechLM(nn.Module, ABC):
     """An autoregressive backbone that emits one frame of `num_codebooks` tokens per step.
 
-    The model owns its batch slots: a static KV cache of `num_slots` rows and the
+    The model owns its batch slots: a KV cache of `num_slots` rows (extents of one pool) and the
     per-slot state a family needs between steps (next-token logits, last hidden
     state, remaining text). Slot ids are plain ints handed out by the engine.
     """
@@ -208,8 +208,22 @@ class SpeechLM(nn.Module, ABC):
         return False
 
     @abstractmethod
-    def allocate_slots(self, num_slots: int, max_seq_len: int) -> None:
-        """Allocate the static KV cache and per-slot state on the model's device."""
+    def allocate_slots(self, num_slots: int, max_seq_len: int, max_batch: int | None = None,
+                       kv_positions: int | None = None) -> None:
+        """Allocate the KV cache and per-slot state on the model's device: `num_slots` resident streams, decode
+        steps of up to `max_batch` rows (None: num_slots), and a KV pool of `kv_positions` shared positions
+        (None: a static row of max_seq_len per slot)."""
+
+    def kv_positions_for(self, num_prompt_tokens: int, num_frames: int) -> int:
+        """KV positions a stream of this prompt and up to num_frames frames writes: its extent in a pooled cache."""
+        return num_prompt_tokens + num_frames + 1
+
+    def place(self, slot: int, start: int, num_positions: int) -> None:
+        """`slot`'s stream owns KV positions start .. start + num_positions - 1 of a pooled cache."""
+
+    def kv_bytes_per_position(self) -> int:
+        """Bytes one KV position takes (0: a model whose memory does not grow with its streams)."""
+        return 0
 
     @abstractmethod
     def prefill(self, slot: int, prompt: Prompt) -> None:

@@ -34,7 +34,7 @@ from .layers.decoder import KVCache
 from .layers.qwen2 import Qwen2Backbone, Qwen2Config
 from .layers.random_init import init_random_weights
 from .layers.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
-from .slots import SlotSpeechLM, SlotState
+from .slots import SlotLayout, SlotSpeechLM, SlotState
 from .speech_token_graphs import StepGraphs, StepInputs
 
 BIAS_STD = 0.1  # random biases (q/k/v, a biased head): non-zero, so tests see whether they are applied
@@ -207,15 +207,15 @@ class SpeechTokenLM(SlotSpeechLM):
     def _fuse_projections(self) -> None:
         self.backbone.fuse_projections()
 
-    def _allocate_memory(self, num_slots: int, max_seq_len: int) -> SlotMemory:
-        device, dtype, rows = self.device, self.speech_embedding.weight.dtype, num_slots + 1
-        return SlotMemory(kv=self.backbone.allocate_cache(rows, max_seq_len, device, dtype),
+    def _allocate_memory(self, layout: SlotLayout) -> SlotMemory:
+        device, dtype, rows = self.device, self.speech_embedding.weight.dtype, layout.num_slots + 1
+        return SlotMemory(kv=self.backbone.allocate_cache(rows, layout.max_seq_len, device, dtype, layout.kv_positions),
                           hidden=torch.zeros(rows, self.backbone.cfg.hidden_size, device=device, dtype=dtype),
                           seen=torch.zeros(rows, self.vocab.num_codes, device=device, dtype=torch.bool))
 
-    def _build_graphs(self, num_slots: int) -> StepGraphs:
+    def _build_graphs(self, layout: SlotLayout) -> StepGraphs:
         mem = self._require_memory()
-        buckets = batch_buckets(self.graph_batch_sizes, num_slots)
+        buckets = batch_buckets(self.graph_batch_sizes, layout.batch)
         graphs = StepGraphs(lambda inputs: self._step(inputs, mem.kv), buckets, mem.scratch_row, self.noise_width,
                             self.frames_per_step, self.device)
         return self._capture_graphs(graphs)

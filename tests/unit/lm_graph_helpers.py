@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from backend_python.models.base import DecodeBatch, SamplingParams
-from backend_python.models.slots import SlotSpeechLM
+from backend_python.models.slots import SlotLayout, SlotSpeechLM
 
 PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0)
 TEXTS = ["Hi.", "Get the trust fund to the bank early.", "Hello world, this is a tiny test of text to speech.",
@@ -21,17 +21,25 @@ def sampling_mixes(greedy: SamplingParams, sampled: SamplingParams) -> dict[str,
 
 def decode_frames(lm: SlotSpeechLM, slots: list[int], params: list[SamplingParams], num_frames: int,
                   num_slots: int = 8, device: str = "cpu", pad_on_cpu: bool = False,
-                  max_seq_len: int = 128) -> torch.Tensor:
+                  max_seq_len: int = 128, pooled: bool = False) -> torch.Tensor:
     """Fresh slots, one prompt per slot, then num_frames decode steps -> codes [B, T, K] on the CPU.
 
     pad_on_cpu: run the graph path's eager twin on the CPU (built by hand: allocate_slots only
-    builds it on CUDA), to check the bucket padding where there is no GPU."""
-    lm.allocate_slots(num_slots, max_seq_len)
+    builds it on CUDA), to check the bucket padding where there is no GPU. pooled: a pooled KV cache,
+    each slot's extent just its prompt and frames, placed in the pool in the reverse order of the slots
+    (a gap of 3 positions between extents)."""
+    prompts = [lm.encode_prompt(text, None) for text in TEXTS[:len(slots)]]
+    needs = [lm.kv_positions_for(p.num_tokens, num_frames) for p in prompts]
+    lm.allocate_slots(num_slots, max_seq_len, kv_positions=sum(needs) + 3 * len(slots) if pooled else None)
     if pad_on_cpu:
         lm.use_cuda_graphs = False
-        lm._graphs = lm._build_graphs(num_slots)
-    for slot, text in zip(slots, TEXTS):
-        lm.prefill(slot, lm.encode_prompt(text, None))
+        lm._graphs = lm._build_graphs(SlotLayout(num_slots, max_seq_len))
+    start = 0
+    for slot, need in reversed(list(zip(slots, needs))) if pooled else ():
+        lm.place(slot, start, need)
+        start += need + 3
+    for slot, prompt in zip(slots, prompts):
+        lm.prefill(slot, prompt)
     generators = [torch.Generator(device=device).manual_seed(100 + row) for row in range(len(slots))]
     batch = DecodeBatch(slots=slots, sampling=params, generators=generators, ignore_eos=[True] * len(slots))
     return torch.stack([lm.decode(batch)[0].cpu() for _ in range(num_frames)], dim=1)
@@ -66,3 +74,15 @@ def assert_close(fast: torch.Tensor, reference: torch.Tensor) -> None:
     fast, reference = fast.float().cpu(), reference.float().cpu()
     cosine = torch.nn.functional.cosine_similarity(fast.flatten(1), reference.flatten(1), dim=-1)
     assert cosine.min() > 0.995, cosine
+
+
+def assert_pooled_equals_static(lm: SlotSpeechLM, params: list[SamplingParams], num_frames: int,
+                                device: str = "cpu") -> None:
+    """Slots [5, 0, 2] in a pooled KV cache (extents just large enough, out of order) decode the same
+    codes as in static rows: the layout moves the keys, never what attention reads."""
+    slots = [5, 0, 2][:len(params)]
+    static = decode_frames(lm, slots, params, num_frames=num_frames, device=device)
+    pooled = decode_frames(lm, slots, params, num_frames=num_frames, device=device, pooled=True)
+    kv = lm._require_memory().kv
+    assert kv.num_positions < 3 * kv.max_seq_len  # really pooled: the three extents and the scratch row only
+    assert torch.equal(pooled, static), f"{(pooled == static).float().mean():.3f} of the codes are equal"

@@ -26,10 +26,10 @@ class LlamaStack(DecoderStack):
             layer.self_attn.k_norm = nn.Identity()
 
     def allocate_cache(self, num_rows: int, max_seq_len: int, device: torch.device,
-                       dtype: torch.dtype) -> KVCache:
+                       dtype: torch.dtype, pool_positions: int | None = None) -> KVCache:
         s = self.shape
         return KVCache.allocate(s.num_hidden_layers, num_rows, s.num_key_value_heads, max_seq_len, s.head_dim,
-                                device, dtype)
+                                device, dtype, pool_positions)
 
     def step(self, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache, dtype: torch.dtype) -> Step:
         """Where a forward pass reads and writes (rows [B], positions [B, T]), with this stack's RoPE."""

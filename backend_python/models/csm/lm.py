@@ -22,7 +22,7 @@ from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
-from ..slots import SlotSpeechLM, SlotState
+from ..slots import SlotLayout, SlotSpeechLM, SlotState
 from ..text_segments import SegmentContext, SegmentedText
 from . import checkpoint
 from .backbone import BackboneModel
@@ -151,22 +151,22 @@ class CsmLM(SlotSpeechLM):
         self.backbone_model.fuse_projections()
         self.depth_decoder.model.fuse_projections()
 
-    def _allocate_memory(self, num_slots: int, max_seq_len: int) -> SlotMemory:
+    def _allocate_memory(self, layout: SlotLayout) -> SlotMemory:
         c, device, dtype = self.config, self.device, self.lm_head.weight.dtype
         blocked = torch.zeros(c.vocab_size, dtype=torch.bool, device=device)
         blocked[c.codebook_size:] = True
-        num_rows = num_slots + 1
+        num_rows = layout.num_slots + 1
         return SlotMemory(
-            kv=self.backbone_model.allocate_cache(num_rows, max_seq_len, device, dtype),
-            depth_kv=self.depth_decoder.allocate_cache(num_slots, device, dtype),
+            kv=self.backbone_model.allocate_cache(num_rows, layout.max_seq_len, device, dtype, layout.kv_positions),
+            depth_kv=self.depth_decoder.allocate_cache(layout.batch, device, dtype),
             logits=torch.zeros(num_rows, c.vocab_size, device=device),
             hidden=torch.zeros(num_rows, c.backbone.hidden_size, device=device, dtype=dtype),
             seen=torch.zeros(num_rows, c.vocab_size, device=device, dtype=torch.bool),
             blocked=blocked, no_text=torch.zeros(c.backbone.hidden_size, device=device, dtype=dtype))
 
-    def _build_graphs(self, num_slots: int) -> FrameGraphs:
+    def _build_graphs(self, layout: SlotLayout) -> FrameGraphs:
         mem = self._require_memory()
-        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, num_slots),
+        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, layout.batch),
                              mem.scratch_row, self.noise_width, self.config.backbone.hidden_size, self.num_codebooks,
                              self.device, mem.hidden.dtype)
         return self._capture_graphs(graphs)

@@ -31,6 +31,7 @@ from ..base import Prompt, VoiceReference
 from ..layers.decoder import KVCache
 from ..layers.sampling import sample
 from ..speech_token_graphs import StepInputs
+from ..slots import SlotLayout
 from ..speech_token_lm import SlotMemory, SpeechTokenLM
 from . import checkpoint
 from .config import FlashTTSConfig
@@ -105,11 +106,11 @@ class FlashTTSLM(SpeechTokenLM):
         return self.config.frame_limits(prompt.tensors[TEXT_IDS].shape[0])
 
     # ---- slots ---------------------------------------------------------------------------------
-    def _allocate_memory(self, num_slots: int, max_seq_len: int) -> TextSlotMemory:
-        mem = super()._allocate_memory(num_slots, max_seq_len)
+    def _allocate_memory(self, layout: SlotLayout) -> TextSlotMemory:
+        mem = super()._allocate_memory(layout)
         rows = mem.hidden.shape[0]
         return TextSlotMemory(mem.kv, mem.hidden, mem.seen,
-                              text_ids=torch.full((rows, max_seq_len), NO_TEXT, device=self.device),
+                              text_ids=torch.full((rows, layout.max_seq_len), NO_TEXT, device=self.device),
                               text_tag=torch.zeros(rows, dtype=torch.long, device=self.device))
 
     @torch.no_grad()

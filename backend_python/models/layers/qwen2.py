@@ -94,10 +94,10 @@ class Qwen2Backbone(nn.Module):
         """ids [..., T] int64 -> text embeddings [..., T, hidden]."""
         return self.model.embed_tokens(ids)
 
-    def allocate_cache(self, num_rows: int, max_seq_len: int, device: torch.device, dtype: torch.dtype) -> KVCache:
+    def allocate_cache(self, num_rows: int, max_seq_len: int, device: torch.device, dtype: torch.dtype, pool_positions: int | None = None) -> KVCache:
         c = self.cfg
         return KVCache.allocate(c.num_hidden_layers, num_rows, c.num_key_value_heads, max_seq_len, c.head_dim,
-                                device, dtype)
+                                device, dtype, pool_positions)
 
     def forward(self, embeds: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
                 cache: KVCache) -> torch.Tensor:

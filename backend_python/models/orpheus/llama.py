@@ -51,10 +51,10 @@ class LlamaForCausalLM(nn.Module):
             self._inv_freq = self.cfg.inv_freq(device)
         return self._inv_freq
 
-    def allocate_cache(self, num_rows: int, max_seq_len: int, device: torch.device, dtype: torch.dtype) -> KVCache:
+    def allocate_cache(self, num_rows: int, max_seq_len: int, device: torch.device, dtype: torch.dtype, pool_positions: int | None = None) -> KVCache:
         c = self.cfg
         return KVCache.allocate(c.num_hidden_layers, num_rows, c.num_key_value_heads, max_seq_len, c.head_dim,
-                                device, dtype)
+                                device, dtype, pool_positions)
 
     def step(self, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache, dtype: torch.dtype) -> Step:
         """Where a forward pass reads and writes (rows [B], positions [B, T]), with Llama's RoPE."""

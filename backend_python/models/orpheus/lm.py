@@ -26,7 +26,7 @@ from ..frame_buffers import batch_buckets
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
-from ..slots import SlotSpeechLM, SlotState
+from ..slots import SlotLayout, SlotSpeechLM, SlotState
 from . import checkpoint
 from .config import OrpheusConfig
 from .frames import CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS, slot_token_base
@@ -114,17 +114,18 @@ class OrpheusLM(SlotSpeechLM):
     def _fuse_projections(self) -> None:
         self.backbone.fuse_projections()
 
-    def _allocate_memory(self, num_slots: int, max_seq_len: int) -> SlotMemory:
+    def _allocate_memory(self, layout: SlotLayout) -> SlotMemory:
         device, dtype = self.device, self.backbone.head_weight.dtype
-        num_rows = num_slots + 1
+        num_rows = layout.num_slots + 1
         return SlotMemory(
-            kv=self.backbone.allocate_cache(num_rows, FRAME_TOKENS * max_seq_len, device, dtype),
+            kv=self.backbone.allocate_cache(num_rows, FRAME_TOKENS * layout.max_seq_len, device, dtype,
+                                            layout.kv_positions),
             hidden=torch.zeros(num_rows, self.config.hidden_size, device=device, dtype=dtype),
             seen=torch.zeros(num_rows, FRAME_TOKENS * CODES_PER_SLOT, device=device, dtype=torch.bool))
 
-    def _build_graphs(self, num_slots: int) -> FrameGraphs:
+    def _build_graphs(self, layout: SlotLayout) -> FrameGraphs:
         mem = self._require_memory()
-        buckets = batch_buckets(self.graph_batch_sizes, num_slots)
+        buckets = batch_buckets(self.graph_batch_sizes, layout.batch)
         graphs = FrameGraphs(lambda inputs: self._frame(inputs, mem.kv), buckets, mem.scratch_row, self.noise_width,
                              FRAME_TOKENS, self.device)
         return self._capture_graphs(graphs)

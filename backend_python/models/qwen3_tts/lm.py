@@ -23,7 +23,7 @@ from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..prefill_graphs import PREFILL_LENGTHS, PrefillGraphs, plan_groups
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
-from ..slots import SlotSpeechLM
+from ..slots import SlotLayout, SlotSpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
 from .presets import build_tiny_tokenizer
@@ -191,23 +191,23 @@ class Qwen3TTSLM(SlotSpeechLM):
         compile_hot_path((self.talker.model, self.talker.code_predictor.model))
         self.talker.code_predictor.sample = self._sample = torch.compile(sample, fullgraph=True)
 
-    def _allocate_memory(self, num_slots: int, max_seq_len: int) -> SlotMemory:
+    def _allocate_memory(self, layout: SlotLayout) -> SlotMemory:
         t, device, dtype = self.config.talker, self.device, self.talker.codec_head.weight.dtype
         suppressed = torch.zeros(t.vocab_size, dtype=torch.bool, device=device)
         suppressed[t.vocab_size - NUM_SPECIAL_CODEC_IDS:] = True
         suppressed[t.codec_eos_token_id] = False
-        num_rows = num_slots + 1
+        num_rows = layout.num_slots + 1
         return SlotMemory(
-            kv=self.talker.allocate_cache(num_rows, max_seq_len, device, dtype),
-            predictor_kv=self.talker.code_predictor.allocate_cache(num_slots, device, dtype),
+            kv=self.talker.allocate_cache(num_rows, layout.max_seq_len, device, dtype, layout.kv_positions),
+            predictor_kv=self.talker.code_predictor.allocate_cache(layout.batch, device, dtype),
             logits=torch.zeros(num_rows, t.vocab_size, device=device),
             hidden=torch.zeros(num_rows, t.hidden_size, device=device, dtype=dtype),
             seen=torch.zeros(num_rows, t.vocab_size, device=device, dtype=torch.bool),
             suppressed=suppressed, pad_embed=pad_embedding(self.config, self.talker, device))
 
-    def _build_graphs(self, num_slots: int) -> FrameGraphs:
+    def _build_graphs(self, layout: SlotLayout) -> FrameGraphs:
         t, mem = self.config.talker, self._require_memory()
-        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, num_slots),
+        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, layout.batch),
                              mem.scratch_row, self.noise_width, t.hidden_size, self.num_codebooks, self.device,
                              mem.hidden.dtype)
         self._prefill_graphs = (self._build_prefill_graphs(mem) if self.use_cuda_graphs and

@@ -52,10 +52,10 @@ class Talker(nn.Module):
         return self.model.codec_embedding(ids)
 
     def allocate_cache(self, num_rows: int, max_seq_len: int, device: torch.device,
-                       dtype: torch.dtype) -> KVCache:
+                       dtype: torch.dtype, pool_positions: int | None = None) -> KVCache:
         c = self.cfg
         return KVCache.allocate(c.num_hidden_layers, num_rows, c.num_key_value_heads, max_seq_len, c.head_dim,
-                                device, dtype)
+                                device, dtype, pool_positions)
 
     def forward(self, embeds: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
                 cache: KVCache, last: torch.Tensor | None = None, compiled: bool = True) -> torch.Tensor:
