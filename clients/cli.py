@@ -14,6 +14,7 @@ from clients.microbench.cli import add_command as add_microbench
 from clients.mps import MpsError
 from clients.fleet import LAYOUTS, Fleet, FleetConfig
 from clients.serve import ADMISSION_POLICIES, FROM_MODEL, MODES, ServeConfig, Server
+from backend_python.engine.config import KVLayout
 from clients.triton_launch import Ports, find_triton
 from clients.voices import add_voices_command
 from scheduler import FlowConfig
@@ -57,9 +58,16 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc-port", type=int, default=defaults.ports.grpc)
     parser.add_argument("--http-port", type=int, default=defaults.ports.http)
     parser.add_argument("--metrics-port", type=int, default=defaults.ports.metrics)
-    parser.add_argument("--max-slots", type=int, default=defaults.max_slots, help="LM batch slots (live requests)")
+    parser.add_argument("--max-slots", type=int, default=defaults.max_slots,
+                        help="live streams the LM lane holds (playing or paused on their listener)")
+    parser.add_argument("--max-batch", type=int, default=defaults.max_batch,
+                        help="rows of one LM decode step: the streams that need frames most (CUDA graph buckets)")
+    parser.add_argument("--kv-layout", choices=[layout.value for layout in KVLayout], default=defaults.kv_layout.value,
+                        help="pooled: one KV pool, each stream sized to its need; static: a max_seq_len row per slot")
+    parser.add_argument("--kv-cache-gb", type=float, default=defaults.kv_cache_gb,
+                        help="the LM's KV pool (0: auto, 35%% of the GPU's memory; 128 MiB on the CPU)")
     parser.add_argument("--max-queued", type=int, default=defaults.max_queued,
-                        help="requests waiting for a slot; beyond it new requests get an 'overloaded' error")
+                        help="requests waiting for a slot or KV memory; beyond it new requests get 'overloaded' (503)")
     parser.add_argument("--first-chunk-frames", type=int, default=defaults.first_chunk_frames,
                         help="frames in a stream's first chunk (default: the model family's plan, mostly 2)")
     parser.add_argument("--chunk-frames", type=int, default=defaults.chunk_frames,
@@ -117,7 +125,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
 def _serve_config(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
                        ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
-                       max_slots=args.max_slots, max_queued=args.max_queued, first_chunk_frames=args.first_chunk_frames,
+                       max_slots=args.max_slots, max_batch=args.max_batch, kv_layout=KVLayout(args.kv_layout),
+                       kv_cache_gb=args.kv_cache_gb, max_queued=args.max_queued, first_chunk_frames=args.first_chunk_frames,
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        first_chunk_frames_idle=args.first_chunk_frames_idle,
                        first_chunk_frames_busy=args.first_chunk_frames_busy, busy_streams=args.busy_streams,

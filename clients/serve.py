@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend_python.engine.config import EngineConfig
+from backend_python.engine.config import EngineConfig, KVLayout
 from backend_python.models.chunk_plans import chunk_plan, sm_shares
 from backend_python.triton.params import LaneSettings
 from backend_python.triton.reference_inputs import ReferenceLimits
@@ -45,8 +45,11 @@ class ServeConfig:
     mode: ServingMode = SchedulerConfig.mode
     dtype: str | None = None  # None: float32 on cpu, bfloat16 on cuda
     ports: Ports = field(default_factory=Ports)
-    max_slots: int = _ENGINE.max_slots
-    max_queued: int = _ENGINE.max_queued  # requests waiting for an LM slot before new ones are refused
+    max_slots: int = _ENGINE.max_slots  # resident streams in the LM lane (playing or paused on their listener)
+    max_batch: int = _ENGINE.max_batch  # rows of one LM decode step
+    kv_layout: KVLayout = _ENGINE.kv_layout
+    kv_cache_gb: float = _ENGINE.kv_cache_gb  # 0: auto (engine/kv_memory.py)
+    max_queued: int = _ENGINE.max_queued  # requests waiting for an LM slot or KV memory before new ones are refused
     # the chunk plan; a field left at FROM_MODEL takes the model family's (models/chunk_plans.py: most take the
     # engine's ramp 2, 4, 8, 10, …; FlashTTS 18, 18, …). chunk_growth None: no ramp (2, 10, 10, …)
     first_chunk_frames: int | None = None
@@ -193,7 +196,8 @@ class ServeConfig:
 
     def engine_config(self) -> EngineConfig:
         """The LM lane's engine (its codec context comes from the model family, in the lane)."""
-        return EngineConfig(max_slots=self.max_slots, max_queued=self.max_queued, scheduler=self.scheduler_config())
+        return EngineConfig(max_slots=self.max_slots, max_batch=self.max_batch, max_queued=self.max_queued,
+                            kv_layout=self.kv_layout, kv_cache_gb=self.kv_cache_gb, scheduler=self.scheduler_config())
 
     def lane_settings(self, model_name: str) -> LaneSettings:
         """Model, device and torch settings of one lane's process."""

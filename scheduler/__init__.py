@@ -15,7 +15,9 @@ from .admission import (
 from .chunking import ChunkingConfig, ChunkPlan, ChunkSpan
 from .config import AdmissionPolicyName, SchedulerConfig
 from .flow import AckedFlow, FlowConfig, UnreadBound
+from .kv_blocks import Extent, KVBlocks
 from .lanes import Lane, ServingMode
+from .pacing import PacedStream, pick_rows
 from .latency import LatencyEstimator, LatencyStat
 from .playback import PlaybackClock
 from .routing import ROUTES, ChunkRouter, RouteDecision, RouteReason
@@ -31,9 +33,12 @@ __all__ = [
     "ChunkingConfig",
     "FlowConfig",
     "DeadlineAwarePolicy",
+    "Extent",
+    "KVBlocks",
     "Lane",
     "LatencyEstimator",
     "LatencyStat",
+    "PacedStream",
     "PlaybackClock",
     "PrefillFirstPolicy",
     "RouteDecision",
@@ -45,4 +50,5 @@ __all__ = [
     "StreamStatus",
     "WaitingRequest",
     "make_admission_policy",
+    "pick_rows",
 ]

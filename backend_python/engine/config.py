@@ -4,21 +4,40 @@ Torch-free, so `voxlane serve` can build and render it without loading the model
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from scheduler import SchedulerConfig
 
-_RENDERED = ("max_slots", "max_seq_len", "max_queued")  # codec_left_context_frames comes from the model family
+
+class KVLayout(enum.Enum):
+    POOLED = "pooled"  # one pool of KV positions; each stream an extent sized to what it can write
+    STATIC = "static"  # a row of max_seq_len positions per slot (the layout before pooling)
+
+
+# rendered into config.pbtxt (codec_left_context_frames comes from the model family), with their parsers
+_RENDERED = {"max_slots": int, "max_batch": int, "max_seq_len": int, "max_queued": int, "kv_layout": KVLayout,
+             "kv_cache_gb": float, "kv_block_size": int}
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Slots, sequence length and queue limit of the LM lane, plus its scheduler settings."""
+    """Resident streams, step rows, KV memory, sequence length and queue limit of the LM lane, plus its
+    scheduler settings.
 
-    max_slots: int = 32
-    max_seq_len: int = 2048
-    max_queued: int = 128  # requests waiting for a slot; beyond it new ones are refused at once
+    A stream holds a slot (and its KV extent) from admission to its end, paused on its listener or not;
+    a decode step runs at most `max_batch` of the slots' streams (scheduler/pacing.py picks them). So
+    `max_slots` and the KV memory bound the live streams, and `max_batch` bounds a step.
+    """
+
+    max_slots: int = 256  # resident streams
+    max_batch: int = 128  # rows of one decode step (CUDA graph buckets up to it)
+    max_seq_len: int = 2048  # positions one stream may use (prompt tokens + frames)
+    max_queued: int = 128  # requests waiting for a slot or KV memory; beyond it new ones are refused (overloaded)
+    kv_layout: KVLayout = KVLayout.POOLED
+    kv_cache_gb: float = 0.0  # the KV pool's size; 0: auto (engine/kv_memory.py)
+    kv_block_size: int = 16  # positions per KV block (extents are whole blocks)
     codec_left_context_frames: int = 25
     codec_lookahead_frames: int = 0  # a chunk waits for this many frames after it (models/base.py CodecWindowing)
     codec_overlap_frames: int = 0  # of those, frames of audio cross-faded into the next chunk
@@ -26,8 +45,11 @@ class EngineConfig:
     overlap_steps: bool | None = None  # launch step t+1 before reading step t's codes; None: on CUDA only
 
     def __post_init__(self) -> None:
-        if self.max_slots < 1:
-            raise ValueError(f"max_slots must be >= 1, got {self.max_slots}")
+        if self.max_slots < 1 or self.max_batch < 1:
+            raise ValueError(f"max_slots and max_batch must be >= 1, got {self.max_slots}, {self.max_batch}")
+        if not self.kv_cache_gb >= 0 or self.kv_block_size < 1:
+            raise ValueError(f"kv_cache_gb must be >= 0 and kv_block_size >= 1, got {self.kv_cache_gb}, "
+                             f"{self.kv_block_size}")
         if self.max_queued < 1:
             raise ValueError(f"max_queued must be >= 1, got {self.max_queued}")
         if self.max_seq_len < 16:
@@ -42,7 +64,7 @@ class EngineConfig:
         """From the LM model's config.pbtxt parameters (strings); absent keys keep the defaults.
         `codec_windowing`: the model family's (registry.codec_windowing), or its left context frames alone."""
         try:
-            sizes = {key: int(params[key]) for key in _RENDERED if key in params}
+            sizes = {key: parse(params[key]) for key, parse in _RENDERED.items() if key in params}
         except ValueError as error:
             raise ValueError(f"bad engine parameter: {error}") from error
         if isinstance(codec_windowing, int):
@@ -55,4 +77,8 @@ class EngineConfig:
 
     def to_parameters(self) -> dict[str, str]:
         """The parameters `from_parameters` reads: the sizes and every scheduler field."""
-        return {**{key: str(getattr(self, key)) for key in _RENDERED}, **self.scheduler.to_parameters()}
+        return {**{key: _render(getattr(self, key)) for key in _RENDERED}, **self.scheduler.to_parameters()}
+
+
+def _render(value) -> str:
+    return value.value if isinstance(value, enum.Enum) else f"{value:g}" if isinstance(value, float) else str(value)

@@ -1,8 +1,11 @@
 """The LM lane's continuous-batching loop.
 
 One thread owns the model. Each step: admit waiting requests into free slots
-(prefill), launch one decode frame for every running request (one batched call),
-then cut finished chunks and hand them to each request's sink. Requests join and
+(prefill), launch one decode frame for the running requests that need one (one
+batched call of at most `max_batch` rows, picked by scheduler/pacing.py), then cut
+finished chunks and hand them to each request's sink. A slot is residency: a
+stream paused on its listener keeps its slot and KV extent, never a row of a step;
+a request is admitted when a slot is free and its KV extent fits the pool. Requests join and
 leave between steps; an error in one request's prefill ends only that request.
 A streaming-text request joins once its prompt's text has arrived and skips the
 steps whose frame needs text that has not (text_pieces.py); a family whose prompt
@@ -26,7 +29,8 @@ from typing import Callable
 import torch
 
 from backend_python.engine.codec_runner import CodecRunner, StreamChunk, decode_windowed
-from backend_python.engine.config import EngineConfig  # noqa: F401 (re-exported: the LM model imports it here)
+from backend_python.engine import kv_memory
+from backend_python.engine.config import EngineConfig, KVLayout  # EngineConfig re-exported: the LM model imports it here
 from protocol.reasons import SHUTTING_DOWN, Ended, EndReason
 from backend_python.engine import segments
 from backend_python.engine.segments import Progress
@@ -34,9 +38,10 @@ from backend_python.engine.chunk_cutter import ChunkCutter
 from backend_python.engine.launched_step import LaunchedStep
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.text_pieces import TextPieces, idle_endings
-from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
+from backend_python.engine.timing import LoopPhase, Occupancy, PhaseClock, StepTiming
 from backend_python.models.base import Codec, CodecWindowing, DecodeBatch, SpeechLM
-from scheduler import AdmissionState, StreamStatus, WaitingRequest, make_admission_policy
+from scheduler import (AdmissionState, KVBlocks, PacedStream, StreamStatus, WaitingRequest, make_admission_policy,
+                       pick_rows)
 
 log = logging.getLogger("voxlane.engine")
 
@@ -48,7 +53,7 @@ class LMEngine:
         """`codec` set (anything with `decode_windows`): the time-sharing baseline, chunks are decoded
         inline in this loop.
 
-        `on_step(num_running)` is called after every step (metrics)."""
+        `on_step(num_running)` is called after every step (metrics): the streams holding a slot."""
         self.model = model
         self.codec = codec
         self.config = config
@@ -71,8 +76,21 @@ class LMEngine:
         self._cancel_lock = threading.Lock()
         self._chunks = ChunkCutter(config.scheduler.chunking, CodecWindowing(
             config.codec_left_context_frames, config.codec_lookahead_frames, config.codec_overlap_frames))
-        model.allocate_slots(config.max_slots, config.max_seq_len)
+        self._kv = self._allocate(model, config)  # None: static rows, a slot is all a stream needs
         self._thread = threading.Thread(target=self._loop, name="voxlane-lm-engine", daemon=True)
+
+    @staticmethod
+    def _allocate(model: SpeechLM, config: EngineConfig) -> KVBlocks | None:
+        """The model's slot memory: a KV pool sized from the memory budget and its block allocator, or static
+        rows (None)."""
+        if config.kv_layout is KVLayout.STATIC:
+            model.allocate_slots(config.max_slots, config.max_seq_len, config.max_batch)
+            return None
+        positions = kv_memory.pool_positions(model, config)
+        model.allocate_slots(config.max_slots, config.max_seq_len, config.max_batch, positions)
+        log.info("KV pool: %d positions (%.2f GB) for up to %d streams, steps of up to %d rows", positions,
+                 positions * model.kv_bytes_per_position() / 2**30, config.max_slots, config.max_batch)
+        return KVBlocks(positions, config.kv_block_size)
 
     # ---- called from other threads -------------------------------------------------
     def start(self) -> None:
@@ -131,7 +149,7 @@ class LMEngine:
     def _wait_s(self) -> float | None:
         """How long the loop may sleep on its inbox: 0 with work to do, None (until woken) with none,
         else until the first playback-paced request may go on (every running request is paused)."""
-        if self._pending or (self._free_slots and any(seq.prompt is not None for seq in self._waiting)):
+        if self._pending or self._can_admit():
             return 0.0
         if any(seq.segment.is_over and seq.prompt is not None for seq in self._running):
             return 0.0  # a segment's prompt to prefill
@@ -141,6 +159,16 @@ class LMEngine:
         wakes = [t for seq in self._running if (t := seq.resumes_at()) is not None]
         wakes += [t for seq in self._running + self._waiting if (t := seq.text_deadline()) is not None]
         return max(0.0, min(wakes) - now) if wakes else None
+
+    def _can_admit(self) -> bool:
+        """A slot is free and the first request with its prompt fits the KV pool (admission is FIFO)."""
+        first = next((seq for seq in self._waiting if seq.prompt is not None), None)
+        if not self._free_slots or first is None:
+            return False
+        try:
+            return self._kv is None or self._kv.can_allocate(self._kv_need(first))
+        except ValueError:
+            return True  # too long: admission refuses it at once
 
     def _can_decode(self, seq: Sequence, now: float) -> bool:
         """Neither paused on its client nor waiting for its text."""
@@ -183,27 +211,58 @@ class LMEngine:
         self._pending = launched
         self._retire()
         self.phases.charge(LoopPhase.HOST)
+        self.phases.set_occupancy(self._occupancy())
         if self._on_step is not None:
             self._on_step(len(self._running))
 
+    def _occupancy(self) -> Occupancy:
+        kv = self._kv
+        return Occupancy(len(self._running), len(self._waiting), kv.num_used_blocks if kv else 0,
+                         kv.num_free_blocks if kv else 0)
+
     def _admit(self) -> None:
-        """Prefill the waiting requests the admission policy lets in, in arrival order, in one call."""
+        """Prefill the waiting requests the admission policy lets in, in arrival order, in one call; the first
+        whose KV extent does not fit the pool waits, and those behind it with it."""
         admitted = set(self._admission.admit(self._admission_state()))
         ready = []
         for seq in [s for s in self._waiting if s.request_id in admitted and s.prompt is not None]:
-            self._waiting.remove(seq)
-            seq.slot = self._free_slots.pop()
             try:
-                self._check_fits(seq)
+                need = self._kv_need(seq)
             except ValueError as exc:
-                self._fail_prefill(seq, exc)
+                self._waiting.remove(seq)
+                self._finish(seq, str(exc))
                 continue
+            if not self._take_slot(seq, need):
+                break
+            self._waiting.remove(seq)
             ready.append(seq)
         chunking = self.config.scheduler.chunking
         for beside, seq in enumerate(ready, start=len(self._running)):  # the first chunk's size from the load
             seq.first_chunk_frames = chunking.first_chunk_frames_for(beside)
         if ready:
             self._prefill(ready)
+
+    def _take_slot(self, seq: Sequence, need: int) -> bool:
+        """A slot and a KV extent of `need` positions for `seq`; False (nothing taken) when the pool is full."""
+        if self._kv is not None:
+            seq.kv_extent = self._kv.allocate(need)
+            if seq.kv_extent is None:
+                return False
+        seq.slot = self._free_slots.pop()
+        self._place(seq)
+        return True
+
+    def _place(self, seq: Sequence) -> None:
+        if seq.kv_extent is not None:
+            self.model.place(seq.slot, seq.kv_extent.start, seq.kv_extent.num_positions)
+
+    def _free_slot(self, seq: Sequence) -> None:
+        """Give back `seq`'s slot and KV extent (the model forgets the slot; its next prefill overwrites it)."""
+        self._release(seq.slot)
+        self._free_slots.append(seq.slot)
+        if seq.kv_extent is not None and self._kv is not None:
+            self._kv.free(seq.kv_extent)
+        seq.kv_extent = None
 
     def _admission_state(self) -> AdmissionState:
         now = self._clock()
@@ -237,16 +296,18 @@ class LMEngine:
 
     def _fail_prefill(self, seq: Sequence, exc: Exception) -> None:
         log.warning("prefill of %s failed: %s", seq.request_id, exc)
-        self._free_slots.append(seq.slot)  # the next prefill overwrites whatever was written
+        self._free_slot(seq)
         self._finish(seq, str(exc))
 
-    def _check_fits(self, seq: Sequence) -> None:
+    def _kv_need(self, seq: Sequence) -> int:
+        """The KV positions `seq`'s prompt and frames (its current segment's) write; ValueError past max_seq_len."""
         num_frames = segments.frames_needed(seq) if seq.is_segmented else seq.max_frames
         needed = seq.prompt.num_tokens + num_frames + 1
         if needed > self.config.max_seq_len:
             what = "its text segment needs" if seq.is_segmented else "request needs"
             raise ValueError(f"{what} {needed} positions (prompt {seq.prompt.num_tokens} tokens + "
                              f"{num_frames} frames) but the server's max_seq_len is {self.config.max_seq_len}")
+        return self.model.kv_positions_for(seq.prompt.num_tokens, num_frames)
 
     def _prefill_segments(self) -> None:
         """Prefill the next segment of each segmented request whose segment was spoken, into its own slot."""
@@ -254,7 +315,8 @@ class LMEngine:
             self.phases.charge(LoopPhase.HOST)
             started = self._clock()
             try:
-                self._check_fits(seq)
+                if not self._fit_segment(seq, self._kv_need(seq)):
+                    continue  # the pool is full: the segment's prefill is tried again next step
                 self._release(seq.slot)
                 self.model.prefill_batch([seq.slot], [seq.prompt])
             except Exception as exc:  # a bad segment ends its request only
@@ -266,11 +328,25 @@ class LMEngine:
             self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
             segments.start_segment(seq)
 
+    def _fit_segment(self, seq: Sequence, need: int) -> bool:
+        """A segment starts its slot's keys anew: grow its KV extent to `need` if it must; False when the pool
+        has no room now (it keeps an extent of its old size)."""
+        old = seq.kv_extent
+        if self._kv is None or old is None or old.num_positions >= need:
+            return True
+        self._kv.free(old)
+        seq.kv_extent = self._kv.allocate(need)
+        fits = seq.kv_extent is not None
+        if not fits:
+            seq.kv_extent = self._kv.allocate(old.num_positions)  # the run just freed is free: it fits
+        self._place(seq)
+        return fits
+
     def _launch(self) -> "LaunchedStep | None":
         """Launch one frame for every running request not paused on its client; its codes are copied to
         the host asynchronously. None when there is nothing to launch."""
         now = self._clock()
-        rows = [seq for seq in self._running if self._can_decode(seq, now)]
+        rows = self._pace([seq for seq in self._running if self._can_decode(seq, now)], now)
         if not rows:
             return None
         batch = DecodeBatch(slots=[s.slot for s in rows], sampling=[s.sampling for s in rows],
@@ -290,6 +366,15 @@ class LMEngine:
             self.phases.charge(LoopPhase.DECODE)
             self.phases.on_step(len(rows))
         return launched
+
+    def _pace(self, rows: list[Sequence], now: float) -> list[Sequence]:
+        """At most `max_batch` rows: the streams that need frames most (scheduler/pacing.py), in slot order."""
+        if len(rows) <= self.config.max_batch:
+            return rows
+        rate = self.model.frame_rate
+        picked = set(pick_rows([PacedStream(s.request_id, s.arrival_time, s.buffered_s(now, rate)) for s in rows],
+                               self.config.max_batch))
+        return [s for s in rows if s.request_id in picked]
 
     def _process(self, step: LaunchedStep) -> None:
         """Read a launched step's codes (waiting for the GPU), then cut and deliver its chunks."""
@@ -396,8 +481,7 @@ class LMEngine:
     def _retire(self) -> None:
         for seq in [s for s in self._running if s.status is SeqStatus.FINISHED]:
             self._running.remove(seq)
-            self._release(seq.slot)
-            self._free_slots.append(seq.slot)
+            self._free_slot(seq)
 
     def _apply_text(self) -> None:
         """Feed the text pieces that came; end the requests whose text was bad or stopped coming."""
@@ -434,9 +518,8 @@ class LMEngine:
         self._pending = None
         self._fail_all(reason)
         for seq in self._running:
-            self._release(seq.slot)
+            self._free_slot(seq)
         self._running, self._waiting = [], []
-        self._free_slots = list(range(self.config.max_slots))
 
     def _release(self, slot: int) -> None:
         try:

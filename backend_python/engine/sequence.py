@@ -8,7 +8,7 @@ from typing import Protocol
 import torch
 
 from backend_python.models.base import Prompt, SamplingParams, TextFeed
-from scheduler import UnreadBound
+from scheduler import Extent, UnreadBound
 
 
 class SeqStatus(enum.Enum):
@@ -87,6 +87,7 @@ class Sequence:
     # for the first chunks (an in-context clone's reference codes: SpeechLM.codec_prefix)
     first_chunk_frames: int | None = None  # its chunk plan's first chunk, chosen from the load when admitted
     codec_condition: torch.Tensor | None = None  # [D] float32, cpu: its codec's condition (SpeechLM.codec_condition)
+    kv_extent: Extent | None = None  # its positions in a pooled KV cache while it holds a slot
 
     @property
     def is_segmented(self) -> bool:
@@ -104,6 +105,14 @@ class Sequence:
     def is_paused(self, now: float) -> bool:
         """Whether its client has fallen the bound behind: decode nothing for it now."""
         return self.unread is not None and self.unread.is_paused(self.emitted_frames, now, self.t_first_emitted)
+
+    def buffered_s(self, now: float, frame_rate: float) -> float | None:
+        """Audio emitted and not yet taken by its listener (acked, or played in real time); None: no audio yet."""
+        if self.t_first_emitted is None:
+            return None
+        taken = (self.unread.taken(now, self.t_first_emitted) if self.unread is not None
+                 else (now - self.t_first_emitted) * frame_rate)
+        return (self.emitted_frames - taken) / frame_rate
 
     def resumes_at(self) -> float | None:
         """When a paused request goes on by itself (playback-paced), or None: it waits for an update."""

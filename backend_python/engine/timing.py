@@ -37,12 +37,28 @@ class LoopPhase(enum.Enum):
     IDLE = "idle"  # blocked with no request to serve
 
 
+@dataclass(frozen=True)
+class Occupancy:
+    """The LM lane's streams as of its last step: resident (holding a slot) and waiting for one, and its KV
+    blocks (a pooled cache; 0 and 0 with static rows)."""
+
+    num_live: int = 0
+    num_waiting: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_free: int = 0
+
+
 @dataclass
 class PhaseTotals:
-    """Seconds per phase and decode steps per batch size since the last `PhaseClock.drain`."""
+    """Seconds per phase and decode steps per batch size since the last `PhaseClock.drain`; the integrals of
+    the occupancy over the same time, and the occupancy at its end."""
 
     seconds: dict[LoopPhase, float] = field(default_factory=lambda: {phase: 0.0 for phase in LoopPhase})
     step_batch_sizes: Counter = field(default_factory=Counter)  # batch size -> number of steps
+    live_stream_s: float = 0.0  # the integral of live streams over time (its mean: / the seconds)
+    waiting_s: float = 0.0  # the time some request waited for a slot or KV memory
+    idle_waiting_s: float = 0.0  # the idle time while some request waited
+    occupancy: Occupancy = field(default_factory=Occupancy)
 
 
 class PhaseClock:
@@ -54,12 +70,23 @@ class PhaseClock:
         self._lock = threading.Lock()
         self._mark = clock()
         self._totals = PhaseTotals()
+        self._occupancy = Occupancy()
 
     def charge(self, phase: LoopPhase) -> None:
         now = self._clock()
+        seconds, occupancy = now - self._mark, self._occupancy
         with self._lock:
-            self._totals.seconds[phase] += now - self._mark
+            totals = self._totals
+            totals.seconds[phase] += seconds
+            totals.live_stream_s += seconds * occupancy.num_live
+            if occupancy.num_waiting:
+                totals.waiting_s += seconds
+                totals.idle_waiting_s += seconds if phase is LoopPhase.IDLE else 0.0
         self._mark = now
+
+    def set_occupancy(self, occupancy: Occupancy) -> None:
+        """From the next charge on, time accrues to this occupancy."""
+        self._occupancy = occupancy
 
     def on_step(self, batch_size: int) -> None:
         with self._lock:
@@ -69,4 +96,5 @@ class PhaseClock:
         """The totals since the last drain (and start afresh)."""
         with self._lock:
             totals, self._totals = self._totals, PhaseTotals()
+        totals.occupancy = self._occupancy
         return totals

@@ -90,9 +90,10 @@ class SlotSpeechLM(SpeechLM):
         self._extent_lengths[slot] = num_positions
 
     def kv_bytes_per_position(self) -> int:
-        """Bytes one KV position takes (keys and values of every layer): what the engine sizes its pool by."""
-        kv = self._require_memory().kv
-        return 2 * kv.k[:, 0].numel() * kv.k.element_size()
+        """Bytes one KV position takes (keys and values of every layer): what the engine sizes its pool by.
+        Before `allocate_slots`, read off a one-slot, one-position layout."""
+        memory = self._memory if self._memory is not None else self._allocate_memory(SlotLayout(1, 1, 1, 1))
+        return 2 * memory.kv.k[:, 0].numel() * memory.kv.k.element_size()
 
 
     @abstractmethod

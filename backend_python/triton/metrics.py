@@ -18,7 +18,14 @@
 | `voxlane_lm_decode_seconds_total` | counter | | its time launching decode steps and waiting for their codes |
 | `voxlane_lm_host_seconds_total` | counter | | its other work: admission, cutting and sending chunks |
 | `voxlane_lm_idle_seconds_total` | counter | | its time blocked with no request |
-| `voxlane_lm_step_batch` | histogram | | the batch size of each decode step |
+| `voxlane_lm_step_batch` | histogram | | the batch size of each decode step: its running rows |
+| `voxlane_lm_live_streams` | gauge | | streams holding an LM slot (playing or paused on their listener) |
+| `voxlane_lm_waiting_requests` | gauge | | requests waiting for a slot or KV memory |
+| `voxlane_lm_kv_blocks_used` | gauge | | KV pool blocks the live streams own (pooled layout) |
+| `voxlane_lm_kv_blocks_free` | gauge | | KV pool blocks free |
+| `voxlane_lm_live_stream_seconds_total` | counter | | live streams integrated over time (its rate: the mean live streams) |
+| `voxlane_lm_waiting_seconds_total` | counter | | time some request waited for a slot or KV memory |
+| `voxlane_lm_idle_waiting_seconds_total` | counter | | the LM thread's idle time while some request waited |
 
 The four `voxlane_lm_*_seconds_total` counters together cover the LM thread's wall time.
 """
@@ -165,7 +172,16 @@ class LMPhaseMetrics:
                                       pb_utils.MetricFamily.HISTOGRAM)
         self._families.append(batch)
         self._batch = batch.Metric(labels={}, buckets=STEP_BATCH_BUCKETS)
+        self._integrals = {name: self._metric(f"voxlane_lm_{name}_total", help_text, pb_utils.MetricFamily.COUNTER)
+                           for name, help_text in _INTEGRALS.items()}
+        self._gauges = {name: self._metric(f"voxlane_lm_{metric}", help_text, pb_utils.MetricFamily.GAUGE)
+                        for name, (metric, help_text) in _OCCUPANCY.items()}
         self._thread = Periodic("voxlane-lm-metrics", period_s, self.flush)
+
+    def _metric(self, name: str, help_text: str, kind):
+        family = pb_utils.MetricFamily(name, help_text, kind)
+        self._families.append(family)  # a family must outlive its metrics
+        return family.Metric(labels={})
 
     def start(self) -> None:
         self._thread.start()
@@ -181,3 +197,18 @@ class LMPhaseMetrics:
         for batch_size, count in totals.step_batch_sizes.items():
             for _ in range(count):
                 self._batch.observe(float(batch_size))
+        for name, counter in self._integrals.items():
+            if (seconds := getattr(totals, name.replace("_seconds", "_s"))) > 0:
+                counter.increment(seconds)
+        for name, gauge in self._gauges.items():
+            gauge.set(getattr(totals.occupancy, name))
+
+
+# the occupancy integrals (PhaseTotals fields, seconds) and gauges (Occupancy fields) the LM lane exports
+_INTEGRALS = {"live_stream_seconds": "Live streams in the LM lane integrated over time",
+              "waiting_seconds": "Time some request waited for an LM slot or KV memory",
+              "idle_waiting_seconds": "The LM thread's idle time while some request waited"}
+_OCCUPANCY = {"num_live": ("live_streams", "Streams holding an LM slot, playing or paused"),
+              "num_waiting": ("waiting_requests", "Requests waiting for an LM slot or KV memory"),
+              "kv_blocks_used": ("kv_blocks_used", "KV pool blocks the live streams own"),
+              "kv_blocks_free": ("kv_blocks_free", "KV pool blocks free")}

@@ -6,7 +6,9 @@ A run's `server_time` block is the change of these between a scrape before and o
 The LM exports them once a second, so a scrape lags the server by up to that much: the bench
 waits `EXPORT_LAG_S` after a run before its second scrape, and that wait (an idle LM) is inside the
 window. `busy_share` is each working phase's share of the time the LM was not idle: it does not
-depend on the window's edges.
+depend on the window's edges. `occupancy` reads the streams off the same window: the mean live streams
+(resident in the LM lane, playing or paused), the share of time some request waited for a slot or KV
+memory, and the LM's idle share of that waiting time (what admission wastes).
 """
 from __future__ import annotations
 
@@ -61,7 +63,20 @@ def server_time(before: dict[str, float] | None, after: dict[str, float] | None)
     return {"seconds": seconds, "share": {p: round(s / total, 4) if total else None for p, s in seconds.items()},
             "busy_share": _busy_share(seconds), "num_steps": int(steps), "mean_step_batch": round(batch_sum / steps, 2) if steps else None,
             "step_batch_le": {name[len("voxlane_lm_step_batch_bucket{"):-1]: int(value) for name, value in delta.items()
-                              if name.startswith("voxlane_lm_step_batch_bucket{")}}
+                              if name.startswith("voxlane_lm_step_batch_bucket{")},
+            "occupancy": _occupancy({name: delta.get(f"voxlane_lm_{name}_total", 0.0) for name in INTEGRALS}, total)}
+
+
+INTEGRALS = ("live_stream_seconds", "waiting_seconds", "idle_waiting_seconds")
+
+
+def _occupancy(integrals: dict[str, float], total_s: float) -> dict:
+    """Mean live streams, waiting share and idle-while-waiting share of a window of `total_s` seconds."""
+    waiting = integrals["waiting_seconds"]
+    return {"integrals": {k: round(v, 4) for k, v in integrals.items()},
+            "mean_live_streams": round(integrals["live_stream_seconds"] / total_s, 2) if total_s else None,
+            "waiting_share": round(waiting / total_s, 4) if total_s else None,
+            "idle_while_waiting": round(integrals["idle_waiting_seconds"] / waiting, 4) if waiting else None}
 
 
 def add_server_times(blocks: list[dict | None]) -> dict | None:
@@ -77,9 +92,11 @@ def add_server_times(blocks: list[dict | None]) -> dict | None:
     for b in blocks:
         for le, count in b["step_batch_le"].items():
             buckets[le] = buckets.get(le, 0) + count
+    integrals = {name: sum(b.get("occupancy", {}).get("integrals", {}).get(name, 0.0) for b in blocks)
+                 for name in INTEGRALS}
     return {"seconds": seconds, "share": {p: round(s / total, 4) if total else None for p, s in seconds.items()},
             "busy_share": _busy_share(seconds), "num_steps": steps, "mean_step_batch": round(batch_sum / steps, 2) if steps else None,
-            "step_batch_le": buckets}
+            "step_batch_le": buckets, "occupancy": _occupancy(integrals, total)}
 
 
 def _busy_share(seconds: dict[str, float]) -> dict[str, float | None]:
