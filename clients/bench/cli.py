@@ -49,7 +49,9 @@ def _add_bench_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=1, help="runs per rate, seeds 0..N-1")
     parser.add_argument("--arrival", choices=ARRIVALS, default="poisson")
     parser.add_argument("--burstiness", type=float, default=1.0, help="Gamma shape (< 1 burstier)")
-    parser.add_argument("--workload", type=Path, default=None, help="TSV: utterance_id, duration_s, text")
+    parser.add_argument("--workload", default=None,
+                        help="TSV (utterance_id, duration_s, text), or a shared workload's name: 'short' (the default, "
+                             "4-10 s) or 'paragraphs' (long-form, 12.6-68 s)")
     parser.add_argument("--ttfa-slo-ms", type=float, default=200.0)
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     parser.add_argument("--max-audio-seconds", type=float, default=None, help="cap on each request's audio")

@@ -18,7 +18,7 @@ class BenchConfig:
     num_seeds: int = 1  # runs per rate, seeds 0..N-1 (pooled in the summary)
     arrival: str = "poisson"
     burstiness: float = 1.0  # Gamma shape for --arrival gamma (< 1 burstier)
-    workload: Path | None = None  # None: the shared LibriSpeech TSV if present, else synthetic
+    workload: Path | str | None = None  # a TSV or a shared name (workload.NAMED_WORKLOADS); None: the short TSV
     ttfa_slo_ms: float = 200.0
     out: Path = Path("bench-results")
     audio_scale: float = 1.0  # requested audio = utterance duration × scale, capped below

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_WORKLOAD = REPO_ROOT.parent / "shared" / "data" / "librispeech_pc_test_clean.tsv"
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+DEFAULT_WORKLOAD = SHARED_DATA / "librispeech_pc_test_clean.tsv"
+# `--workload NAME`: the shared workloads by name. `paragraphs`: 198 long-form requests of 12.6–68 s (median 33 s),
+# where far more streams are alive at once than a step has rows
+NAMED_WORKLOADS = {"short": DEFAULT_WORKLOAD, "paragraphs": SHARED_DATA / "librispeech_pc_paragraphs.tsv"}
 # The synthetic workload mimics LibriSpeech-PC test-clean as we serve it: 4–10 s, median 6.2 s.
 SYNTHETIC_MIN_S, SYNTHETIC_MEDIAN_S, SYNTHETIC_MAX_S = 4.0, 6.2, 10.0
 SYNTHETIC_SIZE = 1000
@@ -23,8 +27,10 @@ class Utterance:
     text: str
 
 
-def load_workload(path: Path | None = None) -> tuple[list[Utterance], str]:
-    """The utterances and where they came from: `path`, else the shared TSV when present, else synthetic."""
+def load_workload(path: Path | str | None = None) -> tuple[list[Utterance], str]:
+    """The utterances and where they came from: `path` (or a name of NAMED_WORKLOADS), else the shared TSV when
+    present, else synthetic."""
+    path = NAMED_WORKLOADS.get(str(path), path) if path is not None else None
     if path is None and DEFAULT_WORKLOAD.exists():
         path = DEFAULT_WORKLOAD
     if path is None:
