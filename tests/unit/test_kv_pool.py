@@ -16,8 +16,15 @@ GREEDY = SamplingParams(temperature=0.0, repetition_penalty=1.05)
 PRESETS = ("qwen3-tts-tiny", "csm-tiny", "orpheus-tiny", "cosyvoice3-tiny", "flashtts-tiny")
 
 
+def skip_without_codec(preset: str) -> None:
+    """A tiny Orpheus checkpoint is built with its SNAC codec: a machine without `snac` cannot build it."""
+    if preset.startswith("orpheus"):
+        pytest.importorskip("snac")
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_pooled_extents_decode_what_static_rows_decode(preset):
+    skip_without_codec(preset)
     lm = registry.load_lm(registry.resolve(preset), device="cpu", dtype="float32")
     assert_pooled_equals_static(lm, [SAMPLED, GREEDY, SAMPLED], num_frames=4)
 
@@ -40,5 +47,6 @@ def test_an_extent_outside_the_pool_is_refused():
 @pytest.mark.parametrize("preset", ("qwen3-tts-tiny", "orpheus-tiny", "cosyvoice3-tiny"))
 def test_pooled_extents_under_cuda_graphs_decode_what_static_rows_decode(preset):
     """The frame graphs and flash attention read each row's keys from its extent's start."""
+    skip_without_codec(preset)
     lm = registry.load_lm(registry.resolve(preset), device="cuda", dtype="bfloat16")
     assert_pooled_equals_static(lm, [SAMPLED, GREEDY, SAMPLED], num_frames=4, device="cuda")

@@ -1,0 +1,45 @@
+"""Live streams apart from the step's rows, end to end: streams paced to their listeners (non-reading, non-acking
+gRPC clients of long utterances) stay live in the LM lane, more of them than a decode step has rows, and a new
+request is served beside them instead of queueing behind them; no step runs more than `max_batch` rows."""
+from __future__ import annotations
+
+import pytest
+
+from clients.stream import synthesize
+from tests.e2e.conftest import DEFAULT_PRESET, start_server
+from tests.e2e.test_backpressure import SilentClient
+from tests.e2e.test_metrics import scrape
+from tests.waiting import wait_for
+
+NUM_PACED = 20  # paced to real-time playback, 60 s each: live for the whole test
+MAX_BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def resident(model_cache, tmp_path_factory):
+    srv = start_server(DEFAULT_PRESET, tmp_path_factory, max_slots=64, max_batch=MAX_BATCH)
+    yield srv
+    srv.stop()
+
+
+def step_batches(metrics: dict[str, float]) -> tuple[float, float]:
+    """(decode steps of at most MAX_BATCH rows, all decode steps) so far."""
+    return metrics[f'voxlane_lm_step_batch_bucket{{le="{float(MAX_BATCH)}"}}'], metrics["voxlane_lm_step_batch_count"]
+
+
+def test_paced_streams_stay_live_beside_a_newcomer_and_steps_keep_to_max_batch(resident):
+    paced = [SilentClient(resident.grpc_url, acks=False) for _ in range(NUM_PACED)]
+    try:
+        assert wait_for(lambda: scrape(resident)["voxlane_lm_live_streams"] >= NUM_PACED, timeout_s=60)
+        newcomer = synthesize(resident.grpc_url, "I came later.", seed=7, max_audio_seconds=2.0, ignore_eos=True)
+        assert newcomer.audio.size == 25 * 1920  # served in full while the others are live
+        metrics = scrape(resident)
+        assert metrics["voxlane_live_requests"] >= NUM_PACED  # none of them ended to make room
+        within, steps = step_batches(metrics)
+        assert steps > 0 and within == steps
+        assert metrics["voxlane_lm_kv_blocks_used"] > 0 and metrics["voxlane_lm_kv_blocks_free"] > 0
+    finally:
+        for client in paced:
+            client.close()
+    assert wait_for(lambda: scrape(resident)["voxlane_lm_live_streams"] == 0, timeout_s=30)
+    assert wait_for(lambda: scrape(resident)["voxlane_lm_kv_blocks_used"] == 0, timeout_s=10)
