@@ -24,7 +24,7 @@ def resident(model_cache, tmp_path_factory):
 
 def step_batches(metrics: dict[str, float]) -> tuple[float, float]:
     """(decode steps of at most MAX_BATCH rows, all decode steps) so far."""
-    return metrics[f'voxlane_lm_step_batch_bucket{{le="{float(MAX_BATCH)}"}}'], metrics["voxlane_lm_step_batch_count"]
+    return metrics[f'voxlane_lm_step_batch_bucket{{le="{MAX_BATCH}"}}'], metrics["voxlane_lm_step_batch_count"]
 
 
 def test_paced_streams_stay_live_beside_a_newcomer_and_steps_keep_to_max_batch(resident):
