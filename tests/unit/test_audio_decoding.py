@@ -1,0 +1,72 @@
+"""Hostile reference files: any channel count decodes (FFmpeg's planar frames crashed PyAV from 8 channels on),
+and a file whose header or audio runs past the reference limit is refused before it becomes samples."""
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import wave
+
+import numpy as np
+import pytest
+
+from backend_python.audio.decoding import MAX_SECONDS, AudioFileError, decode_reference
+
+
+def pcm_wav(channels: int, seconds: float, rate: int = 16_000) -> tuple[bytes, np.ndarray]:
+    """A 16-bit WAV of `channels` channels, and its samples [n, channels] as float32."""
+    pcm = (np.random.default_rng(channels).uniform(-0.5, 0.5, (int(seconds * rate), channels)) * 32767).astype(np.int16)
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as handle:
+        handle.setnchannels(channels)
+        handle.setsampwidth(2)
+        handle.setframerate(rate)
+        handle.writeframes(pcm.tobytes())
+    return buffer.getvalue(), pcm.astype(np.float32) / 32768
+
+
+@pytest.mark.parametrize("channels", [1, 2, 8, 9, 64])
+def test_any_channel_count_decodes_to_the_channels_mean(channels):
+    data, pcm = pcm_wav(channels, 0.5)
+    decoded = decode_reference(data)
+    assert decoded.sample_rate == 16_000 and decoded.samples.dtype == np.float32
+    np.testing.assert_allclose(decoded.samples, pcm.mean(axis=1), atol=1e-6)
+
+
+def test_an_eight_channel_file_does_not_kill_the_process():
+    """The crash was a segfault: run it where it cannot take the test runner with it."""
+    data, _ = pcm_wav(8, 0.2)
+    code = ("import sys; from backend_python.audio.decoding import decode_reference; "
+            "print(decode_reference(sys.stdin.buffer.read()).samples.size)")
+    done = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-500:]
+    assert done.stdout.strip() == b"3200"
+
+
+def test_a_small_file_whose_header_says_700_s_is_refused_from_its_header(monkeypatch):
+    """A decode bomb: 700 s of silence compress to a few kB of FLAC; its STREAMINFO says how long it is, and
+    nothing is decoded (the decoder is never asked for a frame)."""
+    import soundfile
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.zeros(700 * 8_000, np.int16), 8_000, format="FLAC")
+    data = buffer.getvalue()
+    assert len(data) < 200_000
+    from backend_python.audio import decoding
+    monkeypatch.setattr(decoding, "_decode_mono", lambda *args: pytest.fail("decoded a file refused by its header"))
+    with pytest.raises(AudioFileError, match="700.0 s long") as error:
+        decode_reference(data)
+    assert error.value.code == "audio_too_long"
+
+
+def test_audio_past_the_limit_is_refused():
+    data, _ = pcm_wav(1, MAX_SECONDS + 2, rate=8_000)
+    with pytest.raises(AudioFileError) as error:
+        decode_reference(data)
+    assert error.value.code == "audio_too_long"
+
+
+def test_a_rate_outside_what_a_reference_may_have_is_refused():
+    data, _ = pcm_wav(1, 0.5, rate=4_000)
+    with pytest.raises(AudioFileError, match="4000 Hz"):
+        decode_reference(data)
