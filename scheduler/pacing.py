@@ -34,11 +34,11 @@ def urgency(stream: PacedStream) -> tuple[float, float]:
     return buffered, stream.arrival_time
 
 
-def pick_rows(streams: Sequence[PacedStream], max_batch: int) -> list[str]:
-    """The ids of the streams that get this step's rows: all of them if they fit, else the `max_batch`
-    most urgent."""
+def pick_rows(streams: Sequence[PacedStream], max_batch: int) -> list[int]:
+    """The indices (ascending) of the streams that get this step's rows: all of them if they fit, else the
+    `max_batch` most urgent."""
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     if len(streams) <= max_batch:
-        return [s.request_id for s in streams]
-    return [s.request_id for s in sorted(streams, key=urgency)[:max_batch]]
+        return list(range(len(streams)))
+    return sorted(sorted(range(len(streams)), key=lambda i: urgency(streams[i]))[:max_batch])

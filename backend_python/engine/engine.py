@@ -368,13 +368,12 @@ class LMEngine:
         return launched
 
     def _pace(self, rows: list[Sequence], now: float) -> list[Sequence]:
-        """At most `max_batch` rows: the streams that need frames most (scheduler/pacing.py), in slot order."""
+        """At most `max_batch` rows: the streams that need frames most (scheduler/pacing.py), in running order."""
         if len(rows) <= self.config.max_batch:
             return rows
         rate = self.model.frame_rate
-        picked = set(pick_rows([PacedStream(s.request_id, s.arrival_time, s.buffered_s(now, rate)) for s in rows],
-                               self.config.max_batch))
-        return [s for s in rows if s.request_id in picked]
+        streams = [PacedStream(s.request_id, s.arrival_time, s.buffered_s(now, rate)) for s in rows]
+        return [rows[i] for i in pick_rows(streams, self.config.max_batch)]
 
     def _process(self, step: LaunchedStep) -> None:
         """Read a launched step's codes (waiting for the GPU), then cut and deliver its chunks."""

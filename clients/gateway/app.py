@@ -21,7 +21,7 @@ from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, 
 from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request
 from clients.gateway.playground import add_playground_routes
 from clients.gateway.service import Gateway
-from clients.gateway.speech import SpeechRequest, model_not_found, parse_speech, served_models
+from clients.gateway.speech import SpeechRequest, model_not_found, served_models
 from clients.gateway.speech_socket import serve_socket
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
 from clients.gateway.voices import (merged_delete, merged_list, merged_register, no_server, read_upload,
@@ -81,7 +81,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         return error_response(gateway, bad_request("the request body is not valid JSON"))
-    parsed = parse_speech(body, gateway.model_ids)
+    parsed = await gateway.parse_speech(body)
     if isinstance(parsed, ApiError):
         return error_response(gateway, parsed)
     gateway.stats.num_streams += 1
@@ -169,7 +169,7 @@ async def speech_stream(request: web.Request) -> web.StreamResponse:
 async def register_voice(request: web.Request) -> web.Response:
     """A multipart upload (voices.py) registered on every ready server."""
     gateway = request.app[GATEWAY]
-    upload = await read_upload(request)
+    upload = await read_upload(request, gateway.decoders)
     if isinstance(upload, ApiError):
         return error_response(gateway, upload)
     answers = await gateway.call_voice_registry(registry_request("register", upload.name, upload))

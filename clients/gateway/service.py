@@ -19,7 +19,7 @@ from clients.gateway.balancer import Backend, Balancer
 from clients.gateway.config import GatewayConfig
 from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
 from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve
-from clients.gateway.speech import SpeechRequest
+from clients.gateway.speech import SpeechRequest, parse_speech
 from clients.gateway.stats import GatewayStats
 from clients.gateway.triton_session import SessionEvent, SessionText, TritonSession
 from clients.gateway.triton_stream import AudioChunk, StreamFailure, stream_chunks
@@ -35,12 +35,18 @@ _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
                     ("grpc.initial_reconnect_backoff_ms", 250), ("grpc.max_reconnect_backoff_ms", 2000)]
 
 
+MAX_CONCURRENT_DECODES = 2
+
+
 class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         metrics = config.metrics_urls or (None,) * len(config.tritons)
         self.balancer = Balancer([Backend(url, m) for url, m in zip(config.tritons, metrics)], config.down_s)
         self.stats = GatewayStats()
+        # reference files decoded at once, each in a worker thread: a large or hostile upload never stalls the
+        # event loop, and a burst of them holds a bounded amount of memory
+        self.decoders = asyncio.Semaphore(MAX_CONCURRENT_DECODES)
         self.model_ids: tuple[str, ...] = ()
         self.server_info: dict = {}
         self._channels: dict[str, list[grpc.aio.Channel]] = {}
@@ -72,6 +78,13 @@ class Gateway:
         for channels in self._channels.values():
             for channel in channels:
                 await channel.close()
+
+    async def parse_speech(self, body: object) -> SpeechRequest | ApiError:
+        """`speech.parse_speech` of a request body; one with reference audio decodes it off the event loop."""
+        if not (isinstance(body, dict) and body.get("ref_audio") is not None):
+            return parse_speech(body, self.model_ids)
+        async with self.decoders:
+            return await asyncio.to_thread(parse_speech, body, self.model_ids)
 
     def stream_speech(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
         """The request's chunks from the least loaded ready server; before any audio, a 503 (overloaded,

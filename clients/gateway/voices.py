@@ -42,7 +42,7 @@ class VoiceUpload:
     x_vector_only: bool | None
 
 
-async def read_upload(request: web.Request) -> VoiceUpload | ApiError:
+async def read_upload(request: web.Request, decoders: asyncio.Semaphore) -> VoiceUpload | ApiError:
     """The multipart form of `POST /v1/audio/voices`, decoded; or the first thing wrong with it."""
     if not request.content_type.startswith("multipart/"):
         return bad_request("send the voice as multipart/form-data: 'file' (WAV, FLAC or Ogg), 'name', and "
@@ -60,7 +60,8 @@ async def read_upload(request: web.Request) -> VoiceUpload | ApiError:
         if isinstance(checked, ApiError):
             return checked
     try:
-        audio = await asyncio.to_thread(decode_reference, fields["file"])
+        async with decoders:  # off the event loop, a bounded number at once (Gateway.decoders)
+            audio = await asyncio.to_thread(decode_reference, fields["file"])
     except AudioFileError as exc:
         return bad_request(f"'file': {exc}", param="file", code=exc.code)
     return VoiceUpload(name, audio, transcript, x_vector_only)

@@ -223,6 +223,35 @@ def test_bad_uploads_get_clear_errors(gateway, name, data, fields, status, param
     assert name not in [v["name"] for v in listed]
 
 
+def many_channels_wav(audio: np.ndarray, channels: int) -> bytes:
+    """The reference on every one of `channels` channels (their mean is the reference again)."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(channels)
+        out.setsampwidth(2)
+        out.setframerate(RATE)
+        out.writeframes(np.repeat(np.round(audio * 32767).astype("<i2")[:, None], channels, axis=1).tobytes())
+    return buffer.getvalue()
+
+
+def test_hostile_reference_files_get_answers_and_the_gateway_lives_on(gateway):
+    """An 8-channel WAV crashed the gateway's decoder; a small FLAC whose header says 700 s was decoded whole
+    before its length was checked. Now: the first registers as its mono mean, the second is a 400 at once."""
+    import soundfile
+
+    response = upload(gateway, "eight-channels", many_channels_wav(REFERENCE, 8), x_vector_only="true")
+    assert response.status_code == 200, response.text
+    reference = base64.b64encode(many_channels_wav(REFERENCE, 16)).decode()
+    pcm, _ = speak_sse(gateway, ref_audio=reference, x_vector_only=True)
+    assert pcm.size == 10 * 1920
+    bomb = io.BytesIO()
+    soundfile.write(bomb, np.zeros(700 * 8_000, np.int16), 8_000, format="FLAC")
+    response = upload(gateway, "bomb", bomb.getvalue(), x_vector_only="true")
+    assert response.status_code == 400, response.text
+    assert (response.json()["error"]["param"], response.json()["error"]["code"]) == ("file", "audio_too_long")
+    assert httpx.get(gateway.url + "/health", timeout=10).status_code == 200
+
+
 def test_delete_through_the_gateway_and_a_taken_name(gateway, servers):
     assert upload(gateway, "gw-delete", wav_file(REFERENCE), x_vector_only="true").status_code == 200
     taken = upload(gateway, "gw-delete", wav_file(OTHER_REFERENCE), x_vector_only="true")
