@@ -13,7 +13,7 @@
 | `voxlane_codec_queue_ms` | histogram | `lane` | the rest of the call: `voxlane_codec_ms` minus the run time (queueing, transfer) |
 | `voxlane_chunks_routed_total` | counter | `lane`, `reason` | chunks sent, by routed lane and the reason the rule gave (`first_chunk`, `low_slack`, `slack_ok`, `urgent_full`, `mode`) |
 | `voxlane_chunk_slack_ms` | histogram | | a chunk's playback deadline minus its send time (chunk 0 has none; below 0 is a stall) |
-| `voxlane_lm_batch_size` | gauge | | requests in the LM lane's running batch after its last step |
+| `voxlane_lm_batch_size` | gauge | | streams holding an LM slot after its last step (`voxlane_lm_live_streams`) |
 | `voxlane_lm_prefill_seconds_total` | counter | | the LM thread's time prefilling admitted requests |
 | `voxlane_lm_decode_seconds_total` | counter | | its time launching decode steps and waiting for their codes |
 | `voxlane_lm_host_seconds_total` | counter | | its other work: admission, cutting and sending chunks |
