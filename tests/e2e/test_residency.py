@@ -11,8 +11,8 @@ from tests.e2e.test_backpressure import SilentClient
 from tests.e2e.test_metrics import scrape
 from tests.waiting import wait_for
 
-NUM_PACED = 20  # paced to real-time playback, 60 s each: live for the whole test
-MAX_BATCH = 4
+NUM_PACED = 12  # paced to real-time playback, 60 s each, live for the whole test: more than a step has rows
+MAX_BATCH = 8  # a bucket of the step histogram
 
 
 @pytest.fixture(scope="module")
