@@ -2,6 +2,7 @@
 speech route's `ref_audio` checked, the registry's answers from several servers merged, its codes' statuses."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import wave
@@ -150,7 +151,7 @@ def post_form(form_parts: list[tuple[str, bytes, str | None]] | None, json_body:
     seen = []
 
     async def handler(request):
-        seen.append(await read_upload(request))
+        seen.append(await read_upload(request, asyncio.Semaphore(1)))
         return web.Response()
 
     async def run():
