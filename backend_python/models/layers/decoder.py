@@ -49,6 +49,7 @@ class KVCache:
     row_starts: torch.Tensor  # [rows] int64, a row's first pool position
     row_lengths: torch.Tensor  # [rows] int64, positions a row owns
     max_seq_len: int  # the most positions one row attends over
+    scratch_start: int  # the scratch row's first pool position (it owns the max_seq_len after it)
     is_varlen: bool = False
 
     @classmethod
@@ -66,17 +67,13 @@ class KVCache:
         # zeros, not empty: masked keys get weight 0, and 0 * NaN garbage would still be NaN
         return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
                    starts.to(device), torch.full((num_rows,), max_seq_len, device=device), max_seq_len,
-                   is_varlen=(varlen_attention_works(torch.device(device), dtype) if is_varlen is None
-                              else is_varlen))
+                   size - max_seq_len, varlen_attention_works(torch.device(device), dtype) if is_varlen is None
+                   else is_varlen)
 
     @property
     def num_positions(self) -> int:
         """Positions of the pool, the scratch row's included."""
         return self.k.shape[1]
-
-    @property
-    def scratch_start(self) -> int:
-        return self.num_positions - self.max_seq_len
 
     def place(self, row: int, start: int, length: int) -> None:
         """Row `row` owns pool positions start .. start + length - 1 from now on (outside graph capture)."""
