@@ -165,10 +165,14 @@ class LMModel:
         reference = voice_reference(get)
         check_can_clone(self.model, reference, req.is_text_open, req.voice)
         is_known_voice = req.voice is None or req.voice in self.model.voices
+        max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
         try:
             text = self._open_text(req, reference) if req.is_text_open else None
             prompt = (self.model.encode_prompt(req.text, req.voice, reference=reference) if text is None
                       else text.prompt())
+            if text is None and not self._fits(prompt.num_tokens, max_frames):
+                text = self._chapter(req, reference)  # too long for one prompt: segment by segment, one stream
+                prompt = text.prompt()
             sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty, req.seed)
         except RequestError:
             raise
@@ -178,8 +182,10 @@ class LMModel:
                                      param="voice", code="unknown_voice")) from None
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         generator = seeded_generator(seed, self.device)  # every bit of the seed counts (seeding.py)
-        max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
-        self._check_fits(prompt.num_tokens if text is None else text.num_prompt_tokens, max_frames)
+        if text is None or not text.is_segmented or not text.is_closed:
+            self._check_fits(prompt.num_tokens if text is None else text.num_prompt_tokens, max_frames)
+        elif req.ignore_eos:  # a chapter: its last segment runs on to max_frames (the engine checks each segment)
+            self._check_fits(text.num_prompt_tokens, max_frames - text.frames_before_last())
         return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
                         sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks),
@@ -197,6 +203,13 @@ class LMModel:
         text.append(req.text)
         return text
 
+    def _chapter(self, req: SpeechRequest, reference) -> SpeakableText:
+        """A whole text that does not fit one prompt and its frames in `max_seq_len` (a chapter), closed: cut
+        at sentence ends and spoken as one stream of segments (models/text_segments.py, WHOLE_TEXT_RULES)."""
+        from backend_python.models.text_segments import open_whole_text
+
+        return SpeakableText(open_whole_text(self.model, req.text, req.voice, reference))
+
     def _unread_bound(self, request, acks: bool) -> UnreadBound | None:
         """The backpressure bound the router asks for (`max_unread_audio_s`); none without it."""
         seconds = _scalar_input(request, MAX_UNREAD_AUDIO_S)
@@ -205,11 +218,14 @@ class LMModel:
         rate = self.model.frame_rate
         return UnreadBound(max_unread_frames=max(1, math.ceil(float(seconds) * rate)), frame_rate=rate, acks=acks)
 
+    def _fits(self, num_prompt_tokens: int, max_frames: int) -> bool:
+        return num_prompt_tokens + max_frames + 1 <= self.engine.config.max_seq_len
+
     def _check_fits(self, num_prompt_tokens: int, max_frames: int) -> None:
         """Refuse at once what the engine would fail at prefill (its own check stays): it is bad input."""
         needed = num_prompt_tokens + max_frames + 1
         max_seq_len = self.engine.config.max_seq_len
-        if needed > max_seq_len:
+        if not self._fits(num_prompt_tokens, max_frames):
             raise RequestError(f"request needs {needed} positions (prompt {num_prompt_tokens} tokens + "
                                f"{max_frames} frames) but the server's max_seq_len is {max_seq_len}")
 

@@ -198,10 +198,12 @@ class SpeechLM(nn.Module, ABC):
         whose prompt needs the whole text does not: it is spoken segment by segment (text_segments.py)."""
         raise NotImplementedError(f"{type(self).__name__} needs the whole text in one prompt")
 
-    def encode_segment(self, text: str, voice: str | None, context) -> Prompt:
-        """One segment of a streamed text; `context` (a text_segments.SegmentContext, or None) is the segment
-        spoken before it, for a family that can condition on it. Default: the segment alone, same voice."""
-        return self.encode_prompt(text, voice)
+    def encode_segment(self, text: str, voice: str | None, context,
+                       reference: VoiceReference | None = None) -> Prompt:
+        """One segment of a streamed text, or of a whole text too long for one prompt; `context` (a
+        text_segments.SegmentContext, or None) is the segment spoken before it, for a family that can
+        condition on it. Default: the segment alone, same voice (the same reference in each)."""
+        return self.encode_prompt(text, voice, reference=reference)
 
     def is_waiting_for_text(self, slot: int) -> bool:
         """Whether `slot`'s next frame needs a text token that has not arrived (its text is still open)."""

@@ -36,14 +36,15 @@ class SegmentRules:
     """Where streamed text is cut, and how long a segment may speak."""
 
     clause_min_words: int = 6  # a clause mark ends a segment once it holds this many words
-    max_chars: int = 300  # a segment with no boundary this long ends at its last space
+    max_chars: int = 300  # a segment with no boundary this long ends at its last sentence end, else its last space
+    min_chars: int = 0  # a boundary ends a segment only once it holds this many characters (sentences group)
     chars_per_s: float = 14.0  # speaking rate that sizes a segment's frame budget
     cap_factor: float = 4.0  # a segment ends by itself after cap_factor × budget + cap_extra_s (no EOS seen)
     cap_extra_s: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.clause_min_words < 1 or self.max_chars < 16:
-            raise ValueError(f"clause_min_words must be >= 1 and max_chars >= 16: {self}")
+        if self.clause_min_words < 1 or self.max_chars < 16 or not 0 <= self.min_chars < self.max_chars:
+            raise ValueError(f"clause_min_words must be >= 1, max_chars >= 16 and 0 <= min_chars < max_chars: {self}")
         if not (self.chars_per_s > 0 and self.cap_factor >= 1 and self.cap_extra_s >= 0):
             raise ValueError(f"chars_per_s must be > 0, cap_factor >= 1, cap_extra_s >= 0: {self}")
 
@@ -67,6 +68,11 @@ class SegmentContext:
 SegmentEncoder = Callable[[str, "SegmentContext | None"], Prompt]  # (segment text, context) -> prompt
 
 
+# a whole text (a chapter) too long for one prompt: sentences grouped into segments of 150-300 characters
+# (10-20 s of speech), each a prompt of its own; a clause mark cuts only a run-on sentence of 40 words
+WHOLE_TEXT_RULES = SegmentRules(clause_min_words=40, min_chars=150)
+
+
 def split_segments(pending: str, rules: SegmentRules) -> tuple[list[str], str]:
     """The complete segments at the start of `pending` and what is left of it (the open segment)."""
     segments = []
@@ -79,10 +85,16 @@ def split_segments(pending: str, rules: SegmentRules) -> tuple[list[str], str]:
 def _segment_end(text: str, rules: SegmentRules) -> int | None:
     """Where the first complete segment of `text` ends (its closing whitespace not included), or None."""
     for match in _boundaries(text):
+        if match.end() > rules.max_chars:
+            break  # cut below max_chars, as when the text comes in pieces: the cut depends on the text alone
         head = text[:match.end()]
-        if _WORD.search(head) and (match.re is _SENTENCE_END or len(head.split()) >= rules.clause_min_words):
+        if (_WORD.search(head) and len(head.lstrip()) >= rules.min_chars
+                and (match.re is _SENTENCE_END or len(head.split()) >= rules.clause_min_words)):
             return match.end()
     if len(text) > rules.max_chars:
+        sentences = [m.end() for m in _SENTENCE_END.finditer(text, 0, rules.max_chars) if _WORD.search(text[:m.end()])]
+        if sentences:  # only where min_chars held a sentence end back
+            return sentences[-1]
         space = text.rfind(" ", 0, rules.max_chars)
         return space if space > 0 and _WORD.search(text[:space]) else rules.max_chars
     return None
@@ -152,6 +164,10 @@ class SegmentedText(TextFeed):
     def budget_frames(self) -> int:
         return self.rules.budget_frames(self.current_text, self._frame_rate)
 
+    def frames_before_last(self) -> int:
+        """A closed text's frames before its last segment when each speaks its budget (`ignore_eos`)."""
+        return sum(self.rules.budget_frames(text, self._frame_rate) for text in list(self._ready)[:-1])
+
     def cap_frames(self) -> int:
         return self.rules.cap_frames(self.current_text, self._frame_rate)
 
@@ -159,6 +175,17 @@ class SegmentedText(TextFeed):
         """The current segment was spoken as `frames` ([T, K] int64): move to the next one."""
         self._context = SegmentContext(self._ready.popleft(), frames)
         self._prompt, self.num_segments = None, self.num_segments + 1
+
+
+def open_whole_text(model: SpeechLM, text: str, voice: str | None, reference=None) -> SegmentedText:
+    """A whole text too long for one prompt (a chapter), closed: spoken as one stream of segments of
+    WHOLE_TEXT_RULES, each the family's `encode_segment` (with the segment before as context where the
+    family takes it, and `reference`'s voice in each). Raises ValueError for an empty text."""
+    feed = SegmentedText(lambda segment, context: model.encode_segment(segment, voice, context, reference=reference),
+                         model.frame_rate, WHOLE_TEXT_RULES)
+    feed.append(text)
+    feed.close()
+    return feed
 
 
 def open_streamed_text(model: SpeechLM, voice: str | None) -> TextFeed:

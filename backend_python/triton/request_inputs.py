@@ -32,10 +32,14 @@ class RequestError(ValueError):
         return Ended(EndReason.REFUSED_BAD_INPUT, str(self), self.param, self.code)
 
 
+SLOW_CHARS_PER_S = 7.0  # half the usual speaking rate (~14 characters per second): a text's default audio cap
+
+
 @dataclass(frozen=True)
 class RequestLimits:
-    max_text_chars: int = 2000  # a whole text's, or the sum of a streaming-text session's pieces
-    max_audio_seconds: float = 120.0
+    max_text_chars: int = 20_000  # a whole text's (a chapter: ~25 min of speech), or a streaming-text session's pieces
+    max_audio_seconds: float = 1800.0
+    # a request that gives no max_audio_seconds: this, or for a longer text its length at SLOW_CHARS_PER_S
     default_audio_seconds: float = 60.0
     # a streaming-text session whose text gets no piece this long ends (its slot is freed): the default and
     # ceiling of the `text_idle_timeout_s` input (`voxlane serve --text-idle-timeout`)
@@ -46,6 +50,10 @@ class RequestLimits:
             raise ValueError(f"inconsistent request limits: {self}")
         if not self.text_idle_timeout_s > 0:
             raise ValueError(f"text_idle_timeout_s must be > 0, got {self.text_idle_timeout_s}")
+
+    def default_audio_seconds_for(self, text: str) -> float:
+        """The audio cap of a whole text whose request gives none: room for it read slowly, within the ceiling."""
+        return min(self.max_audio_seconds, max(self.default_audio_seconds, len(text) / SLOW_CHARS_PER_S))
 
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> "RequestLimits":
@@ -102,7 +110,8 @@ def parse_speech_request(get: GetInput, limits: RequestLimits, is_text_open: boo
         top_k=int(_ranged(get, "top_k")),
         repetition_penalty=_ranged(get, "repetition_penalty"),
         seed=_optional_int(get, "seed"),
-        max_audio_seconds=_ranged(get, "max_audio_seconds", limits.default_audio_seconds, limits.max_audio_seconds),
+        max_audio_seconds=_ranged(get, "max_audio_seconds", limits.default_audio_seconds_for(text),
+                                  limits.max_audio_seconds),
         ignore_eos=bool(_scalar(get, "ignore_eos") or REQUEST_INPUTS["ignore_eos"].default),
         client_acks=bool(_scalar(get, "client_acks") or REQUEST_INPUTS["client_acks"].default),
         is_text_open=is_text_open,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from clients.bench.arrivals import ARRIVALS
 
-MAX_AUDIO_SECONDS = 120.0  # the server's limit on max_audio_seconds
+MAX_AUDIO_SECONDS = 1800.0  # the server's limit on max_audio_seconds
 PROTOCOLS = ("grpc", "openai")
 
 

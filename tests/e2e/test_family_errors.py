@@ -11,7 +11,7 @@ from clients.stream import StreamError, synthesize
 
 BAD_REQUESTS = [
     pytest.param(dict(text="   "), "empty", id="whitespace"),
-    pytest.param(dict(text="a" * 2001), "limit is 2000", id="too-long"),
+    pytest.param(dict(text="a" * 20_001), "limit is 20000", id="too-long"),
     pytest.param(dict(text="Hi.", temperature=-1.0), "temperature", id="negative-temperature"),
     pytest.param(dict(text="Hi.", voice="nobody"), "nobody", id="unknown-voice"),
 ]

@@ -158,7 +158,7 @@ def test_an_oversized_piece_is_refused_and_the_session_goes_on(base, whole):
 
     audio, events = asyncio.run(run())
     assert errors(events) == [("bad_piece", "text")]
-    assert "the limit is 2000" in events[0]["message"]
+    assert "the limit is 20000" in events[0]["message"]
     assert_same_pcm16(pcm(audio), whole)
     assert events[-1]["type"] == "audio.done"
 

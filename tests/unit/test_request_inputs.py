@@ -45,6 +45,18 @@ def test_rejections_name_the_problem(inputs, message):
         parse(**inputs)
 
 
+def test_a_long_text_without_max_audio_seconds_gets_room_to_be_read_slowly_within_the_ceiling():
+    limits = RequestLimits(max_text_chars=30_000, max_audio_seconds=1800.0, default_audio_seconds=60.0)
+
+    def cap(text: str, **inputs) -> float:
+        return parse_speech_request({"text": np.array([text], dtype=object), **inputs}.get, limits).max_audio_seconds
+
+    assert cap("Short.") == 60.0
+    assert cap("x" * 1400) == 200.0  # 7 characters per second, half the usual rate
+    assert cap("x" * 20_000) == 1800.0
+    assert cap("x" * 1400, max_audio_seconds=np.array([5.0], dtype=np.float32)) == 5.0  # a request's own cap wins
+
+
 def test_limits_from_model_parameters():
     limits = RequestLimits.from_parameters({"max_text_chars": "10", "max_audio_seconds": "90"})
     assert (limits.max_text_chars, limits.max_audio_seconds) == (10, 90.0)

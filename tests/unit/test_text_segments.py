@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from backend_python.models.base import Prompt
-from backend_python.models.text_segments import SegmentContext, SegmentedText, SegmentRules, split_segments
+from backend_python.models.text_segments import (WHOLE_TEXT_RULES, SegmentContext, SegmentedText, SegmentRules,
+                                                split_segments)
 
 RULES = SegmentRules()
 TEXT = ("Get the trust fund to the bank early. It costs 3.5 dollars, e.g. a coffee! Then we wait, "
@@ -102,3 +103,26 @@ def test_budget_and_cap_scale_with_the_text():
     assert RULES.cap_frames("x" * 28, 12.5) == 4 * 25 + 25
     with pytest.raises(ValueError):
         SegmentRules(chars_per_s=0)
+
+
+CHAPTER = " ".join(f"Sentence number {i} is {'quite ' * (i % 7)}short." for i in range(60))
+
+
+def test_a_whole_text_is_cut_at_sentence_ends_into_segments_of_a_few_sentences():
+    spoken = segments_of([CHAPTER], WHOLE_TEXT_RULES)
+    assert " ".join(spoken) == CHAPTER
+    assert all(s.endswith(".") for s in spoken)  # every cut at a sentence end
+    assert all(WHOLE_TEXT_RULES.min_chars <= len(s) <= WHOLE_TEXT_RULES.max_chars for s in spoken[:-1])
+    assert len(spoken) < CHAPTER.count(".") / 3  # sentences grouped, not one prompt each
+
+
+def test_a_long_sentence_past_min_chars_ends_at_its_last_sentence_end_within_max_chars():
+    rules = SegmentRules(clause_min_words=40, min_chars=150, max_chars=200)
+    first, second = "A first sentence that is fine.", "Word " * 60
+    assert segments_of([f"{first} {second.strip()}. Done."], rules)[0] == first
+    assert segments_of(["word " * 100], rules)[0] == ("word " * 40).strip()  # no sentence end: the last space
+
+
+def test_min_chars_must_stay_below_max_chars():
+    with pytest.raises(ValueError, match="min_chars"):
+        SegmentRules(min_chars=300, max_chars=300)
