@@ -9,13 +9,13 @@ import wave
 from pathlib import Path
 
 from clients.bench.cli import add_commands
-from clients.gateway.cli import add_gateway_command
+from clients.gateway.cli import add_gateway_command, add_key_flags, admin_keys, gateway_keys
 from clients.microbench.cli import add_command as add_microbench
 from clients.mps import MpsError
 from clients.fleet import LAYOUTS, Fleet, FleetConfig
 from clients.serve import ADMISSION_POLICIES, FROM_MODEL, MODES, ServeConfig, Server
 from backend_python.engine.config import KVLayout
-from clients.triton_launch import Ports, find_triton
+from clients.triton_launch import Exposure, Ports, find_triton
 from clients.voices import add_voices_command
 from scheduler import FlowConfig
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return handlers[args.command](args)
-    except (ValueError, MpsError) as exc:
+    except (ValueError, OSError, MpsError) as exc:  # OSError: a key file that cannot be read
         print(f"voxlane: error: {exc}", file=sys.stderr)
         return 2
 
@@ -119,6 +119,9 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=defaults.data_dir or None,
                         help="where registered voices are kept (default: $VOXLANE_CACHE/data); servers given the "
                              "same directory share them")
+    parser.add_argument("--triton-host", default=defaults.exposure.host,
+                        help="address tritonserver's gRPC, HTTP and metrics ports listen on (default: this machine "
+                             "only; 0.0.0.0 exposes them, and then its repository API needs the admin key)")
     parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
 
 
@@ -137,7 +140,12 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
-                       text_idle_timeout_s=args.text_idle_timeout, data_dir=args.data_dir or "")
+                       text_idle_timeout_s=args.text_idle_timeout, data_dir=args.data_dir or "",
+                       exposure=Exposure(args.triton_host, _first(admin_keys(args)) if "admin_key" in args else None))
+
+
+def _first(keys: tuple[str, ...]) -> str | None:
+    return keys[0] if keys else None
 
 
 def _growth(value: str) -> float | None:
@@ -160,6 +168,7 @@ def _add_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gateway-port", type=int, default=None,
                         help="also run the OpenAI-compatible gateway on this port in front of the servers")
     parser.add_argument("--gateway-host", default="127.0.0.1")
+    add_key_flags(parser)  # the gateway's; the first admin key also opens Triton's repository API
 
 
 def _gpu_list(value: str) -> tuple[str, ...]:
@@ -168,7 +177,7 @@ def _gpu_list(value: str) -> tuple[str, ...]:
 
 def _fleet_config(args: argparse.Namespace) -> FleetConfig:
     return FleetConfig(server=_serve_config(args), gpus=args.gpus, layout=args.layout, replicas=args.replicas,
-                       gateway_port=args.gateway_port, gateway_host=args.gateway_host)
+                       gateway_port=args.gateway_port, gateway_host=args.gateway_host, gateway_keys=gateway_keys(args))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -179,7 +188,7 @@ def _serve(args: argparse.Namespace) -> int:
     fleet.start()
     for server in fleet.servers:
         gpus = f", gpus {','.join(server.config.gpus)}" if server.config.gpus else ""
-        print(f"voxlane: ready (grpc {server.grpc_url}, http 127.0.0.1:{server.config.ports.http}, "
+        print(f"voxlane: ready (grpc {server.grpc_url}, http {server.http_url.removeprefix('http://')}, "
               f"model {args.model}, mode {args.mode}, device {args.device}{gpus})", flush=True)
     if fleet.gateway is not None:
         print(f"voxlane: gateway ready ({fleet.gateway.url}/v1/audio/speech)", flush=True)

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from clients.gateway.auth import Keys
 from clients.serve import ServeConfig, Server
 from clients.triton_launch import Ports
 
@@ -27,6 +28,7 @@ class FleetConfig:
     replicas: int = 1  # servers without --gpus (cpu)
     gateway_port: int | None = None
     gateway_host: str = "127.0.0.1"
+    gateway_keys: Keys = field(default_factory=Keys)  # the gateway's API and admin keys (gateway/auth.py)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -82,7 +84,8 @@ class Fleet:
         from clients.gateway.server import GatewayProcess
         config = GatewayConfig(tritons=tuple(s.grpc_url for s in self.servers),
                                metrics_urls=tuple(s.metrics_url for s in self.servers),
-                               host=self.config.gateway_host, port=self.config.gateway_port)
+                               host=self.config.gateway_host, port=self.config.gateway_port,
+                               keys=self.config.gateway_keys)
         self.gateway = GatewayProcess(config, log_path=_numbered(self._log_path, "gateway", 2))
         self.gateway.wait_ready(timeout_s)
 

@@ -16,7 +16,7 @@ from backend_python.triton.reference_inputs import ReferenceLimits
 from backend_python.triton.request_inputs import RequestLimits
 from backend_python.voices.store import VoiceStoreSettings
 from clients.mps import MpsDaemon
-from clients.triton_launch import Ports, TritonProcess, find_triton
+from clients.triton_launch import Exposure, Ports, TritonProcess, find_triton
 from protocol import models
 from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
 
@@ -93,6 +93,8 @@ class ServeConfig:
     # registered voices live under it (`<data_dir>/voices/<model>`); "": $VOXLANE_CACHE/data. Servers given the
     # same directory share their voices
     data_dir: str = VoiceStoreSettings.data_dir
+    # where tritonserver's ports listen (127.0.0.1: this machine only) and the admin key of its repository API
+    exposure: Exposure = field(default_factory=Exposure)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", _mode(self.mode))
@@ -326,7 +328,7 @@ class Server:
             mps_env = self._start_mps()
             env = {**mps_env, **self.config.server_env(has_mps=bool(mps_env))}
             self.process = TritonProcess(find_triton(), repository, self.config.ports, env=env,
-                                         log_path=self.log_path)
+                                         log_path=self.log_path, exposure=self.config.exposure)
             self.process.wait_ready(timeout_s)
         except BaseException:  # a failed start (or Ctrl-C) must not leave MPS or triton behind
             self.stop()
@@ -352,11 +354,15 @@ class Server:
 
     @property
     def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.config.ports.grpc}"
+        return f"{self.config.exposure.local_host}:{self.config.ports.grpc}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.config.exposure.local_host}:{self.config.ports.http}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.config.ports.metrics}/metrics"
+        return f"http://{self.config.exposure.local_host}:{self.config.ports.metrics}/metrics"
 
     def __enter__(self) -> "Server":
         return self.start()

@@ -9,6 +9,7 @@ be on the library path, and the stub takes its `sys.path` from the first
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -105,8 +106,45 @@ class Ports:
     metrics: int = 8002
 
 
+LOOPBACK = "127.0.0.1"
+ADMIN_KEY_HEADER = "voxlane-admin-key"  # the header Triton's restricted APIs check (gRPC metadata: lower case)
+# what an open port must not offer without the admin key: loading and unloading models, the repository's
+# index, shared-memory registration, tracing and logging settings
+RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """Where tritonserver listens and who may use its control APIs.
+
+    `host`: the address its HTTP, gRPC and metrics ports bind (127.0.0.1: this machine only; 0.0.0.0:
+    every interface). `admin_key`: the value of the `voxlane-admin-key` header that Triton's
+    RESTRICTED_APIS need; None on loopback leaves them open to local tools, and a server exposed
+    without one restricts them to a random key nobody holds."""
+
+    host: str = LOOPBACK
+    admin_key: str | None = field(default=None, repr=False)
+
+    @property
+    def local_host(self) -> str:
+        """The address this machine's own clients reach it at."""
+        return LOOPBACK if self.host in ("0.0.0.0", "::", "localhost", LOOPBACK) else self.host
+
+    @property
+    def is_exposed(self) -> bool:
+        return self.host not in (LOOPBACK, "localhost", "::1")
+
+    def flags(self) -> list[str]:
+        flags = [f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.host}"]
+        key = self.admin_key or (secrets.token_urlsafe(24) if self.is_exposed else None)
+        if key is not None:
+            restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={key}"
+            flags += [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]
+        return flags
+
+
 def server_command(install: TritonInstall, repository: Path, ports: Ports,
-                   exit_timeout_s: int = EXIT_TIMEOUT_S) -> list[str]:
+                   exit_timeout_s: int = EXIT_TIMEOUT_S, exposure: Exposure = Exposure()) -> list[str]:
     return [
         str(install.binary),
         f"--model-repository={repository}",
@@ -114,6 +152,7 @@ def server_command(install: TritonInstall, repository: Path, ports: Ports,
         f"--http-port={ports.http}",
         f"--grpc-port={ports.grpc}",
         f"--metrics-port={ports.metrics}",
+        *exposure.flags(),
         "--disable-auto-complete-config",
         # explicit control (every model loaded at start): lets the router unload a lane whose stub
         # died, so readiness reports it, and lets an operator load it again
@@ -131,16 +170,17 @@ class TritonProcess:
     no stub process or stub shared memory behind."""
 
     def __init__(self, install: TritonInstall, repository: Path, ports: Ports,
-                 env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
-        self.ports = ports
+                 env: dict[str, str] | None = None, log_path: Path | None = None,
+                 exposure: Exposure = Exposure()) -> None:
+        self.ports, self.host = ports, exposure.local_host
         self._log = open(log_path, "wb") if log_path else None
         self.process = subprocess.Popen(
-            server_command(install, repository, ports), env=server_env(install, env),
+            server_command(install, repository, ports, exposure=exposure), env=server_env(install, env),
             stdout=self._log or None, stderr=subprocess.STDOUT if self._log else None,
             start_new_session=True)
 
     def is_ready(self) -> bool:
-        url = f"http://127.0.0.1:{self.ports.http}/v2/health/ready"
+        url = f"http://{self.host}:{self.ports.http}/v2/health/ready"
         try:
             with urllib.request.urlopen(url, timeout=1.0) as response:
                 return response.status == 200

@@ -184,8 +184,8 @@ class LMModel:
         generator = seeded_generator(seed, self.device)  # every bit of the seed counts (seeding.py)
         if text is None or not text.is_segmented or not text.is_closed:
             self._check_fits(prompt.num_tokens if text is None else text.num_prompt_tokens, max_frames)
-        elif req.ignore_eos:  # a chapter: its last segment runs on to max_frames (the engine checks each segment)
-            self._check_fits(text.num_prompt_tokens, max_frames - text.frames_before_last())
+        else:
+            self._check_chapter(text, max_frames, req.ignore_eos)
         return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
                         sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks),
@@ -217,6 +217,14 @@ class LMModel:
             return None
         rate = self.model.frame_rate
         return UnreadBound(max_unread_frames=max(1, math.ceil(float(seconds) * rate)), frame_rate=rate, acks=acks)
+
+    def _check_chapter(self, text: SpeakableText, max_frames: int, ignore_eos: bool) -> None:
+        """A chapter's first segment, and with `ignore_eos` its last (which runs on to max_frames), must fit
+        one slot's keys; the engine checks every segment again at its prefill (engine/segments.py)."""
+        limit = (None if text.is_last else text.budget_frames()) if ignore_eos else text.cap_frames()
+        self._check_fits(text.prompt().num_tokens, max_frames if limit is None else min(limit, max_frames))
+        if ignore_eos and not text.is_last:
+            self._check_fits(text.num_prompt_tokens, max_frames - text.frames_before_last())
 
     def _fits(self, num_prompt_tokens: int, max_frames: int) -> bool:
         return num_prompt_tokens + max_frames + 1 <= self.engine.config.max_seq_len

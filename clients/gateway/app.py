@@ -17,6 +17,7 @@ from aiohttp import web
 
 from backend_python.audio.encoders import ChunkEncoder
 from backend_python.audio.formats import FORMATS
+from clients.gateway.auth import is_open_path, needs_admin
 from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event
 from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request
 from clients.gateway.playground import add_playground_routes
@@ -33,7 +34,7 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors, authenticate])
     app[GATEWAY] = gateway
     app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/audio/speech/stream", speech_stream),
                     web.post("/v1/audio/voices", register_voice), web.get("/v1/audio/voices", list_voices),
@@ -58,6 +59,21 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
         if isinstance(exc, web.HTTPMethodNotAllowed):
             response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
         return response
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler) -> web.StreamResponse:
+    """API keys (auth.py): a call without the key it needs is answered 401 (403: a registry write with an
+    API key where admin keys are set) before any work."""
+    gateway = request.app[GATEWAY]
+    if not is_open_path(request.path):
+        refused = gateway.config.keys.check(request.headers.get("Authorization"), needs_admin(request))
+        if refused is not None:
+            response = error_response(gateway, refused)
+            if refused.status == 401:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="voxlane"'
+            return response
+    return await handler(request)
 
 
 def _http_error_message(request: web.Request, exc: web.HTTPException) -> str:

@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import Callable
 
+from clients.gateway.auth import ADMIN_KEYS_ENV, API_KEYS_ENV, Keys, read_keys
 from clients.gateway.config import GatewayConfig
 
 
@@ -21,12 +22,37 @@ def add_gateway_command(subparsers) -> dict[str, Callable[[argparse.Namespace], 
     parser.add_argument("--model-name", default=None, help="the model id clients send (default: the served preset)")
     parser.add_argument("--write-timeout-s", type=float, default=GatewayConfig.write_timeout_s,
                         help="drop an HTTP client that takes no bytes this long (its stream is cancelled)")
+    add_key_flags(parser)
     return {"gateway": _gateway}
+
+
+def add_key_flags(parser: argparse.ArgumentParser) -> None:
+    """The gateway's keys (auth.py); files or the environment keep them off the command line."""
+    parser.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                        help="a key clients send as 'Authorization: Bearer KEY' (several: repeat); "
+                             f"also --api-key-file and ${API_KEYS_ENV}")
+    parser.add_argument("--api-key-file", action="append", default=[], metavar="FILE",
+                        help="API keys, one per line")
+    parser.add_argument("--admin-key", action="append", default=[], metavar="KEY",
+                        help="a key for the voice registry's writes (register, delete); "
+                             f"also --admin-key-file and ${ADMIN_KEYS_ENV}")
+    parser.add_argument("--admin-key-file", action="append", default=[], metavar="FILE",
+                        help="admin keys, one per line")
+
+
+def gateway_keys(args: argparse.Namespace) -> Keys:
+    return Keys(api=frozenset(read_keys(args.api_key, args.api_key_file, API_KEYS_ENV)),
+                admin=frozenset(admin_keys(args)))
+
+
+def admin_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    """The admin keys in the order given (`voxlane serve` restricts Triton's repository API to the first)."""
+    return read_keys(args.admin_key, args.admin_key_file, ADMIN_KEYS_ENV)
 
 
 def gateway_config(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(tritons=args.triton, metrics_urls=args.triton_metrics, host=args.host, port=args.port,
-                         model_name=args.model_name, write_timeout_s=args.write_timeout_s)
+                         model_name=args.model_name, write_timeout_s=args.write_timeout_s, keys=gateway_keys(args))
 
 
 def _urls(value: str) -> tuple[str, ...]:
@@ -37,7 +63,12 @@ def _gateway(args: argparse.Namespace) -> int:
     from clients.gateway.server import serve_gateway
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(serve_gateway(gateway_config(args), on_ready=lambda line: print(line, flush=True)))
+        config = gateway_config(args)
+    except (OSError, ValueError) as exc:  # a key file that cannot be read, a key too short
+        print(f"voxlane: gateway: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve_gateway(config, on_ready=lambda line: print(line, flush=True)))
     except (RuntimeError, OSError) as exc:  # no server answered; the port is taken
         print(f"voxlane: gateway: {exc}", file=sys.stderr)
         return 1

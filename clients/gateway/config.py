@@ -1,7 +1,9 @@
 """The gateway's settings, built once from the command line."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from clients.gateway.auth import Keys
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class GatewayConfig:
     startup_timeout_s: float = 60.0  # for a first server to answer
     write_timeout_s: float = 30.0  # an HTTP client that takes no bytes this long is dropped (its stream cancelled)
     registry_timeout_s: float = 60.0  # a call to a server's voice_registry (a register encodes the reference)
+    keys: Keys = field(default_factory=Keys)  # API and admin keys (auth.py); none: open
 
     def __post_init__(self) -> None:
         if not self.tritons or not all(self.tritons):

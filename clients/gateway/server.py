@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -29,8 +30,9 @@ async def serve_gateway(config: GatewayConfig, on_ready=print) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    access = "open: no API key set" if config.keys.is_open else "API keys required"
     on_ready(f"voxlane: gateway ready on http://{config.host}:{config.port} (model {gateway.model_ids[0]}, "
-             f"servers {', '.join(config.tritons)})")
+             f"servers {', '.join(config.tritons)}; {access})")
     try:
         await stop.wait()
     finally:
@@ -56,7 +58,7 @@ class GatewayProcess:
     def __init__(self, config: GatewayConfig, log_path: Path | None = None) -> None:
         self.config = config
         self._log = open(log_path, "wb") if log_path else None
-        self.process = subprocess.Popen(gateway_command(config), stdout=self._log,
+        self.process = subprocess.Popen(gateway_command(config), stdout=self._log, env={**os.environ, **config.keys.env()},
                                         stderr=subprocess.STDOUT if self._log else None)
 
     @property

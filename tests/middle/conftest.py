@@ -114,8 +114,8 @@ class FakeSpeechLM:
         self.references.append(reference)
         return SimpleNamespace(num_tokens=len(text) + 4)
 
-    def encode_segment(self, text: str, voice: str | None, context):
-        return self.encode_prompt(text, voice)
+    def encode_segment(self, text: str, voice: str | None, context, reference=None):
+        return self.encode_prompt(text, voice, reference)
 
     def codec_prefix(self, prompt):
         return None

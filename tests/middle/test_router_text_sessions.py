@@ -35,12 +35,12 @@ def test_bad_pieces_are_refused_and_the_session_goes_on(lanes):
     seq = lanes.engine.next_sequence()
     refusals = [answer(lanes.speak(b"\xff\xfe", session="s1")),  # invalid UTF-8
                 answer(lanes.speak("a\x07b", session="s1")),  # a control character
-                answer(lanes.speak("x" * 2000, session="s1")),  # the whole text over max_text_chars
+                answer(lanes.speak("x" * 20_000, session="s1")),  # the whole text over max_text_chars
                 answer(lanes.speak("hi", session="s1", voice="tiny")),  # a piece with other inputs
                 answer(lanes.speak(b"\xe2\x82", session="s1", flags=SEQUENCE_END))]  # ends inside a character
     assert all(r is not None and r.code == "bad_piece" for r in refusals), refusals
     assert "not valid UTF-8 (byte 0 of the piece)" in refusals[0].message and "piece 1 of session 's1'" in refusals[0].message
-    assert "U+0007" in refusals[1].message and "limit is 2000" in refusals[2].message
+    assert "U+0007" in refusals[1].message and "limit is 20000" in refusals[2].message
     assert "ends inside a UTF-8 character" in refusals[4].message
     assert answer(lanes.speak(" world", session="s1", flags=SEQUENCE_END)) is None
     after = answer(lanes.speak("more", session="s1"))  # the text is closed: a piece after the end

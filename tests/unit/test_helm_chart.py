@@ -123,3 +123,16 @@ def test_the_service_monitor_scrapes_each_triton_pod_and_gateway_once(objects):
 
 def test_the_service_monitor_is_off_by_default():
     assert "ServiceMonitor" not in {o["kind"] for o in manifests()}
+
+
+def test_triton_listens_for_the_gateway_pods_and_the_keys_come_from_a_secret():
+    objects = manifests(parse_sets(["auth.existingSecret=voxlane-keys"]))
+    triton = _one(objects, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    gateway = _one(objects, "Deployment", "gateway")["spec"]["template"]["spec"]["containers"][0]
+    assert "--triton-host=0.0.0.0" in triton["command"]
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in gateway["env"]}
+    assert {k: (v["name"], v["key"]) for k, v in secrets.items()} == {
+        "VOXLANE_API_KEYS": ("voxlane-keys", "api-keys"), "VOXLANE_ADMIN_KEYS": ("voxlane-keys", "admin-keys")}
+    assert [(e["name"], e["valueFrom"]["secretKeyRef"]["key"]) for e in triton["env"]] == \
+        [("VOXLANE_ADMIN_KEYS", "admin-keys")]
+    assert not any("key" in a for a in gateway["command"] + triton["command"])  # never on a command line

@@ -22,9 +22,15 @@ function requestBody(format, streamFormat) {
   return body;
 }
 
+// a gateway started with API keys answers 401 without one: the key field sends it, as OpenAI's SDKs do
+function authHeaders() {
+  const key = $("api-key").value.trim();
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
 async function post(body, signal) {
   return fetch("/v1/audio/speech", {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body), signal,
+    method: "POST", headers: { "Content-Type": "application/json", ...authHeaders() }, body: JSON.stringify(body), signal,
   });
 }
 
@@ -166,7 +172,11 @@ async function download() {
 }
 
 async function loadModels() {
-  const response = await fetch("/v1/models");
+  const response = await fetch("/v1/models", { headers: authHeaders() });
+  if (response.status === 401) {
+    showError("this gateway needs an API key: enter it under 'API key' and reload the models");
+    return;
+  }
   const models = (await response.json()).data.map((m) => m.id);
   $("model").innerHTML = models.map((m) => `<option>${m}</option>`).join("");
   const voices = ["alloy", "nova", "echo", "shimmer"];
@@ -201,5 +211,6 @@ $("speak-button").addEventListener("click", speak);
 $("stop-button").addEventListener("click", () => controller && controller.abort());
 $("download-button").addEventListener("click", download);
 loadModels().catch((e) => showError(`could not list models: ${e}`));
+$("api-key").addEventListener("change", () => loadModels().catch((e) => showError(`could not list models: ${e}`)));
 refreshMetrics();
 setInterval(refreshMetrics, 2000);

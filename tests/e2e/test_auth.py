@@ -1,0 +1,122 @@
+"""Who may call what, against a real tritonserver and the gateway in front of it: the gateway's API keys
+(`Authorization: Bearer`, 401 in OpenAI's JSON), the voice registry's writes behind an admin key (403 for an API
+key), Triton's ports bound to this machine, and its repository API (load, unload, index) closed to a caller
+without the admin key while inference stays open."""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from clients.bench.compare import free_ports
+from clients.gateway.auth import Keys
+from clients.gateway.config import GatewayConfig
+from clients.gateway.server import GatewayProcess
+from clients.stream import synthesize
+from clients.triton_launch import ADMIN_KEY_HEADER, Exposure
+from tests.e2e.conftest import DEFAULT_PRESET, start_server
+
+API, ADMIN = "user-key-0123", "admin-key-4567"
+SPEECH = {"model": DEFAULT_PRESET, "input": "Keys.", "voice": "tiny", "response_format": "pcm",
+          "seed": 1, "max_audio_seconds": 0.4, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def locked(model_cache, tmp_path_factory):
+    srv = start_server(DEFAULT_PRESET, tmp_path_factory, exposure=Exposure(admin_key=ADMIN))
+    config = GatewayConfig(tritons=(srv.grpc_url,), port=free_ports(1)[0],
+                           keys=Keys(api=frozenset({API}), admin=frozenset({ADMIN})))
+    gateway = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
+    try:
+        gateway.wait_ready(60)
+        yield srv, gateway
+    finally:
+        gateway.stop()
+        srv.stop()
+
+
+def call(url: str, method: str = "GET", body: dict | None = None, key: str | None = None,
+         headers: dict | None = None) -> tuple[int, dict, bytes]:
+    request = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    if key is not None:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def error_code(body: bytes) -> str | None:
+    return json.loads(body)["error"]["code"]
+
+
+def test_the_gateway_answers_only_a_known_key_and_probes_stay_open(locked):
+    _, gateway = locked
+    status, headers, body = call(gateway.url + "/v1/models")
+    assert (status, error_code(body)) == (401, "missing_api_key") and headers["WWW-Authenticate"].startswith("Bearer")
+    status, _, body = call(gateway.url + "/v1/models", key="not-a-key-at-all")
+    assert (status, error_code(body)) == (401, "invalid_api_key")
+    assert call(gateway.url + "/v1/models", key=API)[0] == 200
+    status, headers, audio = call(gateway.url + "/v1/audio/speech", "POST", SPEECH, key=API)
+    assert status == 200 and len(audio) == 5 * 1920 * 2  # 0.4 s: 5 frames of 16-bit PCM
+    status, _, body = call(gateway.url + "/v1/audio/speech", "POST", SPEECH)
+    assert (status, error_code(body)) == (401, "missing_api_key")
+    assert call(gateway.url + "/health")[0] == 200 and call(gateway.url + "/metrics")[0] == 200
+
+
+def test_registry_writes_need_the_admin_key_and_reads_an_api_key(locked):
+    _, gateway = locked
+    status, _, body = call(gateway.url + "/v1/audio/voices/nobody", "DELETE", key=API)
+    assert (status, error_code(body)) == (403, "admin_key_required")
+    status, _, body = call(gateway.url + "/v1/audio/voices", "POST", {}, key=API)
+    assert (status, error_code(body)) == (403, "admin_key_required")
+    status, _, body = call(gateway.url + "/v1/audio/voices/nobody", "DELETE", key=ADMIN)
+    assert (status, error_code(body)) == (404, "voice_not_found")  # past the door: the registry's own answer
+    assert call(gateway.url + "/v1/audio/voices", key=API)[0] == 200
+
+
+def test_triton_listens_on_this_machine_only(locked):
+    srv, _ = locked
+    bound = _listening_addresses()
+    for port in (srv.config.ports.http, srv.config.ports.grpc, srv.config.ports.metrics):
+        assert bound.get(port) == "127.0.0.1", (port, bound.get(port))
+
+
+def test_tritons_repository_api_needs_the_admin_key_and_inference_does_not(locked):
+    srv, _ = locked
+    status, _, body = call(srv.http_url + "/v2/repository/models/voice_registry/unload", "POST", {})
+    assert status in (401, 403) and ADMIN_KEY_HEADER in body.decode()
+    assert call(srv.http_url + "/v2/repository/index", "POST", {}, headers={ADMIN_KEY_HEADER: ADMIN})[0] == 200
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    with pytest.raises(InferenceServerException, match=ADMIN_KEY_HEADER):
+        client.unload_model("voice_registry")
+    assert client.is_model_ready("voice_registry")  # still loaded
+    assert synthesize(srv.grpc_url, "Still open.", seed=2, max_audio_seconds=0.4, ignore_eos=True).audio.size
+
+
+def _listening_addresses() -> dict[int, str]:
+    """port -> the address a socket listens on (state 0A: LISTEN), from /proc/net/tcp and tcp6; an IPv4-mapped
+    IPv6 address (gRPC's ::ffff:127.0.0.1) as its IPv4 address."""
+    found = {}
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A":
+                address, port = local.split(":")
+                found[int(port, 16)] = _address(bytes.fromhex(address))
+    return found
+
+
+def _address(raw: bytes) -> str:
+    """/proc/net's hex address (32-bit words in host order, little-endian here) as text."""
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(words) == 16 and words[:12] == bytes(10) + b"\xff\xff":
+        words = words[12:]
+    return ".".join(map(str, words)) if len(words) == 4 else words.hex()
