@@ -49,6 +49,9 @@ def decode_reference(data: bytes, max_seconds: float = MAX_SECONDS) -> DecodedAu
             if not container.streams.audio:
                 raise AudioFileError(f"the {fmt} file holds no audio stream", "invalid_audio")
             stream = container.streams.audio[0]
+            if stream.codec_context is None:  # a format tag FFmpeg does not know (a WAV's, say)
+                raise AudioFileError(f"the {fmt} file's audio codec is not one we can decode (WAV: PCM or IEEE "
+                                     "float; FLAC; Ogg Vorbis or Opus)", "unsupported_audio_format")
             _check_header(container, stream, fmt, max_seconds)
             samples = _decode_mono(container, stream, max_seconds)
     except av.FFmpegError as exc:

@@ -8,7 +8,6 @@ stream (the client sees a truncated transfer, never a short file that looks comp
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from contextlib import aclosing
@@ -19,7 +18,7 @@ from backend_python.audio.encoders import ChunkEncoder
 from backend_python.audio.formats import FORMATS
 from clients.gateway.auth import is_open_path, needs_admin
 from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event
-from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request
+from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request, load_json
 from clients.gateway.playground import add_playground_routes
 from clients.gateway.service import Gateway
 from clients.gateway.speech import SpeechRequest, model_not_found, served_models
@@ -94,9 +93,9 @@ def error_response(gateway: Gateway, error: ApiError) -> web.Response:
 async def speech(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return error_response(gateway, bad_request("the request body is not valid JSON"))
+        body = load_json(await request.read())
+    except ValueError as exc:
+        return error_response(gateway, bad_request(f"the request body is not valid JSON: {exc}"))
     parsed = await gateway.parse_speech(body)
     if isinstance(parsed, ApiError):
         return error_response(gateway, parsed)

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import grpc
@@ -76,3 +77,16 @@ def from_grpc_error(error: grpc.aio.AioRpcError) -> ApiError:
                         grpc.StatusCode.RESOURCE_EXHAUSTED):
         return unavailable(text)
     return internal(text)
+
+
+def load_json(raw: str | bytes) -> object:
+    """`json.loads`, every failure a ValueError whose message says what is wrong: bad JSON (where), nesting too
+    deep for the parser, a number of more digits than Python converts. Never a RecursionError (a 500)."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at character {exc.pos}") from None
+    except RecursionError:
+        raise ValueError("it is nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError, or an integer past sys.get_int_max_str_digits()
+        raise ValueError(str(exc).split(";")[0]) from None

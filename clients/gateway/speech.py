@@ -64,7 +64,7 @@ def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | Ap
         return reference
     params.update(reference)
     return SpeechRequest(body["model"], body["input"], voice, body.get("response_format", "wav"),
-                         body.get("stream_format", "audio"), params, body.get("sample_rate"))
+                         body.get("stream_format", "audio"), params, _rate(body.get("sample_rate")))
 
 
 def _check_model(body: dict, model_ids: tuple[str, ...]) -> ApiError | None:
@@ -127,6 +127,11 @@ def _check_sample_rate(body: dict) -> ApiError | None:
                            f"{', '.join(map(str, fmt.sample_rates))} only, got {rate}",
                            param="sample_rate", code="unsupported_value")
     return None
+
+
+def _rate(rate: int | float | None) -> int | None:
+    """A checked rate as an int: JSON's 16000.0 is 16000 (the encoders and the X-Sample-Rate header need it)."""
+    return None if rate is None else int(rate)
 
 
 def _check_unsupported(body: dict) -> ApiError | None:

@@ -47,7 +47,11 @@ async def read_upload(request: web.Request, decoders: asyncio.Semaphore) -> Voic
     if not request.content_type.startswith("multipart/"):
         return bad_request("send the voice as multipart/form-data: 'file' (WAV, FLAC or Ogg), 'name', and "
                            "optionally 'transcript' and 'x_vector_only'", param="file")
-    fields = await _read_fields(await request.multipart())
+    try:
+        fields = await _read_fields(await request.multipart())
+    except (ValueError, AssertionError) as exc:  # aiohttp: no boundary, a part cut off before its closing one
+        return bad_request(f"the multipart body is malformed: {exc or type(exc).__name__}", param="file",
+                           code="invalid_multipart")
     if isinstance(fields, ApiError):
         return fields
     for required in ("file", "name"):

@@ -14,7 +14,6 @@ first starts with a WAV header), and JSON events `{"type": "audio.done", ...}` a
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -22,7 +21,7 @@ import numpy as np
 
 from backend_python.audio.encoders import ChunkEncoder
 from backend_python.audio.formats import FORMATS
-from clients.gateway.errors import ApiError
+from clients.gateway.errors import ApiError, load_json
 from clients.gateway.speech import (EXTRA_FIELDS, OPENAI_FIELDS, OUTPUT_FIELDS, SpeechRequest, check_unicode,
                                     extra_params, parse_speech)
 from clients.gateway.triton_stream import AudioChunk
@@ -79,9 +78,9 @@ class SocketError:
 def parse_message(data: str) -> ClientMessage | SocketError:
     """A client's text message, or the first thing wrong with it."""
     try:
-        message = json.loads(data)
-    except json.JSONDecodeError as exc:
-        return SocketError(ErrorCode.INVALID_JSON, f"the message is not valid JSON: {exc.msg} at character {exc.pos}")
+        message = load_json(data)
+    except ValueError as exc:
+        return SocketError(ErrorCode.INVALID_JSON, f"the message is not valid JSON: {exc}")
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         return SocketError(ErrorCode.INVALID_MESSAGE, "a message must be a JSON object with a string 'type'", "type")
     parse = _PARSERS.get(message["type"])
