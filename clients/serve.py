@@ -15,6 +15,7 @@ from backend_python.triton.params import LaneSettings
 from backend_python.triton.reference_inputs import ReferenceLimits
 from backend_python.triton.request_inputs import RequestLimits
 from backend_python.voices.store import VoiceStoreSettings
+from clients.model_watch import ModelWatch
 from clients.mps import MpsDaemon
 from clients.triton_launch import Exposure, Ports, TritonProcess, find_triton
 from protocol import models
@@ -320,6 +321,7 @@ class Server:
         self.run_dir = Path(run_dir or self._tmp.name)
         self.log_path = log_path
         self.process: TritonProcess | None = None
+        self.watch: ModelWatch | None = None  # heals the router and the registry (model_watch.py)
         self.mps: MpsDaemon | None = None
 
     def start(self, timeout_s: float = 300.0) -> "Server":
@@ -330,6 +332,7 @@ class Server:
             self.process = TritonProcess(find_triton(), repository, self.config.ports, env=env,
                                          log_path=self.log_path, exposure=self.config.exposure)
             self.process.wait_ready(timeout_s)
+            self.watch = ModelWatch(self.http_url, self.process.process.pid, self.config.exposure.control_key).start()
         except BaseException:  # a failed start (or Ctrl-C) must not leave MPS or triton behind
             self.stop()
             raise
@@ -345,6 +348,8 @@ class Server:
         return self.mps.env
 
     def stop(self) -> int | None:
+        if self.watch is not None:
+            self.watch.stop()
         code = self.process.stop() if self.process else None
         if self.mps is not None:
             self.mps.stop()

@@ -124,6 +124,16 @@ class Exposure:
 
     host: str = LOOPBACK
     admin_key: str | None = field(default=None, repr=False)
+    _random_key: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.admin_key is None and self.is_exposed:  # one per server: its own supervisor holds it
+            object.__setattr__(self, "_random_key", secrets.token_urlsafe(24))
+
+    @property
+    def control_key(self) -> str | None:
+        """The `voxlane-admin-key` value the repository API needs (None: it is open)."""
+        return self.admin_key or self._random_key
 
     @property
     def local_host(self) -> str:
@@ -136,7 +146,7 @@ class Exposure:
 
     def flags(self) -> list[str]:
         flags = [f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.host}"]
-        key = self.admin_key or (secrets.token_urlsafe(24) if self.is_exposed else None)
+        key = self.control_key
         if key is not None:
             restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={key}"
             flags += [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]

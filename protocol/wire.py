@@ -11,7 +11,7 @@ are optional fields of bad input. Every error VoxLane's models send is written b
 `decode_error` is its one reader. A message without the prefix is Triton's own: it refused the
 request against the model config (wrong dtype, shape or input name) before any VoxLane code ran,
 and is read as bad input, unless it is one of Triton's refusals of a model it cannot serve now (the
-server is stopping, the model is unloaded or loading): those are LANE_DOWN, so that the request is
+server is stopping, the model is unloaded or loading, its stub process died): those are LANE_DOWN, so that the request is
 tried elsewhere (a 503 behind the gateway), never a 400.
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ _WORD = r"[\w.-]+"
 _PREFIX = re.compile(rf"^\[(\w+)((?: \w+={_WORD})*)\] ")
 _VALUE = re.compile(rf"^{_WORD}$")
 # Triton 2.51's own words for a model it cannot serve now: read here, at the boundary, into a reason
-_TRITON_UNAVAILABLE = ("Request for unknown model", "Server not ready", "is not at ready state")
+# ("Stub process 'vox_ensemble_0_0' is not healthy.": the model's Python process died and is not yet reloaded)
+_TRITON_UNAVAILABLE = ("Request for unknown model", "Server not ready", "is not at ready state", "is not healthy")
 _TRITON_STOPPING = "Server is stopping"  # the frontend's refusal of a request (an ack too) after SIGTERM
 
 

@@ -1,105 +1,13 @@
-"""Resource figures of a running tritonserver and its Python-backend stubs, read from /proc (Linux).
+"""Resource figures of a running tritonserver and its stubs: `clients/procstats.py`, here for the tools and tests.
 
     python -m tools.procstats --server-pid PID --every 15 > memory.csv    # samples until the server ends
 """
 from __future__ import annotations
 
-import argparse
-import os
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
-from pathlib import Path
 
-STUB = "triton_python_backend_stub"
-
-
-@dataclass(frozen=True)
-class ProcStat:
-    name: str  # "tritonserver" or the stub's model name
-    pid: int
-    rss_kb: int
-    num_threads: int
-
-
-def server_processes(server_pid: int) -> dict[str, int]:
-    """name -> pid of tritonserver and each stub it runs (a stub is named by its model)."""
-    found = {"tritonserver": server_pid}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _parent(entry) == server_pid:
-            model = _stub_model(entry)
-            if model is not None:
-                found[model] = int(entry.name)
-    return found
-
-
-def stat(name: str, pid: int) -> ProcStat:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return ProcStat(name, pid, rss_kb=int(fields["VmRSS"].split()[0]), num_threads=int(fields["Threads"]))
-
-
-def snapshot(server_pid: int) -> dict[str, ProcStat]:
-    return {name: stat(name, pid) for name, pid in sorted(server_processes(server_pid).items())}
-
-
-def _parent(proc_dir: Path) -> int | None:
-    try:
-        # the command name may hold spaces or parentheses: the fields after the last ')' are fixed
-        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None  # the process ended meanwhile
-
-
-def _stub_model(proc_dir: Path) -> str | None:
-    """The model name of a stub process (from its `<repository>/<model>/1/model.py` argument)."""
-    try:
-        argv = (proc_dir / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    if not argv or not argv[0].endswith(STUB.encode()) or len(argv) < 2:
-        return None
-    return os.path.basename(os.path.dirname(os.path.dirname(argv[1].decode())))
-
-
-def gpu_memory_used_mib() -> int | None:
-    """The GPU memory in use on the first GPU (nvidia-smi), or None without one."""
-    try:
-        result = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
-                                 "-i", "0"], capture_output=True, text=True, timeout=20, check=True)
-        return int(result.stdout.split()[0])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
-def watch(server_pid: int, every_s: float, out, until=lambda: False) -> None:
-    """A CSV line per `every_s` (elapsed s, GPU MiB, then each process's RSS in kB) while the server lives
-    and `until()` is false; the columns are the processes seen at the first sample."""
-    started = time.monotonic()
-    names = sorted(server_processes(server_pid))
-    print(",".join(["elapsed_s", "gpu_mib", *(f"{n}_rss_kb" for n in names)]), file=out, flush=True)
-    while not until():
-        try:
-            pids = server_processes(server_pid)
-            row = [f"{time.monotonic() - started:.0f}", str(gpu_memory_used_mib() or "")]
-            row += [str(stat(n, pids[n]).rss_kb) if n in pids else "" for n in names]
-        except OSError:
-            return  # the server is gone
-        print(",".join(row), file=out, flush=True)
-        time.sleep(every_s)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="sample a tritonserver's and its stubs' RSS and the GPU's "
-                                                 "memory as CSV until the server ends (or --until-file exists)")
-    parser.add_argument("--server-pid", type=int, required=True)
-    parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
-    parser.add_argument("--until-file", type=Path, default=None, help="stop once this file exists")
-    args = parser.parse_args(argv)
-    watch(args.server_pid, args.every, sys.stdout,
-          until=lambda: args.until_file is not None and args.until_file.exists())
-    return 0
-
+from clients.procstats import (ProcStat, gpu_memory_used_mib, main, server_processes, snapshot, stat,  # noqa: F401
+                               watch)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,6 +9,7 @@ server that is stopping (SIGTERM) or unreachable answers not ready, or not at al
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.utils import InferenceServerException
@@ -20,19 +21,33 @@ REQUIRED = (ROUTER, LM)
 EITHER = (CODEC, CODEC_URGENT)  # same codec: one of them is enough
 
 
-async def can_serve(url: str) -> bool:
-    """True when the server at `url` (gRPC HOST:PORT) has every model a new stream needs ready."""
+@dataclass(frozen=True)
+class Probe:
+    can_serve: bool  # every model a new stream needs is ready
+    # the server answered that its router is not ready: unloaded, as after its process died (clients/model_watch.py)
+    # or at a stop. Its streams in flight are lost: their responses belonged to the router's process
+    router_unloaded: bool = False
+
+
+async def probe(url: str) -> Probe:
+    """What the server at `url` (gRPC HOST:PORT) can do now."""
     client = grpcaio.InferenceServerClient(url=url)
     try:
         ready = await asyncio.gather(*(_is_model_ready(client, m) for m in REQUIRED + EITHER))
     finally:
         await client.close()
     required, either = ready[:len(REQUIRED)], ready[len(REQUIRED):]
-    return all(required) and any(either)
+    return Probe(all(required) and any(either), router_unloaded=required[0] is False)
 
 
-async def _is_model_ready(client: grpcaio.InferenceServerClient, model: str) -> bool:
+async def can_serve(url: str) -> bool:
+    """True when the server at `url` (gRPC HOST:PORT) has every model a new stream needs ready."""
+    return (await probe(url)).can_serve
+
+
+async def _is_model_ready(client: grpcaio.InferenceServerClient, model: str) -> bool | None:
+    """The server's answer; None when there is none (unreachable, stopping, the model unknown)."""
     try:
         return bool(await client.is_model_ready(model, client_timeout=PROBE_TIMEOUT_S))
-    except InferenceServerException:  # unreachable, stopping, or the model is unknown
-        return False
+    except InferenceServerException:
+        return None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -18,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 from clients.gateway.balancer import Backend, Balancer
 from clients.gateway.config import GatewayConfig
 from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
-from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve
+from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve, probe
 from clients.gateway.speech import SpeechRequest, parse_speech
 from clients.gateway.stats import GatewayStats
 from clients.gateway.triton_session import SessionEvent, SessionText, TritonSession
@@ -54,6 +55,8 @@ class Gateway:
         self._scraper: asyncio.Task | None = None
         self._readiness: asyncio.Task | None = None
         self._syncs: set[asyncio.Task] = set()  # voices being copied to a server that lacks them
+        # set when a server's router is seen unloaded (its process died): the streams in flight on it end
+        self._router_lost: dict[str, asyncio.Event] = {b.url: asyncio.Event() for b in self.balancer.backends}
 
     async def start(self) -> None:
         """Open the channels, learn the served model from a first server that answers, start scraping."""
@@ -107,7 +110,7 @@ class Gateway:
             has_events = False
             try:
                 async with aclosing(open_stream(self._stub(backend))) as events:
-                    async for event in events:
+                    async for event in _until_lost(events, self._router_lost[backend.url], backend.url):
                         has_events = True
                         yield event
                 return
@@ -181,8 +184,14 @@ class Gateway:
     async def poll_readiness(self) -> None:
         """Ask every server whether it can take a new stream (readiness.py); the balancer skips those
         that cannot until a later poll says they can."""
-        ready = await asyncio.gather(*(can_serve(b.url) for b in self.balancer.backends))
-        for backend, is_ready in zip(self.balancer.backends, ready):
+        probes = await asyncio.gather(*(probe(b.url) for b in self.balancer.backends))
+        for backend, answer in zip(self.balancer.backends, probes):
+            is_ready, lost = answer.can_serve, self._router_lost[backend.url]
+            if answer.router_unloaded and not lost.is_set():
+                log.warning("server %s: its router is unloaded; its streams in flight end", backend.url)
+                lost.set()
+            elif is_ready and lost.is_set():
+                self._router_lost[backend.url] = asyncio.Event()  # a new router: new streams watch it
             if backend.is_ready != is_ready:
                 log.warning("server %s is %s", backend.url, "ready again" if is_ready else "not ready")
             if is_ready and not backend.is_ready:
@@ -241,3 +250,29 @@ def parse_live(text: str) -> int | None:
     values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
               if line.startswith(LIVE_METRIC) and not line.startswith(LIVE_METRIC + "_")]
     return int(sum(values)) if values else None
+
+
+_END = object()
+
+
+async def _until_lost(events: AsyncIterator, lost: asyncio.Event, url: str) -> AsyncIterator:
+    """`events` until they end, or until `lost` is set: the server's router died (its process held the stream's
+    Triton responses, which will never come), a 503 `router_restarted`; before any event the stream is tried
+    on another server."""
+    waiter = asyncio.ensure_future(lost.wait())
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(events, _END))
+            await asyncio.wait({following, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await following
+                raise StreamFailure(unavailable(f"server {url}: its router (vox_ensemble) process died, and with it "
+                                                "this stream; retry", code="router_restarted"))
+            event = following.result()
+            if event is _END:
+                return
+            yield event
+    finally:
+        waiter.cancel()

@@ -62,8 +62,10 @@ def test_tritonserver_listens_on_loopback_and_restricts_its_repository_api_once_
 
     exposed = Exposure(host="0.0.0.0")
     assert exposed.local_host == "127.0.0.1" and "--grpc-address=0.0.0.0" in exposed.flags()
-    random_keys = [next(f for f in exposed.flags() if f.startswith("--http-restricted-api")) for _ in range(2)]
-    assert random_keys[0] != random_keys[1]  # exposed without an admin key: a key nobody holds
+    restricted_of = [next(f for f in e.flags() if f.startswith("--http-restricted-api"))
+                     for e in (exposed, exposed, Exposure(host="0.0.0.0"))]
+    assert restricted_of[0] == restricted_of[1] != restricted_of[2]  # exposed without an admin key: its own key
+    assert exposed.control_key in restricted_of[0]
     assert "admin-key-1" not in repr(Exposure(admin_key="admin-key-1"))
 
 

@@ -9,6 +9,7 @@ import pytest
 from clients.gateway import service
 from clients.gateway.config import GatewayConfig
 from clients.gateway.errors import bad_request, from_ended, unavailable
+from clients.gateway.readiness import Probe
 from clients.gateway.speech import SpeechRequest
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
 from protocol.reasons import Ended, EndReason
@@ -105,12 +106,46 @@ def test_a_server_that_is_not_ready_gets_no_new_stream(monkeypatch):
 
 
 def test_readiness_is_polled_per_server(monkeypatch):
-    """One poll sets each server's readiness from what it answers (readiness.can_serve)."""
+    """One poll sets each server's readiness from what it answers (readiness.probe)."""
     gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1")))
 
-    async def can_serve(url):
-        return url == "b:1"
+    async def probe(url):
+        return Probe(can_serve=url == "b:1")
 
-    monkeypatch.setattr(service, "can_serve", can_serve)
+    monkeypatch.setattr(service, "probe", probe)
     asyncio.run(gateway.poll_readiness())
     assert [b.is_ready for b in gateway.balancer.backends] == [False, True]
+
+
+def test_a_stream_on_a_server_whose_router_died_ends_with_a_503_and_the_next_poll_watches_a_new_router(monkeypatch):
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1",)))
+    monkeypatch.setattr(gateway, "_stub", lambda backend: backend)
+
+    async def forever(_stub):
+        yield "first chunk"
+        await asyncio.Event().wait()  # the dead router's responses never come
+
+    async def run():
+        got = []
+        stream = gateway._failover(forever)
+        got.append(await anext(stream))
+        asyncio.get_running_loop().call_later(0.05, gateway._router_lost["a:1"].set)
+        with pytest.raises(StreamFailure) as caught:
+            await anext(stream)
+        return got, caught.value.error
+
+    got, error = asyncio.run(run())
+    assert got == ["first chunk"] and (error.status, error.code) == (503, "router_restarted")
+    assert gateway.balancer.backends[0].num_live == 0  # released
+
+    answers = iter([Probe(can_serve=False, router_unloaded=True), Probe(can_serve=True)])
+
+    async def probe(url):
+        return next(answers)
+
+    monkeypatch.setattr(service, "probe", probe)
+    lost = gateway._router_lost["a:1"]
+    asyncio.run(gateway.poll_readiness())  # still unloaded: the same event stays set
+    assert gateway._router_lost["a:1"] is lost and lost.is_set()
+    asyncio.run(gateway.poll_readiness())  # ready again: streams from now on watch a fresh event
+    assert not gateway._router_lost["a:1"].is_set()

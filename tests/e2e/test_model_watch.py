@@ -1,0 +1,93 @@
+"""The processes nobody else watched heal (clients/model_watch.py), against a real tritonserver and the gateway:
+after `kill -9` of the router's stub (`vox_ensemble`) the gateway's stream in flight on it ends with an error
+instead of hanging, the router is reloaded and serves new streams; after `kill -9` of the registry's stub the
+voice list answers again."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from clients.bench.compare import free_ports
+from clients.gateway.config import GatewayConfig
+from clients.gateway.server import GatewayProcess
+from clients.procstats import server_processes
+from clients.stream import synthesize
+from tests.e2e.conftest import DEFAULT_PRESET, start_server
+from tests.waiting import wait_for
+
+HEAL_S = 30.0  # the watch looks twice a second; an unload and a load take a few seconds on two cores
+
+
+@pytest.fixture(scope="module")
+def watched(model_cache, tmp_path_factory):
+    srv = start_server(DEFAULT_PRESET, tmp_path_factory)
+    gateway = GatewayProcess(GatewayConfig(tritons=(srv.grpc_url,), port=free_ports(1)[0]),
+                             log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
+    try:
+        gateway.wait_ready(60)
+        yield srv, gateway
+    finally:
+        gateway.stop()
+        srv.stop()
+
+
+def stub_pid(srv, model: str) -> int | None:
+    return server_processes(srv.process.process.pid).get(model)
+
+
+def sse_events(url: str, body: dict, events: list, first: threading.Event) -> None:
+    request = urllib.request.Request(url + "/v1/audio/speech", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        for line in response:
+            if line.startswith(b"data: "):
+                events.append(json.loads(line[6:]))
+                first.set()
+
+
+def test_a_killed_router_ends_the_gateways_stream_with_an_error_and_is_reloaded(watched):
+    srv, gateway = watched
+    body = {"model": DEFAULT_PRESET, "input": "A long story.", "voice": "tiny", "stream_format": "sse",
+            "response_format": "pcm", "seed": 3, "max_audio_seconds": 40.0, "ignore_eos": True}
+    events, first = [], threading.Event()
+    reader = threading.Thread(target=sse_events, args=(gateway.url, body, events, first), daemon=True)
+    reader.start()
+    assert first.wait(30)
+    router = stub_pid(srv, "vox_ensemble")
+    os.kill(router, signal.SIGKILL)
+    reader.join(HEAL_S)
+    assert not reader.is_alive(), "the stream on the dead router hung"
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "router_restarted"
+    assert wait_for(lambda: stub_pid(srv, "vox_ensemble") not in (None, router), timeout_s=HEAL_S, poll_s=0.2)
+    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5)
+    assert srv.watch.restarts["vox_ensemble"] == 1
+
+
+def test_a_killed_registry_is_reloaded_and_lists_voices_again(watched):
+    srv, gateway = watched
+    registry = stub_pid(srv, "voice_registry")
+    os.kill(registry, signal.SIGKILL)
+    assert wait_for(lambda: stub_pid(srv, "voice_registry") not in (None, registry), timeout_s=HEAL_S, poll_s=0.2)
+    assert wait_for(lambda: _lists(gateway.url), timeout_s=HEAL_S, poll_s=0.5)
+    assert srv.watch.restarts["voice_registry"] == 1
+
+
+def _speaks(url: str) -> bool:
+    try:
+        return synthesize(url, "Back.", seed=1, max_audio_seconds=0.4, ignore_eos=True).audio.size > 0
+    except Exception:  # noqa: BLE001 - not yet: the router is still loading
+        return False
+
+
+def _lists(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/v1/audio/voices", timeout=10) as response:
+            return response.status == 200 and "data" in json.load(response)
+    except OSError:
+        return False
