@@ -37,7 +37,7 @@ from protocol.tensors import REFERENCE_TENSORS
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SUFFIX = ".npz"
-_DAMAGED = (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile)  # what reading a damaged file raises
+_DAMAGED = (ValueError, OSError, KeyError, EOFError, RecursionError, zipfile.BadZipFile)  # reading a damaged file
 META = "meta"  # the npz member holding the metadata (JSON, UTF-8 bytes as uint8)
 
 
@@ -280,22 +280,75 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())  # the data is on disk before the name points at it
 
 
+# what a voice file may hold: a reference of at most a minute, encoded by any family here (codes of at most 64
+# codebooks below 2**16, at most ~4k frames; an embedding of at most 8k values), and nothing that expands more
+# than a real file does (a member 8 MiB at most, and at most 200 times its compressed size)
+MAX_MEMBER_BYTES = 8 << 20
+MAX_EXPANSION = 200
+MAX_EMBEDDING = 8192
+MAX_CODE_FRAMES, MAX_CODEBOOKS, MAX_CODE = 4096, 64, 1 << 16
+_META_TYPES = {"transcript": (str, type(None)), "x_vector_only": (bool,), "sample_rate": (int,),
+               "duration_s": (int, float), "created": (int,), "fingerprint": (str,)}
+
+
 def _read(f, name: str) -> Voice:
+    """The voice in file `f`, stored as `name`; ValueError naming the voice and what is wrong with the file."""
     try:
         with np.load(f, allow_pickle=False) as npz:
-            meta = _metadata(npz)
-            tensors = {key: np.array(npz[key]) for key in npz.files if key in REFERENCE_TENSORS}
+            _check_members(npz)
+            meta = _checked_metadata(_metadata(npz))
+            tensors = {key: _checked_tensor(key, np.array(npz[key])) for key in npz.files if key in REFERENCE_TENSORS}
     except _DAMAGED as exc:
         raise ValueError(f"the registered voice {quoted(name)} cannot be read: {exc}") from None
-    return Voice(name, tensors, meta["transcript"], bool(meta["x_vector_only"]), int(meta["sample_rate"]),
-                 float(meta["duration_s"]), int(meta["created"]), str(meta["fingerprint"]))
+    return Voice(name, tensors, meta["transcript"], meta["x_vector_only"], meta["sample_rate"],
+                 float(meta["duration_s"]), meta["created"], meta["fingerprint"])
+
+
+def _check_members(npz) -> None:
+    """Sizes from the zip's directory, before anything is decompressed: no member may expand like a bomb."""
+    for info in npz.zip.infolist():
+        if info.file_size > MAX_MEMBER_BYTES or info.file_size > MAX_EXPANSION * max(info.compress_size, 1) + 4096:
+            raise ValueError(f"its member {quoted(info.filename)} expands to {info.file_size} bytes from "
+                             f"{info.compress_size} (at most {MAX_MEMBER_BYTES}, and {MAX_EXPANSION}x)")
+
+
+def _checked_metadata(meta: object) -> dict:
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not a JSON object")
+    for key, types in _META_TYPES.items():
+        value = meta.get(key)
+        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+            raise ValueError(f"its metadata {quoted(key)} must be {' or '.join(t.__name__ for t in types)}, "
+                             f"got {quoted(value)}")
+    if not 1000 <= meta["sample_rate"] <= 384_000 or not 0 <= meta["duration_s"] <= 3600:
+        raise ValueError(f"its metadata sample_rate {meta['sample_rate']} or duration_s {meta['duration_s']} "
+                         "is out of range")
+    return meta
+
+
+def _checked_tensor(key: str, array: np.ndarray) -> np.ndarray:
+    spec = REFERENCE_TENSORS[key]
+    if array.dtype != spec.dtype or array.ndim != len(spec.shape):
+        raise ValueError(f"its {key} must be {np.dtype(spec.dtype).name} with {len(spec.shape)} dimensions, got "
+                         f"{array.dtype.name} of shape {list(array.shape)}")
+    if key == "speaker_embedding" and not (0 < array.size <= MAX_EMBEDDING and np.isfinite(array).all()):
+        raise ValueError(f"its speaker_embedding must hold 1 to {MAX_EMBEDDING} finite values, got {array.size}")
+    if key == "ref_codes":
+        frames, codebooks = array.shape
+        if not (0 < frames <= MAX_CODE_FRAMES and 0 < codebooks <= MAX_CODEBOOKS):
+            raise ValueError(f"its ref_codes must be [1..{MAX_CODE_FRAMES} frames, 1..{MAX_CODEBOOKS} codebooks], "
+                             f"got {list(array.shape)}")
+        if array.min() < 0 or array.max() >= MAX_CODE:
+            raise ValueError(f"its ref_codes must lie in [0, {MAX_CODE}), got {array.min()}..{array.max()}")
+    return array
 
 
 def _read_listing(path: Path) -> dict:
     """A voice's public metadata from its file's `meta` alone; a damaged file is listed with what is wrong."""
     try:
         with np.load(path, allow_pickle=False) as npz:
-            return _public(_metadata(npz))
+            _check_members(npz)
+            return _public(_checked_metadata(_metadata(npz)), path.name[:-len(SUFFIX)])
     except FileNotFoundError:
         raise
     except _DAMAGED as exc:
@@ -306,9 +359,11 @@ def _metadata(npz) -> dict:
     return json.loads(bytes(npz[META]).decode("utf-8"))
 
 
-def _public(meta: dict) -> dict:
-    return {key: round(value, 3) if key == "duration_s" else value for key, value in meta.items()
-            if key != "fingerprint"}
+def _public(meta: dict, name: str) -> dict:
+    """What a listing shows; the name is the file's (the name it is stored under), never what its metadata says."""
+    public = {key: round(value, 3) if key == "duration_s" else meta[key] for key, value in meta.items()
+              if key in _META_TYPES and key != "fingerprint"}
+    return {"name": name, **public}
 
 
 def _sync_directory(directory: Path) -> None:

@@ -139,7 +139,10 @@ def _check_unsupported(body: dict) -> ApiError | None:
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed != 1.0:
         return bad_request(f"speed {quoted(speed)} is not supported: VoxLane speaks at speed 1.0 only",
                            param="speed", code="unsupported_value")
-    if body.get("instructions"):
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        return bad_request(f"'instructions' must be a string, got {quoted(instructions)}", param="instructions")
+    if instructions:
         return bad_request("instructions are not supported by this model", param="instructions",
                            code="unsupported_value")
     return None

@@ -40,6 +40,9 @@ def test_openai_voice_is_the_default_voice_and_extras_become_router_inputs():
     ({"response_format": "opus", "sample_rate": 22050}, 400, "sample_rate"),  # libopus takes 8/16/24/48 kHz
     ({"stream_format": "chunks"}, 400, "stream_format"),
     ({"instructions": "whisper"}, 400, "instructions"),
+    ({"instructions": 0}, 400, "instructions"),  # not a string: refused, not read as "no instructions"
+    ({"instructions": False}, 400, "instructions"),
+    ({"instructions": []}, 400, "instructions"),
     ({"input": None}, 400, "input"),
     ({"model": "tts-42"}, 404, "model"),
     ({"voice": 3}, 400, "voice"),
@@ -52,6 +55,11 @@ def test_bad_fields_are_named(fields, status, param):
     error = parse_speech(body(**fields), MODELS)
     assert isinstance(error, ApiError) and (error.status, error.param) == (status, param)
     assert set(error.to_json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_float_sample_rate_holding_an_integer_is_that_integer():
+    assert parse_speech(body(sample_rate=16000.0), MODELS).sample_rate == 16000
+    assert isinstance(parse_speech(body(sample_rate=16000.0), MODELS).sample_rate, int)
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "mp3", "opus", "aac", "flac"])

@@ -235,3 +235,54 @@ def test_a_bad_voice_file_is_refused_on_import(store, data):
         store.import_file("alice", data)
     assert (refused.value.param, refused.value.code) == ("voice_file", "bad_voice_file")
     assert store.get("alice") is None
+
+
+def _file(meta_changes: dict | None = None, **tensors) -> bytes:
+    """A voice file as `export` writes it, with its metadata and tensors changed."""
+    import io
+    import json
+    meta = {"name": "alice", "transcript": "Hello there.", "x_vector_only": False, "sample_rate": RATE,
+            "duration_s": 1.0, "created": 1, "fingerprint": "0" * 64, **(meta_changes or {})}
+    arrays = {"speaker_embedding": np.ones(8, np.float32), "ref_codes": np.zeros((3, 16), np.int64), **tensors}
+    arrays = {k: v for k, v in arrays.items() if v is not None}
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("data, says", [
+    (lambda: _file({"transcript": 5}), "transcript"),
+    (lambda: _file({"x_vector_only": "no"}), "x_vector_only"),
+    (lambda: _file({"sample_rate": 16000.5}), "sample_rate"),
+    (lambda: _file({"sample_rate": 10 ** 9}), "out of range"),
+    (lambda: _file(speaker_embedding=np.ones(8, np.float64)), "speaker_embedding"),
+    (lambda: _file(speaker_embedding=np.ones((2, 4), np.float32)), "speaker_embedding"),
+    (lambda: _file(speaker_embedding=np.array([1.0, np.nan, 2.0], np.float32)), "finite"),
+    (lambda: _file(speaker_embedding=np.ones(3, np.float32)[:0]), "speaker_embedding"),
+    (lambda: _file(ref_codes=np.full((3, 16), -1, np.int64)), "ref_codes"),
+    (lambda: _file(ref_codes=np.full((3, 16), 1 << 20, np.int64)), "ref_codes"),
+    (lambda: _file(ref_codes=np.zeros((100_000, 16), np.int64)), "ref_codes"),  # 100k frames: past any minute of codes
+    (lambda: _file(ref_codes=np.zeros((3, 16), np.int32)), "ref_codes"),
+    (lambda: _file(speaker_embedding=np.zeros(10_000_000, np.float32)), "expands"),  # 40 MB of zeros in a 40 kB file
+], ids=["int-transcript", "str-flag", "float-rate", "huge-rate", "float64-embedding", "2d-embedding",
+        "nan-embedding", "empty-embedding", "negative-codes", "codes-past-2**16", "100k-frames", "int32-codes",
+        "compression-bomb"])
+def test_a_voice_file_that_breaks_the_rules_is_refused_on_import_naming_what_is_wrong(store, data, says):
+    with pytest.raises(RequestError) as refused:
+        store.import_file("alice", data())
+    assert refused.value.code == "bad_voice_file" and says in str(refused.value) and "'alice'" in str(refused.value)
+    assert store.get("alice") is None and store.list() == []
+
+
+def test_a_voice_is_listed_under_its_files_name_not_its_metadatas(store):
+    store.import_file("bob", _file({"name": "../../etc/passwd"}))
+    assert [v["name"] for v in store.list()] == ["bob"]
+
+
+def test_a_stored_file_that_breaks_the_rules_fails_at_use_as_the_servers_fault_naming_the_voice(store):
+    store.directory.mkdir(parents=True)
+    (store.directory / "carol.npz").write_bytes(_file({"transcript": 5}))
+    with pytest.raises(ValueError, match="'carol'") as failed:
+        store.get("carol")
+    assert not isinstance(failed.value, RequestError)  # not the client's input: the router answers 500
+    assert store.list() == [{"name": "carol", "damaged": store.list()[0]["damaged"]}]
