@@ -1,10 +1,15 @@
-"""Heals the models nobody else watches: the router (`vox_ensemble`) and the voice registry.
+"""Heals the models nobody else watches: the router (`vox_ensemble`), the voice registry, and the voice encoder
+when no stream meets it.
 
 The router heals the lanes (backend_python/router/lane_health.py), but nothing inside Triton heals the
-router itself, and a dead registry stub answered every call with 400 "Stub process … is not healthy".
+router itself, a dead registry stub answered every call with 400 "Stub process … is not healthy", and the
+router heals the encoder only when a cloning stream finds it dead (registers alone never did). The encoder is
+left to the router for a grace period first, so the two healers rarely meet (when they do, a second load of
+a loaded model is a no-op).
 `voxlane serve` runs this watch beside each tritonserver: every `period_s` it looks for each watched
-model's stub process (tools.procstats, from /proc); a model whose stub was running and is gone is
-unloaded and loaded again through Triton's repository API (with the admin key where it is restricted).
+model's stub process (clients.procstats, from /proc); a model whose stub is gone while Triton still says it
+is ready (what a dead stub looks like in Triton 2.51; a model being reloaded, or unloaded by an operator, is
+not ready and is left alone) is unloaded and loaded again through Triton's repository API (with the admin key where it is restricted).
 While it is down Triton refuses its requests with "is not healthy" and then "unknown model", which
 `protocol.wire` reads as LANE_DOWN: 503 with `Retry-After` behind the gateway; once it is unloaded the
 strict readiness says not ready, and the gateway ends the streams that were in flight on it (their
@@ -19,19 +24,23 @@ import urllib.error
 import urllib.request
 
 from clients.triton_launch import ADMIN_KEY_HEADER
-from protocol.models import ROUTER, VOICE_REGISTRY
+from protocol.models import ROUTER, VOICE_ENCODER, VOICE_REGISTRY
 from clients.procstats import server_processes
 
 log = logging.getLogger("voxlane.model_watch")
-WATCHED = (ROUTER, VOICE_REGISTRY)
+WATCHED = {ROUTER: 0.0, VOICE_REGISTRY: 0.0, VOICE_ENCODER: 3.0}  # model -> seconds gone before this watch heals it
+# the router stays unloaded this long before its load: every gateway's readiness poll (each 0.5 s) sees it
+# unloaded, and ends the streams that were in flight on it (an unload and a load can take 0.3 s in all)
+ROUTER_HOLD_S = 2.0
 
 
 class ModelWatch:
     def __init__(self, http_url: str, server_pid: int, control_key: str | None = None,
-                 models: tuple[str, ...] = WATCHED, period_s: float = 0.5, unload_wait_s: float = 30.0) -> None:
+                 models: dict[str, float] = WATCHED, period_s: float = 0.5, unload_wait_s: float = 30.0) -> None:
         self.http_url, self.server_pid, self.control_key = http_url, server_pid, control_key
         self.models, self.period_s, self.unload_wait_s = models, period_s, unload_wait_s
         self.restarts = {model: 0 for model in models}
+        self._gone_since: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="model-watch", daemon=True)
 
@@ -50,9 +59,14 @@ class ModelWatch:
                 running = server_processes(self.server_pid)
             except OSError:
                 return  # the server is gone
-            for model in self.models:
-                if model not in running and not self._stop.is_set():
+            now = time.monotonic()
+            for model, grace_s in self.models.items():
+                if model in running:
+                    self._gone_since.pop(model, None)
+                elif (now - self._gone_since.setdefault(model, now) >= grace_s and not self._stop.is_set()
+                      and self._is_ready(model)):  # not ready: someone is reloading it, or unloaded it on purpose
                     self._heal(model)
+                    self._gone_since.pop(model, None)
 
     def _heal(self, model: str) -> None:
         started = time.monotonic()
@@ -62,6 +76,8 @@ class ModelWatch:
             deadline = time.monotonic() + self.unload_wait_s
             while self._is_ready(model) and time.monotonic() < deadline and not self._stop.is_set():
                 time.sleep(0.1)  # in Triton 2.51 a load right after an unload can be lost (lane_health.py)
+            if model == ROUTER:
+                self._stop.wait(ROUTER_HOLD_S)
             if self._stop.is_set():
                 return
             self._post(f"/v2/repository/models/{model}/load")

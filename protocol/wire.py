@@ -25,8 +25,10 @@ _WORD = r"[\w.-]+"
 _PREFIX = re.compile(rf"^\[(\w+)((?: \w+={_WORD})*)\] ")
 _VALUE = re.compile(rf"^{_WORD}$")
 # Triton 2.51's own words for a model it cannot serve now: read here, at the boundary, into a reason
-# ("Stub process 'vox_ensemble_0_0' is not healthy.": the model's Python process died and is not yet reloaded)
-_TRITON_UNAVAILABLE = ("Request for unknown model", "Server not ready", "is not at ready state", "is not healthy")
+_TRITON_UNAVAILABLE = ("Request for unknown model", "Server not ready", "is not at ready state")
+# a request to a model whose Python process died ("Stub process 'vox_ensemble_0_0' is not healthy."): no stop, a
+# death (the router's BLS boundary reads it apart, to heal the lane); to a client it is unavailable all the same
+_TRITON_STUB_DIED = "is not healthy"
 _TRITON_STOPPING = "Server is stopping"  # the frontend's refusal of a request (an ack too) after SIGTERM
 
 
@@ -56,7 +58,7 @@ def decode_error(text: str) -> Ended:
     if match is None or match.group(1) not in _REASONS:
         if _TRITON_STOPPING in text:
             return Ended(EndReason.LANE_DOWN, f"the server is shutting down; retry on another server: {text}")
-        if is_triton_unavailable(text):
+        if is_triton_unavailable(text) or _TRITON_STUB_DIED in text:
             return Ended(EndReason.LANE_DOWN, "the server cannot serve the model now (it is shutting down, or "
                                               f"the model is being reloaded); retry on another server: {text}")
         return Ended(EndReason.REFUSED_BAD_INPUT, text)

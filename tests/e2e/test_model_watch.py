@@ -1,7 +1,7 @@
 """The processes nobody else watched heal (clients/model_watch.py), against a real tritonserver and the gateway:
 after `kill -9` of the router's stub (`vox_ensemble`) the gateway's stream in flight on it ends with an error
 instead of hanging, the router is reloaded and serves new streams; after `kill -9` of the registry's stub the
-voice list answers again."""
+voice list answers again; after `kill -9` of the encoder's stub it is reloaded though no stream meets it."""
 from __future__ import annotations
 
 import json
@@ -91,3 +91,11 @@ def _lists(url: str) -> bool:
             return response.status == 200 and "data" in json.load(response)
     except OSError:
         return False
+
+
+def test_a_killed_encoder_is_reloaded_with_no_stream_to_meet_it(watched):
+    srv, _ = watched
+    encoder = stub_pid(srv, "voice_encoder")
+    os.kill(encoder, signal.SIGKILL)
+    assert wait_for(lambda: stub_pid(srv, "voice_encoder") not in (None, encoder), timeout_s=HEAL_S, poll_s=0.2)
+    assert wait_for(lambda: srv.watch.restarts["voice_encoder"] == 1, timeout_s=HEAL_S, poll_s=0.2)
