@@ -292,12 +292,12 @@ def _microbench(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from clients.perf_analyzer.runtime import PerfAnalyzerError, find_binary, version
+    from clients.perf_analyzer.runtime import PerfAnalyzerError, install_wrapper, version
     install = find_triton()
     print(f"tritonserver: {install.binary}\npython backend stub: installed for Python "
           f"{sys.version_info.major}.{sys.version_info.minor}")
     try:
-        print(f"perf_analyzer: {find_binary()} ({version()}; run it as `voxlane perf-analyzer ARGS`)")
+        print(f"perf_analyzer: {install_wrapper()} ({version()}; runs as installed, or as `voxlane perf-analyzer`)")
     except PerfAnalyzerError as exc:
         print(f"voxlane: doctor: {exc}", file=sys.stderr)
         return 1

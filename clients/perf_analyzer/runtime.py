@@ -40,11 +40,39 @@ class PerfAnalyzerError(RuntimeError):
 
 
 def find_binary() -> Path:
-    """The wheel's `perf_analyzer` beside this interpreter."""
-    path = Path(sys.executable).parent / BINARY
-    if not path.exists():
-        raise PerfAnalyzerError(f"no {BINARY} in {path.parent}: install tritonclient[all] (`make install`)")
-    return path
+    """The wheel's `perf_analyzer` binary: moved under LINK_DIR once `install_wrapper` ran, else beside this
+    interpreter."""
+    for path in (LINK_DIR / BINARY, Path(sys.executable).parent / BINARY):
+        if path.exists() and _is_elf(path):
+            return path
+    raise PerfAnalyzerError(f"no {BINARY} binary beside {sys.executable}: install tritonclient[all] (`make install`)")
+
+
+WRAPPER = """#!/bin/sh
+# VoxLane: the tritonclient wheel's perf_analyzer, with the libraries it links found (clients/perf_analyzer/runtime.py)
+LD_LIBRARY_PATH="{link_dir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" exec "{binary}" "$@"
+"""
+
+
+def install_wrapper(bin_dir: Path | None = None, link_dir: Path = LINK_DIR) -> Path:
+    """Make the environment's `bin/perf_analyzer` run as installed: the wheel's binary moves to `link_dir` and a
+    shell script that finds its libraries takes its place (again after a reinstall of tritonclient put the
+    binary back). Returns the script."""
+    bin_dir = bin_dir or Path(sys.executable).parent
+    link_libraries(link_dir)
+    script, binary = bin_dir / BINARY, link_dir / BINARY
+    if script.exists() and _is_elf(script):
+        os.replace(script, binary)
+    if not binary.exists():
+        raise PerfAnalyzerError(f"no {BINARY} binary in {bin_dir}: install tritonclient[all] (`make install`)")
+    script.write_text(WRAPPER.format(link_dir=link_dir, binary=binary))
+    script.chmod(0o755)
+    return script
+
+
+def _is_elf(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"\x7fELF"
 
 
 def link_libraries(link_dir: Path = LINK_DIR, site_dirs: list[Path] | None = None) -> Path:
