@@ -169,6 +169,8 @@ def _add_serve(parser: argparse.ArgumentParser) -> None:
                         help="also run the OpenAI-compatible gateway on this port in front of the servers")
     parser.add_argument("--gateway-host", default="127.0.0.1")
     add_key_flags(parser)  # the gateway's; the first admin key also opens Triton's repository API
+    parser.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
+                        help="another id the gateway answers as the model (repeat for several)")
 
 
 def _gpu_list(value: str) -> tuple[str, ...]:
@@ -177,7 +179,8 @@ def _gpu_list(value: str) -> tuple[str, ...]:
 
 def _fleet_config(args: argparse.Namespace) -> FleetConfig:
     return FleetConfig(server=_serve_config(args), gpus=args.gpus, layout=args.layout, replicas=args.replicas,
-                       gateway_port=args.gateway_port, gateway_host=args.gateway_host, gateway_keys=gateway_keys(args))
+                       gateway_port=args.gateway_port, gateway_host=args.gateway_host, gateway_keys=gateway_keys(args),
+                       served_model_names=tuple(args.served_model_name))
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ class FleetConfig:
     gateway_port: int | None = None
     gateway_host: str = "127.0.0.1"
     gateway_keys: Keys = field(default_factory=Keys)  # the gateway's API and admin keys (gateway/auth.py)
+    served_model_names: tuple[str, ...] = ()  # more ids the gateway answers as the model (--served-model-name)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -85,7 +86,7 @@ class Fleet:
         config = GatewayConfig(tritons=tuple(s.grpc_url for s in self.servers),
                                metrics_urls=tuple(s.metrics_url for s in self.servers),
                                host=self.config.gateway_host, port=self.config.gateway_port,
-                               keys=self.config.gateway_keys)
+                               keys=self.config.gateway_keys, served_model_names=self.config.served_model_names)
         self.gateway = GatewayProcess(config, log_path=_numbered(self._log_path, "gateway", 2))
         self.gateway.wait_ready(timeout_s)
 

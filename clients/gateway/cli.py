@@ -20,6 +20,9 @@ def add_gateway_command(subparsers) -> dict[str, Callable[[argparse.Namespace], 
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--model-name", default=None, help="the model id clients send (default: the served preset)")
+    parser.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
+                        help="another id that answers as the same model (repeat for several); the served "
+                             "checkpoint's own id always does")
     parser.add_argument("--write-timeout-s", type=float, default=GatewayConfig.write_timeout_s,
                         help="drop an HTTP client that takes no bytes this long (its stream is cancelled)")
     add_key_flags(parser)
@@ -52,7 +55,8 @@ def admin_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 def gateway_config(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(tritons=args.triton, metrics_urls=args.triton_metrics, host=args.host, port=args.port,
-                         model_name=args.model_name, write_timeout_s=args.write_timeout_s, keys=gateway_keys(args))
+                         model_name=args.model_name, served_model_names=tuple(args.served_model_name),
+                         write_timeout_s=args.write_timeout_s, keys=gateway_keys(args))
 
 
 def _urls(value: str) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ class GatewayConfig:
     host: str = "127.0.0.1"
     port: int = 9000
     model_name: str | None = None  # the id in /v1/models; None: the servers' model parameter
+    served_model_names: tuple[str, ...] = ()  # more ids that answer as the same model (--served-model-name)
     channels_per_server: int = 4  # gRPC connections the streams to one server share
     request_timeout_s: float = 600.0  # a whole stream
     scrape_interval_s: float = 0.5

@@ -47,6 +47,8 @@ def gateway_command(config: GatewayConfig) -> list[str]:
         command += ["--triton-metrics", ",".join(config.metrics_urls)]
     if config.model_name:
         command += ["--model-name", config.model_name]
+    for name in config.served_model_names:
+        command += ["--served-model-name", name]
     if config.write_timeout_s != GatewayConfig.write_timeout_s:
         command += ["--write-timeout-s", f"{config.write_timeout_s:g}"]
     return command

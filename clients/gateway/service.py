@@ -64,8 +64,7 @@ class Gateway:
             self._channels[backend.url] = [grpc.aio.insecure_channel(backend.url, options=_CHANNEL_OPTIONS)
                                            for _ in range(self.config.channels_per_server)]
         self.server_info = await self._discover()
-        model = self.config.model_name or Path(self.server_info["model"]).name
-        self.model_ids = (model,)
+        self.model_ids = model_ids(self.server_info["model"], self.config.model_name, self.config.served_model_names)
         if any(b.metrics_url for b in self.balancer.backends):
             self._scraper = asyncio.create_task(self._scrape_forever())
         await self.poll_readiness()
@@ -276,3 +275,12 @@ async def _until_lost(events: AsyncIterator, lost: asyncio.Event, url: str) -> A
             yield event
     finally:
         waiter.cancel()
+
+
+def model_ids(served: str, model_name: str | None, aliases: tuple[str, ...]) -> tuple[str, ...]:
+    """The ids a request may name the model by, the first one listed first: `model_name` (else the served
+    model's own name), the `--served-model-name` aliases, and the served model's whole id (a checkpoint's path
+    or Hugging Face id, e.g. `Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice`, beside its last part)."""
+    whole = served if not served.startswith(("/", ".")) else None  # a hub id, not a directory on this machine
+    ids = (model_name or Path(served).name, *aliases, Path(served).name, whole)
+    return tuple(dict.fromkeys(i for i in ids if i))

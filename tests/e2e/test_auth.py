@@ -22,6 +22,7 @@ from clients.triton_launch import ADMIN_KEY_HEADER, Exposure
 from tests.e2e.conftest import DEFAULT_PRESET, start_server
 
 API, ADMIN = "user-key-0123", "admin-key-4567"
+ALIAS = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"  # a peer harness's default model id (--served-model-name)
 SPEECH = {"model": DEFAULT_PRESET, "input": "Keys.", "voice": "tiny", "response_format": "pcm",
           "seed": 1, "max_audio_seconds": 0.4, "ignore_eos": True}
 
@@ -29,7 +30,7 @@ SPEECH = {"model": DEFAULT_PRESET, "input": "Keys.", "voice": "tiny", "response_
 @pytest.fixture(scope="module")
 def locked(model_cache, tmp_path_factory):
     srv = start_server(DEFAULT_PRESET, tmp_path_factory, exposure=Exposure(admin_key=ADMIN))
-    config = GatewayConfig(tritons=(srv.grpc_url,), port=free_ports(1)[0],
+    config = GatewayConfig(tritons=(srv.grpc_url,), port=free_ports(1)[0], served_model_names=(ALIAS,),
                            keys=Keys(api=frozenset({API}), admin=frozenset({ADMIN})))
     gateway = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
     try:
@@ -120,3 +121,11 @@ def _address(raw: bytes) -> str:
     if len(words) == 16 and words[:12] == bytes(10) + b"\xff\xff":
         words = words[12:]
     return ".".join(map(str, words)) if len(words) == 4 else words.hex()
+
+
+def test_a_served_model_name_answers_as_the_model(locked):
+    _, gateway = locked
+    status, _, body = call(gateway.url + "/v1/models", key=API)
+    assert status == 200 and [m["id"] for m in json.loads(body)["data"]][:2] == [DEFAULT_PRESET, ALIAS]
+    status, _, audio = call(gateway.url + "/v1/audio/speech", "POST", {**SPEECH, "model": ALIAS}, key=API)
+    assert status == 200 and len(audio) == 5 * 1920 * 2

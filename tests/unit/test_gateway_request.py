@@ -145,3 +145,13 @@ def test_a_name_that_only_starts_like_openais_is_refused(model):
 def test_errors_quote_at_most_a_short_piece_of_a_bad_value(fields):
     error = parse_speech(body(**fields), MODELS)
     assert isinstance(error, ApiError) and len(error.message) < 300, error.message[:400]
+
+
+def test_a_model_answers_to_its_name_its_aliases_and_its_whole_hub_id():
+    from clients.gateway.service import model_ids
+    assert model_ids("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", None, ("tts-qwen",)) == (
+        "Qwen3-TTS-12Hz-1.7B-CustomVoice", "tts-qwen", "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice")
+    assert model_ids("qwen3-tts-tiny", None, ()) == ("qwen3-tts-tiny",)  # a preset keeps its name
+    assert model_ids("/models/ckpt", "mine", ("a", "mine")) == ("mine", "a", "ckpt")  # a path is no id
+    ids = model_ids("qwen3-tts-tiny", None, ("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",))
+    assert parse_speech(body(model="Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"), ids).model
