@@ -8,6 +8,7 @@ adds its tiny preset to the list.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +94,23 @@ def family_facts(preset: str, url: str) -> FamilyServer:
     codec = registry.load_codec(spec, device="cpu", dtype="float32")
     return FamilyServer(preset, url, codec.num_codebooks, lm.frame_rate, codec.sample_rate,
                         codec.samples_per_frame, lm.voices)
+
+
+@contextmanager
+def server_and_gateway(tmp_path_factory, server_settings: dict | None = None, **gateway_settings):
+    """A server of the default preset with a gateway in front of it (`gateway_settings`: GatewayConfig fields),
+    both stopped at the end: for a test module that kills or locks what it serves."""
+    srv = start_server(DEFAULT_PRESET, tmp_path_factory, **(server_settings or {}))
+    process = None
+    try:
+        process = GatewayProcess(GatewayConfig(tritons=(srv.grpc_url,), port=free_ports(1)[0], **gateway_settings),
+                                 log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
+        process.wait_ready(60)
+        yield srv, process
+    finally:
+        if process is not None:
+            process.stop()
+        srv.stop()
 
 
 @pytest.fixture(scope="module")

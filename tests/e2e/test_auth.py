@@ -13,13 +13,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from clients.bench.compare import free_ports
 from clients.gateway.auth import Keys
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
 from clients.stream import synthesize
 from clients.triton_launch import ADMIN_KEY_HEADER, Exposure
-from tests.e2e.conftest import DEFAULT_PRESET, start_server
+from tests.e2e.conftest import DEFAULT_PRESET, server_and_gateway
 
 API, ADMIN = "user-key-0123", "admin-key-4567"
 ALIAS = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"  # a peer harness's default model id (--served-model-name)
@@ -29,16 +26,9 @@ SPEECH = {"model": DEFAULT_PRESET, "input": "Keys.", "voice": "tiny", "response_
 
 @pytest.fixture(scope="module")
 def locked(model_cache, tmp_path_factory):
-    srv = start_server(DEFAULT_PRESET, tmp_path_factory, exposure=Exposure(admin_key=ADMIN))
-    config = GatewayConfig(tritons=(srv.grpc_url,), port=free_ports(1)[0], served_model_names=(ALIAS,),
-                           keys=Keys(api=frozenset({API}), admin=frozenset({ADMIN})))
-    gateway = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
-    try:
-        gateway.wait_ready(60)
-        yield srv, gateway
-    finally:
-        gateway.stop()
-        srv.stop()
+    with server_and_gateway(tmp_path_factory, {"exposure": Exposure(admin_key=ADMIN)}, served_model_names=(ALIAS,),
+                            keys=Keys(api=frozenset({API}), admin=frozenset({ADMIN}))) as both:
+        yield both
 
 
 def call(url: str, method: str = "GET", body: dict | None = None, key: str | None = None,

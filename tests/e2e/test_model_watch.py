@@ -8,17 +8,13 @@ import json
 import os
 import signal
 import threading
-import time
 import urllib.request
 
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
 from clients.procstats import server_processes
 from clients.stream import synthesize
-from tests.e2e.conftest import DEFAULT_PRESET, start_server
+from tests.e2e.conftest import DEFAULT_PRESET, server_and_gateway
 from tests.waiting import wait_for
 
 HEAL_S = 30.0  # the watch looks twice a second; an unload and a load take a few seconds on two cores
@@ -26,15 +22,8 @@ HEAL_S = 30.0  # the watch looks twice a second; an unload and a load take a few
 
 @pytest.fixture(scope="module")
 def watched(model_cache, tmp_path_factory):
-    srv = start_server(DEFAULT_PRESET, tmp_path_factory)
-    gateway = GatewayProcess(GatewayConfig(tritons=(srv.grpc_url,), port=free_ports(1)[0]),
-                             log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
-    try:
-        gateway.wait_ready(60)
-        yield srv, gateway
-    finally:
-        gateway.stop()
-        srv.stop()
+    with server_and_gateway(tmp_path_factory) as both:
+        yield both
 
 
 def stub_pid(srv, model: str) -> int | None:
