@@ -259,22 +259,24 @@ async def _until_lost(events: AsyncIterator, lost: asyncio.Event, url: str) -> A
     Triton responses, which will never come), a 503 `router_restarted`; before any event the stream is tried
     on another server."""
     waiter = asyncio.ensure_future(lost.wait())
+    following: asyncio.Future | None = None
     try:
         while True:
             following = asyncio.ensure_future(anext(events, _END))
             await asyncio.wait({following, waiter}, return_when=asyncio.FIRST_COMPLETED)
             if not following.done():
-                following.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await following
                 raise StreamFailure(unavailable(f"server {url}: its router (vox_ensemble) process died, and with it "
                                                 "this stream; retry", code="router_restarted"))
             event = following.result()
             if event is _END:
                 return
             yield event
-    finally:
+    finally:  # also when the client went away (this generator is cancelled): the pending read goes with it
         waiter.cancel()
+        if following is not None and not following.done():
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await following
 
 
 def model_ids(served: str, model_name: str | None, aliases: tuple[str, ...]) -> tuple[str, ...]:

@@ -151,7 +151,7 @@ def test_an_oversized_piece_is_refused_and_the_session_goes_on(base, whole):
     async def run():
         async with socket(base) as ws:
             await ws.send_json(start())
-            for piece in ("Get the trust", " fund" * 1000, " fund to the bank early."):  # 5000 characters: over the limit
+            for piece in ("Get the trust", " fund" * 4100, " fund to the bank early."):  # 20,500 characters: over the limit
                 await ws.send_json(append(piece))
             await ws.send_json(DONE)
             return await receive_rest(ws)
