@@ -58,7 +58,9 @@ class ModelWatch:
             try:
                 running = server_processes(self.server_pid)
             except OSError:
-                return  # the server is gone
+                return
+            if not _is_alive(self.server_pid):
+                return  # the server is gone (another one may serve these ports later: not ours to heal)
             now = time.monotonic()
             for model, grace_s in self.models.items():
                 if model in running:
@@ -99,3 +101,12 @@ class ModelWatch:
                 return response.status == 200
         except (OSError, urllib.error.URLError):
             return False
+
+
+def _is_alive(pid: int) -> bool:
+    """A running process, not a zombie waiting for its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

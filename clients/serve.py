@@ -332,6 +332,8 @@ class Server:
             self.process = TritonProcess(find_triton(), repository, self.config.ports, env=env,
                                          log_path=self.log_path, exposure=self.config.exposure)
             self.process.wait_ready(timeout_s)
+            if self.watch is not None:
+                self.watch.stop()  # a watch of this server's last start
             self.watch = ModelWatch(self.http_url, self.process.process.pid, self.config.exposure.control_key).start()
         except BaseException:  # a failed start (or Ctrl-C) must not leave MPS or triton behind
             self.stop()
