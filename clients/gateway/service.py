@@ -265,8 +265,9 @@ async def _until_lost(events: AsyncIterator, lost: asyncio.Event, url: str) -> A
             following = asyncio.ensure_future(anext(events, _END))
             await asyncio.wait({following, waiter}, return_when=asyncio.FIRST_COMPLETED)
             if not following.done():
-                raise StreamFailure(unavailable(f"server {url}: its router (vox_ensemble) process died, and with it "
-                                                "this stream; retry", code="router_restarted"))
+                raise StreamFailure(unavailable(f"server {url}: its router (vox_ensemble) was unloaded (its process "
+                                                "died, or the server is stopping), and this stream with it; retry",
+                                                code="router_restarted"))
             event = following.result()
             if event is _END:
                 return
