@@ -23,9 +23,9 @@ import time
 import urllib.error
 import urllib.request
 
+from clients.procstats import is_alive, server_processes
 from clients.triton_launch import ADMIN_KEY_HEADER
 from protocol.models import ROUTER, VOICE_ENCODER, VOICE_REGISTRY
-from clients.procstats import server_processes
 
 log = logging.getLogger("voxlane.model_watch")
 WATCHED = {ROUTER: 0.0, VOICE_REGISTRY: 0.0, VOICE_ENCODER: 3.0}  # model -> seconds gone before this watch heals it
@@ -55,13 +55,9 @@ class ModelWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
-            try:
-                running = server_processes(self.server_pid)
-            except OSError:
-                return
-            if not _is_alive(self.server_pid):
+            if not is_alive(self.server_pid):
                 return  # the server is gone (another one may serve these ports later: not ours to heal)
-            now = time.monotonic()
+            running, now = server_processes(self.server_pid), time.monotonic()
             for model, grace_s in self.models.items():
                 if model in running:
                     self._gone_since.pop(model, None)
@@ -102,11 +98,3 @@ class ModelWatch:
         except (OSError, urllib.error.URLError):
             return False
 
-
-def _is_alive(pid: int) -> bool:
-    """A running process, not a zombie waiting for its parent."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False

@@ -43,12 +43,27 @@ def snapshot(server_pid: int) -> dict[str, ProcStat]:
     return {name: stat(name, pid) for name, pid in sorted(server_processes(server_pid).items())}
 
 
+def is_alive(pid: int) -> bool:
+    """A running process, not a zombie waiting for its parent."""
+    fields = _stat_fields(Path(f"/proc/{pid}"))
+    return fields is not None and fields[0] != "Z"
+
+
 def _parent(proc_dir: Path) -> int | None:
+    fields = _stat_fields(proc_dir)
+    try:
+        return None if fields is None else int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _stat_fields(proc_dir: Path) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, parent, …), or None once the process ended."""
     try:
         # the command name may hold spaces or parentheses: the fields after the last ')' are fixed
-        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None  # the process ended meanwhile
+        return (proc_dir / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def _stub_model(proc_dir: Path) -> str | None:

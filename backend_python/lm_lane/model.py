@@ -170,9 +170,11 @@ class LMModel:
             text = self._open_text(req, reference) if req.is_text_open else None
             prompt = (self.model.encode_prompt(req.text, req.voice, reference=reference) if text is None
                       else text.prompt())
-            if text is None and not self._fits(prompt.num_tokens, max_frames):
-                text = self._chapter(req, reference)  # too long for one prompt: segment by segment, one stream
+            is_chapter = text is None and not self._fits(prompt.num_tokens, max_frames)
+            if is_chapter:  # too long for one prompt: segment by segment, one stream
+                text = self._chapter(req, reference)
                 prompt = text.prompt()
+                self._check_chapter(text, max_frames, req.ignore_eos)
             sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty, req.seed)
         except RequestError:
             raise
@@ -182,10 +184,8 @@ class LMModel:
                                      param="voice", code="unknown_voice")) from None
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         generator = seeded_generator(seed, self.device)  # every bit of the seed counts (seeding.py)
-        if text is None or not text.is_segmented or not text.is_closed:
+        if not is_chapter:
             self._check_fits(prompt.num_tokens if text is None else text.num_prompt_tokens, max_frames)
-        else:
-            self._check_chapter(text, max_frames, req.ignore_eos)
         return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
                         sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks),
@@ -231,11 +231,10 @@ class LMModel:
 
     def _check_fits(self, num_prompt_tokens: int, max_frames: int) -> None:
         """Refuse at once what the engine would fail at prefill (its own check stays): it is bad input."""
-        needed = num_prompt_tokens + max_frames + 1
-        max_seq_len = self.engine.config.max_seq_len
         if not self._fits(num_prompt_tokens, max_frames):
-            raise RequestError(f"request needs {needed} positions (prompt {num_prompt_tokens} tokens + "
-                               f"{max_frames} frames) but the server's max_seq_len is {max_seq_len}")
+            raise RequestError(f"request needs {num_prompt_tokens + max_frames + 1} positions (prompt "
+                               f"{num_prompt_tokens} tokens + {max_frames} frames) but the server's max_seq_len "
+                               f"is {self.engine.config.max_seq_len}")
 
     def finalize(self) -> None:
         self.phase_metrics.stop()

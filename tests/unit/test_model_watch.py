@@ -15,7 +15,7 @@ def fake_server(monkeypatch, running: dict, ready: set) -> list[str]:
     """Stub processes `running`, models Triton calls ready `ready`; returns the repository calls made."""
     calls = []
     monkeypatch.setattr(model_watch, "server_processes", lambda pid: {"tritonserver": pid, **running})
-    monkeypatch.setattr(model_watch, "_is_alive", lambda pid: True)
+    monkeypatch.setattr(model_watch, "is_alive", lambda pid: True)
     monkeypatch.setattr(ModelWatch, "_is_ready", lambda self, model: model in ready)
 
     def post(self, path):
@@ -64,7 +64,7 @@ def test_the_watch_ends_with_its_server(monkeypatch):
     """After its tritonserver exited, a new server on the same ports is not this watch's to heal."""
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
-    assert not model_watch._is_alive(process.pid) and model_watch._is_alive(os.getpid())
+    assert not model_watch.is_alive(process.pid) and model_watch.is_alive(os.getpid())
     calls = []
     monkeypatch.setattr(ModelWatch, "_post", lambda self, path: calls.append(path))
     watch = ModelWatch("http://x", process.pid, period_s=0.01).start()
