@@ -14,6 +14,19 @@ import argparse
 import wave
 from pathlib import Path
 
+import numpy as np
+
+
+def voiced(seconds: float = 2.0, rate: int = 16000, f0: float = 140.0, peak: float = 0.5) -> np.ndarray:
+    """A deterministic stand-in for a voice recording, for tests and soaks that need many references:
+    [n] float32, a few harmonics of `f0` with a slow vibrato, under a syllable-like envelope, scaled to `peak`."""
+    t = np.arange(round(seconds * rate)) / rate
+    phase = 2 * np.pi * f0 * t + 3.0 * np.sin(2 * np.pi * 5.0 * t)  # vibrato
+    tone = sum(np.sin(k * phase) / k for k in (1, 2, 3, 4, 5))
+    envelope = 0.55 + 0.45 * np.sin(2 * np.pi * 3.0 * t) ** 2  # ~6 syllables a second
+    signal = tone * envelope
+    return (peak * signal / np.max(np.abs(signal))).astype(np.float32)
+
 
 def write_clip(text: str, path: str | Path) -> Path:
     """Speak `text` with the packaged Piper voice into the WAV file `path`; returns the path."""

@@ -2,6 +2,7 @@
 
     python -m tools.soak --minutes 30              # starts its own server (tiny preset, cpu)
     python -m tools.soak --minutes 30 --url HOST:8001 --server-pid PID
+    python -m tools.soak --minutes 3 --clone       # a fifth of the requests clone a voice (tiny Base preset)
 
 Each worker loops: a valid request (ignore_eos, so its chunk count and sample
 count are known), an invalid one, or one it cancels after a random number of
@@ -22,14 +23,18 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from clients.live_stream import LiveStream, tensor
+from clients.reference_clip import voiced
 from clients.stream import build_inputs
+from clients.voices import register_voice
 from tools.procstats import ProcStat, snapshot
 
+CLONING_PRESET = "qwen3-tts-tiny-base"  # a tiny Qwen3-TTS Base model with its voice encoder
 FRAME_RATE = 12.5  # the Qwen3-TTS 12 Hz codec: 80 ms frames of 1920 samples at 24 kHz
 SAMPLES_PER_FRAME = 1920
 INVALID = [  # (inputs, a word the error must contain)
@@ -58,17 +63,21 @@ class SoakTally:
                 self.problems.append(f"{kind}: {problem}")
 
 
-def run_valid(url: str, rng: random.Random, tally: SoakTally) -> None:
+def run_valid(url: str, rng: random.Random, tally: SoakTally, voice: str | None = None) -> None:
     frames = rng.randint(5, 25)
-    with LiveStream(url, build_inputs(f"Soak request {rng.random():.6f}.", seed=rng.randrange(1 << 30),
+    with LiveStream(url, build_inputs(f"Soak request {rng.random():.6f}.", voice, seed=rng.randrange(1 << 30),
                                       max_audio_seconds=frames / FRAME_RATE, ignore_eos=True)) as stream:
         outcome = stream.read(timeout_s=120)
-    problem = None
+    tally.add("valid", whole_stream_problem(outcome, frames))
+
+
+def whole_stream_problem(outcome, frames: int) -> str | None:
+    """What is wrong with a stream that should have ended with `frames` frames in order, if anything."""
     if outcome.error is not None or not outcome.is_final:
-        problem = f"ended with error={outcome.error!r}, timed out={outcome.is_timed_out}"
-    elif not outcome.is_in_order or outcome.num_samples != frames * SAMPLES_PER_FRAME:
-        problem = f"chunks {outcome.chunk_indices}, {outcome.num_samples} samples for {frames} frames"
-    tally.add("valid", problem)
+        return f"ended with error={outcome.error!r}, timed out={outcome.is_timed_out}"
+    if not outcome.is_in_order or outcome.num_samples != frames * SAMPLES_PER_FRAME:
+        return f"chunks {outcome.chunk_indices}, {outcome.num_samples} samples for {frames} frames"
+    return None
 
 
 def run_invalid(url: str, rng: random.Random, tally: SoakTally) -> None:
@@ -79,9 +88,9 @@ def run_invalid(url: str, rng: random.Random, tally: SoakTally) -> None:
     tally.add("invalid", None if ok else f"expected an error naming {word!r}, got {outcome}")
 
 
-def run_cancelled(url: str, rng: random.Random, tally: SoakTally) -> None:
+def run_cancelled(url: str, rng: random.Random, tally: SoakTally, voice: str | None = None) -> None:
     num_chunks = rng.randint(0, 3)  # 0: the client goes away before its first chunk
-    with LiveStream(url, build_inputs("A stream its client abandons.", seed=rng.randrange(1 << 30),
+    with LiveStream(url, build_inputs("A stream its client abandons.", voice, seed=rng.randrange(1 << 30),
                                       max_audio_seconds=8.0, ignore_eos=True)) as stream:
         outcome = stream.read(max_responses=num_chunks, timeout_s=60)
         stream.cancel()
@@ -89,17 +98,41 @@ def run_cancelled(url: str, rng: random.Random, tally: SoakTally) -> None:
     tally.add("cancelled", None if ok else f"before cancelling: {outcome}")
 
 
-KINDS = [(run_valid, 0.6), (run_invalid, 0.2), (run_cancelled, 0.2)]
+def run_cloned(url: str, rng: random.Random, tally: SoakTally) -> None:
+    """A voice cloned from a reference of random length and rate, x-vector only or in context."""
+    frames = rng.randint(5, 15)
+    rate = rng.choice([16000, 22050, 24000, 44100])
+    clone = {"x_vector_only": True} if rng.random() < 0.5 else {"ref_text": "A reference sentence, read aloud."}
+    reference = voiced(rng.uniform(1.0, 4.0), rate, f0=rng.uniform(90.0, 220.0))
+    with LiveStream(url, build_inputs(f"Cloned {rng.random():.6f}.", seed=rng.randrange(1 << 30),
+                                      max_audio_seconds=frames / FRAME_RATE, ignore_eos=True, ref_audio=reference,
+                                      ref_sample_rate=rate, **clone)) as stream:
+        outcome = stream.read(timeout_s=120)
+    tally.add("cloned", whole_stream_problem(outcome, frames))
 
 
-def run_workers(url: str, seconds: float, num_workers: int, seed: int, tally: SoakTally) -> None:
-    """`num_workers` closed-loop clients for `seconds`; every request has ended when this returns."""
+PLAIN_KINDS = [(run_valid, 0.6), (run_invalid, 0.2), (run_cancelled, 0.2)]
+SOAK_VOICE = "soak-voice"
+
+
+def cloning_kinds(url: str) -> list:
+    """The mix for a model that clones: a voice registered once speaks the valid and cancelled requests,
+    and a fifth of the requests clone their own reference inline."""
+    register_voice(url, SOAK_VOICE, voiced(3.0, 24000), 24000, ref_text="A reference sentence, read aloud.")
+    return [(partial(run_valid, voice=SOAK_VOICE), 0.4), (run_invalid, 0.2),
+            (partial(run_cancelled, voice=SOAK_VOICE), 0.2), (run_cloned, 0.2)]
+
+
+def run_workers(url: str, seconds: float, num_workers: int, seed: int, tally: SoakTally,
+                kinds=PLAIN_KINDS) -> None:
+    """`num_workers` closed-loop clients for `seconds`, each drawing its requests from `kinds`
+    ((run, weight) pairs); every request has ended when this returns."""
     stop_at = time.monotonic() + seconds
 
     def worker(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
         while time.monotonic() < stop_at:
-            run = rng.choices([k for k, _ in KINDS], weights=[w for _, w in KINDS])[0]
+            run = rng.choices([k for k, _ in kinds], weights=[w for _, w in kinds])[0]
             try:
                 run(url, rng, tally)
             except Exception as exc:  # a client-side failure is a finding, not a reason to stop
@@ -153,17 +186,17 @@ def peak_rss_while(server_pid: int, work, period_s: float = 1.0) -> dict[str, in
 
 
 def soak(url: str, server_pid: int, minutes: float, warm_up_s: float, num_workers: int, seed: int,
-         settle_s: float = 8.0, log=print) -> tuple[dict, dict, SoakTally]:
+         settle_s: float = 8.0, log=print, kinds=PLAIN_KINDS) -> tuple[dict, dict, SoakTally]:
     """Warm up, take figures, soak, let the server settle, take figures again.
 
     The figures before are each process's peak RSS during the warm-up, with its pid and thread
     count once the warm-up has settled."""
-    peak = peak_rss_while(server_pid, lambda: run_workers(url, warm_up_s, num_workers, seed, SoakTally()))
+    peak = peak_rss_while(server_pid, lambda: run_workers(url, warm_up_s, num_workers, seed, SoakTally(), kinds))
     time.sleep(settle_s)  # finished streams' BLS iterators are held a few seconds before they are freed
     before = {name: replace(stat, rss_kb=max(stat.rss_kb, peak.get(name, 0)))
               for name, stat in snapshot(server_pid).items()}
     tally = SoakTally()
-    run_workers(url, minutes * 60, num_workers, seed + 1, tally)
+    run_workers(url, minutes * 60, num_workers, seed + 1, tally, kinds)
     time.sleep(settle_s)
     after = snapshot(server_pid)
     log(format_figures(before, after, minutes, sum(tally.counts.values())))
@@ -181,11 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--url", help="gRPC HOST:PORT of a running server (default: start one)")
     parser.add_argument("--server-pid", type=int, help="tritonserver's pid, with --url")
+    parser.add_argument("--clone", action="store_true",
+                        help=f"a fifth of the requests clone a reference's voice (the server's model must clone; "
+                             f"without --url: {CLONING_PRESET})")
     args = parser.parse_args(argv)
     if (args.url is None) != (args.server_pid is None):
         parser.error("--url and --server-pid go together")
     if args.url:
-        tally = soak(args.url, args.server_pid, args.minutes, args.warm_up, args.workers, args.seed)[2]
+        tally = soak(args.url, args.server_pid, args.minutes, args.warm_up, args.workers, args.seed,
+                     kinds=cloning_kinds(args.url) if args.clone else PLAIN_KINDS)[2]
         return 1 if tally.problems else 0
     return _soak_own_server(args)
 
@@ -196,10 +233,13 @@ def _soak_own_server(args) -> int:
     from clients.triton_launch import Ports
     http, grpc, metrics = free_ports(3)
     log_path = Path(tempfile.mkstemp(prefix="voxlane-soak-", suffix=".log")[1])
-    with Server(ServeConfig(ports=Ports(http, grpc, metrics)), log_path=log_path) as server:
+    config = ServeConfig(ports=Ports(http, grpc, metrics))
+    if args.clone:
+        config = replace(config, model=CLONING_PRESET)
+    with Server(config, log_path=log_path) as server:
         print(f"server ready on {server.grpc_url}; its log: {log_path}", flush=True)
         tally = soak(server.grpc_url, server.process.process.pid, args.minutes, args.warm_up, args.workers,
-                     args.seed)[2]
+                     args.seed, kinds=cloning_kinds(server.grpc_url) if args.clone else PLAIN_KINDS)[2]
     return 1 if tally.problems else 0
 
 

@@ -20,27 +20,21 @@ decode fails, each window is decoded alone and only the failing ones get an erro
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from backend_python.triton import fault_inject
-from backend_python.triton.heap import HeapTrimmer
+from backend_python.triton.heap import HeapTrimmer, bound_onednn_cache
 from backend_python.triton.params import set_up_lane
 
 log = logging.getLogger("voxlane.codec")
-# oneDNN (torch's CPU convolutions) caches a primitive, with its buffers, per input shape, up to 1,024
-# of them; a codec lane meets a new shape with each batch size and window length, so the cache only
-# grows (measured on the tiny codec: ~55 MB more after 150 batches of the router's shapes). Without
-# it the same batches ran no slower. Read when oneDNN first runs.
-ONEDNN_CACHE_CAPACITY = "0"
 
 
 class CodecModel:
     def initialize(self, args: dict) -> None:
-        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_CACHE_CAPACITY)  # an operator's value wins
+        bound_onednn_cache()
         setup = set_up_lane(args)
         from backend_python.models import registry
         self.device = setup.device

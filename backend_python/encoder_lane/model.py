@@ -19,6 +19,7 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.triton.heap import HeapTrimmer, bound_onednn_cache
 from backend_python.triton.params import set_up_lane
 from backend_python.triton.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference, resample
 from backend_python.triton.request_inputs import RequestError
@@ -31,6 +32,7 @@ log = logging.getLogger("voxlane.voice_encoder")
 
 class VoiceEncoderModel:
     def initialize(self, args: dict) -> None:
+        bound_onednn_cache()  # each reference length is a new shape (backend_python/triton/heap.py)
         setup = set_up_lane(args)  # the lane's MPS share first, then torch
         from backend_python.models import registry
         self.limits = ReferenceLimits.from_parameters(setup.params)
@@ -44,6 +46,8 @@ class VoiceEncoderModel:
             return
         check_declared(self.encoder.reference_tensors)
         self.encoder.eval()
+        self._heap = HeapTrimmer()  # a longer reference leaves its peak in the heap: give it back
+        self._heap.start()
 
     def execute(self, requests: list) -> list:
         if self.unsupported is not None:
@@ -51,7 +55,12 @@ class VoiceEncoderModel:
         parsed = [self._reference(request) for request in requests]
         valid = [i for i, item in enumerate(parsed) if isinstance(item, ReferenceAudio)]
         encoded = dict(zip(valid, self._encode_isolated([parsed[i] for i in valid])))
+        self._heap.on_batch()
         return [_response(encoded.get(i, item)) for i, item in enumerate(parsed)]
+
+    def finalize(self) -> None:
+        if self.unsupported is None:
+            self._heap.stop()
 
     def _reference(self, request) -> ReferenceAudio | Ended:
         def get(name: str):
