@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from backend_python.triton.request_inputs import RequestError, SpeechRequest
 
-AUTO_LANGUAGE = "auto"  # models/base.py's; repeated so the check needs no torch import
-
 
 def prompt_options(model, req: SpeechRequest):
     """The request's `PromptOptions` for `model`; raises RequestError naming the first it cannot take."""
@@ -24,6 +22,8 @@ def option_kwargs(model, options) -> dict:
 
 
 def _check_language(model, language: str | None) -> None:
+    from backend_python.models.base import AUTO_LANGUAGE
+
     allowed = (AUTO_LANGUAGE, *model.languages)
     if language is not None and language not in allowed:
         raise RequestError(f"language {language!r} is not one of this model's: {', '.join(allowed)} "

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ..base import Prompt, VoiceReference
+from ..base import AUTO_LANGUAGE, Prompt, VoiceReference
 from .config import Qwen3TTSConfig
 from .talker import Talker
 from .voice_encoder import REF_CODES, SPEAKER_EMBEDDING
@@ -34,7 +34,6 @@ NUM_ROLE_TOKENS = 3  # <|im_start|> assistant \n
 NUM_REF_SUFFIX_TOKENS = 2  # <|im_end|> \n after a reference transcript
 SPEAKER_FROM_END = -3  # the speaker's index in the codec prefix: [tags.., speaker, codec_pad, codec_bos]
 NUM_SUFFIX_TOKENS = 5  # <|im_end|> \n <|im_start|> assistant \n
-AUTO_LANGUAGE = "auto"
 NO_LANGUAGE = -1  # language_id value meaning "auto": no language tag in the codec prefix
 INSTRUCT_IDS = "instruct_ids"  # a prompt's instructions, tokenised: [L_instruct] int64
 TEXT_FIRST = "text_first"  # present: the whole text is in the prefill (its value is not read)
