@@ -38,6 +38,12 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("seed", "INT64", np.int64),  # default: a random seed
     TensorSpec("max_audio_seconds", "FP32", np.float32, low=1e-3),  # default and ceiling: RequestLimits
     TensorSpec("ignore_eos", "BOOL", np.bool_, default=False),
+    # how the prompt is built (issue 33; the family's SpeechLM declares which it takes: models/base.py
+    # PromptOptions): `language` a name of the model's (case-insensitive) or "auto" (default: the model's),
+    # `instructions` a style or emotion text, `non_streaming_mode` true: the whole text in the prefill
+    TensorSpec("language", "BYTES", np.object_),
+    TensorSpec("instructions", "BYTES", np.object_),
+    TensorSpec("non_streaming_mode", "BOOL", np.bool_, default=False),
     # true: the client acks each chunk it has taken (CONTROL_INPUTS' `ack_chunk`, same request id, same
     # stream) and the server bounds what is sent but not acked; false: the bound runs on real-time
     # playback from the first chunk (Triton tells a backend nothing of what its client has read)

@@ -19,3 +19,12 @@ def wav_header(sample_rate: int, num_channels: int = 1, bits: int = 16) -> bytes
     fmt = struct.pack("<HHIIHH", 1, num_channels, sample_rate, sample_rate * block, block, bits)
     return (b"RIFF" + struct.pack("<I", UNKNOWN_SIZE) + b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
             + b"data" + struct.pack("<I", UNKNOWN_SIZE))
+
+
+WAV_HEADER_BYTES = 44  # wav_header's
+
+
+def with_wav_sizes(wav: bytes) -> bytes:
+    """A whole WAV file that starts with `wav_header`, its RIFF and data sizes set to what it holds."""
+    riff, data = struct.pack("<I", len(wav) - 8), struct.pack("<I", len(wav) - WAV_HEADER_BYTES)
+    return wav[:4] + riff + wav[8:WAV_HEADER_BYTES - 4] + data + wav[WAV_HEADER_BYTES:]

@@ -26,6 +26,7 @@ import uuid
 import triton_python_backend_utils as pb_utils
 
 from backend_python.engine.sequence import Sequence
+from backend_python.lm_lane.prompt_options import option_kwargs, prompt_options
 from backend_python.lm_lane.reference import check_can_clone, voice_reference
 from backend_python.lm_lane.sinks import FINAL, ChannelSink, ResponseSink, error_response
 from backend_python.lm_lane.text import SpeakableText
@@ -164,15 +165,16 @@ class LMModel:
         req: SpeechRequest = parse_speech_request(get, self.limits, is_text_open=bool(_scalar_input(request, TEXT_OPEN)))
         reference = voice_reference(get)
         check_can_clone(self.model, reference, req.is_text_open, req.voice)
+        options = option_kwargs(self.model, prompt_options(self.model, req))
         is_known_voice = req.voice is None or req.voice in self.model.voices
         max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
         try:
-            text = self._open_text(req, reference) if req.is_text_open else None
-            prompt = (self.model.encode_prompt(req.text, req.voice, reference=reference) if text is None
+            text = self._open_text(req, reference, options) if req.is_text_open else None
+            prompt = (self.model.encode_prompt(req.text, req.voice, reference=reference, **options) if text is None
                       else text.prompt())
             is_chapter = text is None and not self._fits(prompt.num_tokens, max_frames)
             if is_chapter:  # too long for one prompt: segment by segment, one stream
-                text = self._chapter(req, reference)
+                text = self._chapter(req, reference, options)
                 prompt = text.prompt()
                 self._check_chapter(text, max_frames, req.ignore_eos)
             sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty, req.seed)
@@ -192,23 +194,23 @@ class LMModel:
                         text=text, text_idle_timeout_s=req.text_idle_timeout_s,
                         codec_prefix=None if prompt is None else self.model.codec_prefix(prompt))
 
-    def _open_text(self, req: SpeechRequest, reference) -> SpeakableText:
+    def _open_text(self, req: SpeechRequest, reference, options: dict) -> SpeakableText:
         """A streaming-text request's text, its first piece in (a family whose prompt needs the whole text
         speaks it segment by segment); a voice to clone goes to a family `open_text` that takes one."""
         from backend_python.models.text_segments import open_streamed_text
 
-        feed = (self.model.open_text(req.voice, reference=reference) if reference is not None
-                else open_streamed_text(self.model, req.voice))
+        feed = (self.model.open_text(req.voice, reference=reference, **options) if reference is not None
+                else open_streamed_text(self.model, req.voice, **options))
         text = SpeakableText(feed)
         text.append(req.text)
         return text
 
-    def _chapter(self, req: SpeechRequest, reference) -> SpeakableText:
+    def _chapter(self, req: SpeechRequest, reference, options: dict) -> SpeakableText:
         """A whole text that does not fit one prompt and its frames in `max_seq_len` (a chapter), closed: cut
         at sentence ends and spoken as one stream of segments (models/text_segments.py, WHOLE_TEXT_RULES)."""
         from backend_python.models.text_segments import open_whole_text
 
-        return SpeakableText(open_whole_text(self.model, req.text, req.voice, reference))
+        return SpeakableText(open_whole_text(self.model, req.text, req.voice, reference, **options))
 
     def _unread_bound(self, request, acks: bool) -> UnreadBound | None:
         """The backpressure bound the router asks for (`max_unread_audio_s`); none without it."""

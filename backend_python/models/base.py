@@ -46,6 +46,20 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+AUTO_LANGUAGE = "auto"  # a request's `language` that leaves it to the model
+
+
+@dataclass(frozen=True)
+class PromptOptions:
+    """A request's settings of its prompt beside the text and the voice. A family takes those its `SpeechLM`
+    declares (`languages`, `supports_instructions`, `supports_text_first`); the LM lane refuses the others by
+    name before `encode_prompt`, and passes `options` only to a family with `takes_prompt_options`."""
+
+    language: str | None = None  # lowercase, e.g. "english", or AUTO_LANGUAGE; None: the model's own setting
+    instructions: str = ""  # a style or emotion text (Qwen3-TTS's instruct); "": none
+    is_text_first: bool = False  # the whole text in the prefill, not one text token per frame (non_streaming_mode)
+
+
 @dataclass
 class Prompt:
     """Everything `prefill` needs for one request, built on CPU by `encode_prompt`.
@@ -169,6 +183,15 @@ class SpeechLM(nn.Module, ABC):
 
     supports_reference = False  # True where `encode_prompt` can clone a voice from a `VoiceReference`
 
+    # What a request's PromptOptions may set. `languages`: the names `language` may give besides "auto"
+    # (lowercase); a family that takes no language (`takes_prompt_options` False) lists the one it speaks,
+    # which then changes nothing. `takes_prompt_options`: `encode_prompt`, `open_text` and `encode_segment`
+    # take an `options` keyword.
+    languages: tuple[str, ...] = ()
+    supports_instructions = False
+    supports_text_first = False
+    takes_prompt_options = False
+
     @abstractmethod
     def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
         """Tokenize and build the prompt; raises ValueError naming an unknown voice, or a reference the
@@ -199,11 +222,11 @@ class SpeechLM(nn.Module, ABC):
         raise NotImplementedError(f"{type(self).__name__} needs the whole text in one prompt")
 
     def encode_segment(self, text: str, voice: str | None, context,
-                       reference: VoiceReference | None = None) -> Prompt:
+                       reference: VoiceReference | None = None, **options) -> Prompt:
         """One segment of a streamed text, or of a whole text too long for one prompt; `context` (a
         text_segments.SegmentContext, or None) is the segment spoken before it, for a family that can
-        condition on it. Default: the segment alone, same voice (the same reference in each)."""
-        return self.encode_prompt(text, voice, reference=reference)
+        condition on it. Default: the segment alone, same voice (the same reference and `options` in each)."""
+        return self.encode_prompt(text, voice, reference=reference, **options)
 
     def is_waiting_for_text(self, slot: int) -> bool:
         """Whether `slot`'s next frame needs a text token that has not arrived (its text is still open)."""

@@ -177,23 +177,25 @@ class SegmentedText(TextFeed):
         self._prompt, self.num_segments = None, self.num_segments + 1
 
 
-def open_whole_text(model: SpeechLM, text: str, voice: str | None, reference=None) -> SegmentedText:
+def open_whole_text(model: SpeechLM, text: str, voice: str | None, reference=None, **options) -> SegmentedText:
     """A whole text too long for one prompt (a chapter), closed: spoken as one stream of segments of
     WHOLE_TEXT_RULES, each the family's `encode_segment` (with the segment before as context where the
-    family takes it, and `reference`'s voice in each). Raises ValueError for an empty text."""
-    feed = SegmentedText(lambda segment, context: model.encode_segment(segment, voice, context, reference=reference),
+    family takes it, and `reference`'s voice and the request's prompt `options` in each). Raises ValueError for
+    an empty text."""
+    feed = SegmentedText(lambda segment, context: model.encode_segment(segment, voice, context, reference=reference,
+                                                                       **options),
                          model.frame_rate, WHOLE_TEXT_RULES)
     feed.append(text)
     feed.close()
     return feed
 
 
-def open_streamed_text(model: SpeechLM, voice: str | None) -> TextFeed:
+def open_streamed_text(model: SpeechLM, voice: str | None, **options) -> TextFeed:
     """A streaming-text request's text for `model`: its own feed where its prompt needs only the text's
     start (the text trails, as in Qwen3-TTS), else segment by segment. Raises ValueError naming an
     unknown voice."""
     if model.supports_streaming_text:
-        return model.open_text(voice)
+        return model.open_text(voice, **options)
     if voice is not None and voice not in model.voices:  # refused now, not at the first segment
         raise ValueError(f"unknown voice {quoted(voice)}; known voices: {list(model.voices)}")
-    return SegmentedText(lambda text, context: model.encode_segment(text, voice, context), model.frame_rate)
+    return SegmentedText(lambda text, context: model.encode_segment(text, voice, context, **options), model.frame_rate)

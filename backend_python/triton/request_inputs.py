@@ -78,6 +78,9 @@ class SpeechRequest:
     client_acks: bool = False  # the client acks the chunks it takes (protocol.tensors: `client_acks`)
     is_text_open: bool = False  # a streaming-text session: `text` is its start (maybe empty), more follows
     text_idle_timeout_s: float = 30.0  # such a session's longest wait for a piece
+    language: str | None = None  # lowercase, e.g. "english" or "auto"; None: the model's
+    instructions: str = ""  # a style or emotion text; "": none
+    non_streaming_mode: bool = False  # the whole text in the prefill (the reference's non-streaming prompt)
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,27 @@ def parse_speech_request(get: GetInput, limits: RequestLimits, is_text_open: boo
         client_acks=bool(_scalar(get, "client_acks") or REQUEST_INPUTS["client_acks"].default),
         is_text_open=is_text_open,
         text_idle_timeout_s=_ranged(get, "text_idle_timeout_s", limits.text_idle_timeout_s, limits.text_idle_timeout_s),
+        language=_language(get),
+        instructions=_instructions(get, limits),
+        non_streaming_mode=bool(_scalar(get, "non_streaming_mode") or REQUEST_INPUTS["non_streaming_mode"].default),
     )
+
+
+def _language(get: GetInput) -> str | None:
+    """`language` as the families compare it: stripped and lowercase ("English" is "english")."""
+    value = _scalar(get, "language")
+    return None if value is None else _decode_utf8(value, "language").strip().lower() or None
+
+
+def _instructions(get: GetInput, limits: RequestLimits) -> str:
+    value = _scalar(get, "instructions")
+    text = "" if value is None else _decode_utf8(value, "instructions").strip()
+    if (bad := control_character(text)) is not None:
+        raise RequestError(f"input 'instructions' contains control character U+{ord(bad):04X}", param="instructions")
+    if len(text) > limits.max_text_chars:
+        raise RequestError(f"input 'instructions' has {len(text)} characters; the limit is {limits.max_text_chars}",
+                           param="instructions")
+    return text
 
 
 def _open_text(array: np.ndarray | None) -> str:

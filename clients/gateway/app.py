@@ -16,6 +16,7 @@ from aiohttp import web
 
 from backend_python.audio.encoders import ChunkEncoder
 from backend_python.audio.formats import FORMATS
+from backend_python.audio.pcm import with_wav_sizes
 from clients.gateway.auth import is_open_path, needs_admin
 from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event
 from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request, load_json
@@ -101,6 +102,8 @@ async def speech(request: web.Request) -> web.StreamResponse:
         return error_response(gateway, parsed)
     gateway.stats.num_streams += 1
     async with aclosing(gateway.stream_speech(parsed)) as chunks:
+        if not parsed.is_streamed:
+            return await _whole_file(gateway, parsed, chunks)
         try:
             first = await anext(chunks, None)
         except StreamFailure as exc:
@@ -133,6 +136,22 @@ async def _relay(request: web.Request, gateway: Gateway, speech_request: SpeechR
         return writer.response
     await writer.finish(num_chunks)
     return writer.response
+
+
+async def _whole_file(gateway: Gateway, speech_request: SpeechRequest, chunks) -> web.Response:
+    """`stream`: false: every chunk read (and acked) as it comes, then one response of known length; an error at
+    any point is an error response (nothing was sent before it)."""
+    fmt, encoder, parts = FORMATS[speech_request.response_format], None, []
+    try:
+        async for chunk in chunks:
+            encoder = encoder or ChunkEncoder(fmt, chunk.sample_rate, speech_request.sample_rate)
+            parts.append(encoder.encode(chunk.audio))
+    except StreamFailure as exc:
+        return error_response(gateway, exc.error)
+    encoder = encoder or ChunkEncoder(fmt, DEFAULT_SAMPLE_RATE, speech_request.sample_rate)
+    body = b"".join(parts) + encoder.finish()
+    body = with_wav_sizes(body) if fmt.name == "wav" else body
+    return web.Response(body=body, headers={"Content-Type": fmt.content_type, "X-Sample-Rate": str(encoder.rate)})
 
 
 class _Writer:

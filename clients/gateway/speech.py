@@ -23,6 +23,9 @@ EXTRA_FIELDS = {"seed": int, "temperature": float, "top_p": float, "top_k": int,
                 "max_audio_seconds": float, "ignore_eos": bool}
 OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "stream_format", "instructions")
 OUTPUT_FIELDS = ("sample_rate",)  # VoxLane's: the rate of the audio sent (default: the model's)
+# the peers' (vLLM-Omni's and SGLang-Omni's speech APIs; docs/GATEWAY.md has the table): `stream` false sends the
+# whole file in one response; `language` and `non_streaming_mode` are the router's inputs of those names
+PEER_FIELDS = ("stream", "language", "non_streaming_mode")
 # VoxLane's: a voice to clone, inline (a registered voice is a `voice`): `ref_audio` the base64 of a WAV, FLAC or
 # Ogg file, `ref_text` its transcript, `x_vector_only` the speaker embedding alone. Whole-text requests only
 REFERENCE_FIELDS = ("ref_audio", "ref_text", "x_vector_only")
@@ -39,32 +42,61 @@ class SpeechRequest:
     stream_format: str = "audio"
     params: dict = field(default_factory=dict)
     sample_rate: int | None = None  # None: the model's own rate
+    is_streamed: bool = True  # False (`stream`: false): the whole file in one response, its length known
 
 
 def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | ApiError:
     """The request, or the first thing wrong with it (OpenAI's error shape)."""
     if not isinstance(body, dict):
         return bad_request("the request body must be a JSON object")
-    unknown = sorted(set(body) - set(OPENAI_FIELDS) - set(EXTRA_FIELDS) - set(OUTPUT_FIELDS) - set(REFERENCE_FIELDS))
+    unknown = sorted(set(body) - set(OPENAI_FIELDS) - set(EXTRA_FIELDS) - set(OUTPUT_FIELDS) - set(REFERENCE_FIELDS)
+                     - set(PEER_FIELDS))
     if unknown:
         return bad_request(f"unrecognized request argument supplied: {quoted(unknown[0])}", param=unknown[0])
     checks = (_check_model(body, model_ids), _check_input(body), _check_formats(body), _check_sample_rate(body),
-              _check_unsupported(body))
+              _check_unsupported(body), _check_stream(body))
     for error in checks:
         if error is not None:
             return error
     voice = _voice(body.get("voice"))
     if isinstance(voice, ApiError):
         return voice
+    params = _params(body)
+    if isinstance(params, ApiError):
+        return params
+    return SpeechRequest(body["model"], body["input"], voice, body.get("response_format", "wav"),
+                         body.get("stream_format", "audio"), params, _rate(body.get("sample_rate")),
+                         body.get("stream") is not False)
+
+
+def _params(body: dict) -> dict | ApiError:
+    """The router's inputs beside `text` and `voice`: sampling, prompt options, the voice to clone."""
     params = extra_params(body)
     if isinstance(params, ApiError):
         return params
+    prompt = prompt_params(body)
+    if isinstance(prompt, ApiError):
+        return prompt
     reference = reference_params(body)
-    if isinstance(reference, ApiError):
-        return reference
-    params.update(reference)
-    return SpeechRequest(body["model"], body["input"], voice, body.get("response_format", "wav"),
-                         body.get("stream_format", "audio"), params, _rate(body.get("sample_rate")))
+    return reference if isinstance(reference, ApiError) else {**params, **prompt, **reference}
+
+
+def prompt_params(body: dict) -> dict | ApiError:
+    """`language`, `instructions` (non-empty) and `non_streaming_mode` as the router's inputs; which values the
+    model takes is the server's to say (a 400 naming the field, with the allowed values)."""
+    params = {}
+    for name in ("language", "instructions"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            return bad_request(f"'{name}' must be a string, got {quoted(value)}", param=name)
+        if (error := check_unicode(value, name)) is not None:
+            return error
+        if value.strip():
+            params[name] = value
+    flags = extra_params(body, {"non_streaming_mode": bool})
+    return flags if isinstance(flags, ApiError) else {**params, **flags}
 
 
 def _check_model(body: dict, model_ids: tuple[str, ...]) -> ApiError | None:
@@ -139,12 +171,17 @@ def _check_unsupported(body: dict) -> ApiError | None:
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed != 1.0:
         return bad_request(f"speed {quoted(speed)} is not supported: VoxLane speaks at speed 1.0 only",
                            param="speed", code="unsupported_value")
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        return bad_request(f"'instructions' must be a string, got {quoted(instructions)}", param="instructions")
-    if instructions:
-        return bad_request("instructions are not supported by this model", param="instructions",
-                           code="unsupported_value")
+    return None
+
+
+def _check_stream(body: dict) -> ApiError | None:
+    """`stream`: true or false; false with `stream_format` "sse" asks for two things at once."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        return bad_request(f"'stream' must be true or false, got {quoted(stream)}", param="stream")
+    if stream is False and body.get("stream_format") == "sse":
+        return bad_request("stream_format 'sse' streams events; with 'stream': false the whole file comes in one "
+                           "response: send one of them", param="stream_format", code="unsupported_value")
     return None
 
 

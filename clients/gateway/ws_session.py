@@ -22,14 +22,15 @@ import numpy as np
 from backend_python.audio.encoders import ChunkEncoder
 from backend_python.audio.formats import FORMATS
 from clients.gateway.errors import ApiError, load_json
-from clients.gateway.speech import (EXTRA_FIELDS, OPENAI_FIELDS, OUTPUT_FIELDS, SpeechRequest, check_unicode,
-                                    extra_params, parse_speech)
+from clients.gateway.speech import (EXTRA_FIELDS, OPENAI_FIELDS, OUTPUT_FIELDS, PEER_FIELDS, SpeechRequest,
+                                    check_unicode, extra_params, parse_speech)
 from clients.gateway.triton_stream import AudioChunk
 from protocol.quoting import quoted
 
 SOCKET_FORMATS = ("pcm", "wav")  # 16-bit PCM only: a binary message per chunk, playable as it comes
 DEFAULT_FORMAT = "pcm"
-SESSION_FIELDS = (*(f for f in OPENAI_FIELDS if f not in ("input", "stream_format")), *OUTPUT_FIELDS, *EXTRA_FIELDS)
+SESSION_FIELDS = (*(f for f in OPENAI_FIELDS if f not in ("input", "stream_format")), *OUTPUT_FIELDS, *EXTRA_FIELDS,
+                  *(f for f in PEER_FIELDS if f != "stream"))  # a session always streams
 SESSION_ONLY_FIELDS = {"text_idle_timeout_s": float}  # router inputs a whole-text request has no use for
 
 

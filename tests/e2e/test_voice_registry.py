@@ -298,8 +298,10 @@ def test_voxlane_voices_registers_lists_and_deletes_through_triton(url, tmp_path
 
 
 def test_on_a_model_with_preset_voices_a_preset_s_name_is_refused_and_it_clones_none(server):
-    """The default preset (CustomVoice: voices `tiny`, `tiny_b`, no voice encoder), read off the real model registry."""
+    """The default preset (CustomVoice: voices `tiny`, `tiny_b`, `vivian`, …, no voice encoder), read off the real
+    model registry; a preset's name in another case too (the model takes `Ryan` as `ryan`)."""
     refused(register(server.grpc_url, "tiny", x_vector_only=True), "name", "preset_voice_name")
+    refused(register(server.grpc_url, "Ryan", x_vector_only=True), "name", "preset_voice_name")
     refused(register(server.grpc_url, "mine", x_vector_only=True), "ref_audio", "reference_unsupported")
     assert registry(server.grpc_url, "list")["data"] == []
 

@@ -101,6 +101,9 @@ class FakeSpeechLM:
     frame_rate = 12.5
     supports_streaming_text = True
     supports_reference = False  # a test that clones a voice sets it
+    # SpeechLM's prompt-option declarations (models/base.py): none taken, as most families
+    languages: tuple[str, ...] = ()
+    supports_instructions = supports_text_first = takes_prompt_options = False
 
     def __init__(self) -> None:
         self.references = []  # the VoiceReference (or None) of each prompt built

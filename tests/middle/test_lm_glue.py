@@ -58,3 +58,22 @@ def test_an_lm_request_naming_an_unreachable_channel_is_refused_as_internal(pb):
     (response,) = request.sender.responses
     ended = error_of(response)
     assert ended.reason is EndReason.INTERNAL and "voxlane-nobody" in ended.message
+
+
+def test_prompt_options_the_model_does_not_take_are_refused_by_name_before_any_work(pb):
+    """The fake model takes no prompt options (as CSM, Orpheus, ...): a language it has not, instructions or a
+    text-first prompt are refused as bad input naming the input; `auto` passes and changes nothing."""
+    engine = FakeEngine()
+    lm = lm_glue(engine)
+    for name, value in (("language", np.array([b"French"], dtype=np.object_)),
+                        ("instructions", np.array([b"Calm."], dtype=np.object_)),
+                        ("non_streaming_mode", np.array([True]))):
+        request = pb.Request([pb.Tensor("text", np.array([b"Hi."], dtype=np.object_)), pb.Tensor(name, value)],
+                             request_id=name)
+        lm.execute([request])
+        ended = error_of(request.sender.responses[-1])
+        assert (ended.reason, ended.param) == (EndReason.REFUSED_BAD_INPUT, name)
+    auto = pb.Request([pb.Tensor("text", np.array([b"Hi."], dtype=np.object_)),
+                       pb.Tensor("language", np.array([b"Auto"], dtype=np.object_))], request_id="auto")
+    lm.execute([auto])
+    assert engine.next_sequence().request_id == "auto"

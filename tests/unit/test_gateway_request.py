@@ -4,12 +4,13 @@ from __future__ import annotations
 import base64
 import io
 import json
+import struct
 import wave
 
 import numpy as np
 import pytest
 
-from backend_python.audio.pcm import pcm16, wav_header
+from backend_python.audio.pcm import pcm16, wav_header, with_wav_sizes
 from clients.gateway.audio import audio_delta, audio_done
 from clients.gateway.errors import ApiError, from_ended
 from clients.gateway.speech import SpeechRequest, parse_speech
@@ -39,7 +40,13 @@ def test_openai_voice_is_the_default_voice_and_extras_become_router_inputs():
     ({"sample_rate": True}, 400, "sample_rate"),
     ({"response_format": "opus", "sample_rate": 22050}, 400, "sample_rate"),  # libopus takes 8/16/24/48 kHz
     ({"stream_format": "chunks"}, 400, "stream_format"),
-    ({"instructions": "whisper"}, 400, "instructions"),
+    ({"language": 7}, 400, "language"),
+    ({"language": "\ud800"}, 400, "language"),
+    ({"stream": "true"}, 400, "stream"),  # JSON's true only, not a string that says it
+    ({"stream": 1}, 400, "stream"),
+    ({"stream": False, "stream_format": "sse"}, 400, "stream_format"),  # events, or one whole file: not both
+    ({"non_streaming_mode": "false"}, 400, "non_streaming_mode"),
+    ({"task_type": "CustomVoice"}, 400, "task_type"),  # a peer's field without a meaning here stays refused
     ({"instructions": 0}, 400, "instructions"),  # not a string: refused, not read as "no instructions"
     ({"instructions": False}, 400, "instructions"),
     ({"instructions": []}, 400, "instructions"),
@@ -155,3 +162,27 @@ def test_a_model_answers_to_its_name_its_aliases_and_its_whole_hub_id():
     assert model_ids("/models/ckpt", "mine", ("a", "mine")) == ("mine", "a", "ckpt")  # a path is no id
     ids = model_ids("qwen3-tts-tiny", None, ("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",))
     assert parse_speech(body(model="Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"), ids).model
+
+
+def test_the_peers_fields_become_router_inputs_and_stream_false_asks_for_one_file():
+    """The public harness's request shape (model, input, voice, language, stream, non_streaming_mode,
+    response_format, stream_format) parses; `language` and `non_streaming_mode` go to the router as given."""
+    request = parse_speech(body(voice="Ryan", language="English", stream=True, non_streaming_mode=False,
+                                response_format="pcm", stream_format="audio"), MODELS)
+    assert request.params == {"language": "English", "non_streaming_mode": False}
+    assert (request.voice, request.is_streamed, request.stream_format) == ("Ryan", True, "audio")
+    assert parse_speech(body(), MODELS).is_streamed  # no `stream`: OpenAI's chunked response, as before
+    assert not parse_speech(body(stream=False), MODELS).is_streamed
+
+
+def test_instructions_go_to_the_server_and_empty_ones_are_none():
+    assert parse_speech(body(instructions="Speak softly."), MODELS).params == {"instructions": "Speak softly."}
+    assert parse_speech(body(instructions="", language=" "), MODELS).params == {}  # OpenAI's SDK sends ""
+
+
+def test_a_whole_wav_file_gets_its_sizes():
+    pcm = bytes(range(10)) * 4
+    whole = with_wav_sizes(wav_header(24000) + pcm)
+    with wave.open(io.BytesIO(whole)) as read:
+        assert (read.getframerate(), read.readframes(read.getnframes())) == (24000, pcm)
+    assert struct.unpack("<I", whole[4:8])[0] == len(whole) - 8

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from backend_python.models.base import DecodeBatch, SamplingParams
 from backend_python.models.qwen3_tts import Qwen3TTSConfig, Qwen3TTSLM, build_tiny_checkpoint, preset_config
+from backend_python.models.qwen3_tts.presets import REAL_VOICES
 from backend_python.models.qwen3_tts.prompt import prompt_embeddings
 
 torch.set_flush_denormal(True)
@@ -144,15 +145,16 @@ def test_eos_respects_min_frames_and_ignore_eos(tiny_lm, monkeypatch):
 def test_unknown_voice_names_the_voice_and_the_known_ones(tiny_lm):
     with pytest.raises(ValueError, match=r"'nobody'.*tiny"):
         tiny_lm.encode_prompt("Hello.", "nobody")
-    assert tiny_lm.voices == ("tiny", "tiny_b")
+    assert tiny_lm.voices == ("tiny", "tiny_b", *REAL_VOICES)  # and the CustomVoice checkpoint's speakers
     assert tiny_lm.encode_prompt("Hello.", None).tensors["speaker_id"] == tiny_lm.config.talker.spk_id["tiny"]
 
 
 def test_voices_change_the_prefill(tiny_lm):
-    tiny_lm.allocate_slots(2, 64)
+    tiny_lm.allocate_slots(len(tiny_lm.voices), 64)
     for slot, voice in enumerate(tiny_lm.voices):
         tiny_lm.prefill(slot, tiny_lm.encode_prompt(TEXTS[1], voice))
-    assert (tiny_lm._memory.logits[0] - tiny_lm._memory.logits[1]).abs().max() > 1e-3
+    for slot in range(1, len(tiny_lm.voices)):  # each voice's prefill differs from the first's
+        assert (tiny_lm._memory.logits[0] - tiny_lm._memory.logits[slot]).abs().max() > 1e-3
 
 
 def test_tiny_checkpoint_round_trip(tiny_dir, tiny_lm, tmp_path):

@@ -84,3 +84,22 @@ def test_a_long_unknown_parameter_is_quoted_short():
         check_request_parameters(json.dumps({"x" * 10_000: 1}))
     listed = len(", ".join(INPUT_NAMES))  # the message ends with the inputs' names
     assert len(str(caught.value)) - listed < 200 and "10000 characters" in str(caught.value)
+
+
+def test_prompt_options_are_read_language_in_lowercase():
+    req = parse(text=np.array([b"Hi"], dtype=object), language=np.array([b" English "], dtype=object),
+                instructions=np.array(["  Calm. ".encode()], dtype=object), non_streaming_mode=np.bool_(True))
+    assert (req.language, req.instructions, req.non_streaming_mode) == ("english", "Calm.", True)
+    plain = parse(text=np.array([b"Hi"], dtype=object), language=np.array([b" "], dtype=object))
+    assert (plain.language, plain.instructions, plain.non_streaming_mode) == (None, "", False)
+
+
+@pytest.mark.parametrize("inputs, param", [
+    (dict(language=np.array([b"\xff"], dtype=object)), "language"),
+    (dict(instructions=np.array([b"calm\x07"], dtype=object)), "instructions"),
+    (dict(instructions=np.array(["x" * 51], dtype=object)), "instructions"),
+])
+def test_bad_prompt_options_are_named(inputs, param):
+    with pytest.raises(RequestError) as info:
+        parse(text=np.array([b"Hi"], dtype=object), **inputs)
+    assert info.value.param == param

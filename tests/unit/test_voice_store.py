@@ -48,6 +48,8 @@ def test_a_preset_voice_name_is_refused():
         check_name("tiny", presets=("tiny",))
     assert refused.value.code == "preset_voice_name"
     assert check_name("tiny2", presets=("tiny",)) == "tiny2"
+    with pytest.raises(RequestError):  # in any case: the model takes `Ryan` for its speaker `ryan`
+        check_name("Ryan", presets=("tiny", "ryan"))
 
 
 def test_a_voice_round_trips_with_its_tensors_and_metadata(store):

@@ -113,6 +113,7 @@ class CsmLM(SlotSpeechLM):
 
     # ---- phases --------------------------------------------------------------------------------
     supports_reference = True
+    languages = ("english",)  # the language it speaks; it takes none, so `language` "english" changes nothing
 
     def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
         """voice None -> the first speaker; the prompt is "[{speaker}]{text}" with the checkpoint's specials.

@@ -58,6 +58,7 @@ class OrpheusLM(SlotSpeechLM):
     """Parameters live under `backbone.*`; the backbone itself carries the official Llama names."""
 
     positions_per_frame = FRAME_TOKENS
+    languages = ("english",)  # the language it speaks; it takes none, so `language` "english" changes nothing
 
     def __init__(self, config: OrpheusConfig, tokenizer) -> None:
         super().__init__()

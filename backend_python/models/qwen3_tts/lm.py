@@ -15,7 +15,7 @@ import torch
 
 from protocol.quoting import quoted
 
-from ..base import DecodeBatch, Prompt, VoiceReference
+from ..base import DecodeBatch, Prompt, PromptOptions, VoiceReference
 from ..frame_buffers import batch_buckets
 from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
 from ..layers.compile import compile_hot_path
@@ -27,8 +27,8 @@ from ..slots import SlotLayout, SlotSpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
 from .presets import build_tiny_tokenizer
-from .prompt import (AUTO_LANGUAGE, NUM_REF_SUFFIX_TOKENS, NUM_ROLE_TOKENS, assistant_text, make_prompt,
-                     make_reference_prompt, pad_embedding, prefill_embeddings, prompt_embeddings, reference_text,
+from .prompt import (AUTO_LANGUAGE, NUM_REF_SUFFIX_TOKENS, NUM_ROLE_TOKENS, assistant_text, instruct_text,
+                     make_prompt, make_reference_prompt, pad_embedding, prefill_embeddings, prompt_embeddings, reference_text,
                      resolve_language, speaker_embedding, to_device, trailing_embeddings)
 from .voice_encoder import REF_CODES
 from .talker import Talker
@@ -125,20 +125,45 @@ class Qwen3TTSLM(SlotSpeechLM):
     def device(self) -> torch.device:
         return self.talker.codec_head.weight.device
 
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The reference's: the config's languages but the dialects, which a dialect voice speaks under auto."""
+        return tuple(name for name in self.config.talker.codec_language_id if "dialect" not in name)
+
+    @property
+    def supports_instructions(self) -> bool:
+        """A CustomVoice model's instruct; the reference takes none for the 0.6B, nor for a Base model."""
+        return not self.config.is_base and self.config.tts_model_size != "0b6"
+
+    supports_text_first = True
+    takes_prompt_options = True
+
     # ---- phases --------------------------------------------------------------------------------
-    def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
-        """voice None -> the first voice of the config; language is the model's (`auto` by default). A Base
-        model takes no voice but a reference: its transcript (`reference.text`) and "ref_codes" clone in
-        context, its speaker embedding alone (x-vector mode) otherwise."""
+    def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None,
+                      options: PromptOptions = PromptOptions()) -> Prompt:
+        """voice None -> the first voice of the config; language the request's, else the model's (`auto` by
+        default). A Base model takes no voice but a reference: its transcript (`reference.text`) and
+        "ref_codes" clone in context, its speaker embedding alone (x-vector mode) otherwise."""
         if self.config.is_base:
-            return self._encode_cloned(text, voice, reference)
+            return self._encode_cloned(text, voice, reference, options)
         self.check_no_reference(reference)
         voice = self._resolve_voice(voice)
         ids = self.tokenizer(assistant_text(text))["input_ids"]
-        language_id = resolve_language(self.config, self.language, voice)
-        return make_prompt(self.config, list(ids), self.config.talker.spk_id[voice], language_id)
+        return make_prompt(self.config, list(ids), self.config.talker.spk_id[voice], self._language_id(options, voice),
+                           self._instruct_ids(options), options.is_text_first)
 
-    def _encode_cloned(self, text: str, voice: str | None, reference: VoiceReference | None) -> Prompt:
+    def _language_id(self, options: PromptOptions, voice: str | None) -> int:
+        return resolve_language(self.config, options.language or self.language, voice)
+
+    def _instruct_ids(self, options: PromptOptions) -> list[int]:
+        if not options.instructions:
+            return []
+        if not self.supports_instructions:
+            raise ValueError("this model takes no instructions")
+        return list(self.tokenizer(instruct_text(options.instructions))["input_ids"])
+
+    def _encode_cloned(self, text: str, voice: str | None, reference: VoiceReference | None,
+                       options: PromptOptions) -> Prompt:
         _check_clone(voice, reference)
         is_icl = REF_CODES in reference.tensors
         if is_icl and not (reference.text or "").strip():
@@ -146,8 +171,9 @@ class Qwen3TTSLM(SlotSpeechLM):
         ids = list(self.tokenizer(assistant_text(text))["input_ids"])
         ref_ids = (list(self.tokenizer(reference_text(reference.text))["input_ids"])[NUM_ROLE_TOKENS:-NUM_REF_SUFFIX_TOKENS]
                    if is_icl else None)
-        language_id = resolve_language(self.config, self.language, None)
-        return make_reference_prompt(self.config, ids, language_id, reference, ref_ids)
+        self._instruct_ids(options)  # refuses instructions
+        return make_reference_prompt(self.config, ids, self._language_id(options, None), reference, ref_ids,
+                                     options.is_text_first)
 
     def codec_prefix(self, prompt: Prompt) -> torch.Tensor | None:
         """An in-context clone's reference codes [T, 16]: the reference decodes the answer after them."""
@@ -155,16 +181,21 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     supports_streaming_text = True  # prefill needs the first text token; the rest trail, one per frame
 
-    def open_text(self, voice: str | None, reference: VoiceReference | None = None) -> Qwen3TextFeed:
-        """A streaming-text request's text; a Base model clones from the reference's speaker embedding."""
+    def open_text(self, voice: str | None, reference: VoiceReference | None = None,
+                  options: PromptOptions = PromptOptions()) -> Qwen3TextFeed:
+        """A streaming-text request's text; a Base model clones from the reference's speaker embedding. Its
+        prompt cannot be text-first (the text is not there yet)."""
+        if options.is_text_first:
+            raise ValueError("a text-first prompt needs the whole text: a streamed text cannot have one")
         if self.config.is_base:
-            return self._open_cloned_text(voice, reference)
+            return self._open_cloned_text(voice, reference, options)
         self.check_no_reference(reference)
         voice = self._resolve_voice(voice)
         return Qwen3TextFeed(self.config, self.tokenizer, self.config.talker.spk_id[voice],
-                             resolve_language(self.config, self.language, voice))
+                             self._language_id(options, voice), instruct_ids=self._instruct_ids(options))
 
-    def _open_cloned_text(self, voice: str | None, reference: VoiceReference | None) -> Qwen3TextFeed:
+    def _open_cloned_text(self, voice: str | None, reference: VoiceReference | None,
+                          options: PromptOptions) -> Qwen3TextFeed:
         """x-vector cloning only: in context, the reference's transcript and frames take the first positions of
         the text, so the prefill would wait for nearly the whole text."""
         if reference is not None and REF_CODES in reference.tensors:
@@ -172,8 +203,7 @@ class Qwen3TTSLM(SlotSpeechLM):
                              "with x_vector_only, or the whole text in one request for in-context cloning")
         _check_clone(voice, reference)
         return Qwen3TextFeed(self.config, self.tokenizer, self.config.talker.codec_pad_id,
-                             resolve_language(self.config, self.language, None),
-                             speaker_embedding=speaker_embedding(self.config, reference))
+                             self._language_id(options, None), speaker_embedding=speaker_embedding(self.config, reference))
 
     def is_waiting_for_text(self, slot: int) -> bool:
         state = self._states.get(slot)

@@ -37,6 +37,13 @@ def _codec_special_ids(codebook_size: int) -> dict[str, int]:
                 codec_nothink_id=base + 7, codec_think_bos_id=base + 8, codec_think_eos_id=base + 9)
 
 
+def _tiny_speakers(vocab: int) -> dict[str, int]:
+    """`tiny` and `tiny_b` (the default first), then the CustomVoice checkpoint's speakers, so a client written
+    for it (voice "Ryan") runs against the tiny preset; none a dialect speaker (the preset has English only)."""
+    names = ("tiny", "tiny_b", *REAL_VOICES)
+    return {name: vocab - 10 - i for i, name in enumerate(names)}
+
+
 def tiny() -> Qwen3TTSConfig:
     """2-layer talker (hidden 64) + 1-layer predictor (hidden 32), 64-code codebooks."""
     vocab = TINY_CODEBOOK_SIZE + 1024
@@ -46,8 +53,7 @@ def tiny() -> Qwen3TTSConfig:
     talker = TalkerConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, mrope_section=(2, 3, 3),
                           text_vocab_size=TINY_TEXT_VOCAB_SIZE, text_hidden_size=32, max_position_embeddings=4096,
-                          spk_id={"tiny": vocab - 10, "tiny_b": vocab - 11},
-                          spk_is_dialect={"tiny": False, "tiny_b": False},
+                          spk_id=_tiny_speakers(vocab), spk_is_dialect=dict.fromkeys(_tiny_speakers(vocab), False),
                           codec_language_id={"english": TINY_CODEBOOK_SIZE + 2},
                           code_predictor=predictor, **_codec_special_ids(TINY_CODEBOOK_SIZE))
     s = TINY_TEXT_SPECIAL_IDS

@@ -14,12 +14,18 @@ the speaker's place in C; in in-context (ICL) mode the last prefill position is 
 reference: text R = text(ref ids + t0..tn) + tts_eos and codec Q = [codec(codec_bos), frame embeds of the
 reference codes] (M positions, each the sum of its 16 codebook embeddings). The prefill gets R[:M] + Q,
 with R padded by tts_pad when it is shorter; R[M:] trails.
+
+Two request options change this (models/base.py PromptOptions). Instructions (a CustomVoice model's instruct)
+go first, as their own text: text(`<|im_start|>user\n{instructions}<|im_end|>\n`) before the role positions.
+A text-first prompt (the reference's `non_streaming_mode=True`) puts the whole text in the prefill instead of
+trailing it: after the N-1 tag positions, text(t0..tn) + tts_eos over codec_pad, then tts_pad over codec_bos
+(ICL: text(ref ids + t0..tn) + tts_eos over codec_pad, then Q + tts_pad); nothing trails.
 """
 from __future__ import annotations
 
 import torch
 
-from ..base import Prompt, VoiceReference
+from ..base import AUTO_LANGUAGE, Prompt, VoiceReference
 from .config import Qwen3TTSConfig
 from .talker import Talker
 from .voice_encoder import REF_CODES, SPEAKER_EMBEDDING
@@ -28,12 +34,18 @@ NUM_ROLE_TOKENS = 3  # <|im_start|> assistant \n
 NUM_REF_SUFFIX_TOKENS = 2  # <|im_end|> \n after a reference transcript
 SPEAKER_FROM_END = -3  # the speaker's index in the codec prefix: [tags.., speaker, codec_pad, codec_bos]
 NUM_SUFFIX_TOKENS = 5  # <|im_end|> \n <|im_start|> assistant \n
-AUTO_LANGUAGE = "auto"
 NO_LANGUAGE = -1  # language_id value meaning "auto": no language tag in the codec prefix
+INSTRUCT_IDS = "instruct_ids"  # a prompt's instructions, tokenised: [L_instruct] int64
+TEXT_FIRST = "text_first"  # present: the whole text is in the prefill (its value is not read)
 
 
 def assistant_text(text: str) -> str:
     return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def instruct_text(instructions: str) -> str:
+    """Instructions as the reference tokenises them: a user turn before the assistant's."""
+    return f"<|im_start|>user\n{instructions}<|im_end|>\n"
 
 
 def reference_text(text: str) -> str:
@@ -59,14 +71,21 @@ def codec_prefix_ids(cfg: Qwen3TTSConfig, speaker_id: int, language_id: int) -> 
     return tags + [speaker_id, t.codec_pad_id, t.codec_bos_id]
 
 
-def make_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], speaker_id: int, language_id: int) -> Prompt:
+def make_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], speaker_id: int, language_id: int,
+                instruct_ids: list[int] = (), is_text_first: bool = False) -> Prompt:
     if len(text_ids) <= NUM_ROLE_TOKENS + NUM_SUFFIX_TOKENS:
         raise ValueError("text must not be empty")
     num_codec = len(codec_prefix_ids(cfg, speaker_id, language_id))
     tensors = {"text_ids": torch.tensor(text_ids, dtype=torch.int64),  # [L_text]
                "speaker_id": torch.tensor(speaker_id, dtype=torch.int64),  # [] talker codec id
                "language_id": torch.tensor(language_id, dtype=torch.int64)}  # [] codec id or NO_LANGUAGE
-    return Prompt(num_tokens=NUM_ROLE_TOKENS + num_codec, tensors=tensors)
+    prompt = Prompt(num_tokens=len(instruct_ids) + NUM_ROLE_TOKENS + num_codec, tensors=tensors)
+    if instruct_ids:
+        tensors[INSTRUCT_IDS] = torch.tensor(instruct_ids, dtype=torch.int64)
+    if is_text_first:  # the text after t0, tts_eos and the tts_pad + codec_bos position join the prefill
+        tensors[TEXT_FIRST] = torch.tensor(True)
+        prompt.num_tokens += len(text_ids) - NUM_ROLE_TOKENS - NUM_SUFFIX_TOKENS + 1
+    return prompt
 
 
 def speaker_embedding(cfg: Qwen3TTSConfig, reference: VoiceReference) -> torch.Tensor:
@@ -79,10 +98,11 @@ def speaker_embedding(cfg: Qwen3TTSConfig, reference: VoiceReference) -> torch.T
 
 
 def make_reference_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], language_id: int, reference: VoiceReference,
-                          ref_text_ids: list[int] | None) -> Prompt:
+                          ref_text_ids: list[int] | None, is_text_first: bool = False) -> Prompt:
     """A Base model's prompt: the reference's speaker embedding, and in ICL mode its transcript's ids (between
     the role and the suffix tokens) and its codes."""
-    prompt = make_prompt(cfg, text_ids, cfg.talker.codec_pad_id, language_id)  # the pad id holds the speaker's place
+    # the pad id holds the speaker's place
+    prompt = make_prompt(cfg, text_ids, cfg.talker.codec_pad_id, language_id, is_text_first=is_text_first)
     prompt.tensors[SPEAKER_EMBEDDING] = speaker_embedding(cfg, reference)  # [H]
     if ref_text_ids is None:
         return prompt
@@ -94,6 +114,8 @@ def make_reference_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], language_id:
     prompt.tensors[REF_CODES] = codes.long()  # [T, K]
     prompt.tensors["ref_text_ids"] = torch.tensor(ref_text_ids, dtype=torch.int64)  # [L_ref]
     prompt.num_tokens += codes.shape[0]  # the first text position becomes codec_bos + T reference frames
+    if is_text_first:  # the transcript's ids join the prefill too
+        prompt.num_tokens += len(ref_text_ids)
     return prompt
 
 
@@ -103,6 +125,8 @@ def prompt_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
     """-> (prefill embeds [num_tokens, H], trailing text embeds [num_text_tokens, H]) of a whole text."""
     if REF_CODES in prompt.tensors:
         return icl_embeddings(cfg, talker, prompt, device)
+    if TEXT_FIRST in prompt.tensors:
+        return text_first_embeddings(cfg, talker, prompt, device)
     ids = prompt.tensors["text_ids"]
     return prefill_embeddings(cfg, talker, prompt, device), trailing_embeddings(
         cfg, talker, ids[NUM_ROLE_TOKENS + 1:-NUM_SUFFIX_TOKENS], True, device)
@@ -128,7 +152,27 @@ def prefix_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
     tts_bos, tts_pad = talker.embed_text(to_device([[cfg.tts_bos_token_id, cfg.tts_pad_token_id]], device))[0]
     role = talker.embed_text(prompt.tensors["text_ids"][:NUM_ROLE_TOKENS].to(device, non_blocking=True))
     tags = torch.cat((tts_pad.expand(len(codec_ids) - 2, -1), tts_bos[None])) + codec[:-1]
+    if INSTRUCT_IDS in prompt.tensors:
+        role = torch.cat((talker.embed_text(prompt.tensors[INSTRUCT_IDS].to(device, non_blocking=True)), role))
     return torch.cat((role, tags)), codec[-1:]
+
+
+@torch.no_grad()
+def text_first_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
+                          device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A text-first prompt: (prefill [num_tokens, H], nothing trailing [0, H])."""
+    head, codec_bos = prefix_embeddings(cfg, talker, prompt, device)
+    ids = prompt.tensors["text_ids"][NUM_ROLE_TOKENS:-NUM_SUFFIX_TOKENS]
+    text = trailing_embeddings(cfg, talker, ids, True, device)  # [L + 1, H], tts_eos last
+    return torch.cat((head, text + _codec_pad(cfg, talker, device), _tts_pad(cfg, talker, device) + codec_bos)), text[:0]
+
+
+def _codec_pad(cfg: Qwen3TTSConfig, talker: Talker, device: torch.device) -> torch.Tensor:
+    return talker.embed_codec(to_device([cfg.talker.codec_pad_id], device))  # [1, H]
+
+
+def _tts_pad(cfg: Qwen3TTSConfig, talker: Talker, device: torch.device) -> torch.Tensor:
+    return talker.embed_text(to_device([cfg.tts_pad_token_id], device))  # [1, H]
 
 
 @torch.no_grad()
@@ -139,6 +183,8 @@ def icl_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
     ids = torch.cat((prompt.tensors["ref_text_ids"], prompt.tensors["text_ids"][NUM_ROLE_TOKENS:-NUM_SUFFIX_TOKENS]))
     text = trailing_embeddings(cfg, talker, ids, True, device)  # [L, H], tts_eos last
     codec = torch.cat((codec_bos, frame_embeddings(talker, prompt.tensors[REF_CODES].to(device, non_blocking=True))))
+    if TEXT_FIRST in prompt.tensors:  # the whole text over codec_pad, then the reference frames over tts_pad
+        return torch.cat((head, text + _codec_pad(cfg, talker, device), codec + _tts_pad(cfg, talker, device))), text[:0]
     m = codec.shape[0]
     if text.shape[0] > m:
         return torch.cat((head, text[:m] + codec)), text[m:]

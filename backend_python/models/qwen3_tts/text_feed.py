@@ -21,9 +21,11 @@ ROLE_PREFIX, _, SUFFIX = assistant_text("\0").partition("\0")  # the text sits b
 
 class Qwen3TextFeed(TextFeed):
     def __init__(self, config: Qwen3TTSConfig, tokenizer, speaker_id: int, language_id: int,
-                 speaker_embedding: torch.Tensor | None = None) -> None:
-        """`speaker_embedding` ([H] float32): a cloned voice's x-vector in the speaker's place (a Base model)."""
+                 speaker_embedding: torch.Tensor | None = None, instruct_ids: list[int] = ()) -> None:
+        """`speaker_embedding` ([H] float32): a cloned voice's x-vector in the speaker's place (a Base model);
+        `instruct_ids`: the request's instructions, tokenised (prompt.py)."""
         self._config, self._speaker_id, self._language_id = config, speaker_id, language_id
+        self._instruct_ids = list(instruct_ids)
         self._speaker_embedding = speaker_embedding
         self._tokens = IncrementalTokenizer(tokenizer, ROLE_PREFIX)
         self._has_text = False  # a non-space character has arrived (leading whitespace is stripped)
@@ -47,15 +49,16 @@ class Qwen3TextFeed(TextFeed):
 
     @property
     def num_prompt_tokens(self) -> int:
-        return NUM_ROLE_TOKENS + len(codec_prefix_ids(self._config, self._speaker_id, self._language_id))
+        return len(self._instruct_ids) + NUM_ROLE_TOKENS + len(codec_prefix_ids(self._config, self._speaker_id,
+                                                                                 self._language_id))
 
     def prompt(self) -> Prompt | None:
         ids = self._tokens.ids
         if self.is_closed:
-            prompt = make_prompt(self._config, list(ids), self._speaker_id, self._language_id)
+            prompt = make_prompt(self._config, list(ids), self._speaker_id, self._language_id, self._instruct_ids)
         elif len(ids) > NUM_ROLE_TOKENS:  # the first text token is final
             prompt = make_prompt(self._config, ids[:NUM_ROLE_TOKENS + 1] + [0] * NUM_SUFFIX_TOKENS,
-                                 self._speaker_id, self._language_id)  # prefill reads ids[:4] alone
+                                 self._speaker_id, self._language_id, self._instruct_ids)  # prefill reads ids[:4]
         else:
             return None
         if self._speaker_embedding is not None:

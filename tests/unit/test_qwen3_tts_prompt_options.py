@@ -1,0 +1,102 @@
+"""Qwen3-TTS's prompt options (models/base.py PromptOptions, prompt.py): a request's language tags the codec
+prefix, its instructions come first as their own text, and a text-first prompt (the reference's
+`non_streaming_mode`) holds the whole text, leaving nothing to trail; the tiny preset, random weights."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend_python.models.base import PromptOptions
+from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
+from backend_python.models.qwen3_tts.prompt import NUM_ROLE_TOKENS, NUM_SUFFIX_TOKENS, instruct_text
+
+torch.set_flush_denormal(True)
+TEXT = "Get the trust fund to the bank early."
+CALM = "Speak slowly and calmly."
+
+
+@pytest.fixture(scope="module")
+def lm() -> Qwen3TTSLM:
+    model = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), seed=0)
+    model.allocate_slots(2, 256)
+    return model
+
+
+def embeddings(lm: Qwen3TTSLM, options: PromptOptions = PromptOptions(), voice: str | None = None):
+    """(prompt, prefill [L, H], trailing [N, H]) of TEXT."""
+    prompt = lm.encode_prompt(TEXT, voice, options=options)
+    prefill, trailing = lm._prompt_embeddings(prompt)
+    assert prompt.num_tokens == prefill.shape[0]  # the engine sizes the prefill by it
+    return prompt, prefill, trailing
+
+
+def test_the_model_names_its_languages_and_takes_instructions_and_text_first(lm):
+    assert (lm.languages, lm.supports_instructions, lm.supports_text_first) == (("english",), True, True)
+    assert lm.takes_prompt_options
+    assert "beijing_dialect" not in Qwen3TTSLM(preset_config("qwen3-tts-1.7b"), None).languages  # a voice's own
+
+
+def test_english_adds_its_tag_to_the_codec_prefix_and_auto_leaves_it_out(lm):
+    _, auto, _ = embeddings(lm)
+    prompt, english, trailing = embeddings(lm, PromptOptions(language="english"))
+    assert english.shape[0] == auto.shape[0] + 1  # think, think_bos, english, think_eos instead of three tags
+    assert int(prompt.tensors["language_id"]) == lm.config.talker.codec_language_id["english"]
+    assert torch.equal(trailing, embeddings(lm)[2])
+    assert torch.equal(embeddings(lm, PromptOptions(language=None))[1], auto)  # None: the model's own (auto)
+
+
+def test_instructions_come_first_as_a_user_turn_and_leave_the_rest_as_it_was(lm):
+    _, plain, trailing = embeddings(lm)
+    prompt, instructed, instructed_trailing = embeddings(lm, PromptOptions(instructions=CALM))
+    ids = lm.tokenizer(instruct_text(CALM))["input_ids"]
+    assert prompt.tensors["instruct_ids"].tolist() == ids
+    assert instructed.shape[0] == len(ids) + plain.shape[0]
+    assert torch.equal(instructed[:len(ids)], lm.talker.embed_text(torch.tensor(ids)))
+    assert torch.equal(instructed[len(ids):], plain)
+    assert torch.equal(instructed_trailing, trailing)
+
+
+def test_a_text_first_prompt_holds_the_whole_text_over_codec_pad_and_nothing_trails(lm):
+    plain_prompt, plain, trailing = embeddings(lm)
+    prompt, text_first, rest = embeddings(lm, PromptOptions(is_text_first=True))
+    num_text = len(plain_prompt.tensors["text_ids"]) - NUM_ROLE_TOKENS - NUM_SUFFIX_TOKENS  # t0..tn
+    head = plain.shape[0] - 1  # role and tag positions: the same
+    assert rest.shape[0] == 0 and text_first.shape[0] == head + num_text + 1 + 1
+    assert torch.equal(text_first[:head], plain[:head])
+    t = lm.config.talker
+    codec_pad, codec_bos = lm.talker.embed_codec(torch.tensor([t.codec_pad_id, t.codec_bos_id]))
+    tts_pad = lm.talker.embed_text(torch.tensor([lm.config.tts_pad_token_id]))[0]
+    t0 = lm.talker.embed_text(plain_prompt.tensors["text_ids"][NUM_ROLE_TOKENS:NUM_ROLE_TOKENS + 1])[0]
+    torch.testing.assert_close(text_first[head], t0 + codec_pad)  # the text over codec_pad, t0 first
+    torch.testing.assert_close(text_first[head + 1:head + num_text + 1], trailing + codec_pad)  # .. tn, tts_eos
+    torch.testing.assert_close(text_first[-1], tts_pad + codec_bos)  # then tts_pad over codec_bos
+
+
+def test_a_text_first_prompt_decodes_frames(lm):
+    from tests.unit.test_qwen3_tts_lm import GREEDY, batch
+
+    lm.prefill(0, lm.encode_prompt(TEXT, None, options=PromptOptions(is_text_first=True)))
+    frames = torch.cat([lm.decode(batch([0], [GREEDY]))[0] for _ in range(4)])
+    assert frames.shape == (4, lm.num_codebooks)
+    lm.release(0)
+
+
+def test_a_streamed_text_with_instructions_prefills_as_the_whole_text(lm):
+    options = PromptOptions(language="english", instructions=CALM)
+    feed = lm.open_text(None, options=options)
+    for word in TEXT.split(" "):
+        feed.append(word + " ")
+    feed.close()
+    streamed = feed.prompt()
+    whole = lm.encode_prompt(TEXT, None, options=options)
+    assert feed.num_prompt_tokens == streamed.num_tokens == whole.num_tokens
+    assert torch.equal(lm._prompt_embeddings(streamed)[0], lm._prompt_embeddings(whole)[0])
+
+
+def test_what_the_model_cannot_take_is_refused(lm):
+    with pytest.raises(ValueError, match="whole text"):
+        lm.open_text(None, options=PromptOptions(is_text_first=True))
+    with torch.device("meta"):
+        small = Qwen3TTSLM(preset_config("qwen3-tts-0.6b"), tokenizer=None)
+        base = Qwen3TTSLM(preset_config("qwen3-tts-tiny-base"), tokenizer=None)
+    assert not small.supports_instructions and not base.supports_instructions  # as the reference: no instruct
