@@ -12,7 +12,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from clients.stream import close_stream
+from clients.stream import ROUTER_CHECK_S, close_stream, router_lost
 from protocol.models import ROUTER
 
 
@@ -50,19 +50,27 @@ class LiveStream:
         self._client = grpcclient.InferenceServerClient(url=url)
         self._client.start_stream(callback=lambda result, error: self._responses.put((result, error)))
         self._is_closed = False
+        self._is_router_lost = False
         self._client.async_stream_infer(ROUTER, inputs, request_id=uuid.uuid4().hex, parameters=parameters,
                                         enable_empty_final_response=True)
 
     def read(self, max_responses: int | None = None, timeout_s: float = 60.0) -> Outcome:
-        """Read until the stream ends, `max_responses` were read, or `timeout_s` passes."""
+        """Read until the stream ends, `max_responses` were read, `timeout_s` passes, or its router is lost
+        (an error, as `clients.stream.router_lost` says)."""
         deadline = time.monotonic() + timeout_s
         num_read = 0
         while not self.outcome.is_ended and (max_responses is None or num_read < max_responses):
             try:
-                result, error = self._responses.get(timeout=max(0.0, deadline - time.monotonic()))
+                result, error = self._responses.get(timeout=max(0.0, min(deadline - time.monotonic(), ROUTER_CHECK_S)))
             except queue.Empty:
-                self.outcome.is_timed_out = True
-                break
+                if time.monotonic() >= deadline:
+                    self.outcome.is_timed_out = True
+                    break
+                lost = router_lost(self._client)
+                if lost is not None:
+                    self.outcome.error = lost.message
+                    self._is_router_lost = True  # no final response will come: cancel, don't wait for it
+                continue
             self._record(result, error)
             num_read += 1
         return self.outcome
@@ -87,7 +95,8 @@ class LiveStream:
         see `clients.stream.close_stream`)."""
         if not self._is_closed:
             self._is_closed = True
-            close_stream(self._client, is_ended=self.outcome.is_ended or not cancel)
+            is_ended = (self.outcome.is_ended and not self._is_router_lost) or not cancel
+            close_stream(self._client, is_ended=is_ended)
 
     def __enter__(self) -> "LiveStream":
         return self

@@ -21,6 +21,12 @@ class ProcStat:
     pid: int
     rss_kb: int
     num_threads: int
+    shmem_kb: int = 0  # of rss_kb, the shared-memory pages (the Python backend's pools, which tritonserver and a stub share)
+
+    @property
+    def private_kb(self) -> int:
+        """RSS less shared memory: the process's own heap, stacks and code."""
+        return self.rss_kb - self.shmem_kb
 
 
 def server_processes(server_pid: int) -> dict[str, int]:
@@ -36,7 +42,8 @@ def server_processes(server_pid: int) -> dict[str, int]:
 
 def stat(name: str, pid: int) -> ProcStat:
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return ProcStat(name, pid, rss_kb=int(fields["VmRSS"].split()[0]), num_threads=int(fields["Threads"]))
+    return ProcStat(name, pid, rss_kb=int(fields["VmRSS"].split()[0]), num_threads=int(fields["Threads"]),
+                    shmem_kb=int(fields.get("RssShmem", "0").split()[0]))
 
 
 def snapshot(server_pid: int) -> dict[str, ProcStat]:

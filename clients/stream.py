@@ -13,7 +13,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from protocol.models import ROUTER
-from protocol.reasons import Ended
+from protocol.reasons import Ended, EndReason
 from protocol.tensors import CONTROL_INPUTS, OPTIONAL_INPUTS, REQUEST_INPUTS, scalar_array
 from protocol.wire import decode_error
 
@@ -24,6 +24,11 @@ class StreamError(RuntimeError):
     def __init__(self, ended: Ended) -> None:
         super().__init__(ended.message)
         self.ended = ended
+
+
+class RouterLost(StreamError):
+    """The server's router was unloaded with the stream live: no response of it will come (not even a final
+    one), so its gRPC stream is cancelled, not left for the server to finish."""
 
 
 class ServerUnreachable(ConnectionError):
@@ -132,7 +137,10 @@ def synthesize(url: str, text: str | bytes, voice: str | None = None, timeout_s:
         except InferenceServerException:
             pass  # the stream broke before the request went out; its callback queued the reason
         ack = (lambda index: send_ack(client, request_id, index)) if acks else None
-        result = _collect(responses, started, timeout_s, url, ack)
+        result = _collect(responses, started, timeout_s, url, ack, client)
+    except RouterLost:
+        close_stream(client, is_ended=False)
+        raise
     except StreamError:  # the server's error response ended the request
         close_stream(client, is_ended=True)
         raise
@@ -170,15 +178,31 @@ def send_ack(client: grpcclient.InferenceServerClient, request_id: str, index: i
         pass  # the stream has broken: its callback reports why
 
 
-def _collect(responses: queue.Queue, started: float, timeout_s: float, url: str,
-             ack=None) -> StreamResult:
+ROUTER_CHECK_S = 0.5  # with no response for this long, ask whether the router is still loaded
+
+
+def router_lost(client: grpcclient.InferenceServerClient) -> Ended | None:
+    """The end of a stream whose router (`vox_ensemble`) is unloaded: its process died or the server is
+    stopping, and the stream's responses will never come (the model watch holds a dead router unloaded
+    for 2 s before it loads it again, so a check every ROUTER_CHECK_S sees it). None while it is loaded,
+    or when the server does not answer (the stream's own callback reports that)."""
+    try:
+        if client.is_model_ready(ROUTER, client_timeout=2.0):
+            return None
+    except InferenceServerException as exc:
+        if exc.status() in (_UNREACHABLE, _DEADLINE):
+            return None  # the server did not answer: not a sign of the router
+        # else the server answered that it knows no such model: the router is unloaded
+    return Ended(EndReason.LANE_DOWN, "the server's router (vox_ensemble) was unloaded (its process died, or the "
+                                      "server is stopping), and this stream with it; retry", code="router_restarted")
+
+
+def _collect(responses: queue.Queue, started: float, timeout_s: float, url: str, ack=None,
+             client: grpcclient.InferenceServerClient | None = None) -> StreamResult:
     result = StreamResult()
     deadline = started + timeout_s
     while True:
-        try:
-            item, error = responses.get(timeout=max(0.0, deadline - time.perf_counter()))
-        except queue.Empty:
-            raise TimeoutError(f"stream did not finish within {timeout_s:.0f} s") from None
+        item, error = next_response(responses, deadline, timeout_s, client)
         if isinstance(error, InferenceServerException) and error.status() == _UNREACHABLE:
             raise ServerUnreachable(f"cannot reach the server at {url}: {error.message()}")
         if error is not None:
@@ -192,7 +216,24 @@ def _collect(responses: queue.Queue, started: float, timeout_s: float, url: str,
             return result
 
 
+def next_response(responses: queue.Queue, deadline: float, timeout_s: float,
+                   client: grpcclient.InferenceServerClient | None) -> tuple:
+    """The stream's next (result, error) from `responses`; TimeoutError past `deadline`; with the stream's
+    `client`, StreamError once its router is lost (a dead router's streams would wait out their deadline)."""
+    while True:
+        left = deadline - time.perf_counter()
+        try:
+            return responses.get(timeout=max(0.0, min(left, ROUTER_CHECK_S if client is not None else left)))
+        except queue.Empty:
+            if time.perf_counter() >= deadline:
+                raise TimeoutError(f"stream did not finish within {timeout_s:.0f} s") from None
+            lost = router_lost(client)
+            if lost is not None:
+                raise RouterLost(lost) from None
+
+
 _UNREACHABLE = "StatusCode.UNAVAILABLE"  # gRPC's status when no connection could be made
+_DEADLINE = "StatusCode.DEADLINE_EXCEEDED"
 
 
 def _chunk(item, arrival_s: float) -> AudioChunk:

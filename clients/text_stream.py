@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from clients.stream import (AudioChunk, StreamError, StreamResult, _UNREACHABLE, ServerUnreachable, _chunk,
-                            build_inputs, send_ack)
+                            build_inputs, next_response, send_ack)
 from protocol.models import ROUTER
 from protocol.tensors import PIECE_ERROR_CODES
 from protocol.wire import decode_error
@@ -50,7 +50,7 @@ def speak_streaming_text(url: str, pieces: Iterable[str | bytes], voice: str | N
                                     build_inputs("", voice, client_acks=True if acks else None, **params)))
     try:
         sender.start()
-        return _collect(responses, result, started, timeout_s, url, request_id, client if acks else None, on_chunk)
+        return _collect(responses, result, started, timeout_s, url, request_id, client, acks, on_chunk)
     finally:
         client.stop_stream(cancel_requests=True)
         client.close()
@@ -74,13 +74,10 @@ def _send_pieces(client, pieces, session: int, request_id: str, result: TextStre
 
 
 def _collect(responses: queue.Queue, result: TextStreamResult, started: float, timeout_s: float, url: str,
-             request_id: str, ack_client, on_chunk) -> TextStreamResult:
+             request_id: str, client, acks: bool, on_chunk) -> TextStreamResult:
     deadline = started + timeout_s
     while True:
-        try:
-            item, error = responses.get(timeout=max(0.0, deadline - time.perf_counter()))
-        except queue.Empty:
-            raise TimeoutError(f"stream did not finish within {timeout_s:.0f} s") from None
+        item, error = next_response(responses, deadline, timeout_s, client)
         if isinstance(error, InferenceServerException) and error.status() == _UNREACHABLE:
             raise ServerUnreachable(f"cannot reach the server at {url}: {error.message()}")
         if error is not None:
@@ -95,7 +92,7 @@ def _collect(responses: queue.Queue, result: TextStreamResult, started: float, t
             result.chunks.append(_chunk(item, time.perf_counter() - started))
             if on_chunk is not None:
                 on_chunk(result.chunks[-1])
-            if ack_client is not None:
-                send_ack(ack_client, request_id, result.chunks[-1].index)
+            if acks:
+                send_ack(client, request_id, result.chunks[-1].index)
         if item.get_response().parameters["triton_final_response"].bool_param:
             return result

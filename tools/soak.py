@@ -148,32 +148,35 @@ def run_workers(url: str, seconds: float, num_workers: int, seed: int, tally: So
 def format_figures(before: dict[str, ProcStat], after: dict[str, ProcStat], minutes: float | None = None,
                    num_requests: int | None = None) -> str:
     """A table of each process's RSS and threads before and after; with the soak's length and request
-    count, its growth per minute and per request too."""
-    lines = [f"{'process':<14} {'pid':>7} {'RSS warm MB':>14} {'RSS after MB':>13} {'growth MB':>10} "
-             f"{'MB/min':>7} {'kB/request':>11} {'threads before':>15} {'threads after':>14}"]
+    count, its growth per minute and per request too. Growth is of the private RSS (RSS less shared
+    memory); the shared memory (the Python backend's pools) is shown beside it."""
+    lines = [f"{'process':<14} {'pid':>7} {'RSS warm MB':>12} {'RSS after MB':>13} {'growth MB':>10} "
+             f"{'MB/min':>7} {'kB/request':>11} {'shm warm/after MB':>18} {'threads before/after':>21}"]
     for name, first in before.items():
         last = after.get(name)
         if last is None:
             lines.append(f"{name:<14} {first.pid:>7} gone")
             continue
-        growth_kb = last.rss_kb - first.rss_kb
+        growth_kb = last.private_kb - first.private_kb
         per_minute = f"{growth_kb / 1024 / minutes:.2f}" if minutes else "-"
         per_request = f"{growth_kb / num_requests:.2f}" if num_requests else "-"
-        lines.append(f"{name:<14} {first.pid:>7} {first.rss_kb / 1024:>14.1f} {last.rss_kb / 1024:>13.1f} "
-                     f"{growth_kb / 1024:>10.1f} {per_minute:>7} {per_request:>11} {first.num_threads:>15} "
-                     f"{last.num_threads:>14}")
+        shm = f"{first.shmem_kb / 1024:.1f}/{last.shmem_kb / 1024:.1f}"
+        threads = f"{first.num_threads}/{last.num_threads}"
+        lines.append(f"{name:<14} {first.pid:>7} {first.rss_kb / 1024:>12.1f} {last.rss_kb / 1024:>13.1f} "
+                     f"{growth_kb / 1024:>10.1f} {per_minute:>7} {per_request:>11} {shm:>18} {threads:>21}")
     return "\n".join(lines)
 
 
-def peak_rss_while(server_pid: int, work, period_s: float = 1.0) -> dict[str, int]:
-    """Run `work()`; the highest RSS (kB) of each server process seen meanwhile."""
-    peak: dict[str, int] = {}
+def peak_rss_while(server_pid: int, work, period_s: float = 1.0) -> dict[str, tuple[int, int]]:
+    """Run `work()`; the highest private and shared-memory RSS (kB) of each server process seen meanwhile."""
+    peak: dict[str, tuple[int, int]] = {}
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(period_s):
             for name, stat in snapshot(server_pid).items():
-                peak[name] = max(peak.get(name, 0), stat.rss_kb)
+                private, shmem = peak.get(name, (0, 0))
+                peak[name] = (max(private, stat.private_kb), max(shmem, stat.shmem_kb))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -185,6 +188,13 @@ def peak_rss_while(server_pid: int, work, period_s: float = 1.0) -> dict[str, in
     return peak
 
 
+def with_peak(stat: ProcStat, peak: tuple[int, int] | None) -> ProcStat:
+    """`stat` with its private and shared-memory RSS raised to their peaks."""
+    private, shmem = peak or (0, 0)
+    shmem = max(shmem, stat.shmem_kb)
+    return replace(stat, rss_kb=max(private, stat.private_kb) + shmem, shmem_kb=shmem)
+
+
 def soak(url: str, server_pid: int, minutes: float, warm_up_s: float, num_workers: int, seed: int,
          settle_s: float = 8.0, log=print, kinds=PLAIN_KINDS) -> tuple[dict, dict, SoakTally]:
     """Warm up, take figures, soak, let the server settle, take figures again.
@@ -193,8 +203,7 @@ def soak(url: str, server_pid: int, minutes: float, warm_up_s: float, num_worker
     count once the warm-up has settled."""
     peak = peak_rss_while(server_pid, lambda: run_workers(url, warm_up_s, num_workers, seed, SoakTally(), kinds))
     time.sleep(settle_s)  # finished streams' BLS iterators are held a few seconds before they are freed
-    before = {name: replace(stat, rss_kb=max(stat.rss_kb, peak.get(name, 0)))
-              for name, stat in snapshot(server_pid).items()}
+    before = {name: with_peak(stat, peak.get(name)) for name, stat in snapshot(server_pid).items()}
     tally = SoakTally()
     run_workers(url, minutes * 60, num_workers, seed + 1, tally, kinds)
     time.sleep(settle_s)

@@ -49,6 +49,8 @@ def decode_reference(data: bytes, max_seconds: float = MAX_SECONDS) -> DecodedAu
             if not container.streams.audio:
                 raise AudioFileError(f"the {fmt} file holds no audio stream", "invalid_audio")
             stream = container.streams.audio[0]
+            if fmt == "wav":
+                _check_wav_sample_size(data)
             if stream.codec_context is None:  # a format tag FFmpeg does not know (a WAV's, say)
                 raise AudioFileError(f"the {fmt} file's audio codec is not one we can decode (WAV: PCM or IEEE "
                                      "float; FLAC; Ogg Vorbis or Opus)", "unsupported_audio_format")
@@ -83,6 +85,38 @@ def _check_header(container, stream, fmt: str, max_seconds: float) -> None:
     if seconds is not None and seconds > max_seconds + 0.5:
         raise AudioFileError(f"the {fmt} file is {seconds:.1f} s long; a reference is at most {max_seconds:g} s",
                              "audio_too_long")
+
+
+WAV_PCM, WAV_FLOAT, WAV_EXTENSIBLE = 0x0001, 0x0003, 0xFFFE
+WAV_BITS = {WAV_PCM: range(8, 33), WAV_FLOAT: (32, 64)}  # FFmpeg rounds a PCM size up to a whole byte: 12 -> 16
+
+
+def _check_wav_sample_size(data: bytes) -> None:
+    """Refuse a WAV whose `fmt ` chunk gives a sample size its format cannot have (FFmpeg reads 1-7 bit
+    PCM as 8-bit, and would decode noise)."""
+    fmt = _wav_fmt_chunk(data)
+    if fmt is None or len(fmt) < 16:
+        return  # FFmpeg read the header, so its layout is one we need not second-guess
+    tag, bits = int.from_bytes(fmt[0:2], "little"), int.from_bytes(fmt[14:16], "little")
+    if tag == WAV_EXTENSIBLE and len(fmt) >= 26:
+        tag = int.from_bytes(fmt[24:26], "little")  # the sub-format GUID's first two bytes
+    allowed = WAV_BITS.get(tag)
+    if allowed is not None and bits not in allowed:
+        kind = "PCM" if tag == WAV_PCM else "IEEE float"
+        sizes = "8 to 32" if tag == WAV_PCM else "32 or 64"
+        raise AudioFileError(f"the wav file says {bits} bits per sample; {kind} WAV has {sizes}",
+                             "unsupported_audio_format")
+
+
+def _wav_fmt_chunk(data: bytes) -> bytes | None:
+    """The body of a RIFF/WAVE file's `fmt ` chunk, or None where there is none."""
+    at = 12
+    while at + 8 <= len(data):
+        chunk_id, size = data[at:at + 4], int.from_bytes(data[at + 4:at + 8], "little")
+        if chunk_id == b"fmt ":
+            return data[at + 8:at + 8 + size]
+        at += 8 + size + (size & 1)  # chunks are padded to an even length
+    return None
 
 
 def _header_seconds(container, stream) -> float | None:

@@ -13,8 +13,9 @@ import urllib.request
 import pytest
 
 from clients.procstats import server_processes
-from clients.stream import synthesize
+from clients.stream import StreamError, synthesize
 from tests.e2e.conftest import DEFAULT_PRESET, server_and_gateway
+from tests.e2e.test_metrics import scrape
 from tests.waiting import wait_for
 
 HEAL_S = 30.0  # the watch looks twice a second; an unload and a load take a few seconds on two cores
@@ -56,6 +57,36 @@ def test_a_killed_router_ends_the_gateways_stream_with_an_error_and_is_reloaded(
     assert wait_for(lambda: stub_pid(srv, "vox_ensemble") not in (None, router), timeout_s=HEAL_S, poll_s=0.2)
     assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5)
     assert srv.watch.restarts["vox_ensemble"] == 1
+
+
+def test_a_killed_router_ends_a_direct_grpc_stream_with_an_error(watched):
+    """Without the gateway: `clients.stream` (and `voxlane say`) sees the router unloaded and ends the stream,
+    rather than wait out its deadline for responses that died with the router."""
+    srv, _ = watched
+    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5)  # a router is loaded
+    restarts = srv.watch.restarts["vox_ensemble"]
+    outcome: list = []
+
+    def listen() -> None:
+        try:
+            outcome.append(synthesize(srv.grpc_url, "A long story.", seed=4, max_audio_seconds=40.0, ignore_eos=True,
+                                      acks=False, timeout_s=120.0))
+        except StreamError as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=listen, daemon=True)
+    reader.start()
+    assert wait_for(lambda: stub_pid(srv, "vox_ensemble") is not None and _is_live(srv), timeout_s=30, poll_s=0.2)
+    os.kill(stub_pid(srv, "vox_ensemble"), signal.SIGKILL)
+    reader.join(HEAL_S)
+    assert not reader.is_alive(), "the direct stream on the dead router hung"
+    assert isinstance(outcome[0], StreamError) and outcome[0].ended.code == "router_restarted", outcome
+    assert wait_for(lambda: srv.watch.restarts["vox_ensemble"] == restarts + 1, timeout_s=HEAL_S, poll_s=0.2)
+    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5)
+
+
+def _is_live(srv) -> bool:
+    return scrape(srv)["voxlane_live_requests"] >= 1
 
 
 def test_a_killed_registry_is_reloaded_and_lists_voices_again(watched):

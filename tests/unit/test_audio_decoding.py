@@ -70,3 +70,30 @@ def test_a_rate_outside_what_a_reference_may_have_is_refused():
     data, _ = pcm_wav(1, 0.5, rate=4_000)
     with pytest.raises(AudioFileError, match="4000 Hz"):
         decode_reference(data)
+
+
+def wav_with_header(bits: int, tag: int = 0x0001, rate: int = 16_000, seconds: float = 0.5,
+                    extensible_tag: int | None = None) -> bytes:
+    """A mono WAV whose `fmt ` chunk says `bits` per sample (format `tag`), with silence sized by whole bytes."""
+    import struct
+    block = (bits + 7) // 8
+    fmt = struct.pack("<HHIIHH", tag, 1, rate, rate * block, block, bits)
+    if extensible_tag is not None:  # WAVE_FORMAT_EXTENSIBLE: cbSize, valid bits, channel mask, sub-format GUID
+        fmt += struct.pack("<HHI", 22, bits, 4) + struct.pack("<H", extensible_tag) + bytes(14)
+    samples = bytes(int(rate * seconds) * block)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(samples)) + samples
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+@pytest.mark.parametrize("bits, tag, extensible", [(3, 0x0001, None), (40, 0x0001, None), (16, 0x0003, None),
+                                                   (4, 0xFFFE, 0x0001)])
+def test_a_wav_sample_size_its_format_cannot_have_is_refused_by_name(bits, tag, extensible):
+    with pytest.raises(AudioFileError, match=f"{bits} bits per sample") as error:
+        decode_reference(wav_with_header(bits, tag, extensible_tag=extensible))
+    assert error.value.code == "unsupported_audio_format"
+
+
+@pytest.mark.parametrize("bits", [8, 12, 16, 24, 32])
+def test_pcm_wav_of_any_whole_sample_size_decodes(bits):
+    decoded = decode_reference(wav_with_header(bits))
+    assert decoded.samples.size == 8_000 and decoded.sample_rate == 16_000
