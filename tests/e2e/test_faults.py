@@ -185,7 +185,9 @@ def test_a_killed_lm_stub_ends_its_streams_is_503_behind_the_gateway_and_comes_b
 
 
 STORM_CLIENTS = 3  # gateway clients, beside one direct gRPC client of the faulty server
-CLEAR_CODES = {"lane_down", "overloaded", "unavailable"}  # what a server fault may end a stream with
+CLEAR_CODES = {"lane_down", "overloaded", "unavailable", "router_restarted"}  # what a server fault may end a stream with
+DIRECT_ENDS = ("lane is down", "shutting down", "overloaded", "cannot serve the model now", "was unloaded")
+WATCHED = ("vox_ensemble", "voice_registry", "voice_encoder")  # healed by the model watch, not the router
 
 
 def sse_stream(gateway: GatewayProcess, text: str, seed: int) -> tuple[int, list[int], str | None, int]:
@@ -224,6 +226,8 @@ def storm_traffic(gateway: GatewayProcess, direct_url: str, is_direct_paused, st
                 time.sleep(0.2)
                 continue
             outcomes.append(("direct", request(direct_url, f"Direct {i}.", seed=i, seconds=1.6)[0]))
+            if isinstance(outcomes[-1][1], str):
+                time.sleep(0.2)  # a client backs off after a failure
 
     threads = [threading.Thread(target=via_gateway, args=(c,)) for c in range(STORM_CLIENTS)]
     threads.append(threading.Thread(target=direct))
@@ -236,7 +240,7 @@ def check_storm_outcome(where: str, outcome) -> None:
     """A stream completed with its chunks 0, 1, 2, … or ended with a clear reason; never a 400 or 500."""
     if where == "direct":
         if isinstance(outcome, str):  # a StreamError's message: the reason is in the server's words
-            assert "lane is down" in outcome or "shutting down" in outcome or "overloaded" in outcome, outcome
+            assert any(end in outcome for end in DIRECT_ENDS), outcome
         else:
             assert [c.index for c in outcome.chunks] == list(range(len(outcome.chunks)))
         return
@@ -255,8 +259,9 @@ def long_streams(url: str, num: int) -> list:
 
 def test_a_fault_storm_ends_every_stream_cleanly_and_heals_without_an_operator(faulty_server, server, tmp_path):
     """Traffic through a gateway in front of two servers while each lane stub of one server is killed
-    in turn, then that server is stopped (with streams in flight: they end with `lane_down`, "the
-    server is shutting down", and the stop takes at most 5 s) and started again."""
+    in turn, then its router's, registry's and encoder's stubs (the model watch reloads them), then that
+    server is stopped (with streams in flight: they end with `lane_down`, "the server is shutting down",
+    and the stop takes at most 5 s) and started again."""
     faulty, healthy = faulty_server.grpc_url, server.grpc_url
     gateway = GatewayProcess(GatewayConfig(tritons=(faulty, healthy), port=free_ports(1)[0]),
                              log_path=tmp_path / "gateway.log")
@@ -269,6 +274,14 @@ def test_a_fault_storm_ends_every_stream_cleanly_and_heals_without_an_operator(f
             time.sleep(1.0)  # streams are running into the kill
             kill_stub(faulty_server, model)
             wait_reloaded(faulty_server, model, restarts + 1)
+        for model in WATCHED:
+            healed = faulty_server.watch.restarts[model] + 1
+            time.sleep(1.0)
+            kill_stub(faulty_server, model)
+            assert wait_for(lambda: faulty_server.watch.restarts[model] == healed, timeout_s=60), model
+            assert wait_for(lambda: is_ready(faulty_server, f"/v2/models/{model}/ready"), timeout_s=30), model
+        assert wait_for(lambda: is_ready(faulty_server), timeout_s=30)
+        assert wait_for(lambda: lists_voices(gateway), timeout_s=30)  # the registries answer again
         cut = long_streams(faulty, 2)
         assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] >= 2, timeout_s=30)
         is_down.set()
@@ -295,11 +308,20 @@ def test_a_fault_storm_ends_every_stream_cleanly_and_heals_without_an_operator(f
         except AssertionError as exc:
             broken.append((where, str(exc)[:300]))
     assert not broken, broken
-    completed = [o for w, o in outcomes if w == "gateway" and o[0] == 200 and o[2] is None]
-    assert len(completed) >= len(outcomes) // 2, outcomes  # most streams were served through it all
-    for model in ("vox_ensemble", "speechlm_lm", "codec", "codec_urgent"):
+    through_gateway = [o for w, o in outcomes if w == "gateway"]
+    completed = [o for o in through_gateway if o[0] == 200 and o[2] is None]
+    assert len(completed) >= len(through_gateway) // 2, through_gateway  # most were served through it all
+    for model in ("vox_ensemble", "speechlm_lm", "codec", "codec_urgent", "voice_registry", "voice_encoder"):
         assert is_ready(faulty_server, f"/v2/models/{model}/ready")
     assert is_ready(faulty_server) and is_ready(server)
+
+
+def lists_voices(gateway: GatewayProcess) -> bool:
+    try:
+        with urllib.request.urlopen(gateway.url + "/v1/audio/voices", timeout=10) as response:
+            return response.status == 200 and "data" in json.load(response)
+    except urllib.error.HTTPError:
+        return False
 
 
 def gateway_health(gateway: GatewayProcess) -> dict:
