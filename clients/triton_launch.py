@@ -67,19 +67,9 @@ def _install_stub(install: TritonInstall) -> None:
         path.chmod(0o755)
 
 
-# glibc gives each thread that contends for the heap its own arena, up to 8 per core. tritonserver runs
-# ~240 threads (gRPC, HTTP, each model's) and a request's tensors are freed by another thread than the one
-# that allocated them, so freed memory stays spread over dozens of arenas and the RSS ratchets up:
-# +1 MB a minute under cloning requests (~6 kB each), never given back. Two arenas hold it level (tools/soak.py
-# --clone; README, "Memory"). The stubs inherit it: their heaps are trimmed (backend_python/triton/heap.py).
-MALLOC_ARENA_MAX = "2"
-
-
 def server_env(install: TritonInstall, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for `tritonserver`: venv first on PATH, wheel libs on LD_LIBRARY_PATH, glibc's heap
-    arenas bounded (an operator's MALLOC_ARENA_MAX wins)."""
+    """Environment for `tritonserver`: venv first on PATH, wheel libs on LD_LIBRARY_PATH."""
     env = dict(os.environ)
-    env.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
