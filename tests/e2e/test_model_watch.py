@@ -119,3 +119,4 @@ def test_a_killed_encoder_is_reloaded_with_no_stream_to_meet_it(watched):
     os.kill(encoder, signal.SIGKILL)
     assert wait_for(lambda: stub_pid(srv, "voice_encoder") not in (None, encoder), timeout_s=HEAL_S, poll_s=0.2)
     assert wait_for(lambda: srv.watch.restarts["voice_encoder"] == 1, timeout_s=HEAL_S, poll_s=0.2)
+
