@@ -21,6 +21,7 @@ def lane(pb):
     from backend_python.encoder_lane.model import VoiceEncoderModel
     from backend_python.models.base import VoiceEncoder
     from backend_python.triton.reference_inputs import ReferenceLimits
+    from backend_python.triton.heap import HeapTrimmer
 
     class FakeEncoder(VoiceEncoder):
         reference_tensors = {"speaker_embedding": ("FP32", [4]), "ref_codes": ("INT32", [-1, 2])}
@@ -48,6 +49,8 @@ def lane(pb):
 
     model = VoiceEncoderModel.__new__(VoiceEncoderModel)
     model.encoder, model.unsupported, model.limits = FakeEncoder(), None, ReferenceLimits()
+    model.trims = []
+    model._heap = HeapTrimmer(trim=lambda: model.trims.append(1))  # not started: the test ticks it
     return model
 
 
@@ -71,6 +74,7 @@ def test_a_batch_of_references_is_one_list_at_the_encoders_rate(pb, lane):
     (lengths, flags), = lane.encoder.batches
     assert [abs(n - expected) <= 1 for n, expected in zip(lengths, (24000, 48000, 18000))] == [True] * 3
     assert flags == [False, True, False]
+    assert lane._heap.tick() and lane.trims == [1]  # the batch's freed heap goes back at the next tick
     first, second, third = outputs(first), outputs(second), outputs(third)
     assert first["speaker_embedding"].shape == (1, 4) and first["speaker_embedding"].dtype == np.float32
     assert first["ref_codes"].dtype == np.int64 and first["ref_codes"].shape == (1, 12, 2)  # INT32 -> the config's
