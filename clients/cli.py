@@ -213,6 +213,13 @@ def _add_say(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--max-audio-seconds", type=float, default=None)
+    parser.add_argument("--language", default=None,
+                        help="the model's language to speak in (Qwen3-TTS: e.g. English, Chinese; default: auto)")
+    parser.add_argument("--instructions", default=None,
+                        help="a style or emotion to speak with (a model with an instruct input: Qwen3-TTS CustomVoice)")
+    parser.add_argument("--non-streaming-mode", action="store_true",
+                        help="put the whole text in the prompt before the first frame (Qwen3-TTS whole-text "
+                             "requests; default: one text token per frame)")
     parser.add_argument("--stream-text", action="store_true",
                         help="send TEXT word by word as a streaming-text session (the server speaks while it comes)")
     parser.add_argument("--words-per-s", type=float, default=3.0, help="with --stream-text: the pace of the words")
@@ -227,7 +234,9 @@ def _say(args: argparse.Namespace) -> int:
     from clients.stream import ServerUnreachable, StreamError, synthesize
     from clients.text_stream import speak_streaming_text
     settings = dict(voice=args.voice, seed=args.seed, temperature=args.temperature,
-                    max_audio_seconds=args.max_audio_seconds, **_reference(args))
+                    max_audio_seconds=args.max_audio_seconds, language=args.language,
+                    instructions=args.instructions, non_streaming_mode=True if args.non_streaming_mode else None,
+                    **_reference(args))
     try:
         result = (speak_streaming_text(args.url, _paced_words(args.text, args.words_per_s), **settings)
                   if args.stream_text else synthesize(args.url, args.text, **settings))

@@ -35,3 +35,29 @@ def test_say_with_no_server_names_the_unreachable_server(tmp_path):
     assert done.returncode == 1
     assert f"cannot reach the server at {url}" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "x.wav").exists()
+
+
+def say(url: str, out, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clients.cli", "say", "The peers' fields, from the command line.",
+                           "-o", str(out), "--url", url, "--seed", "3", "--max-audio-seconds", "0.8", *flags],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_say_passes_language_instructions_and_non_streaming_mode_to_the_prompt(url, tmp_path):
+    """Each flag reaches the model: the same seed speaks other audio once it changes the prompt."""
+    outputs = {}
+    for name, flags in {"plain": (), "language": ("--language", "English"),
+                        "instructions": ("--instructions", "Whisper, slowly."),
+                        "non_streaming": ("--non-streaming-mode",)}.items():
+        done = say(url, tmp_path / f"{name}.wav", *flags)
+        assert done.returncode == 0, (name, done.stderr)
+        with wave.open(str(tmp_path / f"{name}.wav")) as wav:
+            outputs[name] = wav.readframes(wav.getnframes())
+    for name in ("language", "instructions", "non_streaming"):
+        assert outputs[name] != outputs["plain"], f"--{name} changed nothing"
+
+
+def test_say_names_a_language_the_model_has_not(url, tmp_path):
+    done = say(url, tmp_path / "x.wav", "--language", "Klingon")
+    assert done.returncode == 1 and "language" in done.stderr and "klingon" in done.stderr.lower(), done.stderr
+    assert not (tmp_path / "x.wav").exists()
