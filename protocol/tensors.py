@@ -28,6 +28,7 @@ class TensorSpec:
     is_reference: bool = False
 
 
+TIMESTAMPS_NONE, TIMESTAMPS_WORD = "none", "word"  # the values of `timestamps`
 REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("text", "BYTES", np.object_, is_required=True),  # UTF-8; length limit: RequestLimits
     TensorSpec("voice", "BYTES", np.object_),  # default: the model's first voice
@@ -44,6 +45,9 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("language", "BYTES", np.object_),
     TensorSpec("instructions", "BYTES", np.object_),
     TensorSpec("non_streaming_mode", "BOOL", np.bool_, default=False),
+    # "word": each chunk's response carries the words it speaks with their start and end in the stream's audio
+    # time (RESPONSE_OUTPUTS' `word_timestamps`, approximate: backend_python/engine/word_clock.py); "none": not
+    TensorSpec("timestamps", "BYTES", np.object_, default=TIMESTAMPS_NONE),
     # true: the client acks each chunk it has taken (CONTROL_INPUTS' `ack_chunk`, same request id, same
     # stream) and the server bounds what is sent but not acked; false: the bound runs on real-time
     # playback from the first chunk (Triton tells a backend nothing of what its client has read)
@@ -53,6 +57,9 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     # the allowed values: backend_python.audio.formats (SAMPLE_RATES, TRITON_FORMATS)
     TensorSpec("sample_rate", "INT32", np.int32, is_output_option=True),  # default: the model's rate
     TensorSpec("audio_format", "BYTES", np.object_, default="pcm_f32", is_output_option=True),
+    # the audio's tempo, its pitch kept (FFmpeg's atempo, chunk by chunk: backend_python/audio/tempo.py); 2.0 is
+    # twice as fast. Word timestamps are scaled with it
+    TensorSpec("speed", "FP32", np.float32, default=1.0, low=0.25, high=4.0, is_output_option=True),
     # a voice to clone (issue 17): mono PCM in [-1, 1] at `ref_sample_rate`, which the server resamples (soxr) to
     # its voice encoder's rate; its length and level limits: ReferenceLimits
     TensorSpec("ref_audio", "FP32", np.float32, shape=(-1,), is_reference=True),
@@ -88,6 +95,9 @@ CONTROL_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
 # naming a live stream's id, the frames its client has taken (INT32).
 MAX_UNREAD_AUDIO_S = "max_unread_audio_s"
 TAKEN_FRAMES = "taken_frames"
+# On a stream's request with `speed` other than 1 (FP32): its listener plays the model's audio this many times
+# as fast, so a playback-paced bound (no acks) lets the LM run ahead at that rate.
+PLAYBACK_SPEED = "playback_speed"
 
 # Streaming text (a session: see SEQUENCE_START). On a stream's first request, `text_open` BOOL = true:
 # its `text` is the text's start and more follows. On a control request naming a live stream's id,
@@ -112,6 +122,9 @@ RESPONSE_OUTPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("sample_rate", "INT32", np.int32),  # the rate of the audio sent
     TensorSpec("chunk_index", "INT32", np.int32),  # 0, 1, 2, ... in order
     TensorSpec("lane", "BYTES", np.object_),  # "urgent", "background" or "inline"
+    # with `timestamps` "word" only: UTF-8 JSON, the words this chunk speaks, each once, in order:
+    # [{"word": "Hello,", "start": 0.0, "end": 0.429}, ...], seconds of the stream's audio as sent (after `speed`)
+    TensorSpec("word_timestamps", "BYTES", np.object_),
 )}
 
 

@@ -293,6 +293,7 @@ class LMEngine:
         for seq in seqs:
             seq.status = SeqStatus.RUNNING
             self._running.append(seq)
+            _start_words(seq)
 
     def _fail_prefill(self, seq: Sequence, exc: Exception) -> None:
         log.warning("prefill of %s failed: %s", seq.request_id, exc)
@@ -327,6 +328,7 @@ class LMEngine:
                 self.phases.charge(LoopPhase.PREFILL)
             self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
             segments.start_segment(seq)
+            _start_words(seq)
 
     def _fit_segment(self, seq: Sequence, need: int) -> bool:
         """A segment starts its slot's keys anew: grow its KV extent to `need` if it must; False when the pool
@@ -419,9 +421,8 @@ class LMEngine:
 
     def _progress(self, progress: list[tuple[Sequence, Progress]]) -> None:
         """Cut and deliver the chunks that are ready; move spoken segments on; finish what is done."""
-        self._deliver([(seq, chunk) for seq, p in progress
-                       for chunk in self._chunks.cut(seq, is_finished=p is not Progress.GOING,
-                                                     is_done=p is Progress.DONE, condition=self._condition(seq))])
+        self._deliver([(seq, chunk) for seq, p in progress for chunk in _timed(seq, p, self._chunks.cut(
+            seq, is_finished=p is not Progress.GOING, is_done=p is Progress.DONE, condition=self._condition(seq)))])
         for seq, p in progress:
             if p is Progress.SEGMENT_SPOKEN:
                 segments.end_segment(seq)
@@ -529,3 +530,21 @@ class LMEngine:
     def _fail_all(self, reason: str | Ended) -> None:
         for seq in self._running + self._waiting:
             self._finish(seq, reason)
+
+
+def _start_words(seq: Sequence) -> None:
+    """A segmented stream's word clock learns where the segment just prefilled starts, and its words."""
+    if seq.words is not None and seq.is_segmented:
+        seq.words.start_segment(seq.segment.first_frame, seq.text.current_text)
+
+
+def _timed(seq: Sequence, progress: Progress, chunks: list[Chunk]) -> list[Chunk]:
+    """The chunks with the words they speak, for a stream that asked for them (word_clock.py)."""
+    clock = seq.words
+    if clock is None:
+        return chunks
+    if progress is Progress.SEGMENT_SPOKEN:
+        clock.end_segment(seq.num_frames)
+    elif progress is Progress.DONE:
+        clock.end(seq.num_frames, is_cut=seq.is_length_capped)
+    return [replace(chunk, words=tuple(clock.due(chunk.start_frame + chunk.num_new_frames))) for chunk in chunks]

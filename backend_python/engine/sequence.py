@@ -7,6 +7,7 @@ from typing import Protocol
 
 import torch
 
+from backend_python.engine.word_clock import WordClock, WordTime
 from backend_python.models.base import Prompt, SamplingParams, TextFeed
 from scheduler import Extent, UnreadBound
 
@@ -34,6 +35,7 @@ class Chunk:
     # cross-faded into the stream's next chunk: min(CodecShape.overlap_frames, lookahead_frames)
     overlap_frames: int = 0
     condition: torch.Tensor | None = None  # [D] float32, cpu: the stream's codec condition (SpeechLM.codec_condition)
+    words: tuple[WordTime, ...] | None = None  # the words it speaks (word_clock.py); None: not asked for
 
     @property
     def num_new_frames(self) -> int:
@@ -88,6 +90,7 @@ class Sequence:
     first_chunk_frames: int | None = None  # its chunk plan's first chunk, chosen from the load when admitted
     codec_condition: torch.Tensor | None = None  # [D] float32, cpu: its codec's condition (SpeechLM.codec_condition)
     kv_extent: Extent | None = None  # its positions in a pooled KV cache while it holds a slot
+    words: WordClock | None = None  # its word timestamps, when the client asked for them (`timestamps`)
 
     @property
     def is_segmented(self) -> bool:

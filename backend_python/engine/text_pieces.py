@@ -43,8 +43,12 @@ def _feed(seq: Sequence, pieces: list[tuple[str, bool, float]]) -> Ended | None:
     try:
         for text, is_final, seq.text_at in pieces:
             seq.text.append(text)
+            if seq.words is not None:
+                seq.words.add_text(text, seq.num_frames)
             if is_final:
                 seq.text.close()
+                if seq.words is not None:
+                    seq.words.close_text()
                 break
     except ValueError as exc:
         return Ended(EndReason.REFUSED_BAD_INPUT, f"the streamed text is bad: {exc}", param="text")

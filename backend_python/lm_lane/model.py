@@ -36,7 +36,7 @@ from backend_python.triton.params import set_up_lane
 from backend_python.triton.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import MAX_UNREAD_AUDIO_S, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE
+from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE
 from scheduler import ServingMode, UnreadBound
 
 log = logging.getLogger("voxlane.lm")
@@ -192,7 +192,18 @@ class LMModel:
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
                         sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks),
                         text=text, text_idle_timeout_s=req.text_idle_timeout_s,
-                        codec_prefix=None if prompt is None else self.model.codec_prefix(prompt))
+                        codec_prefix=None if prompt is None else self.model.codec_prefix(prompt),
+                        words=self._word_clock(req) if req.word_timestamps else None)
+
+    def _word_clock(self, req: SpeechRequest):
+        """The stream's word timestamps (engine/word_clock.py): its text so far, and whether more comes."""
+        from backend_python.engine.word_clock import WordClock
+
+        clock = WordClock(self.model.frame_rate)
+        clock.add_text(req.text, 0)
+        if not req.is_text_open:
+            clock.close_text()
+        return clock
 
     def _open_text(self, req: SpeechRequest, reference, options: dict) -> SpeakableText:
         """A streaming-text request's text, its first piece in (a family whose prompt needs the whole text
@@ -218,7 +229,9 @@ class LMModel:
         if seconds is None or not float(seconds) > 0:
             return None
         rate = self.model.frame_rate
-        return UnreadBound(max_unread_frames=max(1, math.ceil(float(seconds) * rate)), frame_rate=rate, acks=acks)
+        speed = float(_scalar_input(request, PLAYBACK_SPEED) or 1.0)  # its listener plays the frames this fast
+        return UnreadBound(max_unread_frames=max(1, math.ceil(float(seconds) * rate)), frame_rate=rate * speed,
+                           acks=acks)
 
     def _check_chapter(self, text: SpeakableText, max_frames: int, ignore_eos: bool) -> None:
         """A chapter's first segment, and with `ignore_eos` its last (which runs on to max_frames), must fit

@@ -7,6 +7,8 @@ value both sinks send.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -85,6 +87,9 @@ def chunk_arrays(chunk: Chunk, sample_rate: int | None) -> dict:
         arrays["overlap_frames"] = np.array([chunk.overlap_frames], dtype=np.int32)
     if chunk.condition is not None:
         arrays["codec_condition"] = chunk.condition.numpy().astype(np.float32, copy=False).reshape(-1)
+    if chunk.words is not None:  # the client asked for word timestamps (`timestamps`)
+        words = json.dumps([word.to_json() for word in chunk.words], ensure_ascii=False)
+        arrays["words"] = np.array([words.encode("utf-8")], dtype=np.object_)
     if chunk.audio is not None:
         arrays["audio"] = chunk.audio.numpy().astype(np.float32, copy=False)
         arrays["sample_rate"] = np.array([sample_rate], dtype=np.int32)

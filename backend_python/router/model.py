@@ -44,7 +44,7 @@ from backend_python.voices.store import VoiceStore, VoiceStoreSettings
 from protocol.models import LM
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import MAX_UNREAD_AUDIO_S, SEQUENCE_END, SEQUENCE_START, TEXT_OPEN
+from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SEQUENCE_END, SEQUENCE_START, TEXT_OPEN
 from scheduler import ChunkRouter, FlowConfig, LatencyEstimator, PlaybackClock, SchedulerConfig
 
 log = logging.getLogger("voxlane.router")
@@ -149,7 +149,7 @@ class RouterModel:
             options = parse_audio_options(get)
             reference = parse_reference(get, self.reference_limits)  # a session's: on its first request
             stream_id = uuid.uuid4().hex
-            inputs = self._registered_voice(req.voice, reference, copied_inputs(request)) + self._flow_inputs()
+            inputs = self._registered_voice(req.voice, reference, copied_inputs(request)) + self._flow_inputs(options.speed)
             if session_id is not None:
                 inputs = self._open_session(session_id, stream_id, request, inputs)
             client_id = request.request_id() if req.client_acks else None
@@ -160,7 +160,7 @@ class RouterModel:
             return Ended(EndReason.INTERNAL, str(exc))
         return Job(stream_id=stream_id, inputs=inputs, sender=sender,
                    arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text),
-                   audio=StreamAudio(options.audio_format, options.sample_rate), client_id=client_id,
+                   audio=StreamAudio(options.audio_format, options.sample_rate, options.speed), client_id=client_id,
                    session_id=session_id,
                    reference=PendingReference(reference) if reference is not None else None)
 
@@ -198,10 +198,16 @@ class RouterModel:
                 self.channel.unsubscribe(stream_id)
             raise
 
-    def _flow_inputs(self) -> list:
-        """The LM's backpressure bound for a stream (none when the server turned it off)."""
+    def _flow_inputs(self, speed: float) -> list:
+        """The LM's backpressure bound for a stream (none when the server turned it off), and how fast its
+        listener plays the model's audio (`speed`)."""
         bound = self.flow.max_unread_audio_s
-        return [pb_utils.Tensor(MAX_UNREAD_AUDIO_S, np.array([bound], dtype=np.float32))] if bound > 0 else []
+        if bound <= 0:
+            return []
+        inputs = [pb_utils.Tensor(MAX_UNREAD_AUDIO_S, np.array([bound], dtype=np.float32))]
+        if speed != 1.0:
+            inputs.append(pb_utils.Tensor(PLAYBACK_SPEED, np.array([speed], dtype=np.float32)))
+        return inputs
 
     def _stream(self, job: Job) -> None:
         clock = PlaybackClock()

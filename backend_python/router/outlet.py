@@ -84,5 +84,6 @@ class Outlet:
         """The encoder's and resampler's held-back audio, when no chunk flushed it (see the module docstring)."""
         piece = job.audio.tail()
         if piece is not None and last is not None:
-            tail = DecodedChunk(last.index + 1, last.lane, piece.audio, piece.sample_rate, is_last=True)
+            tail = DecodedChunk(last.index + 1, last.lane, piece.audio, piece.sample_rate, is_last=True,
+                                words=None if last.words is None else b"[]")
             job.sender.send(pb_utils.InferenceResponse(output_tensors=tail.tensors(piece)))

@@ -1,6 +1,7 @@
 """One stream's relay loop: get the LM's next chunk → route it → decode it → send it; returns how it ended."""
 from __future__ import annotations
 
+import json
 import queue
 import time
 from dataclasses import replace
@@ -107,9 +108,21 @@ class Relay:
         audio, sample_rate = decoded
         audio = seams.join(audio, _tail_samples(arrays, audio.shape[0]))
         chunk = DecodedChunk(index, lane, audio, sample_rate, is_last=bool(arrays.get("is_last", [False])[0]),
-                             reason=route.reason)
+                             reason=route.reason, words=_words(arrays, job.audio.speed), speed=job.audio.speed)
         clock.on_emitted(index, chunk.duration_s)
         return chunk
+
+
+def _words(arrays: dict, speed: float) -> bytes | None:
+    """The LM's `words` of a chunk as sent (their times in the audio after `speed`); None: not asked for."""
+    if "words" not in arrays:
+        return None
+    data = bytes(arrays["words"].reshape(-1)[0])
+    if speed == 1.0:
+        return data
+    words = [{**word, "start": round(word["start"] / speed, 3), "end": round(word["end"] / speed, 3)}
+             for word in json.loads(data)]
+    return json.dumps(words, ensure_ascii=False).encode("utf-8")
 
 
 def _scalar(arrays: dict, name: str) -> int:

@@ -55,10 +55,13 @@ class DecodedChunk:
     sample_rate: int
     is_last: bool = False  # the LM marked it its stream's last chunk
     reason: RouteReason | None = None  # why the routing rule chose `lane` (metrics)
+    words: bytes | None = None  # UTF-8 JSON `word_timestamps`, when the client asked for them
+    speed: float = 1.0  # its listener plays `audio` this many times as fast (`speed`)
 
     @property
     def duration_s(self) -> float:
-        return self.audio.size / self.sample_rate
+        """Seconds its listener plays it for."""
+        return self.audio.size / self.sample_rate / self.speed
 
     def tensors(self, piece: AudioPiece | None = None) -> list:
         """The response tensors (protocol.tensors.RESPONSE_OUTPUTS): the chunk as decoded, or as `piece`
@@ -70,6 +73,8 @@ class DecodedChunk:
                    pb_utils.Tensor("lane", np.array([self.lane.value.encode()], dtype=np.bytes_))]
         if piece.data is not None:
             tensors.append(pb_utils.Tensor("audio_bytes", np.array([piece.data], dtype=np.object_)))
+        if self.words is not None:
+            tensors.append(pb_utils.Tensor("word_timestamps", np.array([self.words], dtype=np.object_)))
         return tensors
 
 

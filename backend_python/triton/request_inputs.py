@@ -17,7 +17,7 @@ import numpy as np
 from backend_python.audio.formats import FORMATS, PCM_F32, SAMPLE_RATES, TRITON_FORMATS
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS
+from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS, TIMESTAMPS_NONE, TIMESTAMPS_WORD
 
 
 class RequestError(ValueError):
@@ -81,6 +81,7 @@ class SpeechRequest:
     language: str | None = None  # lowercase, e.g. "english" or "auto"; None: the model's
     instructions: str = ""  # a style or emotion text; "": none
     non_streaming_mode: bool = False  # the whole text in the prefill (the reference's non-streaming prompt)
+    word_timestamps: bool = False  # `timestamps` "word": each chunk carries the words it speaks
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class AudioOptions:
 
     audio_format: str = PCM_F32
     sample_rate: int | None = None  # None: the model's own rate
+    speed: float = 1.0  # the tempo (pitch kept)
 
     @property
     def is_encoded(self) -> bool:
@@ -122,7 +124,18 @@ def parse_speech_request(get: GetInput, limits: RequestLimits, is_text_open: boo
         language=_language(get),
         instructions=_instructions(get, limits),
         non_streaming_mode=bool(_scalar(get, "non_streaming_mode") or REQUEST_INPUTS["non_streaming_mode"].default),
+        word_timestamps=_timestamps(get),
     )
+
+
+def _timestamps(get: GetInput) -> bool:
+    """`timestamps`: "word" (True) or "none" (False, the default), any case."""
+    value = _scalar(get, "timestamps")
+    text = TIMESTAMPS_NONE if value is None else _decode_utf8(value, "timestamps").strip().lower()
+    if text not in (TIMESTAMPS_NONE, TIMESTAMPS_WORD):
+        raise RequestError(f"input 'timestamps' must be '{TIMESTAMPS_WORD}' or '{TIMESTAMPS_NONE}', got {quoted(text)}",
+                           param="timestamps")
+    return text == TIMESTAMPS_WORD
 
 
 def _language(get: GetInput) -> str | None:
@@ -173,7 +186,7 @@ def parse_audio_options(get: GetInput) -> AudioOptions:
     if rate is not None and rate not in allowed:
         raise RequestError(f"audio_format '{fmt}' carries sample_rate {', '.join(map(str, allowed))} only, got {rate}",
                            param="sample_rate", code="unsupported_value")
-    return AudioOptions(fmt, rate)
+    return AudioOptions(fmt, rate, _ranged(get, "speed"))
 
 
 def check_request_parameters(parameters_json: str) -> None:
