@@ -12,7 +12,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from clients.stream import ROUTER_CHECK_S, close_stream, router_lost
+from clients.stream import RouterLost, close_stream, next_response
 from protocol.models import ROUTER
 
 
@@ -56,21 +56,20 @@ class LiveStream:
 
     def read(self, max_responses: int | None = None, timeout_s: float = 60.0) -> Outcome:
         """Read until the stream ends, `max_responses` were read, `timeout_s` passes, or its router is lost
-        (an error, as `clients.stream.router_lost` says)."""
-        deadline = time.monotonic() + timeout_s
+        (an error, as `clients.stream.router_lost` says). Waits as `clients.stream.next_response` does, so the
+        two clients notice a lost router alike."""
+        deadline = time.perf_counter() + timeout_s
         num_read = 0
         while not self.outcome.is_ended and (max_responses is None or num_read < max_responses):
             try:
-                result, error = self._responses.get(timeout=max(0.0, min(deadline - time.monotonic(), ROUTER_CHECK_S)))
-            except queue.Empty:
-                if time.monotonic() >= deadline:
-                    self.outcome.is_timed_out = True
-                    break
-                lost = router_lost(self._client)
-                if lost is not None:
-                    self.outcome.error = lost.message
-                    self._is_router_lost = True  # no final response will come: cancel, don't wait for it
-                continue
+                result, error = next_response(self._responses, deadline, timeout_s, self._client)
+            except TimeoutError:
+                self.outcome.is_timed_out = True
+                break
+            except RouterLost as lost:
+                self.outcome.error = lost.ended.message
+                self._is_router_lost = True  # no final response will come: cancel, don't wait for it
+                break
             self._record(result, error)
             num_read += 1
         return self.outcome

@@ -115,12 +115,16 @@ PLAIN_KINDS = [(run_valid, 0.6), (run_invalid, 0.2), (run_cancelled, 0.2)]
 SOAK_VOICE = "soak-voice"
 
 
-def cloning_kinds(url: str) -> list:
-    """The mix for a model that clones: a voice registered once speaks the valid and cancelled requests,
-    and a fifth of the requests clone their own reference inline."""
+# The mix for a model that clones: the voice `register_soak_voice` registers speaks the valid and cancelled
+# requests, and a fifth of the requests clone their own reference inline.
+CLONING_KINDS = [(partial(run_valid, voice=SOAK_VOICE), 0.4), (run_invalid, 0.2),
+                 (partial(run_cancelled, voice=SOAK_VOICE), 0.2), (run_cloned, 0.2)]
+
+
+def register_soak_voice(url: str) -> None:
+    """Register SOAK_VOICE, which CLONING_KINDS speaks: once, before its workers start (the server refuses a
+    voice it does not know)."""
     register_voice(url, SOAK_VOICE, voiced(3.0, 24000), 24000, ref_text="A reference sentence, read aloud.")
-    return [(partial(run_valid, voice=SOAK_VOICE), 0.4), (run_invalid, 0.2),
-            (partial(run_cancelled, voice=SOAK_VOICE), 0.2), (run_cloned, 0.2)]
 
 
 def run_workers(url: str, seconds: float, num_workers: int, seed: int, tally: SoakTally,
@@ -230,10 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     if (args.url is None) != (args.server_pid is None):
         parser.error("--url and --server-pid go together")
     if args.url:
-        tally = soak(args.url, args.server_pid, args.minutes, args.warm_up, args.workers, args.seed,
-                     kinds=cloning_kinds(args.url) if args.clone else PLAIN_KINDS)[2]
-        return 1 if tally.problems else 0
+        return _soak_server(args.url, args.server_pid, args)
     return _soak_own_server(args)
+
+
+def _soak_server(url: str, server_pid: int, args) -> int:
+    """The exit status of a soak of a running server; with --clone, its voice registered first."""
+    if args.clone:
+        register_soak_voice(url)
+    tally = soak(url, server_pid, args.minutes, args.warm_up, args.workers, args.seed,
+                 kinds=CLONING_KINDS if args.clone else PLAIN_KINDS)[2]
+    return 1 if tally.problems else 0
 
 
 def _soak_own_server(args) -> int:
@@ -247,9 +258,7 @@ def _soak_own_server(args) -> int:
         config = replace(config, model=CLONING_PRESET)
     with Server(config, log_path=log_path) as server:
         print(f"server ready on {server.grpc_url}; its log: {log_path}", flush=True)
-        tally = soak(server.grpc_url, server.process.process.pid, args.minutes, args.warm_up, args.workers,
-                     args.seed, kinds=cloning_kinds(server.grpc_url) if args.clone else PLAIN_KINDS)[2]
-    return 1 if tally.problems else 0
+        return _soak_server(server.grpc_url, server.process.process.pid, args)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,16 @@ class EngineConfig:
         if self.codec_overlap_frames > self.codec_lookahead_frames:
             raise ValueError("codec_overlap_frames must not exceed codec_lookahead_frames")
 
+    def length_error(self, num_prompt_tokens: int, num_frames: int, what: str = "request") -> str | None:
+        """Why a prompt and its frames would not fit one stream's `max_seq_len` (`what`: the request, or its
+        text segment), or None when they fit. One check for the LM lane, which refuses such a request as bad
+        input before it queues, and the engine, which ends it at admission if one reaches it."""
+        needed = num_prompt_tokens + num_frames + 1  # as SpeechLM.kv_positions_for counts them
+        if needed <= self.max_seq_len:
+            return None
+        return (f"{what} needs {needed} positions (prompt {num_prompt_tokens} tokens + {num_frames} frames) but "
+                f"the server's max_seq_len is {self.max_seq_len}")
+
     @classmethod
     def from_parameters(cls, params: Mapping[str, str], codec_windowing) -> "EngineConfig":
         """From the LM model's config.pbtxt parameters (strings); absent keys keep the defaults.

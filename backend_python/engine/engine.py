@@ -303,11 +303,10 @@ class LMEngine:
     def _kv_need(self, seq: Sequence) -> int:
         """The KV positions `seq`'s prompt and frames (its current segment's) write; ValueError past max_seq_len."""
         num_frames = segments.frames_needed(seq) if seq.is_segmented else seq.max_frames
-        needed = seq.prompt.num_tokens + num_frames + 1
-        if needed > self.config.max_seq_len:
-            what = "its text segment needs" if seq.is_segmented else "request needs"
-            raise ValueError(f"{what} {needed} positions (prompt {seq.prompt.num_tokens} tokens + "
-                             f"{num_frames} frames) but the server's max_seq_len is {self.config.max_seq_len}")
+        error = self.config.length_error(seq.prompt.num_tokens, num_frames,
+                                         "its text segment" if seq.is_segmented else "request")
+        if error is not None:
+            raise ValueError(error)
         return self.model.kv_positions_for(seq.prompt.num_tokens, num_frames)
 
     def _prefill_segments(self) -> None:

@@ -242,14 +242,13 @@ class LMModel:
             self._check_fits(text.num_prompt_tokens, max_frames - text.frames_before_last())
 
     def _fits(self, num_prompt_tokens: int, max_frames: int) -> bool:
-        return num_prompt_tokens + max_frames + 1 <= self.engine.config.max_seq_len
+        return self.engine.config.length_error(num_prompt_tokens, max_frames) is None
 
     def _check_fits(self, num_prompt_tokens: int, max_frames: int) -> None:
         """Refuse at once what the engine would fail at prefill (its own check stays): it is bad input."""
-        if not self._fits(num_prompt_tokens, max_frames):
-            raise RequestError(f"request needs {num_prompt_tokens + max_frames + 1} positions (prompt "
-                               f"{num_prompt_tokens} tokens + {max_frames} frames) but the server's max_seq_len "
-                               f"is {self.engine.config.max_seq_len}")
+        error = self.engine.config.length_error(num_prompt_tokens, max_frames)
+        if error is not None:
+            raise RequestError(error)
 
     def finalize(self) -> None:
         self.phase_metrics.stop()

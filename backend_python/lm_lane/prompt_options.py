@@ -9,10 +9,10 @@ def prompt_options(model, req: SpeechRequest):
     """The request's `PromptOptions` for `model`; raises RequestError naming the first it cannot take."""
     from backend_python.models.base import PromptOptions
 
-    _check_language(model, req.language)
+    language = _check_language(model, req.language)
     _check_instructions(model, req.instructions)
     _check_text_first(model, req.non_streaming_mode, req.is_text_open)
-    return PromptOptions(req.language, req.instructions, req.non_streaming_mode)
+    return PromptOptions(language, req.instructions, req.non_streaming_mode)
 
 
 def option_kwargs(model, options) -> dict:
@@ -21,13 +21,17 @@ def option_kwargs(model, options) -> dict:
     return {"options": options} if model.takes_prompt_options else {}
 
 
-def _check_language(model, language: str | None) -> None:
+def _check_language(model, language: str | None) -> str | None:
+    """`language` lowercase, as the family names its languages ("English" is "english"); the refusal echoes
+    the client's own spelling."""
     from backend_python.models.base import AUTO_LANGUAGE
 
     allowed = (AUTO_LANGUAGE, *model.languages)
-    if language is not None and language not in allowed:
+    lowered = None if language is None else language.lower()
+    if lowered is not None and lowered not in allowed:
         raise RequestError(f"language {language!r} is not one of this model's: {', '.join(allowed)} "
                            "(case-insensitive)", param="language", code="unsupported_language")
+    return lowered
 
 
 def _check_instructions(model, instructions: str) -> None:

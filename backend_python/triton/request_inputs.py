@@ -78,7 +78,7 @@ class SpeechRequest:
     client_acks: bool = False  # the client acks the chunks it takes (protocol.tensors: `client_acks`)
     is_text_open: bool = False  # a streaming-text session: `text` is its start (maybe empty), more follows
     text_idle_timeout_s: float = 30.0  # such a session's longest wait for a piece
-    language: str | None = None  # lowercase, e.g. "english" or "auto"; None: the model's
+    language: str | None = None  # as the client spelled it, e.g. "English" or "auto"; None: the model's
     instructions: str = ""  # a style or emotion text; "": none
     non_streaming_mode: bool = False  # the whole text in the prefill (the reference's non-streaming prompt)
     word_timestamps: bool = False  # `timestamps` "word": each chunk carries the words it speaks
@@ -139,9 +139,10 @@ def _timestamps(get: GetInput) -> bool:
 
 
 def _language(get: GetInput) -> str | None:
-    """`language` as the families compare it: stripped and lowercase ("English" is "english")."""
+    """`language` stripped, in the client's own spelling: a refusal echoes it, and the LM lane lowercases it
+    where it compares it with the family's names (lm_lane/prompt_options.py)."""
     value = _scalar(get, "language")
-    return None if value is None else _decode_utf8(value, "language").strip().lower() or None
+    return None if value is None else _decode_utf8(value, "language").strip() or None
 
 
 def _instructions(get: GetInput, limits: RequestLimits) -> str:

@@ -13,7 +13,7 @@ import pytest
 from tests.e2e.conftest import start_server
 from tests.e2e.test_cancel import wait_for
 from tests.e2e.test_metrics import scrape
-from tools.soak import CLONING_PRESET, PLAIN_KINDS, cloning_kinds, format_figures, soak
+from tools.soak import CLONING_KINDS, CLONING_PRESET, PLAIN_KINDS, format_figures, register_soak_voice, soak
 
 SOAK_MINUTES = 1.0
 WARM_UP_S = 15.0
@@ -53,7 +53,8 @@ def test_soak_with_cloning_keeps_memory_threads_and_chunk_order(cloning_server):
     each time (it grew 15 MB a minute with oneDNN's primitive cache and an untrimmed heap) and tritonserver
     carries the references."""
     url = cloning_server.grpc_url
-    check_soak(cloning_server, url, cloning_kinds(url),
+    register_soak_voice(url)
+    check_soak(cloning_server, url, CLONING_KINDS,
                minimum={"valid": 50, "invalid": 20, "cancelled": 20, "cloned": 20}, per_request_bound=False)
 
 

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from backend_python.engine.config import EngineConfig
 from tests.middle import fake_pb_utils
 
 SAMPLES_PER_FRAME = 1920
@@ -39,7 +40,7 @@ class FakeEngine:
     """The LM engine's surface that the LM glue uses; the test plays its loop through each sequence's sink."""
 
     def __init__(self, max_queued: int = 4, max_seq_len: int = 4096) -> None:
-        self.config = SimpleNamespace(max_queued=max_queued, max_seq_len=max_seq_len)
+        self.config = EngineConfig(max_queued=max_queued, max_seq_len=max_seq_len)
         self.is_accepting = True
         self.added: queue.Queue = queue.Queue()
         self.cancelled: list[str] = []

@@ -3,6 +3,7 @@ routing, cancellation and lane death end every stream with the right reason."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -247,7 +248,7 @@ def test_bad_input_is_refused_with_the_input_it_names(lanes):
 
 
 def test_a_request_too_long_for_the_kv_cache_is_refused_as_bad_input_at_once(lanes):
-    lanes.engine.config.max_seq_len = 16
+    lanes.engine.config = replace(lanes.engine.config, max_seq_len=16)
     _, ended = outcome(lanes.speak(max_audio_seconds=np.float32(10.0)))
     assert ended.reason is EndReason.REFUSED_BAD_INPUT and "max_seq_len is 16" in ended.message
 

@@ -103,6 +103,14 @@ def test_request_too_long_for_the_cache_fails_alone(lm):
     assert ok_sink.error is None and sum(c.num_new_frames for c in ok_sink.chunks) == 3
 
 
+def test_the_length_check_counts_the_prompt_the_frames_and_one_and_names_what_asked():
+    """The one check behind the LM lane's refusal and the engine's admission (EngineConfig.length_error)."""
+    config = EngineConfig(max_seq_len=64)
+    assert config.length_error(40, 23) is None
+    assert config.length_error(40, 24, "its text segment") == (
+        "its text segment needs 65 positions (prompt 40 tokens + 24 frames) but the server's max_seq_len is 64")
+
+
 def test_more_requests_than_slots_wait_for_a_free_slot(lm):
     engine = make_engine(lm, max_slots=2)
     pairs = [make_seq(lm, f"Request {i}.", frames=3, seed=i) for i in range(5)]

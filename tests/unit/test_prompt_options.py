@@ -38,7 +38,18 @@ def test_what_the_family_takes_becomes_its_options():
     assert option_kwargs(QWEN, options) == {"options": options}
 
 
-@pytest.mark.parametrize("language", [None, "auto", "english"])
+def test_language_is_compared_case_insensitively_and_reaches_the_family_in_lowercase():
+    assert prompt_options(QWEN, replace(REQUEST, language="Chinese")).language == "chinese"
+    assert prompt_options(QWEN, replace(REQUEST, language="AUTO")).language == "auto"
+
+
+def test_a_refused_language_is_echoed_as_the_client_spelled_it():
+    with pytest.raises(RequestError, match="language 'Klingon' is not one of") as info:
+        prompt_options(QWEN, replace(REQUEST, language="Klingon"))
+    assert info.value.param == "language"
+
+
+@pytest.mark.parametrize("language", [None, "auto", "english", "English"])
 def test_a_family_that_takes_no_options_gets_none_for_auto_or_its_own_language(language):
     options = prompt_options(ENGLISH_ONLY, replace(REQUEST, language=language))
     assert option_kwargs(ENGLISH_ONLY, options) == {}

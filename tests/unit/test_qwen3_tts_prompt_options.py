@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backend_python.lm_lane.prompt_options import prompt_options
 from backend_python.models.base import PromptOptions
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
 from backend_python.models.qwen3_tts.prompt import NUM_ROLE_TOKENS, NUM_SUFFIX_TOKENS, instruct_text
+from backend_python.triton.request_inputs import RequestError, SpeechRequest
 
 torch.set_flush_denormal(True)
 TEXT = "Get the trust fund to the bank early."
@@ -100,3 +102,16 @@ def test_what_the_model_cannot_take_is_refused(lm):
         small = Qwen3TTSLM(preset_config("qwen3-tts-0.6b"), tokenizer=None)
         base = Qwen3TTSLM(preset_config("qwen3-tts-tiny-base"), tokenizer=None)
     assert not small.supports_instructions and not base.supports_instructions  # as the reference: no instruct
+
+
+@pytest.mark.parametrize("preset", ["qwen3-tts-0.6b", "qwen3-tts-tiny-base"])
+def test_instructions_to_a_model_without_them_are_refused_by_name_before_any_prompt(preset):
+    """One check, the LM lane's: a Base model (every cloned voice) and the 0.6B declare no instructions, and the
+    family's prompt builders take what reaches them as allowed."""
+    with torch.device("meta"):
+        model = Qwen3TTSLM(preset_config(preset), tokenizer=None)
+    request = SpeechRequest(text=TEXT, voice=None, temperature=0.9, top_p=1.0, top_k=50, repetition_penalty=1.05,
+                            seed=None, max_audio_seconds=5.0, ignore_eos=False, instructions=CALM)
+    with pytest.raises(RequestError, match=r"\(Qwen3TTSLM\) takes no instructions") as info:
+        prompt_options(model, request)
+    assert (info.value.param, info.value.code) == ("instructions", "instructions_unsupported")

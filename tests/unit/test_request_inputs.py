@@ -86,10 +86,10 @@ def test_a_long_unknown_parameter_is_quoted_short():
     assert len(str(caught.value)) - listed < 200 and "10000 characters" in str(caught.value)
 
 
-def test_prompt_options_are_read_language_in_lowercase():
+def test_prompt_options_are_read_stripped_language_as_the_client_spelled_it():
     req = parse(text=np.array([b"Hi"], dtype=object), language=np.array([b" English "], dtype=object),
                 instructions=np.array(["  Calm. ".encode()], dtype=object), non_streaming_mode=np.bool_(True))
-    assert (req.language, req.instructions, req.non_streaming_mode) == ("english", "Calm.", True)
+    assert (req.language, req.instructions, req.non_streaming_mode) == ("English", "Calm.", True)
     plain = parse(text=np.array([b"Hi"], dtype=object), language=np.array([b" "], dtype=object))
     assert (plain.language, plain.instructions, plain.non_streaming_mode) == (None, "", False)
 

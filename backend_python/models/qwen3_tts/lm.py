@@ -132,7 +132,9 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     @property
     def supports_instructions(self) -> bool:
-        """A CustomVoice model's instruct; the reference takes none for the 0.6B, nor for a Base model."""
+        """A CustomVoice model's instruct; the reference takes none for the 0.6B, nor for a Base model (so none
+        for a cloned voice). Where False the LM lane refuses instructions (lm_lane/prompt_options.py): the prompt
+        builders below take those that reach them as allowed."""
         return not self.config.is_base and self.config.tts_model_size != "0b6"
 
     supports_text_first = True
@@ -158,8 +160,6 @@ class Qwen3TTSLM(SlotSpeechLM):
     def _instruct_ids(self, options: PromptOptions) -> list[int]:
         if not options.instructions:
             return []
-        if not self.supports_instructions:
-            raise ValueError("this model takes no instructions")
         return list(self.tokenizer(instruct_text(options.instructions))["input_ids"])
 
     def _encode_cloned(self, text: str, voice: str | None, reference: VoiceReference | None,
@@ -171,7 +171,6 @@ class Qwen3TTSLM(SlotSpeechLM):
         ids = list(self.tokenizer(assistant_text(text))["input_ids"])
         ref_ids = (list(self.tokenizer(reference_text(reference.text))["input_ids"])[NUM_ROLE_TOKENS:-NUM_REF_SUFFIX_TOKENS]
                    if is_icl else None)
-        self._instruct_ids(options)  # refuses instructions
         return make_reference_prompt(self.config, ids, self._language_id(options, None), reference, ref_ids,
                                      options.is_text_first)
 
