@@ -220,6 +220,11 @@ def _add_say(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--non-streaming-mode", action="store_true",
                         help="put the whole text in the prompt before the first frame (Qwen3-TTS whole-text "
                              "requests; default: one text token per frame)")
+    parser.add_argument("--speed", type=float, default=None,
+                        help="the audio's tempo, 0.25 to 4 (time-stretched on the server, pitch kept; default 1)")
+    parser.add_argument("--timestamps", action="store_true",
+                        help="print each word with its start and end in the audio (approximate: the server's word "
+                             "clock)")
     parser.add_argument("--stream-text", action="store_true",
                         help="send TEXT word by word as a streaming-text session (the server speaks while it comes)")
     parser.add_argument("--words-per-s", type=float, default=3.0, help="with --stream-text: the pace of the words")
@@ -236,7 +241,7 @@ def _say(args: argparse.Namespace) -> int:
     settings = dict(voice=args.voice, seed=args.seed, temperature=args.temperature,
                     max_audio_seconds=args.max_audio_seconds, language=args.language,
                     instructions=args.instructions, non_streaming_mode=True if args.non_streaming_mode else None,
-                    **_reference(args))
+                    speed=args.speed, timestamps="word" if args.timestamps else None, **_reference(args))
     try:
         result = (speak_streaming_text(args.url, _paced_words(args.text, args.words_per_s), **settings)
                   if args.stream_text else synthesize(args.url, args.text, **settings))
@@ -247,6 +252,8 @@ def _say(args: argparse.Namespace) -> int:
         print(f"voxlane: server error: {exc}", file=sys.stderr)
         return 1
     _report(result, args.output)
+    for word in result.words or ():
+        print(f"{word['start']:8.3f} {word['end']:8.3f}  {word['word']}")
     return 0
 
 

@@ -1,6 +1,8 @@
 """A gRPC streaming client for `vox_ensemble`: one request, its chunks as they arrive."""
 from __future__ import annotations
 
+import json
+
 import queue
 import time
 import uuid
@@ -43,6 +45,7 @@ class AudioChunk:
     lane: str
     arrival_s: float  # seconds after the request was sent
     data: bytes | None = None  # `audio_bytes`: the chunk's encoded bytes (only with an encoded `audio_format`)
+    words: list[dict] | None = None  # `word_timestamps` (`timestamps` "word"): [{"word", "start", "end"}, ...]
 
 
 @dataclass
@@ -69,6 +72,13 @@ class StreamResult:
     @property
     def audio_seconds(self) -> float:
         return self.audio.size / self.sample_rate if self.chunks else 0.0
+
+    @property
+    def words(self) -> list[dict] | None:
+        """Every word the stream spoke, in order (`timestamps` "word"); None when not asked for."""
+        if not self.chunks or self.chunks[0].words is None:
+            return None
+        return [word for chunk in self.chunks for word in chunk.words or ()]
 
     def write_wav(self, path: str | Path) -> None:
         pcm = (np.clip(self.audio, -1.0, 1.0) * 32767.0).astype("<i2")
@@ -237,8 +247,9 @@ _DEADLINE = "StatusCode.DEADLINE_EXCEEDED"
 
 
 def _chunk(item, arrival_s: float) -> AudioChunk:
-    data = item.as_numpy("audio_bytes")
+    data, words = item.as_numpy("audio_bytes"), item.as_numpy("word_timestamps")
     return AudioChunk(index=int(item.as_numpy("chunk_index")[0]), audio=item.as_numpy("audio"),
                       sample_rate=int(item.as_numpy("sample_rate")[0]),
                       lane=item.as_numpy("lane")[0].decode(), arrival_s=arrival_s,
-                      data=None if data is None else bytes(data[0]))
+                      data=None if data is None else bytes(data[0]),
+                      words=None if words is None else json.loads(bytes(words.reshape(-1)[0])))

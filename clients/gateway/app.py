@@ -100,6 +100,9 @@ async def speech(request: web.Request) -> web.StreamResponse:
     parsed = await gateway.parse_speech(body)
     if isinstance(parsed, ApiError):
         return error_response(gateway, parsed)
+    if parsed.word_timestamps and (parsed.stream_format != "sse" or not parsed.is_streamed):
+        return error_response(gateway, bad_request("timestamps 'word' come as SSE events: send 'stream_format': "
+                                                   "'sse' (or use the WebSocket route)", param="timestamps"))
     gateway.stats.num_streams += 1
     async with aclosing(gateway.stream_speech(parsed)) as chunks:
         if not parsed.is_streamed:
@@ -171,7 +174,10 @@ class _Writer:
         await self.response.prepare(self.request)
 
     async def write_chunk(self, chunk: AudioChunk) -> None:
-        await self._write(self._encoder.encode(chunk.audio), {"chunk_index": chunk.index, "lane": chunk.lane})
+        about = {"chunk_index": chunk.index, "lane": chunk.lane}
+        if chunk.words is not None:
+            about["words"] = chunk.words
+        await self._write(self._encoder.encode(chunk.audio), about)
         self.gateway.stats.on_chunk_written(time.perf_counter() - chunk.arrived_s)
 
     async def finish(self, num_chunks: int) -> None:

@@ -22,7 +22,11 @@ OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 EXTRA_FIELDS = {"seed": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
                 "max_audio_seconds": float, "ignore_eos": bool}
 OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "stream_format", "instructions")
-OUTPUT_FIELDS = ("sample_rate",)  # VoxLane's: the rate of the audio sent (default: the model's)
+# VoxLane's: the rate of the audio sent (default: the model's); `timestamps` "word": each chunk's words with their
+# start and end (SSE events, WebSocket messages)
+OUTPUT_FIELDS = ("sample_rate", "timestamps")
+SPEED_RANGE = (0.25, 4.0)  # OpenAI's
+TIMESTAMP_KINDS = ("none", "word")
 # the peers' (vLLM-Omni's and SGLang-Omni's speech APIs; docs/GATEWAY.md has the table): `stream` false sends the
 # whole file in one response; `language` and `non_streaming_mode` are the router's inputs of those names
 PEER_FIELDS = ("stream", "language", "non_streaming_mode")
@@ -43,6 +47,10 @@ class SpeechRequest:
     params: dict = field(default_factory=dict)
     sample_rate: int | None = None  # None: the model's own rate
     is_streamed: bool = True  # False (`stream`: false): the whole file in one response, its length known
+
+    @property
+    def word_timestamps(self) -> bool:
+        return self.params.get("timestamps") == "word"
 
 
 def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | ApiError:
@@ -78,7 +86,19 @@ def _params(body: dict) -> dict | ApiError:
     if isinstance(prompt, ApiError):
         return prompt
     reference = reference_params(body)
-    return reference if isinstance(reference, ApiError) else {**params, **prompt, **reference}
+    if isinstance(reference, ApiError):
+        return reference
+    return {**params, **prompt, **reference, **_output_params(body)}
+
+
+def _output_params(body: dict) -> dict:
+    """`speed` (other than 1) and `timestamps` ("word") as the router's inputs; checked before."""
+    params = {}
+    if body.get("speed", 1.0) != 1.0:
+        params["speed"] = float(body["speed"])
+    if body.get("timestamps", "none") == "word":
+        params["timestamps"] = "word"
+    return params
 
 
 def prompt_params(body: dict) -> dict | ApiError:
@@ -167,10 +187,14 @@ def _rate(rate: int | float | None) -> int | None:
 
 
 def _check_unsupported(body: dict) -> ApiError | None:
-    speed = body.get("speed", 1.0)
-    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed != 1.0:
-        return bad_request(f"speed {quoted(speed)} is not supported: VoxLane speaks at speed 1.0 only",
-                           param="speed", code="unsupported_value")
+    """`speed` in OpenAI's range (time-stretched on the server, pitch kept); `timestamps` "word" or "none"."""
+    speed, (low, high) = body.get("speed", 1.0), SPEED_RANGE
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
+        return bad_request(f"speed must be a number from {low:g} to {high:g}, got {quoted(speed)}", param="speed")
+    kind = body.get("timestamps", "none")
+    if kind not in TIMESTAMP_KINDS:
+        return bad_request(f"timestamps must be one of {', '.join(TIMESTAMP_KINDS)}, got {quoted(kind)}",
+                           param="timestamps")
     return None
 
 

@@ -5,6 +5,12 @@ Two tasks share the socket: the handler reads the client's messages and passes i
 session's audio and events back. A bad message gets an error event and changes nothing. The session
 ends with `audio.done` or an error event, after which the gateway closes the socket; a client that
 closes it first cancels the Triton stream, which frees its LM slot.
+
+Barge-in: `response.cancel` cancels the utterance's Triton stream at once (the router frees its LM row and
+decodes nothing more for it), answers `response.cancelled` with the audio time reached and the last word
+spoken there, and keeps the socket: the next `input_text.append` starts the next utterance with the same
+settings (a `session.update` may change them first). The gateway always asks the server for the words
+(`timestamps` "word") so that it can answer; it sends them on only to a session that asked for them.
 """
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import asyncio
 import logging
 import time
 from contextlib import aclosing
+from dataclasses import replace
 from enum import Enum
 
 from aiohttp import WSMsgType, web
@@ -19,8 +26,9 @@ from aiohttp import WSMsgType, web
 from clients.gateway.service import Gateway
 from clients.gateway.triton_session import PieceRefused, SessionText
 from clients.gateway.triton_stream import StreamFailure
-from clients.gateway.ws_session import (AudioMessages, ErrorCode, SessionUpdate, SocketError, TextAppend, TextDone,
-                                        default_session, from_api_error, parse_message, parse_session)
+from clients.gateway.ws_session import (AudioMessages, ErrorCode, ResponseCancel, SessionUpdate, SocketError,
+                                        TextAppend, TextDone, cancelled_event, default_session, from_api_error,
+                                        parse_message, parse_session, words_event)
 
 log = logging.getLogger("voxlane.gateway")
 MAX_MESSAGE_BYTES = 1 << 20  # as the HTTP route's body limit; aiohttp closes the socket (1009) on a larger one
@@ -48,6 +56,7 @@ class SpeechSocket:
         self.text = SessionText()
         self.phase = Phase.SETUP
         self._relay: asyncio.Task | None = None
+        self._audio: AudioMessages | None = None  # the current utterance's audio, as sent
         self._is_stream_over = False  # the relay has the session's end: closing the socket cancels nothing
 
     async def run(self) -> None:
@@ -66,9 +75,23 @@ class SpeechSocket:
                                                "send JSON text messages"))
             return
         parsed = parse_message(message.data)
+        if isinstance(parsed, ResponseCancel):
+            await self._barge_in(parsed)
+            return
         error = parsed if isinstance(parsed, SocketError) else self._take(parsed)
         if error is not None:
             await self._send_error(error)
+
+    async def _barge_in(self, cancel: ResponseCancel) -> None:
+        """Stop the utterance under way, say how far it got, and make the socket ready for the next one."""
+        if self._relay is None or self._is_stream_over:
+            await self._send_error(SocketError(ErrorCode.NO_RESPONSE, "no utterance is under way: nothing to cancel"))
+            return
+        relay, audio = self._relay, self._audio
+        relay.cancel()  # closes the Triton stream: the server cancels the LM request and frees its row
+        await asyncio.wait([relay])
+        self._relay, self._audio, self.text, self.phase = None, None, SessionText(), Phase.SETUP
+        await self._send_json(cancelled_event(audio.seconds, audio.words, cancel.audio_end_s))
 
     def _take(self, message: SessionUpdate | TextAppend | TextDone) -> SocketError | None:
         if isinstance(message, SessionUpdate):
@@ -100,11 +123,12 @@ class SpeechSocket:
     def _open(self) -> None:
         self.phase = Phase.TEXT
         self.gateway.stats.num_streams += 1
-        self._relay = asyncio.create_task(self._relay_session(), name="voxlane-speech-socket")
+        self._audio = AudioMessages(self.speech)
+        self._relay = asyncio.create_task(self._relay_session(self._audio), name="voxlane-speech-socket")
 
-    async def _relay_session(self) -> None:
+    async def _relay_session(self, audio: AudioMessages) -> None:
         try:
-            await self._relay_to_client()
+            await self._relay_to_client(audio)
         except ClientTooSlow as exc:  # drop it: leaving `_relay_events` cancelled the Triton stream
             log.warning("dropped a WebSocket client: %s", exc)
             if self.request.transport is not None:
@@ -112,10 +136,10 @@ class SpeechSocket:
         except ConnectionResetError:  # the client left while a message was written: its close ends the read loop
             pass
 
-    async def _relay_to_client(self) -> None:
+    async def _relay_to_client(self, audio: AudioMessages) -> None:
         """Write the session's audio and events to the socket, then close it."""
         try:
-            await self._relay_events(AudioMessages(self.speech))
+            await self._relay_events(audio)
         except StreamFailure as exc:
             self._is_stream_over = True
             self.gateway.stats.num_errors[exc.error.status] += 1
@@ -123,12 +147,15 @@ class SpeechSocket:
         await self.socket.close()
 
     async def _relay_events(self, audio: AudioMessages) -> None:
-        async with aclosing(self.gateway.speak_text(self.speech, self.text)) as events:
+        with_words = replace(self.speech, params={**self.speech.params, "timestamps": "word"})  # for a barge-in
+        async with aclosing(self.gateway.speak_text(with_words, self.text)) as events:
             async for event in events:
                 if isinstance(event, PieceRefused):
                     await self._send_error(from_api_error(event.error, ErrorCode.BAD_INPUT))
                     continue
                 await self._send_audio(audio.encode(event))
+                if self.speech.word_timestamps:
+                    await self._send_json(words_event(event))
                 self.gateway.stats.on_chunk_written(time.perf_counter() - event.arrived_s)
         self._is_stream_over = True
         await self._send_audio(audio.finish())

@@ -8,6 +8,7 @@ generator early (the HTTP client went away) cancels the call; the router then fr
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -46,6 +47,7 @@ class AudioChunk:
     sample_rate: int
     lane: str
     arrived_s: float  # perf_counter when the gateway received it
+    words: list[dict] | None = None  # with `timestamps` "word": [{"word", "start", "end"}, ...] (seconds as sent)
 
 
 def infer_request(request: SpeechRequest, request_id: str | None = None) -> service_pb2.ModelInferRequest:
@@ -141,6 +143,8 @@ def parse_response(response, arrived_s: float) -> tuple[AudioChunk | None, bool]
     is_final = response.infer_response.parameters[FINAL].bool_param
     if result.get_output("audio") is None:
         return None, is_final
+    words = result.as_numpy("word_timestamps")
     chunk = AudioChunk(int(result.as_numpy("chunk_index")[0]), result.as_numpy("audio"),
-                       int(result.as_numpy("sample_rate")[0]), result.as_numpy("lane")[0].decode(), arrived_s)
+                       int(result.as_numpy("sample_rate")[0]), result.as_numpy("lane")[0].decode(), arrived_s,
+                       None if words is None else json.loads(bytes(words.reshape(-1)[0])))
     return chunk, is_final

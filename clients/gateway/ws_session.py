@@ -6,10 +6,13 @@ Client → gateway, JSON text messages:
     {"type": "session.update", "session": {"voice": "alloy", "seed": 1, ...}}   optional, before any text
     {"type": "input_text.append", "text": "Get the"}                            any number
     {"type": "input_text.done"}                                                 closes the text
+    {"type": "response.cancel", "audio_end_ms": 1234}                           barge-in (the key is optional)
 
 Gateway → client: each audio chunk as a binary message (16-bit little-endian mono PCM; with `wav`, the
-first starts with a WAV header), and JSON events `{"type": "audio.done", ...}` and
-`{"type": "error", "code", "message", "param"}`. The session fields are `POST /v1/audio/speech`'s
+first starts with a WAV header), and JSON events `{"type": "audio.done", ...}`,
+`{"type": "error", "code", "message", "param"}`, with `timestamps` "word" `{"type": "audio.words", "chunk_index",
+"words"}` after each chunk's audio, and after a `response.cancel` `{"type": "response.cancelled", ...}` (the
+audio time reached and the last word spoken there), after which the socket takes the next utterance. The session fields are `POST /v1/audio/speech`'s
 (speech.py checks them) but `input` and `stream_format`, plus `text_idle_timeout_s`.
 """
 from __future__ import annotations
@@ -43,6 +46,7 @@ class ErrorCode(str, Enum):
     INVALID_VALUE = "invalid_value"  # a session field the gateway refuses (`param` names it)
     SESSION_STARTED = "session_started"  # session.update after the text started: the settings are fixed
     TEXT_CLOSED = "text_closed"  # text after input_text.done
+    NO_RESPONSE = "no_response"  # response.cancel with no utterance under way
     BAD_INPUT = "bad_input"  # the server refused the input and gave no finer code
 
 
@@ -61,7 +65,14 @@ class TextDone:
     pass
 
 
-ClientMessage = SessionUpdate | TextAppend | TextDone
+@dataclass(frozen=True)
+class ResponseCancel:
+    """Barge-in: stop the utterance now. `audio_end_s`: how far the client played it (None: all that was sent)."""
+
+    audio_end_s: float | None = None
+
+
+ClientMessage = SessionUpdate | TextAppend | TextDone | ResponseCancel
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,8 @@ def parse_message(data: str) -> ClientMessage | SocketError:
     return _check_keys(message) or parse(message)
 
 
-_KEYS = {"session.update": ("session",), "input_text.append": ("text",), "input_text.done": ()}
+_KEYS = {"session.update": ("session",), "input_text.append": ("text",), "input_text.done": (),
+         "response.cancel": ("audio_end_ms",)}
 
 
 def _check_keys(message: dict) -> SocketError | None:
@@ -116,8 +128,18 @@ def _text_append(message: dict) -> TextAppend | SocketError:
     return from_api_error(error, ErrorCode.INVALID_VALUE) if error else TextAppend(text)
 
 
+def _response_cancel(message: dict) -> ResponseCancel | SocketError:
+    end_ms = message.get("audio_end_ms")
+    if end_ms is None:
+        return ResponseCancel()
+    if isinstance(end_ms, bool) or not isinstance(end_ms, (int, float)) or not 0 <= end_ms < float("inf"):
+        return SocketError(ErrorCode.INVALID_MESSAGE, "response.cancel's 'audio_end_ms' must be a number >= 0 (how "
+                                                      "many ms of the utterance the client played)", "audio_end_ms")
+    return ResponseCancel(end_ms / 1000)
+
+
 _PARSERS = {"session.update": _session_update, "input_text.append": _text_append,
-            "input_text.done": lambda message: TextDone()}
+            "input_text.done": lambda message: TextDone(), "response.cancel": _response_cancel}
 
 
 def default_session(model_ids: tuple[str, ...]) -> SpeechRequest:
@@ -156,6 +178,21 @@ def audio_done(audio_seconds: float, num_chunks: int, sample_rate: int | None) -
             "sample_rate": sample_rate}
 
 
+def words_event(chunk: AudioChunk) -> dict:
+    """The words a chunk speaks (`timestamps` "word"), sent after its audio."""
+    return {"type": "audio.words", "chunk_index": chunk.index, "words": chunk.words}
+
+
+def cancelled_event(audio_seconds: float, words: list[dict], audio_end_s: float | None) -> dict:
+    """The answer to a barge-in: the audio time reached (what the client played, else what was sent) and the
+    words spoken by then (a word counts once it has started)."""
+    reached = audio_seconds if audio_end_s is None else min(audio_end_s, audio_seconds)
+    spoken = [w for w in words if w["start"] < reached]
+    return {"type": "response.cancelled", "audio_seconds": round(reached, 6),
+            "audio_sent_seconds": round(audio_seconds, 6), "last_word": spoken[-1]["word"] if spoken else None,
+            "words_spoken": len(spoken)}
+
+
 class AudioMessages:
     """A session's audio as binary messages: 16-bit PCM per chunk (soxr-resampled to `sample_rate` if asked),
     the WAV header before the first with `wav`."""
@@ -166,6 +203,12 @@ class AudioMessages:
         self.num_samples = 0  # at the model's rate
         self.num_chunks = 0
         self.source_rate: int | None = None
+        self.words: list[dict] = []  # every word the chunks so far spoke
+
+    @property
+    def seconds(self) -> float:
+        """Audio sent so far."""
+        return self.num_samples / self.source_rate if self.source_rate else 0.0
 
     def encode(self, chunk: AudioChunk) -> bytes:
         if self._encoder is None:
@@ -173,6 +216,7 @@ class AudioMessages:
             self.source_rate = chunk.sample_rate
         self.num_samples += chunk.audio.size
         self.num_chunks += 1
+        self.words.extend(chunk.words or ())
         return self._encoder.encode(np.asarray(chunk.audio, np.float32))
 
     def finish(self) -> bytes:
@@ -180,5 +224,4 @@ class AudioMessages:
         return self._encoder.finish() if self._encoder is not None else b""
 
     def done(self) -> dict:
-        seconds = self.num_samples / self.source_rate if self.source_rate else 0.0
-        return audio_done(seconds, self.num_chunks, self._encoder.rate if self._encoder else None)
+        return audio_done(self.seconds, self.num_chunks, self._encoder.rate if self._encoder else None)
