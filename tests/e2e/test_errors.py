@@ -86,8 +86,8 @@ def text_input():
 
 
 MALFORMED = [  # what Triton itself refuses against the model config, before the router runs
-    pytest.param(lambda: [text_input(), tensor("speed", "FP32", np.array([1.5], np.float32))],
-                 "unexpected inference input 'speed'", id="unknown-input"),
+    pytest.param(lambda: [text_input(), tensor("tempo", "FP32", np.array([1.5], np.float32))],
+                 "unexpected inference input 'tempo'", id="unknown-input"),
     pytest.param(lambda: [text_input(), tensor("temperature", "FP64", np.array([0.5]))],
                  "data-type is 'FP64'", id="wrong-dtype"),
     pytest.param(lambda: [tensor("text", "INT32", np.array([7], np.int32))], "data-type is 'INT32'",

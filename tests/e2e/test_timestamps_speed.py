@@ -182,3 +182,15 @@ def test_barge_in_stops_the_utterance_frees_its_row_and_keeps_the_socket(gateway
     assert spoken and cancelled["last_word"] == spoken[-1]["word"] and cancelled["words_spoken"] == len(spoken)
     assert got["later"][-1]["type"] == "audio.done" and got["num_audio"] > 0  # the next utterance, same socket
     assert [e["type"] for e in got["later"][:-1]] and all(e["type"] == "audio.words" for e in got["later"][:-1])
+
+
+def test_the_barge_in_example_client_runs_as_documented(gateway):
+    from clients.barge_in_ws import speak_then_barge_in
+
+    got = asyncio.run(speak_then_barge_in(ws_url(gateway), TEXT, "Sure.", cut_after_s=1.2, seed=2,
+                                          max_audio_seconds=30.0, ignore_eos=True))
+    cancelled, heard = got["cancelled"], [w["word"] for w in got["words_heard"]]
+    assert cancelled["audio_seconds"] == 1.2 and heard == TEXT.split()[:len(heard)]
+    # a word's times come with the chunk that ends it: the server may know a started word the client has not seen
+    assert cancelled["words_spoken"] >= len(heard) and cancelled["last_word"] == TEXT.split()[cancelled["words_spoken"] - 1]
+    assert got["next"]["num_chunks"] > 0

@@ -32,8 +32,12 @@ def test_openai_voice_is_the_default_voice_and_extras_become_router_inputs():
 
 
 @pytest.mark.parametrize("fields, status, param", [
-    ({"speed": 1.25}, 400, "speed"),
+    ({"speed": 4.5}, 400, "speed"),
+    ({"speed": 0.2}, 400, "speed"),
     ({"speed": "fast"}, 400, "speed"),
+    ({"speed": True}, 400, "speed"),
+    ({"timestamps": "phoneme"}, 400, "timestamps"),
+    ({"timestamps": True}, 400, "timestamps"),
     ({"response_format": "ogg"}, 400, "response_format"),
     ({"sample_rate": 11025}, 400, "sample_rate"),
     ({"sample_rate": "24000"}, 400, "sample_rate"),
@@ -77,8 +81,11 @@ def test_every_openai_format_is_accepted_at_every_rate_it_carries(fmt):
         assert (parsed.response_format, parsed.sample_rate) == (fmt, rate)
 
 
-def test_speed_one_is_accepted():
-    assert isinstance(parse_speech(body(speed=1), MODELS), SpeechRequest)
+def test_speed_and_word_timestamps_become_router_inputs_and_their_defaults_send_nothing():
+    assert parse_speech(body(speed=1, timestamps="none"), MODELS).params == {}
+    parsed = parse_speech(body(speed=0.25, timestamps="word"), MODELS)
+    assert parsed.params == {"speed": 0.25, "timestamps": "word"} and parsed.word_timestamps
+    assert parse_speech(body(speed=4), MODELS).params == {"speed": 4.0}
     assert isinstance(parse_speech([1, 2], MODELS), ApiError)
 
 

@@ -23,8 +23,9 @@ from clients.gateway.config import GatewayConfig
 from clients.gateway.errors import bad_request, from_ended
 from clients.gateway.triton_session import PieceRefused, SessionText, TritonSession, piece_request, session_request
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
-from clients.gateway.ws_session import (AudioMessages, ErrorCode, SessionUpdate, SocketError, TextAppend, TextDone,
-                                        default_session, from_api_error, parse_message, parse_session)
+from clients.gateway.ws_session import (AudioMessages, ErrorCode, ResponseCancel, SessionUpdate, SocketError,
+                                        TextAppend, TextDone, cancelled_event, default_session, from_api_error,
+                                        parse_message, parse_session)
 from protocol.reasons import Ended, EndReason
 
 MODELS = ("qwen3-tts-tiny",)
@@ -35,8 +36,10 @@ ROOT = Path(__file__).resolve().parents[2]
     ('{"type": "session.update", "session": {"seed": 1}}', SessionUpdate({"seed": 1})),
     ('{"type": "input_text.append", "text": "Get the"}', TextAppend("Get the")),
     ('{"type": "input_text.done"}', TextDone()),
+    ('{"type": "response.cancel"}', ResponseCancel()),
+    ('{"type": "response.cancel", "audio_end_ms": 1250}', ResponseCancel(1.25)),
 ])
-def test_the_three_messages_parse_into_values(data, expected):
+def test_the_four_messages_parse_into_values(data, expected):
     assert parse_message(data) == expected
 
 
@@ -50,11 +53,24 @@ def test_the_three_messages_parse_into_values(data, expected):
     ('{"type": "input_text.append", "text": "\\ud800"}', "invalid_value", "text"),  # a lone surrogate
     ('{"type": "input_text.done", "text": "late"}', "invalid_message", "text"),  # unknown keys are refused
     ('{"type": "session.update", "session": "alloy"}', "invalid_message", "session"),
+    ('{"type": "response.cancel", "audio_end_ms": -1}', "invalid_message", "audio_end_ms"),
+    ('{"type": "response.cancel", "audio_end_ms": "soon"}', "invalid_message", "audio_end_ms"),
+    ('{"type": "response.cancel", "item": 1}', "invalid_message", "item"),
 ])
 def test_bad_messages_are_named(data, code, param):
     error = parse_message(data)
     assert isinstance(error, SocketError) and (error.code, error.param) == (code, param), error
     assert error.message and json.dumps(error.to_json())
+
+
+def test_a_barge_in_reports_the_time_reached_and_the_words_started_by_then():
+    words = [{"word": "Get", "start": 0.0, "end": 0.29}, {"word": "the", "start": 0.29, "end": 0.57},
+             {"word": "trust", "start": 0.57, "end": 1.0}]
+    assert cancelled_event(2.0, words, None)["last_word"] == "trust"  # no position: all that was sent
+    at = cancelled_event(2.0, words, 0.5)
+    assert (at["audio_seconds"], at["audio_sent_seconds"], at["last_word"], at["words_spoken"]) == (0.5, 2.0, "the", 2)
+    assert cancelled_event(0.4, words, 9.0)["audio_seconds"] == 0.4  # never past what was sent
+    assert cancelled_event(0.0, [], None)["last_word"] is None
 
 
 def test_session_fields_are_the_http_routes_plus_the_idle_timeout():
@@ -74,7 +90,7 @@ def test_session_fields_are_the_http_routes_plus_the_idle_timeout():
     ({"model": "tts-9000"}, "model_not_found", "model"),
     ({"input": "Hello."}, "invalid_value", "input"),  # the text comes as messages
     ({"stream_format": "sse"}, "invalid_value", "stream_format"),
-    ({"speed": 1.5}, "unsupported_value", "speed"),
+    ({"speed": 9}, "invalid_value", "speed"),
     ({"sample_rate": 11025}, "invalid_value", "sample_rate"),
 ])
 def test_bad_session_fields_are_named(fields, code, param):
