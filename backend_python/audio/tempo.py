@@ -1,14 +1,17 @@
 """A stream's tempo changed chunk by chunk, its pitch kept: FFmpeg's `atempo` filter (WSOLA) through PyAV.
 
 `atempo` takes factors of 0.5 to 100 per instance, so a speed under 0.5 is a chain (0.25 = 0.5 × 0.5). The
-filter holds back a window of audio (tens of ms) that it needs to overlap the next; `finish` drains it at the
-stream's end. Time-stretching by resampling would shift the pitch; this does not.
+filter holds back a window of audio (tens of ms) that it needs to overlap the next; `is_last` drains it at the
+stream's end. It also gives out an output frame only once it has filled one the size of the input frame over
+the speed, so a chunk pushed whole would come out only with the next chunk: the chunk goes in as frames of
+`PIECE_S`, and what is ready goes out with it. Time-stretching by resampling would shift the pitch; this does not.
 """
 from __future__ import annotations
 
 import numpy as np
 
 MIN_FACTOR = 0.5  # atempo's smallest factor per instance
+PIECE_S = 0.02  # the frames a chunk is pushed in (tools/tempo_cost.py measures what this holds back)
 
 
 def atempo_chain(speed: float) -> list[float]:
@@ -41,15 +44,18 @@ class TempoStream:
         """The stretched samples ready after `audio` ([n] float32); `is_last` drains the filter too."""
         import av
 
-        if audio.size:
-            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(audio, np.float32).reshape(1, -1),
-                                               format="flt", layout="mono")
+        audio, step, pieces = np.ascontiguousarray(audio, np.float32), max(1, int(self._rate * PIECE_S)), []
+        for start in range(0, audio.size, step):
+            piece = audio[start:start + step]
+            frame = av.AudioFrame.from_ndarray(piece.reshape(1, -1), format="flt", layout="mono")
             frame.sample_rate, frame.pts = self._rate, self._pts
-            self._pts += audio.size
+            self._pts += piece.size
             self._graph.push(frame)
+            pieces.append(self._pull())
         if is_last:
             self._graph.push(None)
-        return self._pull()
+            pieces.append(self._pull())
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
 
     def _pull(self) -> np.ndarray:
         import av

@@ -40,9 +40,11 @@ def test_the_stretched_stream_lasts_its_length_over_the_speed_at_the_same_pitch(
     assert pitch_hz(out) == pytest.approx(220.0, rel=0.01)  # resampling would give 220 × speed
 
 
-def test_audio_comes_out_as_the_chunks_go_in_not_only_at_the_end():
+def test_audio_comes_out_as_the_chunks_go_in_the_first_chunk_too():
+    """A 2-frame first chunk (160 ms) gives most of its stretched audio at once, not with the next chunk."""
     pieces = stretched(2.0, tone(2.0))
     assert sum(p.size for p in pieces[:-1]) > 0.9 * sum(p.size for p in pieces)
+    assert pieces[0].size >= 0.05 * RATE  # of the 80 ms due
 
 
 def test_a_stream_with_a_speed_stretches_before_it_encodes_and_its_tail_drains_the_filter():
