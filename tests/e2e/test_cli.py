@@ -61,3 +61,18 @@ def test_say_names_a_language_the_model_has_not(url, tmp_path):
     done = say(url, tmp_path / "x.wav", "--language", "Klingon")
     assert done.returncode == 1 and "language" in done.stderr and "klingon" in done.stderr.lower(), done.stderr
     assert not (tmp_path / "x.wav").exists()
+
+
+def test_say_prints_word_timestamps_and_speeds_up_the_audio(url, tmp_path):
+    """--timestamps prints one line per word (start, end, word) after the report; --speed 2 halves the length."""
+    text = "The peers' fields, from the command line."
+    plain = say(url, tmp_path / "plain.wav", "--timestamps", "--max-audio-seconds", "20")
+    assert plain.returncode == 0, plain.stderr
+    lines = [line.split(maxsplit=2) for line in plain.stdout.splitlines()[1:]]
+    assert [word for _, _, word in lines] == text.split()
+    assert all(float(start) <= float(end) for start, end, _ in lines)
+    fast = say(url, tmp_path / "fast.wav", "--speed", "2")
+    slow = say(url, tmp_path / "slow.wav")
+    assert fast.returncode == slow.returncode == 0, fast.stderr
+    with wave.open(str(tmp_path / "fast.wav")) as a, wave.open(str(tmp_path / "slow.wav")) as b:
+        assert abs(a.getnframes() / b.getnframes() - 0.5) < 0.03
