@@ -73,7 +73,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunk-frames", type=int, default=defaults.chunk_frames,
                         help="frames in a full chunk (default: the model family's plan, mostly 10)")
     parser.add_argument("--first-chunk-frames-idle", type=int, default=defaults.first_chunk_frames_idle,
-                        help="the first chunk of a request that starts alone (default: --first-chunk-frames)")
+                        help="the first chunk of a request that starts alone (default: 1 on cuda for a family on the "
+                             "engine's ramp, else --first-chunk-frames; 0: off)")
     parser.add_argument("--first-chunk-frames-busy", type=int, default=defaults.first_chunk_frames_busy,
                         help="the first chunk of a request that starts beside --busy-streams running ones "
                              "(default: --first-chunk-frames)")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend_python.engine.config import EngineConfig, KVLayout
-from backend_python.models.chunk_plans import chunk_plan, sm_shares
+from backend_python.models.chunk_plans import GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, sm_shares, takes_default_plan
 from backend_python.triton.params import LaneSettings
 from backend_python.triton.reference_inputs import ReferenceLimits
 from backend_python.triton.request_inputs import RequestLimits
@@ -190,12 +190,21 @@ class ServeConfig:
         """The chunk plan: the fields given, the model family's plan for the rest."""
         plan = chunk_plan(self.model)
         given = {"first_chunk_frames": self.first_chunk_frames, "chunk_frames": self.chunk_frames,
-                 "first_chunk_frames_idle": self.first_chunk_frames_idle,
+                 "first_chunk_frames_idle": self._idle_first_chunk(),
                  "first_chunk_frames_busy": self.first_chunk_frames_busy, "busy_streams": self.busy_streams}
         given = {key: value for key, value in given.items() if value is not None}
         if self.chunk_growth != FROM_MODEL:
             given["chunk_growth"] = self.chunk_growth
         return dataclasses.replace(plan, **given)
+
+    def _idle_first_chunk(self) -> int | None:
+        """`first_chunk_frames_idle` as given (0: off), else on cuda the GPU default for a family on the engine's
+        ramp (models/chunk_plans.py GPU_IDLE_FIRST_CHUNK_FRAMES) unless the first chunk is set."""
+        if self.first_chunk_frames_idle is not None:
+            return self.first_chunk_frames_idle or None
+        if self.device == "cuda" and self.first_chunk_frames is None and takes_default_plan(self.model):
+            return GPU_IDLE_FIRST_CHUNK_FRAMES
+        return None
 
     def engine_config(self) -> EngineConfig:
         """The LM lane's engine (its codec context comes from the model family, in the lane)."""

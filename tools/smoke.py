@@ -94,8 +94,9 @@ def measure_server(config: ServeConfig, args: argparse.Namespace):
 
 
 def _base(config: ServeConfig) -> dict:
-    return {"model": config.model, "mode": config.mode.value, "first_chunk_frames": config.chunking().first_chunk_frames,
-            "device": config.device}
+    chunking = config.chunking()
+    return {"model": config.model, "mode": config.mode.value, "first_chunk_frames": chunking.first_chunk_frames,
+            "first_chunk_frames_idle": chunking.first_chunk_frames_idle, "device": config.device}
 
 
 def _metrics(server: Server) -> str:
@@ -103,8 +104,14 @@ def _metrics(server: Server) -> str:
 
 
 def server_configs(args: argparse.Namespace) -> list[ServeConfig]:
-    return [ServeConfig(model=model, device=args.device, mode=mode, first_chunk_frames=first)
-            for model in args.models for mode in args.modes for first in args.first_chunk_frames]
+    return [ServeConfig(model=model, device=args.device, mode=mode, first_chunk_frames=first,
+                        first_chunk_frames_idle=idle)
+            for model in args.models for mode in args.modes for first in args.first_chunk_frames
+            for idle in args.first_chunk_frames_idle]
+
+
+def _idle(value: str) -> int | None:
+    return None if value == "default" else int(value)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -115,6 +122,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=[defaults.mode.value])
     parser.add_argument("--first-chunk-frames", type=int, nargs="+", default=[defaults.first_chunk_frames],
                         help="serve each model and mode once per first-chunk size (default: the model's plan)")
+    parser.add_argument("--first-chunk-frames-idle", type=_idle, nargs="+", default=[None],
+                        help="a lone request's first chunk, per server: N, 0 (off) or default (the server's)")
     parser.add_argument("--seconds", type=float, default=1.6, help="audio per request")
     parser.add_argument("--sequential", type=int, default=5, help="requests one at a time, on an idle server")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8], help="streams at once, per level")

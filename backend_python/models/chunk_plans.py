@@ -29,6 +29,11 @@ PLANS = {
     # families"), so a 2-token first chunk buys 4 ms of time to first audio for a call that plays 80 ms
     "cosyvoice3": {"first_chunk_frames": 4, "chunk_frames": 25},
 }
+# On a GPU, a request that starts with no other stream running sends its first chunk after one frame where the
+# family takes the engine's ramp: one LM frame sooner (Qwen3-TTS 1.7B on an H200: idle TTFA 23.3 vs 28.8 ms), and,
+# acting only on a lone request, it cannot cost capacity (BENCHMARKS.md, "Lever: the first chunk from the LM's
+# load"). Not on the CPU, whose end-to-end tests pin the plan; `--first-chunk-frames-idle 0` turns it off.
+GPU_IDLE_FIRST_CHUNK_FRAMES = 1
 DEFAULT_SM_SHARES = (60, 40)  # (LM lane %, background codec lane %)
 SM_SHARES = {"cosyvoice3": (40, 60)}
 
@@ -49,6 +54,11 @@ def family_of_model(model: str) -> str | None:
 def chunk_plan(model: str) -> ChunkingConfig:
     """The model's family's chunk plan, else the engine's default."""
     return ChunkingConfig(**PLANS.get(family_of_model(model) or "", {}))
+
+
+def takes_default_plan(model: str) -> bool:
+    """Whether the model's family streams with the engine's default ramp (no plan of its own)."""
+    return (family_of_model(model) or "") not in PLANS
 
 
 def sm_shares(model: str) -> tuple[int, int]:

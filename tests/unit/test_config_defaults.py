@@ -167,3 +167,14 @@ def test_a_model_family_brings_its_sm_shares_and_given_ones_override_them(tmp_pa
     assert ServeConfig(model="flashtts-0.5b").codec_sm_pct == 40
     with pytest.raises(ValueError, match="--lm-sm-pct must be in"):
         ServeConfig(model="cosyvoice3-tiny", lm_sm_pct=0)
+
+
+def test_on_a_gpu_a_lone_request_of_a_family_on_the_engines_ramp_starts_with_one_frame():
+    """The GPU default (models/chunk_plans.py): measured to pay on the H200, and it acts only on a lone request."""
+    assert ServeConfig(device="cuda").chunking().first_chunk_frames_idle == 1
+    assert ServeConfig(device="cpu").chunking().first_chunk_frames_idle is None  # the CPU tests pin the plan
+    assert ServeConfig(device="cuda", first_chunk_frames_idle=0).chunking().first_chunk_frames_idle is None  # off
+    assert ServeConfig(device="cuda", first_chunk_frames_idle=3).chunking().first_chunk_frames_idle == 3
+    assert ServeConfig(device="cuda", first_chunk_frames=4).chunking().first_chunk_frames_idle is None  # a plan given
+    for model in ("flashtts-0.5b", "cosyvoice3-tiny"):  # a family with its own plan keeps it
+        assert ServeConfig(model=model, device="cuda").chunking().first_chunk_frames_idle is None
