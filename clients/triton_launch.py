@@ -67,15 +67,42 @@ def _install_stub(install: TritonInstall) -> None:
         path.chmod(0o755)
 
 
+# glibc's malloc raises its mmap threshold (up to 32 MB), and its trim threshold with it, each time it frees
+# a block it had mmapped; from then on big blocks come from its arenas and stay there once freed. Under
+# cloning (a 1-4 s reference at 16-44.1 kHz per request, passed by the router to the voice encoder through
+# tritonserver) tritonserver's private RSS grew with cloned requests, in anonymous mappings outside [heap]
+# (its other arenas), while its live heap was flat (heaptrack). Fixed thresholds turn the raising off:
+# blocks of 64 kB and more are mmapped and unmapped when freed, and an arena gives back a free top over
+# 128 kB. `tools.soak --minutes 4 --clone` (tiny Base preset, 2 CPU cores shared), tritonserver's private
+# growth: without, 4.3 MB over 696 requests (168 cloned: 26 kB each); with, 1.2-1.9 MB over 379-693
+# requests (7-15 kB a cloned one), within 1.5 MB + 1 kB a request in four runs out of four, though still
+# creeping under load. MALLOC_ARENA_MAX=2 alone changed nothing; preloaded jemalloc grew 4.0 MB (1,178
+# requests), tcmalloc 15.1 MB (709). An operator's own GLIBC_TUNABLES replaces this. The stubs inherit it
+# (glibc <= 2.37 passes on only the first tunable); they trim their own heaps (backend_python/triton/heap.py).
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=131072"
+
+
 def server_env(install: TritonInstall, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for `tritonserver`: venv first on PATH, wheel libs on LD_LIBRARY_PATH."""
+    """Environment for `tritonserver`: venv first on PATH, wheel libs on LD_LIBRARY_PATH, malloc's fixed
+    thresholds (MALLOC_TUNABLES) unless GLIBC_TUNABLES is set; VOXLANE_TRITON_ENV's pairs last."""
     env = dict(os.environ)
+    env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (_libpython_dir(), str(install.libs), env.get("LD_LIBRARY_PATH", "")) if p)
     env.update(extra or {})
+    env.update(_env_overrides(os.environ.get("VOXLANE_TRITON_ENV", "")))
     return env
+
+
+def _env_overrides(spec: str) -> dict[str, str]:
+    """`VOXLANE_TRITON_ENV`: whitespace-separated KEY=VALUE pairs set for `tritonserver` (and the stubs it
+    starts) but not the calling process, e.g. an allocator to try: `LD_PRELOAD=/path/libjemalloc.so.2`."""
+    pairs = dict(item.split("=", 1) for item in spec.split() if "=" in item)
+    if len(pairs) != len(spec.split()):
+        raise ValueError(f"VOXLANE_TRITON_ENV takes KEY=VALUE pairs, got {spec!r}")
+    return pairs
 
 
 def _libpython_dir() -> str:
