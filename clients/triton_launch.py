@@ -67,18 +67,13 @@ def _install_stub(install: TritonInstall) -> None:
         path.chmod(0o755)
 
 
-# glibc's malloc raises its mmap threshold (up to 32 MB), and its trim threshold with it, each time it frees
-# a block it had mmapped; from then on big blocks come from its arenas and stay there once freed. Under
-# cloning (a 1-4 s reference at 16-44.1 kHz per request, passed by the router to the voice encoder through
-# tritonserver) tritonserver's private RSS grew with cloned requests, in anonymous mappings outside [heap]
-# (its other arenas), while its live heap was flat (heaptrack). Fixed thresholds turn the raising off:
-# blocks of 64 kB and more are mmapped and unmapped when freed, and an arena gives back a free top over
-# 128 kB. `tools.soak --minutes 4 --clone` (tiny Base preset, 2 CPU cores shared), tritonserver's private
-# growth: without, 4.3 MB over 696 requests (168 cloned: 26 kB each); with, 1.2-1.9 MB over 379-693
-# requests (7-15 kB a cloned one), within 1.5 MB + 1 kB a request in four runs out of four, though still
-# creeping under load. MALLOC_ARENA_MAX=2 alone changed nothing; preloaded jemalloc grew 4.0 MB (1,178
-# requests), tcmalloc 15.1 MB (709). An operator's own GLIBC_TUNABLES replaces this. The stubs inherit it
-# (glibc <= 2.37 passes on only the first tunable); they trim their own heaps (backend_python/triton/heap.py).
+# glibc's malloc raises its mmap threshold (up to 32 MB), and its trim threshold with it, each time it frees a
+# block it had mmapped; from then on big blocks come from its arenas and stay there once freed. Under cloning
+# tritonserver's private RSS grew that way (its live heap was flat: heaptrack). Fixed thresholds turn the raising
+# off: blocks of 64 kB and more are unmapped when freed, and an arena gives back a free top over 128 kB. The
+# measurements (2-3.5x less growth per cloned request; jemalloc and tcmalloc no better) are in the README,
+# "Memory". An operator's own GLIBC_TUNABLES replaces this; the stubs inherit it (glibc <= 2.37 passes on only
+# the first tunable) and trim their own heaps (backend_python/triton/heap.py).
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=131072"
 
 
