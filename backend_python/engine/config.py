@@ -43,6 +43,7 @@ class EngineConfig:
     codec_overlap_frames: int = 0  # of those, frames of audio cross-faded into the next chunk
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # chunking and admission
     overlap_steps: bool | None = None  # launch step t+1 before reading step t's codes; None: on CUDA only
+    num_delay_steps: int = 0  # steps a stream runs past its frames: its family's SpeechLM.num_delay_steps
 
     def __post_init__(self) -> None:
         if self.max_slots < 1 or self.max_batch < 1:
@@ -58,21 +59,25 @@ class EngineConfig:
             raise ValueError("codec context, lookahead and overlap frames must be >= 0")
         if self.codec_overlap_frames > self.codec_lookahead_frames:
             raise ValueError("codec_overlap_frames must not exceed codec_lookahead_frames")
+        if self.num_delay_steps < 0:
+            raise ValueError(f"num_delay_steps must be >= 0, got {self.num_delay_steps}")
 
     def length_error(self, num_prompt_tokens: int, num_frames: int, what: str = "request") -> str | None:
         """Why a prompt and its frames would not fit one stream's `max_seq_len` (`what`: the request, or its
         text segment), or None when they fit. One check for the LM lane, which refuses such a request as bad
         input before it queues, and the engine, which ends it at admission if one reaches it."""
-        needed = num_prompt_tokens + num_frames + 1  # as SpeechLM.kv_positions_for counts them
+        needed = num_prompt_tokens + num_frames + 1 + self.num_delay_steps  # as SpeechLM.kv_positions_for
         if needed <= self.max_seq_len:
             return None
-        return (f"{what} needs {needed} positions (prompt {num_prompt_tokens} tokens + {num_frames} frames) but "
-                f"the server's max_seq_len is {self.max_seq_len}")
+        delay = f" + {self.num_delay_steps} codebook delay steps" if self.num_delay_steps else ""
+        return (f"{what} needs {needed} positions (prompt {num_prompt_tokens} tokens + {num_frames} frames{delay}) "
+                f"but the server's max_seq_len is {self.max_seq_len}")
 
     @classmethod
-    def from_parameters(cls, params: Mapping[str, str], codec_windowing) -> "EngineConfig":
+    def from_parameters(cls, params: Mapping[str, str], codec_windowing, num_delay_steps: int = 0) -> "EngineConfig":
         """From the LM model's config.pbtxt parameters (strings); absent keys keep the defaults.
-        `codec_windowing`: the model family's (registry.codec_windowing), or its left context frames alone."""
+        `codec_windowing`: the model family's (registry.codec_windowing), or its left context frames alone;
+        `num_delay_steps`: the loaded model's (SpeechLM.num_delay_steps)."""
         try:
             sizes = {key: parse(params[key]) for key, parse in _RENDERED.items() if key in params}
         except ValueError as error:
@@ -83,7 +88,8 @@ class EngineConfig:
             window = {"codec_left_context_frames": codec_windowing.left_context_frames,
                       "codec_lookahead_frames": codec_windowing.lookahead_frames,
                       "codec_overlap_frames": codec_windowing.overlap_frames}
-        return cls(**sizes, **window, scheduler=SchedulerConfig.from_dict(params, ignore_unknown=True))
+        return cls(**sizes, **window, num_delay_steps=num_delay_steps,
+                   scheduler=SchedulerConfig.from_dict(params, ignore_unknown=True))
 
     def to_parameters(self) -> dict[str, str]:
         """The parameters `from_parameters` reads: the sizes and every scheduler field."""

@@ -78,7 +78,7 @@ class LMModel:
         self.family = registry.family_of(spec).name
         self.model.use_torch_compile = setup.lane.torch_compile  # read when the engine allocates slots
         self.limits = RequestLimits.from_parameters(params)
-        config = EngineConfig.from_parameters(params, registry.codec_windowing(spec))
+        config = EngineConfig.from_parameters(params, registry.codec_windowing(spec), self.model.num_delay_steps)
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
         self.codec = (registry.load_codec(spec, device=device, dtype=dtype, steps=setup.lane.codec_steps)
                       if config.scheduler.mode is ServingMode.TIMESHARE else None)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from backend_python.models.codec_stream import CodecStreamState, StreamCarry, split_states, stack_states
+from backend_python.models.delay_pattern import DelayPattern
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,20 @@ class SpeechLM(nn.Module, ABC):
         model cannot use."""
 
     frames_per_step = 1  # > 1: `decode` emits several frames per step (multi-token prediction heads)
+    # Set: `decode` emits codebook j of frame k at step k + codebook_delays[j] (models/delay_pattern.py), one row
+    # of K codes per step, and reports the end of speech on codebook 0; the engine assembles complete frames and
+    # runs the steps that close the last codebooks. None: every step's codes are one whole frame.
+    codebook_delays: tuple[int, ...] | None = None
+
+    @property
+    def delay_pattern(self) -> DelayPattern | None:
+        return None if self.codebook_delays is None else DelayPattern(self.codebook_delays)
+
+    @property
+    def num_delay_steps(self) -> int:
+        """Decode steps a stream runs past its frames: its largest codebook delay (0 undelayed)."""
+        pattern = self.delay_pattern
+        return 0 if pattern is None else pattern.max_delay
 
     def codec_condition(self, prompt: Prompt) -> torch.Tensor | None:
         """The stream's condition vector for a codec with `condition_dim` > 0 ([D] float32, cpu): a flow-matching
@@ -241,7 +256,7 @@ class SpeechLM(nn.Module, ABC):
 
     def kv_positions_for(self, num_prompt_tokens: int, num_frames: int) -> int:
         """KV positions a stream of this prompt and up to num_frames frames writes: its extent in a pooled cache."""
-        return num_prompt_tokens + num_frames + 1
+        return num_prompt_tokens + num_frames + 1 + self.num_delay_steps
 
     def place(self, slot: int, start: int, num_positions: int) -> None:
         """`slot`'s stream owns KV positions start .. start + num_positions - 1 of a pooled cache."""
@@ -268,7 +283,9 @@ class SpeechLM(nn.Module, ABC):
         row with is_eos has no audio frame (its codes are meaningless); the
         engine then releases the slot. Rows with ignore_eos never stop here.
         With `frames_per_step` M > 1: (codes [B, M, K], is_eos [B, M]); a row's
-        frames after its first end-of-speech are ignored.
+        frames after its first end-of-speech are ignored. With `codebook_delays`: one delayed row per slot,
+        codes [B, K] (padding where a codebook has no frame yet or any more), is_eos [B] once codebook 0 has
+        ended; the engine goes on stepping the slot until its last codebook closes.
         """
 
     @abstractmethod

@@ -82,7 +82,7 @@ class SlotSpeechLM(SpeechLM):
 
     def kv_positions_for(self, num_prompt_tokens: int, num_frames: int) -> int:
         """KV positions a stream of this prompt and up to num_frames frames writes (its extent's size)."""
-        return num_prompt_tokens + (num_frames + 1) * self.positions_per_frame
+        return num_prompt_tokens + (num_frames + 1 + self.num_delay_steps) * self.positions_per_frame
 
     def place(self, slot: int, start: int, num_positions: int) -> None:
         """`slot`'s stream owns KV positions start .. start + num_positions - 1 of the pool (a pooled cache)."""
