@@ -9,7 +9,10 @@ a request is admitted when a slot is free and its KV extent fits the pool. Reque
 leave between steps; an error in one request's prefill ends only that request.
 A streaming-text request joins once its prompt's text has arrived and skips the
 steps whose frame needs text that has not (text_pieces.py); a family whose prompt
-needs the whole text speaks it segment by segment in the same slot (segments.py).
+needs the whole text speaks it segment by segment in the same slot (segments.py). A family with a codebook
+delay pattern emits each frame's codebooks over several steps: a stream's rows go through its FrameAssembler
+(models/delay_pattern.py), so its frames, chunks and limits count complete frames only, and its end of speech
+runs on until the last codebook closes.
 
 With `overlap_steps` (the default on CUDA) the host work of a step runs while the
 GPU computes the next one: step t+1 is launched before step t's codes are read
@@ -40,6 +43,7 @@ from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
 from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, Occupancy, PhaseClock, StepTiming
 from backend_python.models.base import Codec, CodecWindowing, DecodeBatch, SpeechLM
+from backend_python.models.delay_pattern import FrameAssembler
 from scheduler import (AdmissionState, KVBlocks, PacedStream, StreamStatus, WaitingRequest, make_admission_policy,
                        pick_rows)
 
@@ -54,6 +58,7 @@ class LMEngine:
         inline in this loop.
 
         `on_step(num_running)` is called after every step (metrics): the streams holding a slot."""
+        _check_delays(model, config)
         self.model = model
         self.codec = codec
         self.config = config
@@ -293,6 +298,7 @@ class LMEngine:
         for seq in seqs:
             seq.status = SeqStatus.RUNNING
             self._running.append(seq)
+            self._start_codes(seq)
             _start_words(seq)
 
     def _fail_prefill(self, seq: Sequence, exc: Exception) -> None:
@@ -327,6 +333,7 @@ class LMEngine:
                 self.phases.charge(LoopPhase.PREFILL)
             self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
             segments.start_segment(seq)
+            self._start_codes(seq)
             _start_words(seq)
 
     def _fit_segment(self, seq: Sequence, need: int) -> bool:
@@ -390,19 +397,22 @@ class LMEngine:
             progress.append((seq, self._advance_step(seq, codes[row], is_eos[row])))
         self._progress(progress)
 
+    def _start_codes(self, seq: Sequence) -> None:
+        """A prompt was prefilled into `seq`'s slot: a delayed family's codes start their delay pattern anew."""
+        pattern = self.model.delay_pattern
+        seq.assembler = None if pattern is None else FrameAssembler(pattern)
+
     def _advance_step(self, seq: Sequence, codes: torch.Tensor, is_eos: torch.Tensor) -> Progress:
-        """Take a step's frames for one row: one ([K] codes), or several from a multi-token model ([M, K],
-        is_eos [M]) up to its first end of speech or until the request is no longer going."""
-        if codes.dim() == 1:
-            return self._advance(seq, codes, bool(is_eos))
+        """Take a step's frames for one row up to its first end of speech or until the request is no longer
+        going (a delayed family's first steps take none)."""
         progress = Progress.GOING
-        for frame, eos in zip(codes, is_eos.tolist()):
+        for frame, eos in _step_frames(seq, codes, is_eos):
             progress = self._advance(seq, frame, eos)
             if progress is not Progress.GOING:
                 break
         return progress
 
-    def _advance(self, seq: Sequence, frame: torch.Tensor, is_eos: bool) -> Progress:
+    def _advance(self, seq: Sequence, frame: torch.Tensor | None, is_eos: bool) -> Progress:
         """Append the step's frame; where the request stands."""
         if not is_eos:
             seq.frames.append(frame)
@@ -529,6 +539,33 @@ class LMEngine:
     def _fail_all(self, reason: str | Ended) -> None:
         for seq in self._running + self._waiting:
             self._finish(seq, reason)
+
+
+def _check_delays(model: SpeechLM, config: EngineConfig) -> None:
+    """A delayed family emits one row of its K codebooks per step, and the config's length check counts its
+    delay steps."""
+    pattern = model.delay_pattern
+    if pattern is None:
+        return
+    if pattern.num_codebooks != model.num_codebooks or model.frames_per_step != 1:
+        raise ValueError(f"{type(model).__name__}: codebook_delays need one delay per codebook "
+                         f"({model.num_codebooks}) and one frame per step")
+    if config.num_delay_steps != pattern.max_delay:
+        raise ValueError(f"EngineConfig.num_delay_steps is {config.num_delay_steps} but "
+                         f"{type(model).__name__} delays its codebooks by up to {pattern.max_delay} steps")
+
+
+def _step_frames(seq: Sequence, codes: torch.Tensor,
+                 is_eos: torch.Tensor) -> list[tuple[torch.Tensor | None, bool]]:
+    """A row's frames in order, each with whether it is the end of speech (no audio): one ([K] codes), several
+    from a multi-token model ([M, K], is_eos [M]), or the complete frames a delayed family's row releases and,
+    once its last codebook closed, the end (models/delay_pattern.py)."""
+    if seq.assembler is not None:
+        assembled = seq.assembler.push(codes, bool(is_eos))
+        return [(frame, False) for frame in assembled.frames] + ([(None, True)] if assembled.is_closed else [])
+    if codes.dim() == 1:
+        return [(codes, bool(is_eos))]
+    return list(zip(codes, is_eos.tolist()))
 
 
 def _start_words(seq: Sequence) -> None:

@@ -43,7 +43,8 @@ def frames_needed(seq: Sequence) -> int:
 def is_blocked(seq: Sequence) -> bool:
     """Between segments, or at its segment's limit before the text says whether more follows."""
     limit = frame_limit(seq)
-    return seq.segment.is_over or (limit is not None and seq.segment.num_launched >= limit)
+    launched = seq.segment.num_launched - seq.num_delay_steps  # a delayed family's first steps complete no frame
+    return seq.segment.is_over or (limit is not None and launched >= limit)
 
 
 def after_frame(seq: Sequence, is_eos: bool) -> Progress:

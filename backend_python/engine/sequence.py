@@ -9,6 +9,7 @@ import torch
 
 from backend_python.engine.word_clock import WordClock, WordTime
 from backend_python.models.base import Prompt, SamplingParams, TextFeed
+from backend_python.models.delay_pattern import FrameAssembler
 from scheduler import Extent, UnreadBound
 
 
@@ -59,7 +60,8 @@ class SegmentCursor:
     first_frame: int = 0  # the stream's index of the segment's first frame
     chunks_from: tuple[int, int] = (0, 0)  # (frame, chunk index) where the chunk plan starts anew: a segment's
     # first frame, or where a segment waiting at its limit sent the frames it held
-    num_launched: int = 0  # frames launched in the segment
+    num_launched: int = 0  # frames launched in the segment (a delayed family: its steps, of which the first
+    # Sequence.num_delay_steps complete no frame)
     is_over: bool = False  # spoken: the next segment is not prefilled yet
 
 
@@ -74,7 +76,7 @@ class Sequence:
     generator: torch.Generator
     slot: int | None = None
     status: SeqStatus = SeqStatus.WAITING
-    frames: list[torch.Tensor] = field(default_factory=list)  # each [K] int64, cpu
+    frames: list[torch.Tensor] = field(default_factory=list)  # each [K] int64, cpu: complete frames only
     num_chunks: int = 0
     is_cancelled: bool = False
     arrival_time: float = 0.0  # engine clock, set by LMEngine.add
@@ -91,6 +93,12 @@ class Sequence:
     codec_condition: torch.Tensor | None = None  # [D] float32, cpu: its codec's condition (SpeechLM.codec_condition)
     kv_extent: Extent | None = None  # its positions in a pooled KV cache while it holds a slot
     words: WordClock | None = None  # its word timestamps, when the client asked for them (`timestamps`)
+    assembler: FrameAssembler | None = None  # a delayed family's partial frames since its (segment's) prefill
+
+    @property
+    def num_delay_steps(self) -> int:
+        """Steps its frames trail its decode steps by (a delayed family's largest delay; 0 undelayed)."""
+        return 0 if self.assembler is None else self.assembler.pattern.max_delay
 
     @property
     def is_segmented(self) -> bool:
