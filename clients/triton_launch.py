@@ -72,8 +72,11 @@ def _install_stub(install: TritonInstall) -> None:
 # tritonserver's private RSS grew that way (its live heap was flat: heaptrack). Fixed thresholds turn the raising
 # off: blocks of 64 kB and more are unmapped when freed, and an arena gives back a free top over 128 kB. The
 # measurements (2-3.5x less growth per cloned request; jemalloc and tcmalloc no better) are in the README,
-# "Memory". An operator's own GLIBC_TUNABLES replaces this; the stubs inherit it (glibc <= 2.37 passes on only
-# the first tunable) and trim their own heaps (backend_python/triton/heap.py).
+# "Memory". Only tritonserver runs with them: Triton's Python backend starts each stub through `bash -c`, which
+# first reads $BASH_ENV (clients/stub_env.sh unsets them). The stubs keep glibc's own thresholds, with which they
+# trim their heaps (backend_python/triton/heap.py): with the fixed ones, the urgent codec lane grew 17 MB in the
+# soak test's minute (it shrank 5 MB without). An operator's own GLIBC_TUNABLES replaces all of this.
+STUB_ENV = Path(__file__).with_name("stub_env.sh")  # what the stubs' `bash -c` reads first: no GLIBC_TUNABLES
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=131072"
 
 
@@ -81,7 +84,8 @@ def server_env(install: TritonInstall, extra: dict[str, str] | None = None) -> d
     """Environment for `tritonserver`: venv first on PATH, wheel libs on LD_LIBRARY_PATH, malloc's fixed
     thresholds (MALLOC_TUNABLES) unless GLIBC_TUNABLES is set; VOXLANE_TRITON_ENV's pairs last."""
     env = dict(os.environ)
-    env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
+    if "GLIBC_TUNABLES" not in env:
+        env.update(GLIBC_TUNABLES=MALLOC_TUNABLES, BASH_ENV=str(STUB_ENV))
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(

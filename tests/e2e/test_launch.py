@@ -73,3 +73,14 @@ def processes_with_argument(argument: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_only_tritonserver_runs_with_the_fixed_malloc_thresholds(server):
+    """The stubs trim their own heaps with glibc's own thresholds (clients/stub_env.sh through BASH_ENV)."""
+    def tunables(pid: int) -> list[bytes]:
+        return [e for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e.startswith(b"GLIBC_TUNABLES=")]
+
+    pid = server.process.process.pid
+    stubs = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    assert tunables(pid) and len(stubs) >= 5
+    assert all(not tunables(int(stub)) for stub in stubs)

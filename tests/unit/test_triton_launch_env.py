@@ -14,9 +14,11 @@ INSTALL = TritonInstall(Path("/nonexistent/pytriton/tritonserver"))
 def test_server_gets_fixed_malloc_thresholds_unless_the_operator_set_tunables(monkeypatch):
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     monkeypatch.delenv("VOXLANE_TRITON_ENV", raising=False)
-    assert server_env(INSTALL)["GLIBC_TUNABLES"] == MALLOC_TUNABLES
+    env = server_env(INSTALL)
+    assert env["GLIBC_TUNABLES"] == MALLOC_TUNABLES and Path(env["BASH_ENV"]).read_text().count("unset GLIBC_TUNABLES")
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
-    assert server_env(INSTALL)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"
+    env = server_env(INSTALL)
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2" and "BASH_ENV" not in env  # theirs, for the stubs too
 
 
 def test_voxlane_triton_env_sets_pairs_for_the_server_only(monkeypatch):
