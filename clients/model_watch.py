@@ -41,6 +41,7 @@ class ModelWatch:
         self.models, self.period_s, self.unload_wait_s = models, period_s, unload_wait_s
         self.restarts = {model: 0 for model in models}
         self._gone_since: dict[str, float] = {}
+        self._owed: set[str] = set()  # unloaded by this watch, not yet loaded again: a failed load is tried again
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="model-watch", daemon=True)
 
@@ -58,7 +59,13 @@ class ModelWatch:
             if not is_alive(self.server_pid):
                 return  # the server is gone (another one may serve these ports later: not ours to heal)
             running, now = server_processes(self.server_pid), time.monotonic()
+            owed = sorted(self._owed)
+            for model in owed:
+                if not self._stop.is_set():
+                    self._load(model, time.monotonic())
             for model, grace_s in self.models.items():
+                if model in owed:  # its new stub is looked for next round
+                    continue
                 if model in running:
                     self._gone_since.pop(model, None)
                 elif (now - self._gone_since.setdefault(model, now) >= grace_s and not self._stop.is_set()
@@ -71,17 +78,27 @@ class ModelWatch:
         log.warning("the %s process died: reloading it", model)
         try:
             self._post(f"/v2/repository/models/{model}/unload")
-            deadline = time.monotonic() + self.unload_wait_s
-            while self._is_ready(model) and time.monotonic() < deadline and not self._stop.is_set():
-                time.sleep(0.1)  # in Triton 2.51 a load right after an unload can be lost (lane_health.py)
-            if model == ROUTER:
-                self._stop.wait(ROUTER_HOLD_S)
-            if self._stop.is_set():
-                return
-            self._post(f"/v2/repository/models/{model}/load")
-        except (OSError, urllib.error.URLError) as exc:  # the server is stopping, or the load failed: next round
-            log.warning("reloading %s failed: %s", model, exc)
+        except (OSError, urllib.error.URLError) as exc:  # the server is stopping: its stub is still gone next round
+            log.warning("unloading %s failed: %s", model, exc)
             return
+        self._owed.add(model)
+        deadline = time.monotonic() + self.unload_wait_s
+        while self._is_ready(model) and time.monotonic() < deadline and not self._stop.is_set():
+            time.sleep(0.1)  # in Triton 2.51 a load right after an unload can be lost (lane_health.py)
+        if model == ROUTER:
+            self._stop.wait(ROUTER_HOLD_S)
+        if not self._stop.is_set():
+            self._load(model, started)
+
+    def _load(self, model: str, started: float) -> None:
+        """Loads a model this watch unloaded; one whose load failed stays owed, and is tried again next round
+        (nobody else would: Triton calls it not ready, which the watch otherwise leaves alone)."""
+        try:
+            self._post(f"/v2/repository/models/{model}/load")
+        except (OSError, urllib.error.URLError) as exc:
+            log.warning("loading %s failed, trying again: %s", model, exc)
+            return
+        self._owed.discard(model)
         self.restarts[model] += 1
         log.warning("%s reloaded in %.1f s", model, time.monotonic() - started)
 

@@ -147,9 +147,12 @@ def test_an_lm_request_naming_an_unknown_chunk_channel_is_refused(url):
 def test_seeds_that_share_their_low_32_bits_give_different_audio(url):
     def audio(seed: int) -> np.ndarray:
         return synthesize(url, GOOD, seed=seed, max_audio_seconds=0.8, ignore_eos=True).audio
-    first = audio(1)
-    assert not np.array_equal(first, audio(4294967297))
-    assert np.array_equal(first, audio(1))
+    first, other, again = audio(1), audio(4294967297), audio(1)
+    # The same seed gives the same tokens; the codec's float sums may differ in the last bits with the lane and
+    # the batch a chunk meets (oneDNN picks its kernels by shape), so "the same audio" is to 1e-4, and a
+    # different seed must differ far beyond that.
+    np.testing.assert_allclose(again, first, rtol=0, atol=1e-4)
+    assert other.shape != first.shape or np.abs(other - first).max() > 1e-2
 
 
 def test_an_unknown_voice_is_quoted_short(url):

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from clients.procstats import server_processes
+from clients.procstats import is_alive, server_processes
 from clients.stream import StreamError, synthesize
 from tests.e2e.conftest import DEFAULT_PRESET, server_and_gateway
 from tests.e2e.test_metrics import scrape
@@ -29,6 +29,13 @@ def watched(model_cache, tmp_path_factory):
 
 def stub_pid(srv, model: str) -> int | None:
     return server_processes(srv.process.process.pid).get(model)
+
+
+def server_state(srv) -> str:
+    """For a failure's message: is tritonserver alive, which stubs run, and the end of its log."""
+    pid = srv.process.process.pid
+    log = srv.log_path.read_text(errors="replace")[-3000:] if srv.log_path and srv.log_path.exists() else "(no log)"
+    return f"tritonserver alive: {is_alive(pid)}, stubs: {sorted(server_processes(pid))}\nits log ends:\n{log}"
 
 
 def sse_events(url: str, body: dict, events: list, first: threading.Event) -> None:
@@ -53,7 +60,8 @@ def test_a_killed_router_ends_the_gateways_stream_with_an_error_and_is_reloaded(
     os.kill(router, signal.SIGKILL)
     reader.join(HEAL_S)
     assert not reader.is_alive(), "the stream on the dead router hung"
-    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "router_restarted"
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "router_restarted", \
+        f"{events[-1]}\n{server_state(srv)}"
     assert wait_for(lambda: stub_pid(srv, "vox_ensemble") not in (None, router), timeout_s=HEAL_S, poll_s=0.2)
     assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5)
     assert srv.watch.restarts["vox_ensemble"] == 1
@@ -63,7 +71,7 @@ def test_a_killed_router_ends_a_direct_grpc_stream_with_an_error(watched):
     """Without the gateway: `clients.stream` (and `voxlane say`) sees the router unloaded and ends the stream,
     rather than wait out its deadline for responses that died with the router."""
     srv, _ = watched
-    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5)  # a router is loaded
+    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5), server_state(srv)  # a router
     restarts = srv.watch.restarts["vox_ensemble"]
     outcome: list = []
 

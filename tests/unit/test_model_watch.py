@@ -70,3 +70,23 @@ def test_the_watch_ends_with_its_server(monkeypatch):
     watch = ModelWatch("http://x", process.pid, period_s=0.01).start()
     watch._thread.join(2)
     assert not watch._thread.is_alive() and calls == []
+
+
+def test_a_load_that_failed_is_tried_again_until_it_holds(monkeypatch):
+    """After its unload the model is not ready, which the watch otherwise leaves alone: a failed load (the
+    stub did not start, the server was busy) must not leave the router unloaded for good."""
+    running = {"voice_registry": 2, "voice_encoder": 3}
+    calls = fake_server(monkeypatch, running, {"vox_ensemble", "voice_registry", "voice_encoder"})
+    loading = ModelWatch._post
+    failures = [OSError("load failed"), OSError("load failed")]
+
+    def flaky(self, path):
+        if path.endswith("/load") and failures:
+            calls.append(path)
+            raise failures.pop()
+        loading(self, path)
+    monkeypatch.setattr(ModelWatch, "_post", flaky)
+    watch = ModelWatch("http://x", 1, period_s=0.01)
+    run_briefly(watch)
+    assert calls == ["/v2/repository/models/vox_ensemble/unload"] + ["/v2/repository/models/vox_ensemble/load"] * 3, calls
+    assert watch.restarts["vox_ensemble"] == 1 and "vox_ensemble" in running
