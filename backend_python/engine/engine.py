@@ -484,8 +484,11 @@ class LMEngine:
             self.codec.release_stream(seq.request_id)  # a stream that ended early keeps no codec state
         try:
             seq.sink.finish(error)
-        except Exception:  # a dead client must not take the loop with it
-            log.exception("finishing %s failed", seq.request_id)
+        except Exception as exc:  # a dead client must not take the loop with it
+            if seq.is_cancelled:  # its sink already failed (the router died): said once, no trace
+                log.warning("finishing %s failed too: %s", seq.request_id, exc)
+            else:
+                log.exception("finishing %s failed", seq.request_id)
 
     def _retire(self) -> None:
         for seq in [s for s in self._running if s.status is SeqStatus.FINISHED]:
