@@ -198,7 +198,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"voxlane: gateway ready ({fleet.gateway.url}/v1/audio/speech)", flush=True)
     while not stop.wait(0.5):
         if not fleet.is_running():
-            print("voxlane: a server or the gateway exited", file=sys.stderr)
+            print("voxlane: the gateway exited", file=sys.stderr)  # a server that exits is started again
             fleet.stop()
             return 1
     fleet.stop()

@@ -99,10 +99,9 @@ class Fleet:
             list(pool.map(lambda stop: stop(), stops))
 
     def is_running(self) -> bool:
-        processes = [s.process.process for s in self.servers if s.process]
-        if self.gateway is not None:
-            processes.append(self.gateway.process)
-        return all(p.poll() is None for p in processes)
+        """Every server serves (or is being started again by its keeper) and the gateway runs."""
+        return (all(s.is_serving() for s in self.servers)
+                and (self.gateway is None or self.gateway.process.poll() is None))
 
     def __enter__(self) -> "Fleet":
         return self.start()

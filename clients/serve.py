@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +34,9 @@ ROUTER_MODEL = models.ROUTER
 KEPT_FROM_REPOSITORY = ("cuda_graphs", "max_seq_len")
 _ENGINE, _LANE = EngineConfig(), LaneSettings()  # the defaults, stated there once
 FROM_MODEL = "model"  # a chunk growth not given: the model family's
+log = logging.getLogger("voxlane.serve")
+REVIVE_PERIOD_S = 0.5  # how often the server's keeper looks whether tritonserver still runs
+REVIVE_BACKOFF_S = (1.0, 5.0, 30.0)  # waits before the keeper's next start after one failed (last one repeats)
 
 
 @dataclass(frozen=True)
@@ -318,7 +324,12 @@ def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITO
 
 
 class Server:
-    """A rendered repository plus the `tritonserver` serving it; a context manager."""
+    """A rendered repository plus the `tritonserver` serving it; a context manager.
+
+    A keeper thread starts tritonserver again (same repository, ports and environment, its log appended)
+    when it exits on its own: Triton 2.51's Python backend can abort the whole server when a stub dies
+    holding a lock it shares with it (upstream server#8882), so a killed router sometimes takes its server
+    down with it. `revivals` counts those starts; the gateway's streams on the dead server end with 503."""
 
     def __init__(self, config: ServeConfig, run_dir: Path | None = None, log_path: Path | None = None,
                  shared_mps: MpsDaemon | None = None) -> None:
@@ -332,22 +343,70 @@ class Server:
         self.process: TritonProcess | None = None
         self.watch: ModelWatch | None = None  # heals the router and the registry (model_watch.py)
         self.mps: MpsDaemon | None = None
+        self.revivals = 0
+        self._launch: dict | None = None  # what a revival starts again
+        self._stopping = threading.Event()
+        self._reviving = threading.Event()
+        self._starting = threading.Lock()  # a stop and a revival's start of tritonserver, one at a time
+        self._keeper: threading.Thread | None = None
 
     def start(self, timeout_s: float = 300.0) -> "Server":
         repository = render_repository(self.config, self.run_dir / "model_repository")
         try:
             mps_env = self._start_mps()
             env = {**mps_env, **self.config.server_env(has_mps=bool(mps_env))}
-            self.process = TritonProcess(find_triton(), repository, self.config.ports, env=env,
-                                         log_path=self.log_path, exposure=self.config.exposure)
-            self.process.wait_ready(timeout_s)
-            if self.watch is not None:
-                self.watch.stop()  # a watch of this server's last start
-            self.watch = ModelWatch(self.http_url, self.process.process.pid, self.config.exposure.control_key).start()
+            self._launch = {"repository": repository, "env": env, "timeout_s": timeout_s}
+            self._run_triton(append_log=False)
+            self._keeper = threading.Thread(target=self._keep, name="triton-keeper", daemon=True)
+            self._keeper.start()
         except BaseException:  # a failed start (or Ctrl-C) must not leave MPS or triton behind
             self.stop()
             raise
         return self
+
+    def _run_triton(self, append_log: bool) -> None:
+        launch = self._launch
+        with self._starting:
+            if self._stopping.is_set():
+                raise RuntimeError("the server is stopping")
+            self.process = TritonProcess(find_triton(), launch["repository"], self.config.ports, env=launch["env"],
+                                         log_path=self.log_path, exposure=self.config.exposure,
+                                         append_log=append_log)
+        self.process.wait_ready(launch["timeout_s"])  # a stop meanwhile ends it: wait_ready raises
+        if self.watch is not None:
+            self.watch.stop()  # a watch of this server's last start
+        self.watch = ModelWatch(self.http_url, self.process.process.pid, self.config.exposure.control_key).start()
+
+    def _keep(self) -> None:
+        failures = 0
+        while not self._stopping.wait(REVIVE_PERIOD_S):
+            code = self.process.process.poll()
+            if code is None:
+                continue
+            self._reviving.set()
+            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
+            log.error("tritonserver exited with %s: starting it again", how)
+            self.process.stop()  # ends its orphaned stubs, removes their shared memory
+            try:
+                self._run_triton(append_log=True)
+            except (RuntimeError, TimeoutError, OSError) as exc:
+                if self._stopping.is_set():
+                    return
+                wait_s = REVIVE_BACKOFF_S[min(failures, len(REVIVE_BACKOFF_S) - 1)]
+                failures += 1
+                log.error("starting tritonserver again failed (%s); next try in %.0f s", exc, wait_s)
+                if self.process.process.poll() is None:
+                    self.process.stop()
+                self._stopping.wait(wait_s)
+                continue
+            failures = 0
+            self.revivals += 1
+            self._reviving.clear()
+            log.warning("tritonserver serves again (revival %d)", self.revivals)
+
+    def is_serving(self) -> bool:
+        """tritonserver runs, or its keeper is starting it again."""
+        return self._reviving.is_set() or (self.process is not None and self.process.process.poll() is None)
 
     def _start_mps(self) -> dict[str, str]:
         if not self.config.uses_mps:
@@ -359,9 +418,13 @@ class Server:
         return self.mps.env
 
     def stop(self) -> int | None:
+        with self._starting:  # no revival starts a tritonserver after this
+            self._stopping.set()
         if self.watch is not None:
             self.watch.stop()
-        code = self.process.stop() if self.process else None
+        code = self.process.stop() if self.process else None  # also one a revival is starting
+        if self._keeper is not None:
+            self._keeper.join(timeout=30)
         if self.mps is not None:
             self.mps.stop()
         if self._tmp:

@@ -207,9 +207,9 @@ class TritonProcess:
 
     def __init__(self, install: TritonInstall, repository: Path, ports: Ports,
                  env: dict[str, str] | None = None, log_path: Path | None = None,
-                 exposure: Exposure = Exposure()) -> None:
+                 exposure: Exposure = Exposure(), append_log: bool = False) -> None:
         self.ports, self.host = ports, exposure.local_host
-        self._log = open(log_path, "wb") if log_path else None
+        self._log = open(log_path, "ab" if append_log else "wb") if log_path else None
         self.process = subprocess.Popen(
             server_command(install, repository, ports, exposure=exposure), env=server_env(install, env),
             stdout=self._log or None, stderr=subprocess.STDOUT if self._log else None,

@@ -5,6 +5,7 @@ voice list answers again; after `kill -9` of the encoder's stub it is reloaded t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -19,6 +20,7 @@ from tests.e2e.test_metrics import scrape
 from tests.waiting import wait_for
 
 HEAL_S = 30.0  # the watch looks twice a second; an unload and a load take a few seconds on two cores
+REVIVE_S = 120.0  # a whole tritonserver started again by the server's keeper (its models loaded on two cores)
 
 
 @pytest.fixture(scope="module")
@@ -60,18 +62,26 @@ def test_a_killed_router_ends_the_gateways_stream_with_an_error_and_is_reloaded(
     os.kill(router, signal.SIGKILL)
     reader.join(HEAL_S)
     assert not reader.is_alive(), "the stream on the dead router hung"
-    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "router_restarted", \
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] in _router_death_codes(srv), \
         f"{events[-1]}\n{server_state(srv)}"
-    assert wait_for(lambda: stub_pid(srv, "vox_ensemble") not in (None, router), timeout_s=HEAL_S, poll_s=0.2)
-    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5)
-    assert srv.watch.restarts["vox_ensemble"] == 1
+    assert wait_for(lambda: stub_pid(srv, "vox_ensemble") not in (None, router), timeout_s=REVIVE_S, poll_s=0.2)
+    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=REVIVE_S, poll_s=0.5), server_state(srv)
+    assert srv.watch.restarts["vox_ensemble"] == (0 if srv.revivals else 1)
+
+
+def _router_death_codes(srv) -> tuple[str, ...]:
+    """`router_restarted`; or, where the stub's death aborted tritonserver itself (Triton 2.51's Python
+    backend, upstream server#8882: timing decides) and the server's keeper started it again, the 503 of a
+    server that went away."""
+    srv_died = wait_for(lambda: srv.revivals > 0 or srv._reviving.is_set(), timeout_s=1.0, poll_s=0.1)
+    return ("router_restarted", "unavailable") if srv_died else ("router_restarted",)
 
 
 def test_a_killed_router_ends_a_direct_grpc_stream_with_an_error(watched):
     """Without the gateway: `clients.stream` (and `voxlane say`) sees the router unloaded and ends the stream,
     rather than wait out its deadline for responses that died with the router."""
     srv, _ = watched
-    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5), server_state(srv)  # a router
+    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=REVIVE_S, poll_s=0.5), server_state(srv)  # a router
     restarts = srv.watch.restarts["vox_ensemble"]
     outcome: list = []
 
@@ -88,9 +98,12 @@ def test_a_killed_router_ends_a_direct_grpc_stream_with_an_error(watched):
     os.kill(stub_pid(srv, "vox_ensemble"), signal.SIGKILL)
     reader.join(HEAL_S)
     assert not reader.is_alive(), "the direct stream on the dead router hung"
-    assert isinstance(outcome[0], StreamError) and outcome[0].ended.code == "router_restarted", outcome
-    assert wait_for(lambda: srv.watch.restarts["vox_ensemble"] == restarts + 1, timeout_s=HEAL_S, poll_s=0.2)
-    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=HEAL_S, poll_s=0.5)
+    revivals = srv.revivals
+    assert isinstance(outcome[0], StreamError), outcome
+    if not wait_for(lambda: srv.revivals > revivals or srv._reviving.is_set(), timeout_s=1.0, poll_s=0.1):
+        assert outcome[0].ended.code == "router_restarted", outcome
+        assert wait_for(lambda: srv.watch.restarts["vox_ensemble"] == restarts + 1, timeout_s=HEAL_S, poll_s=0.2)
+    assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=REVIVE_S, poll_s=0.5), server_state(srv)
 
 
 def _is_live(srv) -> bool:
@@ -128,3 +141,17 @@ def test_a_killed_encoder_is_reloaded_with_no_stream_to_meet_it(watched):
     assert wait_for(lambda: stub_pid(srv, "voice_encoder") not in (None, encoder), timeout_s=HEAL_S, poll_s=0.2)
     assert wait_for(lambda: srv.watch.restarts["voice_encoder"] == 1, timeout_s=HEAL_S, poll_s=0.2)
 
+
+
+def test_a_killed_tritonserver_is_started_again_by_its_keeper(watched, caplog):
+    """Last in this module: the whole server dies (as Triton 2.51 may when a stub dies holding a shared lock),
+    and `Server`'s keeper starts it again on the same ports: the gateway in front serves again."""
+    srv, gateway = watched
+    old, revivals = srv.process.process.pid, srv.revivals
+    with caplog.at_level(logging.WARNING, logger="voxlane.serve"):
+        os.kill(old, signal.SIGKILL)
+        assert wait_for(lambda: srv.revivals == revivals + 1, timeout_s=REVIVE_S, poll_s=0.5), server_state(srv)
+    assert "tritonserver exited with signal SIGKILL: starting it again" in caplog.text
+    assert srv.process.process.pid != old and srv.is_serving() and stub_pid(srv, "vox_ensemble") is not None
+    assert _speaks(srv.grpc_url)
+    assert wait_for(lambda: _lists(gateway.url), timeout_s=HEAL_S, poll_s=0.5)
