@@ -351,6 +351,12 @@ class Server:
         self._keeper: threading.Thread | None = None
 
     def start(self, timeout_s: float = 300.0) -> "Server":
+        """Start tritonserver and its keeper; a server stopped before may be started again."""
+        if self._tmp is not None and not self.run_dir.exists():  # removed by the last stop
+            self._tmp = tempfile.TemporaryDirectory(prefix="voxlane-run-")
+            self.run_dir = Path(self._tmp.name)
+        self._stopping.clear()
+        self._reviving.clear()
         repository = render_repository(self.config, self.run_dir / "model_repository")
         try:
             mps_env = self._start_mps()

@@ -275,10 +275,13 @@ def test_a_fault_storm_ends_every_stream_cleanly_and_heals_without_an_operator(f
             kill_stub(faulty_server, model)
             wait_reloaded(faulty_server, model, restarts + 1)
         for model in WATCHED:
-            healed = faulty_server.watch.restarts[model] + 1
+            healed, revivals = faulty_server.watch.restarts[model] + 1, faulty_server.revivals
             time.sleep(1.0)
             kill_stub(faulty_server, model)
-            assert wait_for(lambda: faulty_server.watch.restarts[model] == healed, timeout_s=60), model
+            # reloaded by the model watch; or, where the stub's death aborted tritonserver (Triton 2.51,
+            # upstream server#8882), the server's keeper started the whole server again
+            assert wait_for(lambda: faulty_server.watch.restarts[model] == healed
+                            or faulty_server.revivals > revivals, timeout_s=120), model
             assert wait_for(lambda: is_ready(faulty_server, f"/v2/models/{model}/ready"), timeout_s=30), model
         assert wait_for(lambda: is_ready(faulty_server), timeout_s=30)
         assert wait_for(lambda: lists_voices(gateway), timeout_s=30)  # the registries answer again
@@ -286,7 +289,7 @@ def test_a_fault_storm_ends_every_stream_cleanly_and_heals_without_an_operator(f
         assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] >= 2, timeout_s=30)
         is_down.set()
         started = time.monotonic()
-        faulty_server.process.stop()
+        faulty_server.stop()  # the server, not only its tritonserver: its keeper would start that again
         stop_s = time.monotonic() - started
         for future in cut:
             result, _ = future.result(timeout=30)
