@@ -8,7 +8,7 @@ import threading
 import wave
 from pathlib import Path
 
-from clients.bench.cli import add_commands
+from clients.bench.cli import add_commands, bench_config
 from clients.gateway.cli import add_gateway_command, add_key_flags, admin_keys, gateway_keys
 from clients.microbench.cli import add_command as add_microbench
 from clients.mps import MpsError
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     add_microbench(commands)
     handlers = {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor, "microbench": _microbench,
                 **add_commands(commands), **add_gateway_command(commands), **add_voices_command(commands)}
+    handlers["bench"] = _with_perf_analyzer(handlers["bench"])
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["perf-analyzer"]:  # every later argument is perf_analyzer's own, even -h
         from clients.perf_analyzer.runtime import exec_perf_analyzer
@@ -124,6 +125,20 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="address tritonserver's gRPC, HTTP and metrics ports listen on (default: this machine "
                              "only; 0.0.0.0 exposes them, and then its repository API needs the admin key)")
     parser.add_argument("--log-file", type=Path, default=None, help="tritonserver log (default: the terminal)")
+
+
+def _with_perf_analyzer(bench):
+    """`voxlane bench --export-perf-analyzer` / `--from-perf-analyzer`: the same plan, replayed or read by
+    Triton's perf_analyzer (clients/perf_analyzer builds on clients/bench, so the hand-over is made here)."""
+    def run(args: argparse.Namespace) -> int:
+        if not (args.export_perf_analyzer or args.from_perf_analyzer):
+            return bench(args)
+        config = bench_config(args, args.url)
+        if config.is_text_stream:
+            raise ValueError("--text-rate sends sessions of pieces; perf_analyzer replays whole-text requests only")
+        from clients.perf_analyzer.cli import cross_check
+        return cross_check(config, args.export_perf_analyzer, args.from_perf_analyzer)
+    return run
 
 
 def _serve_config(args: argparse.Namespace) -> ServeConfig:

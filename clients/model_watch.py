@@ -1,7 +1,7 @@
 """Heals the models nobody else watches: the router (`vox_ensemble`), the voice registry, and the voice encoder
 when no stream meets it.
 
-The router heals the lanes (backend_python/router/lane_health.py), but nothing inside Triton heals the
+The router heals the lanes (backend_python/stub_common/lane_health.py), but nothing inside Triton heals the
 router itself, a dead registry stub answered every call with 400 "Stub process … is not healthy", and the
 router heals the encoder only when a cloning stream finds it dead (registers alone never did). The encoder is
 left to the router for a grace period first, so the two healers rarely meet (when they do, a second load of

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from backend_python.engine.config import EngineConfig, KVLayout
 from backend_python.models.chunk_plans import GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, sm_shares, takes_default_plan
-from backend_python.triton.params import LaneSettings
-from backend_python.triton.reference_inputs import ReferenceLimits
-from backend_python.triton.request_inputs import RequestLimits
-from backend_python.voices.store import VoiceStoreSettings
+from backend_python.stub_common.params import LaneSettings
+from backend_python.stub_common.reference_inputs import ReferenceLimits
+from backend_python.stub_common.request_inputs import RequestLimits
+from backend_python.voice_registry.store import VoiceStoreSettings
 from clients.model_watch import ModelWatch
 from clients.mps import MpsDaemon
 from clients.triton_launch import Exposure, Ports, TritonProcess, find_triton

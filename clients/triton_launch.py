@@ -74,7 +74,7 @@ def _install_stub(install: TritonInstall) -> None:
 # measurements (2-3.5x less growth per cloned request; jemalloc and tcmalloc no better) are in the README,
 # "Memory". Only tritonserver runs with them: Triton's Python backend starts each stub through `bash -c`, which
 # first reads $BASH_ENV (clients/stub_env.sh unsets them). The stubs keep glibc's own thresholds, with which they
-# trim their heaps (backend_python/triton/heap.py): with the fixed ones, the urgent codec lane grew 17 MB in the
+# trim their heaps (backend_python/stub_common/heap.py): with the fixed ones, the urgent codec lane grew 17 MB in the
 # soak test's minute (it shrank 5 MB without). An operator's own GLIBC_TUNABLES replaces all of this.
 STUB_ENV = Path(__file__).with_name("stub_env.sh")  # what the stubs' `bash -c` reads first: no GLIBC_TUNABLES
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=131072"

@@ -1,4 +1,4 @@
-"""The kinds of message on the router's chunk channel (backend_python/triton/chunk_channel.py).
+"""The kinds of message on the router's chunk channel (backend_python/stub_common/chunk_channel.py).
 
 Each message is `(stream_id, kind, payload)`: CHUNK carries a dict of the chunk's arrays by output
 name (`tokens`, `context_frames`, `chunk_index`, `start_frame`, `is_last`, `lookahead_frames`,

@@ -10,7 +10,7 @@ saw and the two paths give the same audio.
 A codec with lookahead (CodecWindowing.lookahead_frames R) gets a chunk only once the R frames after it exist,
 or its request or segment has ended (then with what there is); its window holds them after its new frames, and
 the codec returns min(overlap, lookahead) frames of audio past the new ones for the server to cross-fade into
-the next chunk (router/overlap_join.py).
+the next chunk (vox_ensemble/overlap_join.py).
 """
 from __future__ import annotations
 

@@ -92,12 +92,7 @@ def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
 
 def _bench(args: argparse.Namespace) -> int:
     from clients.bench.runner import BenchError, run_bench
-    config = bench_config(args, args.url)
-    if args.export_perf_analyzer or args.from_perf_analyzer:
-        if config.is_text_stream:
-            raise ValueError("--text-rate sends sessions of pieces; perf_analyzer replays whole-text requests only")
-        from clients.perf_analyzer.cli import cross_check
-        return cross_check(config, args.export_perf_analyzer, args.from_perf_analyzer)
+    config = bench_config(args, args.url)  # --export/--from-perf-analyzer: clients/cli.py hands those over
     try:
         results = run_bench(config)
     except BenchError as exc:

@@ -3,7 +3,7 @@
 `voxlane_chunks_routed_total{lane, reason}` counts chunks by routed lane and routing reason,
 `voxlane_codec_queue_ms{lane}` / `voxlane_codec_run_ms{lane}` split each codec call into queueing
 and the lane's own decode run, and `voxlane_chunk_slack_ms` is each chunk's deadline minus its send
-time (backend_python/triton/metrics.py). The router updates them as chunks go, so one scrape after a
+time (backend_python/stub_common/metrics.py). The router updates them as chunks go, so one scrape after a
 run sees all of it. A rate's `lanes` block is the change between a scrape before its runs and one
 after, pooled over its seeds; quantiles come from the histogram buckets as Prometheus's
 `histogram_quantile` computes them (linear within a bucket).

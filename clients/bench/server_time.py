@@ -1,7 +1,7 @@
 """Where the LM lane's time went during a run, from the server's Prometheus metrics.
 
 `voxlane_lm_{prefill,decode,host,idle}_seconds_total` cover the LM thread's wall time and
-`voxlane_lm_step_batch` counts its decode steps by batch size (backend_python/triton/metrics.py).
+`voxlane_lm_step_batch` counts its decode steps by batch size (backend_python/stub_common/metrics.py).
 A run's `server_time` block is the change of these between a scrape before and one after it.
 The LM exports them once a second, so a scrape lags the server by up to that much: the bench
 waits `EXPORT_LAG_S` after a run before its second scrape, and that wait (an idle LM) is inside the

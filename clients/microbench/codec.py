@@ -24,7 +24,7 @@ import torch
 
 from backend_python.engine.codec_runner import CodecRunner
 from backend_python.models import registry
-from backend_python.triton.params import LaneSettings
+from backend_python.stub_common.params import LaneSettings
 
 
 def median_ms(run, repeats: int) -> float:

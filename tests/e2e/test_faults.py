@@ -2,7 +2,7 @@
 
 - A request whose codec call raises ends with an error; the streams beside it, in the same
   codec batches, finish untouched. The failure comes from the test-only hook
-  (`VOXLANE_FAULT_INJECT`, backend_python/triton/fault_inject.py).
+  (`VOXLANE_FAULT_INJECT`, backend_python/stub_common/fault_inject.py).
 - A codec stub process that dies (`codec` or `codec_urgent`): its chunks go to the other codec lane
   at once, so the stream running into the crash and every new one keep their full audio, and the
   router reloads the lane itself (explicit model control): it is ready again, without an operator.

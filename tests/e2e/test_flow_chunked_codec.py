@@ -12,7 +12,7 @@ import torch
 
 from backend_python.engine.codec_runner import StreamChunk, decode_windowed
 from backend_python.models import registry
-from backend_python.router.overlap_join import OverlapJoin
+from backend_python.vox_ensemble.overlap_join import OverlapJoin
 from clients.stream import synthesize
 from tests.e2e.test_streaming import TEXT, chunk_frames, lm_tokens
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from clients.serve import REPOSITORY
 from clients.stream import synthesize
 from clients.triton_launch import Ports, TritonProcess, find_triton, stub_shm_regions
-from backend_python.router.stub_process import is_alive
+from backend_python.vox_ensemble.stub_process import is_alive
 from tests.waiting import wait_for
 from tools.procstats import server_processes
 from tests.e2e.conftest import free_ports

@@ -127,9 +127,9 @@ class FakeSpeechLM:
 
 def lm_glue(engine: FakeEngine):
     """The real LM glue over a fake engine and model (what `initialize` would load)."""
-    from backend_python.lm_lane.model import LMModel
-    from backend_python.triton.chunk_channel import ChannelClients
-    from backend_python.triton.request_inputs import RequestLimits
+    from backend_python.speechlm_lm.model import LMModel
+    from backend_python.stub_common.chunk_channel import ChannelClients
+    from backend_python.stub_common.request_inputs import RequestLimits
     lm = LMModel.__new__(LMModel)
     lm.model, lm.engine, lm.codec, lm.device, lm.family = FakeSpeechLM(), engine, None, "cpu", "fake"
     lm.limits, lm.channels = RequestLimits(), ChannelClients()
@@ -176,7 +176,7 @@ class Lanes:
     """A router over fake lanes; `lm_is_dead` is what the router's LM watch finds."""
 
     def __init__(self, pb, mode: str, scheduler: dict[str, str] | None = None) -> None:
-        from backend_python.router import model as router_model
+        from backend_python.vox_ensemble import model as router_model
         pb.SERVER.reset()
         self.pb, self.engine = pb, FakeEngine()
         self.lm = lm_glue(self.engine)

@@ -18,10 +18,10 @@ def lane(pb):
     import torch
     from torch import nn
 
-    from backend_python.encoder_lane.model import VoiceEncoderModel
+    from backend_python.voice_encoder.model import VoiceEncoderModel
     from backend_python.models.base import VoiceEncoder
-    from backend_python.triton.reference_inputs import ReferenceLimits
-    from backend_python.triton.heap import HeapTrimmer
+    from backend_python.stub_common.reference_inputs import ReferenceLimits
+    from backend_python.stub_common.heap import HeapTrimmer
 
     class FakeEncoder(VoiceEncoder):
         reference_tensors = {"speaker_embedding": ("FP32", [4]), "ref_codes": ("INT32", [-1, 2])}
@@ -119,7 +119,7 @@ def test_a_family_without_an_encoder_refuses_every_request(pb, lane):
 
 
 def test_an_encoder_with_undeclared_tensors_fails_at_load():
-    from backend_python.encoder_lane.model import check_declared
+    from backend_python.voice_encoder.model import check_declared
     check_declared({"speaker_embedding": ("FP32", [4]), "ref_codes": ("INT64", [-1, 16])})
     with pytest.raises(ValueError, match="'prosody'"):
         check_declared({"speaker_embedding": ("FP32", [4]), "prosody": ("FP32", [8])})

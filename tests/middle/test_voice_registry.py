@@ -43,7 +43,7 @@ class FakeEncoderLane:
 
 @pytest.fixture
 def registry(pb, tmp_path):
-    from backend_python.voices.model import VoiceRegistryModel
+    from backend_python.voice_registry.model import VoiceRegistryModel
     pb.SERVER.reset()
     encoder = FakeEncoderLane(pb)
     pb.SERVER.handlers["voice_encoder"] = encoder
@@ -78,9 +78,9 @@ def refused(answer, param: str | None, code: str | None, reason: EndReason = End
 
 
 def test_register_stores_what_an_inline_reference_would_hand_the_lm(pb, registry):
-    from backend_python.router.voice_encoder import VoiceEncoderClient
-    from backend_python.triton.reference_inputs import ReferenceLimits, parse_reference
-    from backend_python.voices.model import _NoHealing
+    from backend_python.stub_common.encoder_client import VoiceEncoderClient
+    from backend_python.stub_common.reference_inputs import ReferenceLimits, parse_reference
+    from backend_python.voice_registry.model import _NoHealing
 
     answer = register(pb, registry, "alice")
     assert answer["name"] == "alice" and answer["transcript"] == REF_TEXT and answer["x_vector_only"] is False
@@ -169,7 +169,7 @@ def test_the_encoder_s_refusal_and_death_reach_the_client_and_nothing_is_stored(
 @pytest.fixture
 def served(pb, tmp_path):
     """A router over fake lanes and a registry sharing one data directory, as in one server."""
-    from backend_python.voices.model import VoiceRegistryModel
+    from backend_python.voice_registry.model import VoiceRegistryModel
     from tests.middle.conftest import Lanes
     params = {"model": "qwen3-tts-tiny-base", "data_dir": str(tmp_path)}
     lanes = Lanes(pb, "voxlane", params)
@@ -221,7 +221,7 @@ def test_a_registered_voice_reaches_the_lm_as_its_inline_reference_does_without_
 
 
 def test_a_voice_registered_by_another_process_is_found_and_a_deleted_one_is_unknown(pb, served, tmp_path):
-    from backend_python.voices.store import VoiceStore, VoiceStoreSettings
+    from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings
     lanes, model, _ = served
     assert lanes.router.voices.get("bob") is None  # looked up (and missed) before it exists
     other = VoiceStore.from_settings(VoiceStoreSettings(model="qwen3-tts-tiny-base", data_dir=str(tmp_path)))
@@ -263,7 +263,7 @@ def test_on_a_model_of_cloned_voices_only_an_unknown_name_is_unknown_voice_and_n
 
 
 def test_a_voice_exported_by_one_registry_imports_into_another_s_directory(pb, registry, tmp_path):
-    from backend_python.voices.model import VoiceRegistryModel
+    from backend_python.voice_registry.model import VoiceRegistryModel
     register(pb, registry, "alice")
     exported = call(pb, registry, "export", name="alice")
     other = VoiceRegistryModel()

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from backend_python.triton.chunk_channel import (CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients,
+from backend_python.stub_common.chunk_channel import (CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients,
                                                  ChannelError, ChunkChannel)
 from protocol.channel import ChannelKind
 from protocol.reasons import DONE, Ended, EndReason

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from backend_python.engine.config import EngineConfig
-from backend_python.triton.params import LaneSettings
+from backend_python.stub_common.params import LaneSettings
 from clients.cli import _add_server_flags, _serve_config
 from clients.serve import LANE_MODELS, REPOSITORY, ROUTER_MODEL, ServeConfig, render_repository
 from scheduler import ChunkingConfig, ChunkPlan, SchedulerConfig, ServingMode
@@ -100,7 +100,7 @@ def test_lane_set_up_applies_cudnn_benchmark(monkeypatch, value):
     import torch
 
     from backend_python.models import registry
-    from backend_python.triton.params import set_up_lane
+    from backend_python.stub_common.params import set_up_lane
     monkeypatch.setattr(registry, "resolve", lambda name: name)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", not value)
     threads = torch.get_num_threads()

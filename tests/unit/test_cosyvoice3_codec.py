@@ -22,7 +22,7 @@ from backend_python.models.base import CodecWindowing
 from backend_python.models.cosyvoice3.codec import CONFIG_FILE, CosyVoice3Codec, CosyVoice3CodecConfig, crossfade
 from backend_python.models.cosyvoice3.codec_checkpoint import config_from_yaml, read_hyperpyyaml
 from backend_python.models.cosyvoice3.hift import fold_weight_norm
-from backend_python.router.overlap_join import OverlapJoin
+from backend_python.vox_ensemble.overlap_join import OverlapJoin
 
 torch.set_flush_denormal(True)
 

@@ -9,7 +9,7 @@ import torch
 
 from backend_python.engine.codec_runner import CodecRunner, StreamChunk, decode_windowed
 from backend_python.models.base import Codec, CodecShape, DecodeBatch
-from backend_python.router.overlap_join import OverlapJoin, crossfade_weights
+from backend_python.vox_ensemble.overlap_join import OverlapJoin, crossfade_weights
 from tests.unit.test_engine import lm, make_engine, make_seq, run_until_done  # noqa: F401 (lm: fixture)
 
 

@@ -39,7 +39,7 @@ from backend_python.models.flashtts.config import FlashTTSConfig
 from backend_python.models.flashtts.lm import FlashTTSLM
 from backend_python.models.flashtts.presets import flashtts_0_5b, tiny
 from backend_python.models.flashtts.vocoder import HiFiGAN, HiFiGANConfig, fold_weight_norm
-from backend_python.router.overlap_join import OverlapJoin
+from backend_python.vox_ensemble.overlap_join import OverlapJoin
 from scheduler import ChunkingConfig, SchedulerConfig
 from scheduler.config import AdmissionPolicyName
 from tests.unit.test_engine import make_engine, make_seq, run_until_done

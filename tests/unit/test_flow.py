@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend_python.router.acks import AckRoutes, parse_ack
-from backend_python.triton.request_inputs import RequestError
+from backend_python.vox_ensemble.acks import AckRoutes, parse_ack
+from backend_python.stub_common.request_inputs import RequestError
 from scheduler import AckedFlow, FlowConfig, UnreadBound
 
 

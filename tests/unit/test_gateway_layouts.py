@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from backend_python.triton.params import LaneSettings
+from backend_python.stub_common.params import LaneSettings
 from clients.mps import MpsDaemon
 from clients.fleet import FleetConfig
 from clients.serve import ServeConfig, render_repository

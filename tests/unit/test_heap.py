@@ -1,7 +1,7 @@
 """HeapTrimmer: trims once per tick in which a batch ran, never otherwise; glibc's trim is found here."""
 import time
 
-from backend_python.triton.heap import HeapTrimmer, _glibc_trim
+from backend_python.stub_common.heap import HeapTrimmer, _glibc_trim
 
 
 def test_trims_only_after_a_batch():

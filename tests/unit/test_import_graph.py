@@ -1,5 +1,6 @@
-"""The import graph of `backend_python/`, read with `ast`: no circle, and no model family importing
-another family (siblings share through the floor under `models/`, never through each other).
+"""The import graph of `backend_python/` (and `clients/`), read with `ast`: no circle between modules nor
+between packages, and no model family importing another family (siblings share through the floor under
+`models/`, never through each other).
 
 Every import counts, also one inside a function or under `TYPE_CHECKING`: a lazy import that closes
 a circle is still a circle a reader has to hold in their head.
@@ -136,3 +137,28 @@ def test_relative_imports_resolve():
     assert resolve(f"{MODELS}.csm.lm", False, 2, "layers.decoder") == f"{MODELS}.layers.decoder"
     assert resolve(f"{MODELS}.csm.lm", False, 1, None) == f"{MODELS}.csm"
     assert resolve(f"{MODELS}.csm", True, 1, "lm") == f"{MODELS}.csm.lm"
+
+
+def package_graph(graph: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
+    """The graph between packages `depth` names deep (`backend_python.vox_ensemble`, `clients.bench`):
+    an edge wherever a module of one imports a module of the other."""
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:depth])
+    packages: dict[str, set[str]] = {}
+    for src, targets in graph.items():
+        packages.setdefault(package(src), set()).update(package(t) for t in targets if package(t) != package(src))
+    return packages
+
+
+@pytest.mark.parametrize("root", ["backend_python", "clients"])
+def test_no_package_circle(root):
+    """A package that imports a package that imports it back cannot be read alone (the router and the
+    voice registry were one such pair, through the encoder's client; bench and perf_analyzer another)."""
+    graph = import_graph(module_files(REPO_ROOT / root))
+    cycle = find_cycle(package_graph(graph, 2))
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_package_graph_sees_a_package_circle():
+    graph = {"p.a.x": {"p.b.y"}, "p.b.y": set(), "p.b.z": {"p.a.w"}, "p.a.w": set()}
+    assert find_cycle(package_graph(graph, 2)) == ["p.a", "p.b", "p.a"]

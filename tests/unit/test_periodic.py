@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 
-from backend_python.triton.periodic import Periodic
+from backend_python.stub_common.periodic import Periodic
 
 
 def test_ticks_go_on_after_a_failing_tick_and_stop_on_request():

@@ -1,4 +1,4 @@
-"""The LM lane's check of a request's prompt options against what its family declares (lm_lane/prompt_options.py):
+"""The LM lane's check of a request's prompt options against what its family declares (speechlm_lm/prompt_options.py):
 each refusal names its input and the allowed values; a family that takes no options is passed none."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from backend_python.lm_lane.prompt_options import option_kwargs, prompt_options
+from backend_python.speechlm_lm.prompt_options import option_kwargs, prompt_options
 from backend_python.models.base import PromptOptions, SpeechLM
-from backend_python.triton.request_inputs import RequestError, SpeechRequest
+from backend_python.stub_common.request_inputs import RequestError, SpeechRequest
 
 REQUEST = SpeechRequest(text="Hi.", voice=None, temperature=0.9, top_p=1.0, top_k=50, repetition_penalty=1.05,
                         seed=None, max_audio_seconds=5.0, ignore_eos=False)

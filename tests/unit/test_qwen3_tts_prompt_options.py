@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend_python.lm_lane.prompt_options import prompt_options
+from backend_python.speechlm_lm.prompt_options import prompt_options
 from backend_python.models.base import PromptOptions
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
 from backend_python.models.qwen3_tts.prompt import NUM_ROLE_TOKENS, NUM_SUFFIX_TOKENS, instruct_text
-from backend_python.triton.request_inputs import RequestError, SpeechRequest
+from backend_python.stub_common.request_inputs import RequestError, SpeechRequest
 
 torch.set_flush_denormal(True)
 TEXT = "Get the trust fund to the bank early."

@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from backend_python.triton.reference_inputs import ReferenceLimits, check_reference_audio, parse_reference, resample
-from backend_python.triton.request_inputs import RequestError
+from backend_python.stub_common.reference_inputs import ReferenceLimits, check_reference_audio, parse_reference, resample
+from backend_python.stub_common.request_inputs import RequestError
 from protocol.tensors import scalar_array
 from tests.reference_audio import voiced
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from backend_python.triton.request_inputs import (RequestError, RequestLimits, check_request_parameters,
+from backend_python.stub_common.request_inputs import (RequestError, RequestLimits, check_request_parameters,
                                                   parse_speech_request)
 from protocol.tensors import INPUT_NAMES
 

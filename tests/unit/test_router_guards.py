@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from backend_python.triton import fault_inject
-from backend_python.router.cancel_watch import CancelWatch
-from backend_python.router.lane_health import HealPolicy, LaneHealth, ModelControl
-from backend_python.triton.request_inputs import RequestError, check_request_parameters
+from backend_python.stub_common import fault_inject
+from backend_python.vox_ensemble.cancel_watch import CancelWatch
+from backend_python.stub_common.lane_health import HealPolicy, LaneHealth, ModelControl
+from backend_python.stub_common.request_inputs import RequestError, check_request_parameters
 from protocol.reasons import EndReason
 from tests.waiting import wait_for
 

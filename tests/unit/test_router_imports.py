@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 
-@pytest.mark.parametrize("module", ["backend_python.router.model", "backend_python.voices.model"])
+@pytest.mark.parametrize("module", ["backend_python.vox_ensemble.model", "backend_python.voice_registry.model"])
 def test_a_torch_free_stub_does_not_import_torch(module):
     code = textwrap.dedent(f"""
         import sys, types

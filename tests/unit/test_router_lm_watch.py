@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from backend_python.router.live_streams import LiveStreams
-from backend_python.router.lm_watch import LMWatch
+from backend_python.vox_ensemble.live_streams import LiveStreams
+from backend_python.vox_ensemble.lm_watch import LMWatch
 from protocol.reasons import DONE, Ended, EndReason
 
 LM_DIED = Ended(EndReason.LANE_DOWN, "the LM died")

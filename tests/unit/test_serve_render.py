@@ -75,7 +75,7 @@ def test_the_routing_levers_reach_the_router(tmp_path):
 
 
 def test_a_lane_below_normal_priority_sets_it_before_cuda_starts(monkeypatch):
-    from backend_python.triton.params import LaneSettings
+    from backend_python.stub_common.params import LaneSettings
     for name in ("CUDA_MPS_CLIENT_PRIORITY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):
         monkeypatch.delenv(name, raising=False)
     LaneSettings(device="cuda", mps_client_priority=0).apply_mps_limit()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend_python.router.stub_process import StubWatch, find_stub, is_alive
+from backend_python.vox_ensemble.stub_process import StubWatch, find_stub, is_alive
 
 SERVER = 100
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from backend_python.voices.store import VoiceStoreSettings
+from backend_python.voice_registry.store import VoiceStoreSettings
 from clients.cli import _add_server_flags, _serve_config
 from clients.serve import REPOSITORY, ServeConfig, render_repository
 
@@ -50,7 +50,7 @@ def test_the_registry_takes_the_reference_inputs_as_vox_ensemble_does():
     from protocol.tensors import REFERENCE_INPUTS
     registry, router = _inputs("voice_registry"), _inputs("vox_ensemble")
     assert {name: registry[name] for name in REFERENCE_INPUTS} == {name: router[name] for name in REFERENCE_INPUTS}
-    assert set(registry) == {"action", "name", "voice_file", *REFERENCE_INPUTS}  # voices/model.py: ACTIONS
+    assert set(registry) == {"action", "name", "voice_file", *REFERENCE_INPUTS}  # voice_registry/model.py: ACTIONS
     assert registry["action"] == registry["name"] == ("TYPE_STRING", "1")
     assert 'output [\n  { name: "voices" data_type: TYPE_STRING dims: [ 1 ] }' in \
         (REPOSITORY / "voice_registry" / "config.pbtxt").read_text()

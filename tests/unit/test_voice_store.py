@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend_python.triton.request_inputs import RequestError
-from backend_python.voices import store as store_module
-from backend_python.voices.store import NAME_PATTERN, VoiceStore, VoiceStoreSettings, check_name, model_key
+from backend_python.stub_common.request_inputs import RequestError
+from backend_python.voice_registry import store as store_module
+from backend_python.voice_registry.store import NAME_PATTERN, VoiceStore, VoiceStoreSettings, check_name, model_key
 
 RATE = 16000
 
@@ -165,7 +165,7 @@ def test_another_process_writes_and_deletes_are_seen_at_the_next_lookup(store):
             import sys
             sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
             from pathlib import Path
-            from backend_python.voices.store import VoiceStore
+            from backend_python.voice_registry.store import VoiceStore
             from tests.unit.test_voice_store import make_voice
             store = VoiceStore(Path({str(store.directory)!r}))
             {action}

@@ -133,7 +133,7 @@ class Qwen3TTSLM(SlotSpeechLM):
     @property
     def supports_instructions(self) -> bool:
         """A CustomVoice model's instruct; the reference takes none for the 0.6B, nor for a Base model (so none
-        for a cloned voice). Where False the LM lane refuses instructions (lm_lane/prompt_options.py): the prompt
+        for a cloned voice). Where False the LM lane refuses instructions (speechlm_lm/prompt_options.py): the prompt
         builders below take those that reach them as allowed."""
         return not self.config.is_base and self.config.tts_model_size != "0b6"
 

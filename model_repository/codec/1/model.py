@@ -1,5 +1,5 @@
-"""A codec lane; the code lives in backend_python.codec_lane.model."""
-from backend_python.codec_lane.model import CodecModel
+"""A codec lane; the code lives in backend_python.codec.model."""
+from backend_python.codec.model import CodecModel
 
 
 class TritonPythonModel(CodecModel):

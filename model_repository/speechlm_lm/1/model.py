@@ -1,5 +1,5 @@
-"""The LM lane; the code lives in backend_python.lm_lane.model."""
-from backend_python.lm_lane.model import LMModel
+"""The LM lane; the code lives in backend_python.speechlm_lm.model."""
+from backend_python.speechlm_lm.model import LMModel
 
 
 class TritonPythonModel(LMModel):

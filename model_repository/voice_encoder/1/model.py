@@ -1,5 +1,5 @@
-"""The voice encoder lane; the code lives in backend_python.encoder_lane.model."""
-from backend_python.encoder_lane.model import VoiceEncoderModel
+"""The voice encoder lane; the code lives in backend_python.voice_encoder.model."""
+from backend_python.voice_encoder.model import VoiceEncoderModel
 
 
 class TritonPythonModel(VoiceEncoderModel):

@@ -1,5 +1,5 @@
-"""The voice registry; the code lives in backend_python.voices.model."""
-from backend_python.voices.model import VoiceRegistryModel
+"""The voice registry; the code lives in backend_python.voice_registry.model."""
+from backend_python.voice_registry.model import VoiceRegistryModel
 
 
 class TritonPythonModel(VoiceRegistryModel):

@@ -1,5 +1,5 @@
-"""The streaming router; the code lives in backend_python.router.model."""
-from backend_python.router.model import RouterModel
+"""The streaming router; the code lives in backend_python.vox_ensemble.model."""
+from backend_python.vox_ensemble.model import RouterModel
 
 
 class TritonPythonModel(RouterModel):

@@ -6,7 +6,7 @@ something speakable (not only spaces and invisible format characters), which is 
 from __future__ import annotations
 
 from backend_python.models.base import Prompt, TextFeed
-from backend_python.triton.request_inputs import is_speakable
+from backend_python.stub_common.request_inputs import is_speakable
 
 
 class SpeakableText(TextFeed):

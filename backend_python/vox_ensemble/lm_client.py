@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.router import bls
-from backend_python.router.graveyard import Graveyard
-from backend_python.router.lane_health import LaneHealth
-from backend_python.router.stream import Job
+from backend_python.stub_common import bls
+from backend_python.vox_ensemble.graveyard import Graveyard
+from backend_python.stub_common.lane_health import LaneHealth
+from backend_python.vox_ensemble.stream import Job
 from protocol.models import LM
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import TAKEN_FRAMES, TEXT_FINAL, TEXT_PIECE

@@ -25,9 +25,9 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.triton import fault_inject
-from backend_python.triton.heap import HeapTrimmer, bound_onednn_cache
-from backend_python.triton.params import set_up_lane
+from backend_python.stub_common import fault_inject
+from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
+from backend_python.stub_common.params import set_up_lane
 
 log = logging.getLogger("voxlane.codec")
 

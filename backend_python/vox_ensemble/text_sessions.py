@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backend_python.triton.request_inputs import RequestError, control_character
+from backend_python.stub_common.request_inputs import RequestError, control_character
 from protocol.quoting import quoted
 
 _NUM_ENDED_KEPT = 4096  # ended sessions remembered, so that a late piece hears "ended", not "unknown"

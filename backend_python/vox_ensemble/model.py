@@ -18,29 +18,29 @@ import uuid
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.router.acks import ACK, AckRoutes, parse_ack
-from backend_python.router.relay import TEXT
-from backend_python.router.cancel_watch import CancelWatch
-from backend_python.router.codec_lanes import CodecLanes
-from backend_python.router.lane_health import HealPolicy, LaneHealth, ModelControl
-from backend_python.router.lm_client import LMClient
-from backend_python.router.lm_watch import LMWatch
-from backend_python.router.outlet import FINAL, Outlet, error_response
-from backend_python.router.relay import Relay
-from backend_python.router.stream import Job, PendingReference, as_numpy, copied_inputs
-from backend_python.router.text_sessions import TextSessions, piece_bytes
-from backend_python.router.stub_process import StubWatch, stub_is_running
-from backend_python.router.voice_encoder import VoiceEncoderClient
-from backend_python.triton import fault_inject
-from backend_python.triton.chunk_channel import ChunkChannel
-from backend_python.triton.metrics import RouterMetrics
-from backend_python.triton.params import model_parameters
+from backend_python.vox_ensemble.acks import ACK, AckRoutes, parse_ack
+from backend_python.vox_ensemble.relay import TEXT
+from backend_python.vox_ensemble.cancel_watch import CancelWatch
+from backend_python.vox_ensemble.codec_lanes import CodecLanes
+from backend_python.stub_common.lane_health import HealPolicy, LaneHealth, ModelControl
+from backend_python.vox_ensemble.lm_client import LMClient
+from backend_python.vox_ensemble.lm_watch import LMWatch
+from backend_python.vox_ensemble.outlet import FINAL, Outlet, error_response
+from backend_python.vox_ensemble.relay import Relay
+from backend_python.vox_ensemble.stream import Job, PendingReference, as_numpy, copied_inputs
+from backend_python.vox_ensemble.text_sessions import TextSessions, piece_bytes
+from backend_python.vox_ensemble.stub_process import StubWatch, stub_is_running
+from backend_python.stub_common.encoder_client import VoiceEncoderClient
+from backend_python.stub_common import fault_inject
+from backend_python.stub_common.chunk_channel import ChunkChannel
+from backend_python.stub_common.metrics import RouterMetrics
+from backend_python.stub_common.params import model_parameters
 from backend_python.audio.stream import StreamAudio
-from backend_python.triton.reference_inputs import ReferenceLimits, parse_reference
-from backend_python.triton.request_inputs import (RequestError, RequestLimits, SpeechRequest,
+from backend_python.stub_common.reference_inputs import ReferenceLimits, parse_reference
+from backend_python.stub_common.request_inputs import (RequestError, RequestLimits, SpeechRequest,
                                                   check_request_parameters, parse_audio_options,
                                                   parse_speech_request)
-from backend_python.voices.store import VoiceStore, VoiceStoreSettings
+from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings
 from protocol.models import LM
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason

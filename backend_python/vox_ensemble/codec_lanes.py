@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.router import bls
-from backend_python.router.lane_health import LaneHealth
-from backend_python.triton.metrics import RouterMetrics
+from backend_python.stub_common import bls
+from backend_python.stub_common.lane_health import LaneHealth
+from backend_python.stub_common.metrics import RouterMetrics
 from protocol.models import CODEC, CODEC_URGENT
 from protocol.reasons import Ended, EndReason
 from scheduler import Lane, LatencyEstimator

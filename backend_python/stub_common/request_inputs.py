@@ -140,7 +140,7 @@ def _timestamps(get: GetInput) -> bool:
 
 def _language(get: GetInput) -> str | None:
     """`language` stripped, in the client's own spelling: a refusal echoes it, and the LM lane lowercases it
-    where it compares it with the family's names (lm_lane/prompt_options.py)."""
+    where it compares it with the family's names (speechlm_lm/prompt_options.py)."""
     value = _scalar(get, "language")
     return None if value is None else _decode_utf8(value, "language").strip() or None
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from backend_python.paths import default_data_dir
-from backend_python.triton.params import LaneSettings
-from backend_python.triton.request_inputs import RequestError
+from backend_python.stub_common.params import LaneSettings
+from backend_python.stub_common.request_inputs import RequestError
 from protocol.quoting import quoted
 from protocol.tensors import REFERENCE_TENSORS
 

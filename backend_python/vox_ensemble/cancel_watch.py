@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from backend_python.triton.periodic import Periodic
+from backend_python.stub_common.periodic import Periodic
 
 log = logging.getLogger("voxlane.router")
 

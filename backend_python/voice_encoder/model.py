@@ -19,10 +19,10 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.triton.heap import HeapTrimmer, bound_onednn_cache
-from backend_python.triton.params import set_up_lane
-from backend_python.triton.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference, resample
-from backend_python.triton.request_inputs import RequestError
+from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
+from backend_python.stub_common.params import set_up_lane
+from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference, resample
+from backend_python.stub_common.request_inputs import RequestError
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import REFERENCE_TENSORS
 from protocol.wire import encode_error
@@ -32,7 +32,7 @@ log = logging.getLogger("voxlane.voice_encoder")
 
 class VoiceEncoderModel:
     def initialize(self, args: dict) -> None:
-        bound_onednn_cache()  # each reference length is a new shape (backend_python/triton/heap.py)
+        bound_onednn_cache()  # each reference length is a new shape (backend_python/stub_common/heap.py)
         setup = set_up_lane(args)  # the lane's MPS share first, then torch
         from backend_python.models import registry
         self.limits = ReferenceLimits.from_parameters(setup.params)

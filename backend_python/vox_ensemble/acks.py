@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from backend_python.triton.request_inputs import RequestError
+from backend_python.stub_common.request_inputs import RequestError
 from protocol.quoting import quoted
 from protocol.tensors import CONTROL_INPUTS
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.router import bls
-from backend_python.router.lane_health import LaneHealth
-from backend_python.triton.reference_inputs import ReferenceAudio
+from backend_python.stub_common import bls
+from backend_python.stub_common.lane_health import LaneHealth
+from backend_python.stub_common.reference_inputs import ReferenceAudio
 from protocol.models import VOICE_ENCODER
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import REFERENCE_TENSORS

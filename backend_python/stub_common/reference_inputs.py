@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend_python.triton.request_inputs import GetInput, RequestError, control_character
+from backend_python.stub_common.request_inputs import GetInput, RequestError, control_character
 from protocol.tensors import REFERENCE_INPUTS, REQUEST_INPUTS
 
 RATE = REQUEST_INPUTS["ref_sample_rate"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from backend_python.triton.periodic import Periodic
+from backend_python.stub_common.periodic import Periodic
 
 
 class LMWatch:

@@ -5,7 +5,7 @@ shape (a longer window, a bigger batch) the process's RSS stays at that batch's 
 and a long run ratchets it up shape by shape. `malloc_trim(0)` returns every free page of every
 arena. Measured on the tiny codec (CPU, the router's batch sizes and window lengths): 150 batches
 grew its RSS from 269 to 655 MB; trimmed (and without oneDNN's primitive cache, see
-codec_lane/model.py) from 226 to 264 MB, level at ~273 MB after 400 batches.
+codec/model.py) from 226 to 264 MB, level at ~273 MB after 400 batches.
 Without glibc (another libc) trimming is a no-op. The voice encoder meets a new shape with each
 reference's length: 300 references of 1-4 s grew its RSS by 107 MB; trimmed and without the primitive
 cache by 32 MB, level at +33 MB after 600.
@@ -17,7 +17,7 @@ import ctypes.util
 import os
 from typing import Callable
 
-from backend_python.triton.periodic import Periodic
+from backend_python.stub_common.periodic import Periodic
 
 
 # oneDNN (torch's CPU convolutions) caches a primitive, with its buffers, per input shape, up to 1,024

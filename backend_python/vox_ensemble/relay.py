@@ -9,13 +9,13 @@ from typing import Callable
 
 import numpy as np
 
-from backend_python.router.acks import ACK
-from backend_python.router.codec_lanes import CodecLanes, StreamPlace
-from backend_python.router.lm_client import LMClient
-from backend_python.router.overlap_join import OverlapJoin
-from backend_python.router.stream import DecodedChunk, Job
-from backend_python.router.voice_encoder import VoiceEncoderClient
-from backend_python.triton.chunk_channel import ChunkChannel
+from backend_python.vox_ensemble.acks import ACK
+from backend_python.vox_ensemble.codec_lanes import CodecLanes, StreamPlace
+from backend_python.vox_ensemble.lm_client import LMClient
+from backend_python.vox_ensemble.overlap_join import OverlapJoin
+from backend_python.vox_ensemble.stream import DecodedChunk, Job
+from backend_python.stub_common.encoder_client import VoiceEncoderClient
+from backend_python.stub_common.chunk_channel import ChunkChannel
 from protocol.channel import ChannelKind
 from protocol.reasons import CANCELLED_BY_CLIENT, Ended, EndReason
 from scheduler import AckedFlow, ChunkRouter, FlowConfig, Lane, PlaybackClock

@@ -10,10 +10,10 @@ import time
 
 import triton_python_backend_utils as pb_utils
 
-from backend_python.router.cancel_watch import CancelWatch
-from backend_python.router.live_streams import LiveStreams
-from backend_python.router.stream import DecodedChunk, Job
-from backend_python.triton.metrics import RouterMetrics
+from backend_python.vox_ensemble.cancel_watch import CancelWatch
+from backend_python.vox_ensemble.live_streams import LiveStreams
+from backend_python.vox_ensemble.stream import DecodedChunk, Job
+from backend_python.stub_common.metrics import RouterMetrics
 from protocol.reasons import Ended, EndReason
 from protocol.wire import encode_error
 from scheduler import PlaybackClock

@@ -35,7 +35,7 @@ import threading
 
 import triton_python_backend_utils as pb_utils
 
-from backend_python.triton.periodic import Periodic
+from backend_python.stub_common.periodic import Periodic
 
 from protocol.models import LANE_MODELS
 from scheduler import ROUTES, Lane, RouteReason

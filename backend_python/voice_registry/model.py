@@ -22,11 +22,11 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.router.voice_encoder import VoiceEncoderClient
-from backend_python.triton.params import model_parameters
-from backend_python.triton.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference
-from backend_python.triton.request_inputs import RequestError
-from backend_python.voices.store import Voice, VoiceStore, VoiceStoreSettings, check_name, fingerprint
+from backend_python.stub_common.encoder_client import VoiceEncoderClient
+from backend_python.stub_common.params import model_parameters
+from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference
+from backend_python.stub_common.request_inputs import RequestError
+from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, check_name, fingerprint
 from protocol.models import VOICE_ENCODER
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason

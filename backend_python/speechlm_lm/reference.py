@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from backend_python.triton.request_inputs import RequestError
+from backend_python.stub_common.request_inputs import RequestError
 from protocol.tensors import REFERENCE_TENSORS
 
 

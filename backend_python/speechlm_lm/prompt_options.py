@@ -2,7 +2,7 @@
 model's family declares (models/base.py `PromptOptions`), each refusal naming its input and the allowed values."""
 from __future__ import annotations
 
-from backend_python.triton.request_inputs import RequestError, SpeechRequest
+from backend_python.stub_common.request_inputs import RequestError, SpeechRequest
 
 
 def prompt_options(model, req: SpeechRequest):

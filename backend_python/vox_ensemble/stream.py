@@ -7,7 +7,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from backend_python.audio.stream import AudioPiece, StreamAudio
-from backend_python.triton.reference_inputs import ReferenceAudio
+from backend_python.stub_common.reference_inputs import ReferenceAudio
 from protocol.tensors import LM_INPUT_NAMES
 from scheduler import Lane, RouteReason
 

@@ -13,7 +13,7 @@ protocol/wire.py), then the final flag.
 
 The router's requests name its chunk channel (`voxlane_channel` parameters): those get a single
 response at once, the final flag (with `error` when refused), and their chunks, the same arrays,
-go through the channel (see backend_python/triton/chunk_channel.py for why).
+go through the channel (see backend_python/stub_common/chunk_channel.py for why).
 """
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ import uuid
 import triton_python_backend_utils as pb_utils
 
 from backend_python.engine.sequence import Sequence
-from backend_python.lm_lane.prompt_options import option_kwargs, prompt_options
-from backend_python.lm_lane.reference import check_can_clone, voice_reference
-from backend_python.lm_lane.sinks import FINAL, ChannelSink, ResponseSink, error_response
-from backend_python.lm_lane.text import SpeakableText
-from backend_python.triton.chunk_channel import CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients, ChannelError
-from backend_python.triton.metrics import LMMetrics, LMPhaseMetrics
-from backend_python.triton.params import set_up_lane
-from backend_python.triton.request_inputs import (RequestError, RequestLimits,
+from backend_python.speechlm_lm.prompt_options import option_kwargs, prompt_options
+from backend_python.speechlm_lm.reference import check_can_clone, voice_reference
+from backend_python.speechlm_lm.sinks import FINAL, ChannelSink, ResponseSink, error_response
+from backend_python.speechlm_lm.text import SpeakableText
+from backend_python.stub_common.chunk_channel import CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients, ChannelError
+from backend_python.stub_common.metrics import LMMetrics, LMPhaseMetrics
+from backend_python.stub_common.params import set_up_lane
+from backend_python.stub_common.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE
