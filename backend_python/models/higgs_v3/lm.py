@@ -5,12 +5,13 @@ K × 1026 logits), then runs one backbone token on the sum of the row's codebook
 (`audio_codebook_embeddings`, codebook j's ids shifted by j × 1026), as the reference's
 `_sample_audio_tokens` and `_embed_audio_ids` do. The delay pattern is the reference's (`use_delay_pattern`):
 at step s codebook j holds frame s - j, the begin-of-stream id (1024) before frame 0; once codebook 0 has
-sampled the end-of-stream id (1025) at step E, every codebook is end-of-stream from frame E on (the
+sampled the end-of-stream id (1025) at step E, every codebook is end-of-stream after frame E (the
 reference's `num_remaining_delays` countdown), and the engine closes the stream at step E - 1 + 7, when
-frame E - 1's last codebook comes (models/delay_pattern.py).
+frame E - 1's last codebook comes (models/delay_pattern.py): one step before the reference, whose last step
+samples only a code of frame E, which it drops.
 
-Unlike the reference: the end is read off codebook 0 only (codebooks 1..7 never sample end-of-stream; the
-reference also honours one that does first); a live codebook never samples begin-of-stream (the reference
+Unlike the reference: the end is read off codebook 0 only (codebooks 1..7 sample end-of-stream only after
+it; the reference also honours one that does first); a live codebook never samples begin-of-stream (the reference
 clips it to 1023 afterwards); `ignore_eos` rows never sample the end; sampling is the engine's
 (temperature, top-k, top-p per row, no repetition penalty), not the reference's repetition-aware sampling.
 On CUDA the step runs as two CUDA graphs per batch bucket (`frame_graphs.FrameGraphs`: `_predict`, `_talk`).
@@ -227,31 +228,33 @@ class HiggsV3LM(SlotSpeechLM):
     def _predict(self, inputs: FrameInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's delayed row of K codes from its stored logits -> (codes [B, K] int64, row embedding [B, H])."""
         mem, c, rows = self._require_memory(), self.config, inputs.rows
-        logits = mem.logits[rows].masked_fill(self._blocked(inputs), float("-inf"))  # [B, K, V]
+        logits = mem.logits[rows].masked_fill(self._blocked(mem, inputs), float("-inf"))  # [B, K, V]
         noise = inputs.noise.clamp_min(TINY).view(-1, c.audio_vocab_size)  # a zero draw would give 0/0 = NaN
         sampled = sample(logits.flatten(0, 1), inputs.sampling.repeat_rows(c.audio_num_codebooks), noise)
         codes = self._delayed(mem, rows, sampled.view(-1, c.audio_num_codebooks))
         return codes, self.embed_audio(codes)
 
-    def _blocked(self, inputs: FrameInputs) -> torch.Tensor:
-        """[B, K, V] bool: begin-of-stream everywhere, end-of-stream past codebook 0 and where EOS is blocked."""
+    def _blocked(self, mem: SlotMemory, inputs: FrameInputs) -> torch.Tensor:
+        """[B, K, V] bool: begin-of-stream everywhere; end-of-stream on codebook 0 where EOS is blocked, and on
+        codebooks 1.. until codebook 0 has ended (then, as in the reference, they sample freely at the end frame)."""
         c, num_rows = self.config, inputs.rows.shape[0]
         blocked = torch.zeros(num_rows, c.audio_num_codebooks, c.audio_vocab_size, dtype=torch.bool,
                               device=inputs.rows.device)
         blocked[:, :, c.audio_stream_bos_id] = True
-        blocked[:, 1:, c.audio_stream_eos_id] = True
         blocked[:, 0, c.audio_stream_eos_id] = inputs.is_eos_blocked
+        blocked[:, 1:, c.audio_stream_eos_id] = (mem.end_steps[inputs.rows] == NOT_ENDED)[:, None]
         return blocked
 
     def _delayed(self, mem: SlotMemory, rows: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
         """The sampled codes [B, K] with the delay pattern's padding: begin-of-stream before a codebook's frame
-        0, end-of-stream from the end frame on; records the end (codebook 0's end-of-stream) and counts the step."""
+        0, end-of-stream after the end frame E (the reference's countdown: codebook j is forced from frame E + 1,
+        its frame E is sampled and never read); records the end (codebook 0's end-of-stream), counts the step."""
         c, steps = self.config, mem.steps[rows]  # [B]
         ended = (sampled[:, 0] == c.audio_stream_eos_id) & (mem.end_steps[rows] == NOT_ENDED)
         end_steps = torch.where(ended, steps, mem.end_steps[rows])
         frames = steps[:, None] - mem.delays  # [B, K], the frame each codebook holds
         codes = sampled.masked_fill(frames < 0, c.audio_stream_bos_id)
-        codes = codes.masked_fill(frames >= end_steps[:, None], c.audio_stream_eos_id)
+        codes = codes.masked_fill(frames > end_steps[:, None], c.audio_stream_eos_id)
         mem.end_steps.index_copy_(0, rows, end_steps)
         mem.steps.index_copy_(0, rows, steps + 1)
         return codes
