@@ -102,7 +102,7 @@ class AudioTokenizerConfig:
             fields["ratios"] = tuple(fields["ratios"])
         if d.get("vq_scale", 1) != 1 or not isinstance(d.get("bins", 1024), int):
             raise ValueError("only the RVQ tokenizer with vq_scale 1 is supported")
-        extra = {k: v for k, v in d.items() if k not in cls.__dataclass_fields__}
+        extra = {k: v for k, v in d.items() if k not in cls.__dataclass_fields__ and k != "vq_scale"}
         return cls(**fields, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:

@@ -115,6 +115,8 @@ class HiggsV3LM(SlotSpeechLM):
             lm = cls(config, tokenizer, {}).to(dtype=dtype)
         lm.to_empty(device=device)
         init_random_weights(lm, seed)
+        with torch.no_grad():  # a row's K embeddings sum to unit scale, as a text token's: the text is heard
+            lm.audio_codebook_embeddings.weight.mul_(config.audio_num_codebooks ** -0.5)
         lm.voice_codes = random_voice_codes(config, seed)
         return lm.eval()
 
