@@ -129,3 +129,23 @@ def test_the_full_shape_is_qwen3_4b_and_the_higgs_tokenizer():
         lm = HiggsV3LM(c, tokenizer=None, voice_codes={})
     num_parameters = sum(p.numel() for p in lm.parameters())
     assert 3.8e9 < num_parameters < 4.1e9, num_parameters  # Qwen3-4B without its text head, plus the audio tables
+
+
+def test_the_voice_encoder_loads_back_and_codes_25_frames_a_second(checkpoint, codec):
+    from backend_python.models.higgs_v3.voice_encoder import HiggsVoiceEncoder, hubert_config
+
+    cfg = read_config(checkpoint).tokenizer
+    loaded = HiggsVoiceEncoder.from_pretrained(checkpoint, cfg, hubert_config(cfg), codec)
+    built = HiggsVoiceEncoder.from_config(cfg, hubert_config(cfg), HiggsTokenizerCodec.from_config(cfg, seed=0), seed=0)
+    for (name, a), (_, b) in zip(sorted(built.state_dict().items()), sorted(loaded.state_dict().items())):
+        assert torch.equal(a, b), name
+    noise = torch.randn(2 * 24000 + 500, generator=torch.Generator().manual_seed(5)) * 0.3
+    (result,) = loaded.encode([noise], [False])
+    codes = result[REF_CODES]
+    assert codes.shape == (51, 8) and codes.dtype == torch.int64  # ceil(48500 / 960) frames: the last partial
+    assert 0 <= codes.min() and codes.max() < 1024
+    assert len({tuple(row.tolist()) for row in codes}) > 1  # the frames hear their own audio
+    assert torch.equal(loaded.encode([noise], [False])[0][REF_CODES], codes)
+    with pytest.raises(ValueError, match="x_vector_only"):
+        loaded.encode([noise], [True])
+    assert registry.load_voice_encoder(registry.resolve("higgs-v3-tiny"), "cpu", "float32").sample_rate == 24000

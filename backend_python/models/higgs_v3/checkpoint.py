@@ -27,6 +27,9 @@ SKIPPED_LM_KEYS = ("audio_decoder_proj.text_lm_head.", "audio_tower.", "audio_en
 TOKENIZER_DIR = "audio_tokenizer"
 VOICES_FILE = "voices.safetensors"
 CODEC_KEYS = ("quantizer.", "fc_post2.", "decoder_2.")
+ENCODER_KEYS = ("quantizer.", "fc_prior.", "encoder.", "encoder_semantic.", "semantic_model.")
+SEMANTIC_PREFIX = "semantic_model."
+OLD_WEIGHT_NORM = {"weight_g": "parametrizations.weight.original0", "weight_v": "parametrizations.weight.original1"}
 
 
 def read_config(path: str | Path) -> HiggsV3Config:
@@ -76,6 +79,8 @@ def fold_weight_norm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     = g · v / ‖v‖, the norm over every dim but 0 (weight norm's default `dim=0`, for transposed convs too)."""
     out = dict(state)
     for g_key, v_suffix, base in _weight_norm_pairs(state):
+        if g_key.startswith(SEMANTIC_PREFIX):  # HuBERT keeps its own weight norm (over dim 2): renamed, not folded
+            continue
         g, v = out.pop(g_key), out.pop(base + v_suffix)
         norm = v.float().pow(2).sum(dim=tuple(range(1, v.dim())), keepdim=True).sqrt()
         out[base + "weight"] = (v.float() * (g.float() / norm)).to(v.dtype)
@@ -122,4 +127,39 @@ def codec_names(state: dict[str, torch.Tensor], num_ratios: int, to_official: bo
         old = next((a for a, _ in pairs if key.startswith(a)), None)
         new = dict(pairs)[old] + key[len(old):] if old is not None else key
         out[new] = value
+    return out
+
+
+def dac_encoder_names(num_ratios: int) -> list[tuple[str, str]]:
+    """(official `encoder.block.*` prefix, transformers `DacEncoder` prefix) pairs: conv, blocks (3 residual
+    units, snake, strided conv), snake, conv."""
+    pairs = [("block.0.", "conv1.")]
+    for i in range(num_ratios):
+        block = f"block.{i + 1}.block."
+        for unit in range(3):
+            inner = f"{block}{unit}.block."
+            ours = f"block.{i}.res_unit{unit + 1}."
+            pairs += [(inner + "0.", ours + "snake1."), (inner + "1.", ours + "conv1."),
+                      (inner + "2.", ours + "snake2."), (inner + "3.", ours + "conv2.")]
+        pairs += [(block + "3.", f"block.{i}.snake1."), (block + "4.", f"block.{i}.conv1.")]
+    return pairs + [(f"block.{num_ratios + 1}.", "snake1."), (f"block.{num_ratios + 2}.", "conv2.")]
+
+
+def encoder_names(state: dict[str, torch.Tensor], num_ratios: int, to_official: bool = False) -> dict[str, torch.Tensor]:
+    """The voice encoder's tensors (acoustic and semantic encoders, `fc_prior`, the RVQ) with the acoustic encoder
+    renamed official -> ours (or back), and HuBERT's old weight-norm names (`weight_g`/`weight_v`) as
+    transformers' parametrization names."""
+    pairs = [("encoder." + a, "encoder." + b) for a, b in dac_encoder_names(num_ratios)]
+    if to_official:
+        pairs = [(b, a) for a, b in pairs]
+    out = {}
+    for key, value in state.items():
+        if not key.startswith(ENCODER_KEYS):
+            continue
+        old = next((a for a, _ in pairs if key.startswith(a)), None)
+        key = dict(pairs)[old] + key[len(old):] if old is not None else key
+        if key.startswith(SEMANTIC_PREFIX) and key.rsplit(".", 1)[-1] in OLD_WEIGHT_NORM:
+            base, suffix = key.rsplit(".", 1)
+            key = f"{base}.{OLD_WEIGHT_NORM[suffix]}"
+        out[key] = value
     return out

@@ -64,14 +64,21 @@ class ResidualQuantizer(nn.Module):
         return sum(layer.decode(codes[..., i]) for i, layer in enumerate(self.vq.layers))
 
 
-def dac_decoder(cfg: AudioTokenizerConfig) -> nn.Module:
-    """transformers' `DacDecoder` shaped and adjusted as the Higgs tokenizer's `dac2.Decoder(D, 1024, ratios)`."""
+def dac_config(cfg: AudioTokenizerConfig):
+    """transformers' `DacConfig` of the tokenizer's `dac2.Encoder(64, ratios, D)` and `dac2.Decoder(D, 1024, ratios)`
+    (both run through `ratios` in the same order)."""
     from transformers import DacConfig
+
+    return DacConfig(hidden_size=cfg.D, encoder_hidden_size=cfg.encoder_dim, decoder_hidden_size=cfg.decoder_dim,
+                     upsampling_ratios=list(cfg.ratios), downsampling_ratios=list(cfg.ratios),
+                     sampling_rate=cfg.sample_rate)
+
+
+def dac_decoder(cfg: AudioTokenizerConfig) -> nn.Module:
+    """transformers' `DacDecoder` shaped and adjusted as the Higgs tokenizer's decoder."""
     from transformers.models.dac.modeling_dac import DacDecoder
 
-    dac = DacConfig(hidden_size=cfg.D, decoder_hidden_size=cfg.decoder_dim, upsampling_ratios=list(cfg.ratios),
-                    downsampling_ratios=list(reversed(cfg.ratios)), sampling_rate=cfg.sample_rate)
-    decoder = DacDecoder(dac)
+    decoder = DacDecoder(dac_config(cfg))
     for module in decoder.modules():
         if isinstance(module, nn.ConvTranspose1d):
             module.output_padding = (module.stride[0] % 2,)

@@ -17,6 +17,7 @@ from .codec import WINDOWING, HiggsTokenizerCodec
 from .config import BACKBONE_TYPE, MODEL_TYPE
 from .lm import HiggsV3LM
 from .presets import preset_config
+from .voice_encoder import HiggsVoiceEncoder, hubert_config
 
 name = "higgs_v3"
 tiny_presets = ("higgs-v3-tiny",)
@@ -54,8 +55,12 @@ def load_codec(spec, device: str, dtype: torch.dtype) -> HiggsTokenizerCodec:
     return HiggsTokenizerCodec.from_config(_config(spec).tokenizer, device=device, seed=RANDOM_SEED)
 
 
-def load_voice_encoder(spec, device: str, dtype: torch.dtype):
-    return None
+def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> HiggsVoiceEncoder:
+    """The tokenizer's encoder on the codec's codebooks, in float32 whatever `dtype` (voice_encoder.py)."""
+    cfg, codec = _config(spec).tokenizer, load_codec(spec, device, torch.float32)
+    if spec.checkpoint is not None:
+        return HiggsVoiceEncoder.from_pretrained(spec.checkpoint, cfg, hubert_config(cfg), codec, device=device)
+    return HiggsVoiceEncoder.from_config(cfg, hubert_config(cfg), codec, device=device, seed=RANDOM_SEED)
 
 
 def preset_voices(spec) -> tuple[str, ...]:

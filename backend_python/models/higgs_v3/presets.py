@@ -18,9 +18,15 @@ PRESET_VOICES = {"en_woman": TINY_BPE_SENTENCES[0], "en_man": TINY_BPE_SENTENCES
 VOICE_FRAMES = 12  # frames of a preset voice's random reference codes
 
 
+# a 1-layer HuBERT of width 8 with HuBERT's 320-sample conv front end (the semantic branch of the voice encoder)
+TINY_HUBERT = dict(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, conv_dim=[8] * 7,
+                   num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2)
+
+
 def tiny_tokenizer_config() -> AudioTokenizerConfig:
     """The real topology (8 codebooks of 1024, hop 960 = 8·5·4·2·3 at 24 kHz: 25 frames/s) at tiny widths."""
-    return AudioTokenizerConfig(D=16, decoder_dim=64, encoder_dim=4, semantic_dim=8, codebook_dim=8)
+    return AudioTokenizerConfig(D=16, decoder_dim=64, encoder_dim=4, semantic_dim=8, codebook_dim=8,
+                                extra={"semantic_model_config": TINY_HUBERT})
 
 
 def tiny() -> HiggsV3Config:
