@@ -156,7 +156,8 @@ def main() -> None:
                               audio_num_codebooks=K, audio_codebook_size=CODEBOOK, audio_stream_bos_id=CODEBOOK,
                               audio_stream_eos_id=CODEBOOK + 1, use_delay_pattern=True, skip_audio_tower=True)
     fixture = {"shape": {"num_codebooks": K, "codebook_size": CODEBOOK, "hidden": HIDDEN, **CODEC},
-               **delay_fixture(utils), **lm_fixture(args.reference, config), **countdown_fixture(args.reference, config),
+               **delay_fixture(utils), **lm_fixture(args.reference, config),
+               **countdown_fixture(args.reference, config),
                **codec_fixture()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(fixture, args.out)

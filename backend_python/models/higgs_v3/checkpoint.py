@@ -145,7 +145,8 @@ def dac_encoder_names(num_ratios: int) -> list[tuple[str, str]]:
     return pairs + [(f"block.{num_ratios + 1}.", "snake1."), (f"block.{num_ratios + 2}.", "conv2.")]
 
 
-def encoder_names(state: dict[str, torch.Tensor], num_ratios: int, to_official: bool = False) -> dict[str, torch.Tensor]:
+def encoder_names(state: dict[str, torch.Tensor], num_ratios: int,
+                  to_official: bool = False) -> dict[str, torch.Tensor]:
     """The voice encoder's tensors (acoustic and semantic encoders, `fc_prior`, the RVQ) with the acoustic encoder
     renamed official -> ours (or back), and HuBERT's old weight-norm names (`weight_g`/`weight_v`) as
     transformers' parametrization names."""

@@ -1,7 +1,8 @@
 """Higgs Audio v3's prompt: ChatML turns (Qwen3's template) around Higgs's audio tokens.
 
     <|im_start|>system\\nGenerate audio following instruction.<|im_end|>\\n
-    [<|im_start|>user\\n{ref_text}<|im_end|>\\n<|im_start|>assistant\\n<|audio_out_bos|>{ref rows}<|audio_eos|><|im_end|>\\n]
+    [<|im_start|>user\\n{ref_text}<|im_end|>\\n<|im_start|>assistant\\n<|audio_out_bos|>{ref rows}
+     <|audio_eos|><|im_end|>\\n]
     <|im_start|>user\\n{text}<|im_end|>\\n<|im_start|>assistant\\n<|audio_out_bos|>{begin row}
 
 A voice to clone is an earlier assistant turn that spoke the reference, as the reference's
