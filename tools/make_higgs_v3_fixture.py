@@ -14,7 +14,9 @@ object, so the model class itself is never built. Everything runs on the CPU at 
 - the end-of-stream countdown: `_sample_audio_tokens` (greedy) over a fixed sequence of audio logits in which
   codebook 0 picks end-of-stream at one step;
 - codec: `ResidualVectorQuantizer.decode` -> `fc_post2` -> `dac2.Decoder` (weight norm on), as
-  `HiggsAudioTokenizer.decode` chains them.
+  `HiggsAudioTokenizer.decode` chains them;
+- the tokenizer's encoder: its own `_xcodec_encode` on audio (a `dac2.Encoder`, the semantic `Encoder`,
+  `fc_prior`, the same RVQ), with HuBERT's averaged hidden states given as random features.
 
 Saved: the tiny shapes, every input and output, and the pieces' state dicts under the official names.
 """
@@ -33,7 +35,7 @@ from torch import nn
 SEED = 0
 K, CODEBOOK = 8, 30  # codebooks, codes per codebook (+ begin 30, end 31)
 HIDDEN = 16
-CODEC = dict(D=8, semantic_dim=4, codebook_dim=4, decoder_dim=32, ratios=[8, 5, 4, 2, 3], frames=6)
+CODEC = dict(D=8, semantic_dim=4, codebook_dim=4, decoder_dim=32, encoder_dim=1, ratios=[8, 5, 4, 2, 3], frames=4)
 COUNTDOWN_STEPS, COUNTDOWN_END = 20, 9  # steps of logits; codebook 0 picks end-of-stream at this step
 
 
@@ -122,7 +124,44 @@ def countdown_fixture(root: Path, config) -> dict:
     return {"countdown_logits": logits, "countdown_rows": torch.stack(rows)}
 
 
-def codec_fixture() -> dict:
+def tokenizer_method(root: Path, name: str):
+    """A method of `HiggsAudioTokenizer`, compiled from the reference's source file."""
+    source = (root / "boson_multimodal/audio_processing/higgs_audio_tokenizer.py").read_text()
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "HiggsAudioTokenizer")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    namespace = {"torch": torch, "F": nn.functional, "Optional": __import__("typing").Optional,
+                 "EncodedResult": lambda audio_codes: types.SimpleNamespace(audio_codes=audio_codes)}
+    exec(compile(ast.Module([fn], type_ignores=[]), "higgs_audio_tokenizer.py", "exec"), namespace)
+    return lambda holder, *args: namespace[name](holder, *args)
+
+
+def encoder_fixture(root: Path, tokenizer: nn.Module, audio: torch.Tensor) -> dict:
+    """`HiggsAudioTokenizer._xcodec_encode` of `audio` ([1, 1, N], the codec fixture's output) on the codec fixture's
+    quantizer with a DAC encoder, the semantic encoder and `fc_prior`; HuBERT's features (`get_regress_target`)
+    are given, not computed."""
+    from boson_multimodal.audio_processing.semantic_module import Encoder as SemanticEncoder
+    from dac.model import dac as dac2
+
+    c = CODEC
+    holder = types.SimpleNamespace(
+        encoder=dac2.Encoder(c["encoder_dim"], c["ratios"], c["D"]), fc_prior=nn.Linear(c["D"] + c["semantic_dim"],
+                                                                                       c["D"] + c["semantic_dim"]),
+        encoder_semantic=SemanticEncoder(input_channels=c["semantic_dim"], encode_channels=c["semantic_dim"]),
+        quantizer=tokenizer.quantizer, quantizer_type="RVQ", frame_rate=25, semantic_downsample_factor=2)
+    for layer in tokenizer.quantizer.vq.layers:  # a loaded tokenizer's codebooks are initialised (no k-means)
+        layer._codebook.inited.fill_(1.0)
+    tokenizer.quantizer.eval()
+    semantic = torch.randn(1, c["frames"], c["semantic_dim"])
+    holder.get_regress_target = lambda x: semantic
+    with torch.no_grad():
+        codes = tokenizer_method(root, "_xcodec_encode")(holder, audio).audio_codes  # [n_q, 1, T] -> permuted
+    modules = {"encoder": holder.encoder, "fc_prior": holder.fc_prior, "encoder_semantic": holder.encoder_semantic}
+    state = {f"{name}.{k}": v.detach().clone() for name, m in modules.items() for k, v in m.state_dict().items()}
+    return {"encoder_semantic_features": semantic[0], "encoder_codes": codes[0].T,
+            "encoder_state": state}
+
+
+def codec_fixture(root: Path) -> dict:
     from boson_multimodal.audio_processing.quantization.vq import ResidualVectorQuantizer
     from dac.model import dac as dac2
 
@@ -138,8 +177,11 @@ def codec_fixture() -> dict:
     with torch.no_grad():  # as `HiggsAudioTokenizer.decode` (RVQ branch)
         quantized = tokenizer.quantizer.decode(codes.permute(1, 0, 2)).transpose(1, 2)
         audio = tokenizer.decoder_2(tokenizer.fc_post2(quantized).transpose(1, 2))
-    return {"codec_codes": codes[0].transpose(0, 1), "codec_audio": audio[0, 0],
-            "codec_state": {k: v.detach().clone() for k, v in tokenizer.state_dict().items()}}
+    fixture = encoder_fixture(root, tokenizer, audio)
+    kept = ("embed", "weight", "weight_g", "weight_v", "bias", "alpha")  # not the RVQ's training statistics
+    return {"codec_codes": codes[0].transpose(0, 1), "codec_audio": audio[0, 0], **fixture,
+            "codec_state": {k: v.detach().clone() for k, v in tokenizer.state_dict().items()
+                            if k.rsplit(".", 1)[-1] in kept}}
 
 
 def main() -> None:
@@ -158,9 +200,9 @@ def main() -> None:
     fixture = {"shape": {"num_codebooks": K, "codebook_size": CODEBOOK, "hidden": HIDDEN, **CODEC},
                **delay_fixture(utils), **lm_fixture(args.reference, config),
                **countdown_fixture(args.reference, config),
-               **codec_fixture()}
+               **codec_fixture(args.reference)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(fixture, args.out)
+    torch.save(fixture, args.out, _use_new_zipfile_serialization=False)  # the zip format's records cost ~40 %
     print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KB)")
 
 

@@ -1,7 +1,8 @@
 """Higgs Audio v3 against Boson AI's higgs-audio on tiny random weights (tests/fixtures/higgs_v3_golden.pt, made by
 tools/make_higgs_v3_fixture.py from the reference's own code): the delay pattern and its revert, the fused
 codebook embedding and audio head, the end-of-stream countdown through the real LMEngine, and the audio
-tokenizer's decoder (the reference's weight-normed `dac2.Decoder`, renamed and folded by our checkpoint code)."""
+tokenizer's decoder (the reference's weight-normed `dac2.Decoder`, renamed and folded by our checkpoint code) and
+its encoder (`_xcodec_encode`, HuBERT's features given)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,11 +14,12 @@ from backend_python.engine.engine import EngineConfig, LMEngine
 from backend_python.engine.sequence import Sequence
 from backend_python.models.base import SamplingParams
 from backend_python.models.delay_pattern import DelayPattern, FrameAssembler
-from backend_python.models.higgs_v3.checkpoint import codec_names, fold_weight_norm
+from backend_python.models.higgs_v3.checkpoint import codec_names, encoder_names, fold_weight_norm
 from backend_python.models.higgs_v3.codec import HiggsTokenizerCodec
 from backend_python.models.higgs_v3.config import AudioTokenizerConfig, BackboneConfig, HiggsV3Config
 from backend_python.models.higgs_v3.lm import HiggsV3LM
 from backend_python.models.higgs_v3.presets import TINY_TEXT_VOCAB_SIZE
+from backend_python.models.higgs_v3.voice_encoder import HiggsVoiceEncoder
 from scheduler import AdmissionPolicyName, ChunkingConfig, SchedulerConfig
 from tests.unit.test_engine import ListSink
 
@@ -32,7 +34,7 @@ def fixture_config() -> HiggsV3Config:
                               num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8)
     tokenizer = AudioTokenizerConfig(D=SHAPE["D"], ratios=tuple(SHAPE["ratios"]), bins=CODEBOOK, n_q=K,
                                      codebook_dim=SHAPE["codebook_dim"], decoder_dim=SHAPE["decoder_dim"],
-                                     semantic_dim=SHAPE["semantic_dim"])
+                                     semantic_dim=SHAPE["semantic_dim"], encoder_dim=SHAPE["encoder_dim"])
     return HiggsV3Config(backbone, tokenizer, audio_num_codebooks=K, audio_codebook_size=CODEBOOK,
                          audio_stream_bos_id=BOS, audio_stream_eos_id=EOS, voices={"a": "Hello world."})
 
@@ -119,9 +121,28 @@ def test_the_end_of_stream_countdown_through_the_engine_is_the_reference_s(lm, o
 
 
 def test_the_codec_decoder_is_the_reference_s():
+    audio = fixture_codec().decode_raw(FIXTURE["codec_codes"][None])[0]
+    assert audio.shape == FIXTURE["codec_audio"].shape == (SHAPE["frames"] * 960,)
+    assert torch.allclose(audio, FIXTURE["codec_audio"], atol=1e-5), (audio - FIXTURE["codec_audio"]).abs().max()
+
+
+def fixture_codec() -> HiggsTokenizerCodec:
     config = fixture_config().tokenizer
     codec = HiggsTokenizerCodec(config)
     codec.load_codec_state(codec_names(fold_weight_norm(FIXTURE["codec_state"]), len(config.ratios)))
-    audio = codec.eval().decode_raw(FIXTURE["codec_codes"][None])[0]
-    assert audio.shape == FIXTURE["codec_audio"].shape == (SHAPE["frames"] * 960,)
-    assert torch.allclose(audio, FIXTURE["codec_audio"], atol=1e-5), (audio - FIXTURE["codec_audio"]).abs().max()
+    return codec.eval()
+
+
+def test_the_tokenizer_s_encoder_codes_audio_as_the_reference_s(monkeypatch):
+    """The reference encoded the codec fixture's output; HuBERT's averaged hidden states are the fixture's."""
+    config = fixture_config().tokenizer
+    hubert = dict(hidden_size=SHAPE["semantic_dim"], num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                  conv_dim=[4] * 7, num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2, mask_time_prob=0.0)
+    encoder = HiggsVoiceEncoder(config, hubert, fixture_codec())
+    state = encoder_names(fold_weight_norm(FIXTURE["encoder_state"]), len(config.ratios))
+    missing, unexpected = encoder.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.startswith(("semantic_model.", "quantizer.")) for k in missing)
+    monkeypatch.setattr(encoder, "semantic_features", lambda audio: FIXTURE["encoder_semantic_features"][None])
+    with torch.no_grad():
+        codes = encoder.eval().codes(FIXTURE["codec_audio"])
+    assert torch.equal(codes, FIXTURE["encoder_codes"])
