@@ -146,3 +146,32 @@ def test_the_tokenizer_s_encoder_codes_audio_as_the_reference_s(monkeypatch):
     with torch.no_grad():
         codes = encoder.eval().codes(FIXTURE["codec_audio"])
     assert torch.equal(codes, FIXTURE["encoder_codes"])
+
+
+def test_the_backbone_under_the_official_names_is_transformers_qwen3():
+    """The checkpoint's `embed_tokens` / `layers.*` / `norm` load into transformers' `Qwen3Model` unchanged, and its
+    last hidden state through our audio head gives the logits our prefill stores."""
+    from transformers import Qwen3Config, Qwen3Model
+
+    from backend_python.models.higgs_v3.checkpoint import BACKBONE_KEYS, official_lm_names
+    from backend_python.models.higgs_v3.presets import tiny
+
+    config = tiny()
+    ours = HiggsV3LM.from_config(config, seed=1)
+    b = config.backbone
+    reference = Qwen3Model(Qwen3Config(vocab_size=b.vocab_size, hidden_size=b.hidden_size,
+                                       intermediate_size=b.intermediate_size, num_hidden_layers=b.num_hidden_layers,
+                                       num_attention_heads=b.num_attention_heads,
+                                       num_key_value_heads=b.num_key_value_heads, head_dim=b.head_dim,
+                                       rms_norm_eps=b.rms_norm_eps, rope_parameters={"rope_type": "default",
+                                                                                     "rope_theta": b.rope_theta}))
+    state = {k: v for k, v in official_lm_names(ours.state_dict()).items() if k.startswith(BACKBONE_KEYS)}
+    reference.load_state_dict(state, strict=True)
+    prompt = ours.encode_prompt("Hello world.", "en_man")
+    ours.allocate_slots(1, 128)
+    ours.prefill(0, prompt)
+    with torch.no_grad():
+        embeds = ours.prompt_embeds(prompt)[None]
+        hidden = reference.eval()(inputs_embeds=embeds).last_hidden_state[:, -1]
+        expected = ours.audio_logits(hidden)[0]
+    assert torch.allclose(ours._require_memory().logits[0], expected, atol=1e-4)
