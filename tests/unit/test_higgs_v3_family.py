@@ -14,7 +14,7 @@ from backend_python.models.higgs_v3.codec import LEFT_CONTEXT_FRAMES, LOOKAHEAD_
 from backend_python.models.higgs_v3.lm import HiggsV3LM
 from backend_python.models.higgs_v3.presets import higgs_v3_4b, preset_config
 from backend_python.models.higgs_v3.prompt import AUDIO, REF_CODES
-from tests.unit.lm_graph_helpers import assert_padded_equals_eager
+from tests.unit.lm_graph_helpers import assert_graph_replay_equals_eager, assert_padded_equals_eager, needs_cuda
 
 torch.set_flush_denormal(True)
 WINDOW_TOLERANCE = 1e-4  # a window's new samples against a full decode (12 frames of context, 10 of lookahead)
@@ -149,3 +149,18 @@ def test_the_voice_encoder_loads_back_and_codes_25_frames_a_second(checkpoint, c
     with pytest.raises(ValueError, match="x_vector_only"):
         loaded.encode([noise], [True])
     assert registry.load_voice_encoder(registry.resolve("higgs-v3-tiny"), "cpu", "float32").sample_rate == 24000
+
+
+# ---- CUDA ------------------------------------------------------------------------------------
+@needs_cuda
+@pytest.mark.parametrize("num_rows", [3, 4])
+def test_graph_replay_equals_the_eager_step_on_cuda(num_rows):
+    """The 4B shape (GQA 32/8 × 128, 8 × 1026 head) with 2 layers, bf16: CUDA-graph replay is its eager twin;
+    rows hold begin/end-of-stream ids as padding, so the bound is the audio vocabulary."""
+    from dataclasses import replace
+
+    config = higgs_v3_4b()
+    config = replace(config, backbone=replace(config.backbone, num_hidden_layers=2))
+    lm = HiggsV3LM.from_config(config, device="cuda", dtype=torch.bfloat16, seed=0)
+    params = [SamplingParams(temperature=0.9, top_k=50, top_p=0.9), SamplingParams(temperature=0.0)] * 2
+    assert_graph_replay_equals_eager(lm, params[:num_rows], 10, config.audio_vocab_size)
