@@ -164,3 +164,20 @@ def test_graph_replay_equals_the_eager_step_on_cuda(num_rows):
     lm = HiggsV3LM.from_config(config, device="cuda", dtype=torch.bfloat16, seed=0)
     params = [SamplingParams(temperature=0.9, top_k=50, top_p=0.9), SamplingParams(temperature=0.0)] * 2
     assert_graph_replay_equals_eager(lm, params[:num_rows], 10, config.audio_vocab_size)
+
+
+def test_a_segment_hears_the_segment_before_after_the_cloned_voice(checkpoint):
+    from backend_python.models.text_segments import SegmentContext
+
+    lm = HiggsV3LM.from_pretrained(checkpoint)
+    frames = torch.randint(0, 1024, (9, 8), generator=torch.Generator().manual_seed(6))
+    prompt = lm.encode_segment("Then wait for it.", "en_man", SegmentContext("Get the trust fund.", frames))
+    rows, voice = prompt.tensors["rows"], lm.voice_codes["en_man"]
+    voice_rows = lm.format.stream_rows(voice)
+    assert torch.equal(rows[: voice_rows.shape[0]], voice_rows)
+    assert torch.equal(rows[voice_rows.shape[0]: -1], lm.format.stream_rows(frames))
+    text = lm.tokenizer.decode(prompt.tensors["ids"][prompt.tensors["ids"] != AUDIO])
+    assert text.index(lm.config.voices["en_man"]) < text.index("Get the trust fund.") < text.index("Then wait")
+    too_long = SegmentContext("Long.", torch.zeros(501, 8, dtype=torch.int64))  # past 20 s at 25 frames/s
+    assert torch.equal(lm.encode_segment("Hi.", None, too_long).tensors["rows"],
+                       lm.encode_prompt("Hi.", None).tensors["rows"])

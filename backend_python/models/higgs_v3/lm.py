@@ -31,12 +31,14 @@ from ..layers.decoder import DecoderStack, KVCache, Step
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, host_columns, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
+from ..text_segments import SegmentContext
 from . import checkpoint
 from .config import HiggsV3Config
 from .presets import build_tiny_tokenizer, random_voice_codes
 from .prompt import AUDIO, PromptFormat, reference_of, resolve_voice
 
 NOT_ENDED = 2 ** 40  # a slot's end step before codebook 0 has ended
+MAX_CONTEXT_S = 20.0  # a longer segment is not given to the next one as context (it would crowd the KV cache)
 
 
 @dataclass
@@ -143,13 +145,24 @@ class HiggsV3LM(SlotSpeechLM):
     def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
         """voice None and no reference: no voice prompt (the model picks one, as the reference's smart voice);
         a preset voice or a reference clones in context (prompt.py)."""
-        voice = resolve_voice(self.voice_codes, voice)
-        c = self.config
+        return self.format.build(text, self._voice_turns(voice, reference))
+
+    def encode_segment(self, text: str, voice: str | None, context: SegmentContext | None,
+                       reference: VoiceReference | None = None) -> Prompt:
+        """A segment of a streamed or long text, after the segment spoken before as an earlier turn (its text and
+        frames), as the reference's long-form generation keeps its last chunks; a context longer than
+        MAX_CONTEXT_S is left out. The cloned voice comes first in every segment."""
+        turns = self._voice_turns(voice, reference)
+        if context is not None and 0 < context.frames.shape[0] <= MAX_CONTEXT_S * self.frame_rate:
+            turns.append((context.text, context.frames))
+        return self.format.build(text, turns)
+
+    def _voice_turns(self, voice: str | None, reference: VoiceReference | None) -> list[tuple[str, torch.Tensor]]:
+        """The voice to clone as a spoken turn: the reference's, a preset voice's, or none."""
+        voice, c = resolve_voice(self.voice_codes, voice), self.config
         if reference is not None:
-            return self.format.build(text, reference_of(reference, c.audio_num_codebooks, c.audio_codebook_size))
-        if voice is not None:
-            return self.format.build(text, (c.voices[voice], self.voice_codes[voice]))
-        return self.format.build(text)
+            return [reference_of(reference, c.audio_num_codebooks, c.audio_codebook_size)]
+        return [(c.voices[voice], self.voice_codes[voice])] if voice is not None else []
 
     # ---- memory and graphs ---------------------------------------------------------------------
     def _fuse_projections(self) -> None:

@@ -2,7 +2,7 @@
 
     <|im_start|>system\\nGenerate audio following instruction.<|im_end|>\\n
     [<|im_start|>user\\n{ref_text}<|im_end|>\\n<|im_start|>assistant\\n<|audio_out_bos|>{ref rows}
-     <|audio_eos|><|im_end|>\\n]
+     <|audio_eos|><|im_end|>\\n]  (a cloned voice; then the segment spoken before, alike, in a streamed text)
     <|im_start|>user\\n{text}<|im_end|>\\n<|im_start|>assistant\\n<|audio_out_bos|>{begin row}
 
 A voice to clone is an earlier assistant turn that spoke the reference, as the reference's
@@ -53,16 +53,17 @@ class PromptFormat:
                             torch.full((1, num_codebooks), self.stream_eos)))
         return self.pattern.delay(frames, self.stream_bos, self.stream_eos)
 
-    def build(self, text: str, reference: tuple[str, torch.Tensor] | None = None) -> Prompt:
-        """The prompt for `text`, after a voice's (transcript, codes [T, K]) where one is cloned."""
+    def build(self, text: str, turns: list[tuple[str, torch.Tensor]] = ()) -> Prompt:
+        """The prompt for `text`, after earlier spoken turns, each (transcript, codes [T, K]): a cloned voice's
+        reference, then the segment spoken before (as the reference's long-form `generation.py` keeps it)."""
         if not text.strip():
             raise ValueError("text must not be empty")
         ids: list[int] = []
         rows: list[torch.Tensor] = []
         self._add_text(ids, SYSTEM)
-        if reference is not None:
-            self._add_text(ids, self.turn(reference[0]))
-            self._add_rows(ids, rows, self.stream_rows(reference[1]))
+        for transcript, codes in turns:
+            self._add_text(ids, self.turn(transcript))
+            self._add_rows(ids, rows, self.stream_rows(codes))
             self._add_text(ids, f"{self.audio_eos_token}<|im_end|>\n")
         self._add_text(ids, self.turn(text))
         self._add_rows(ids, rows, torch.full((1, self.pattern.num_codebooks), self.stream_bos))
