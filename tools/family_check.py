@@ -17,6 +17,7 @@ import torch
 from backend_python.engine.codec_runner import CodecRunner, StreamChunk, decode_windowed
 from backend_python.models import registry
 from backend_python.models.base import DecodeBatch, SamplingParams
+from backend_python.models.delay_pattern import FrameAssembler
 
 TEXT = "Get the trust fund to the bank early, and call me when you are back home tonight."
 
@@ -44,8 +45,10 @@ def check(model: str, device: str, dtype: str, steps: int) -> dict:
                         ignore_eos=[True])
     frames = []
     lm.decode(batch)  # warm-up (graph capture, compile)
-    step_ms = [timed_ms(lambda: frames.append(lm.decode(batch)[0].cpu()), device) for _ in range(steps)]
-    codes = torch.cat([f.reshape(-1, codec.num_codebooks) for f in frames]).to(device)
+    # a delayed family runs its max delay more steps: its first frame completes that many steps later
+    step_ms = [timed_ms(lambda: frames.append(lm.decode(batch)[0].cpu()), device)
+               for _ in range(steps + lm.num_delay_steps)]
+    codes = torch.cat(complete_frames(lm, frames, codec.num_codebooks)).to(device)
     windowing = registry.codec_windowing(spec)
     condition = lm.codec_condition(prompt)
     conditions = None if condition is None else [condition.to(device)]
@@ -67,6 +70,14 @@ def check(model: str, device: str, dtype: str, steps: int) -> dict:
             "runner_ms": None if runner_ms is None else round(runner_ms, 1),
             "audio_samples": int(audio[0].shape[0]), "audio_peak": round(float(audio[0].abs().max()), 3),
             "windowing": [windowing.left_context_frames, windowing.lookahead_frames, windowing.overlap_frames]}
+
+
+def complete_frames(lm, steps: list[torch.Tensor], num_codebooks: int) -> list[torch.Tensor]:
+    """Each step's codes as frames [n, K]; a delayed family's rows assembled into the frames they complete."""
+    if lm.delay_pattern is None:
+        return [f.reshape(-1, num_codebooks) for f in steps]
+    assembler = FrameAssembler(lm.delay_pattern)
+    return [frame[None] for row in steps for frame in assembler.push(row.reshape(-1), False).frames]
 
 
 def main(argv: list[str] | None = None) -> None:

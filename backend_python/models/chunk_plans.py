@@ -28,7 +28,13 @@ PLANS = {
     # 4, 8, 16, 25: a window costs about the same from 12 tokens to 61 (BENCHMARKS.md, "Flow-matching
     # families"), so a 2-token first chunk buys 4 ms of time to first audio for a call that plays 80 ms
     "cosyvoice3": {"first_chunk_frames": 4, "chunk_frames": 25},
+    # the issue's plan, not yet from a measured sweep: codec chunks of 45 frames (1.8 s at 25 frames/s), after a
+    # small first chunk (5, 10, 20, 40, 45, ...): its non-causal decoder decodes 12 frames of context and 10 of
+    # lookahead around every chunk's new ones, so a 45-frame chunk costs 1.5x its frames where a 10-frame one costs 3.2x
+    "higgs_v3": {"first_chunk_frames": 5, "chunk_frames": 45},
 }
+# preset names and checkpoint `model_type`s that name a family otherwise than by its own name
+ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3"}
 # On a GPU, a request that starts with no other stream running sends its first chunk after one frame where the
 # family takes the engine's ramp: one LM frame sooner (Qwen3-TTS 1.7B on an H200: idle TTFA 23.3 vs 28.8 ms), and,
 # acting only on a lone request, it cannot cost capacity (BENCHMARKS.md, "Lever: the first chunk from the LM's
@@ -41,14 +47,15 @@ SM_SHARES = {"cosyvoice3": (40, 60)}
 def family_of_model(model: str) -> str | None:
     """The family a `--model` value names, where it can be told without loading anything: a preset's name
     starts with it, or a checkpoint directory's config.json names it as `model_type`."""
-    for family in PLANS:
+    for family in (*PLANS, *ALIASES):
         if model == family or model.startswith(family + "-"):
-            return family
+            return ALIASES.get(family, family)
     config = Path(model).expanduser() / "config.json"
     try:
-        return json.loads(config.read_text()).get("model_type") if config.is_file() else None
+        model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
     except (OSError, ValueError):
         return None
+    return ALIASES.get(model_type, model_type)
 
 
 def chunk_plan(model: str) -> ChunkingConfig:

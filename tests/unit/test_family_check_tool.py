@@ -14,3 +14,9 @@ def test_a_flow_family_runs_alone(model, frames_per_step):
     assert row["codec_window_frames"] == 2 * frames_per_step  # the frames of the 2 timed steps
     assert row["audio_samples"] > 0 and row["audio_peak"] > 0
     assert row["windowing"][1] > 0  # both have lookahead
+
+
+def test_a_delayed_family_s_window_holds_complete_frames():
+    row = check("higgs-v3-tiny", "cpu", "float32", steps=2)
+    assert row["codec_window_frames"] == 2 and row["audio_samples"] > 0 and row["audio_peak"] > 0
+    assert row["windowing"] == [12, 10, 0]

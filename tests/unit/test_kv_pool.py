@@ -13,7 +13,8 @@ from tests.unit.lm_graph_helpers import assert_pooled_equals_static, needs_cuda
 
 SAMPLED = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, repetition_penalty=1.05)
 GREEDY = SamplingParams(temperature=0.0, repetition_penalty=1.05)
-PRESETS = ("qwen3-tts-tiny", "csm-tiny", "orpheus-tiny", "cosyvoice3-tiny", "flashtts-tiny")
+PRESETS = ("qwen3-tts-tiny", "csm-tiny", "orpheus-tiny", "cosyvoice3-tiny", "flashtts-tiny",
+           "higgs-v3-tiny")
 
 
 def skip_without_codec(preset: str) -> None:

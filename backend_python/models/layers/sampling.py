@@ -47,6 +47,13 @@ class BatchSampling:
                    top_k=ints[:, 0:1], is_greedy=ints[:, 1] != 0, any_sampled=any_sampled,
                    any_top_k=any_top_k, any_top_p=any_top_p)
 
+    def repeat_rows(self, times: int) -> "BatchSampling":
+        """Each row's settings `times` times in a row: one row per (batch row, codebook) where a step samples
+        several codebooks at once from one head (Higgs Audio's fused audio head)."""
+        rep = lambda t: t.repeat_interleave(times, dim=0)  # noqa: E731
+        return BatchSampling(rep(self.temperature), rep(self.top_k), rep(self.top_p), rep(self.repetition_penalty),
+                             rep(self.is_greedy), self.any_sampled, self.any_top_k, self.any_top_p)
+
 
 def host_columns(params: list[SamplingParams]) -> tuple[torch.Tensor, torch.Tensor]:
     """-> floats [B, 3] float32, ints [B, 2] int64 on the CPU (one copy each to the device)."""
