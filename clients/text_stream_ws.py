@@ -1,4 +1,4 @@
-"""Streaming text in through the gateway's WebSocket: the example of README.md and docs/GATEWAY.md.
+"""Streaming text in through the gateway's WebSocket: the example of docs/STREAMING.md and docs/GATEWAY.md.
 
     python -m clients.text_stream_ws ws://localhost:9000 "Get the trust fund to the bank early." out.wav
 

@@ -71,7 +71,7 @@ def _install_stub(install: TritonInstall) -> None:
 # block it had mmapped; from then on big blocks come from its arenas and stay there once freed. Under cloning
 # tritonserver's private RSS grew that way (its live heap was flat: heaptrack). Fixed thresholds turn the raising
 # off: blocks of 64 kB and more are unmapped when freed, and an arena gives back a free top over 128 kB. The
-# measurements (2-3.5x less growth per cloned request; jemalloc and tcmalloc no better) are in the README,
+# measurements (2-3.5x less growth per cloned request; jemalloc and tcmalloc no better) are in docs/RELIABILITY.md,
 # "Memory". Only tritonserver runs with them: Triton's Python backend starts each stub through `bash -c`, which
 # first reads $BASH_ENV (clients/stub_env.sh unsets them). The stubs keep glibc's own thresholds, with which they
 # trim their heaps (backend_python/stub_common/heap.py): with the fixed ones, the urgent codec lane grew 17 MB in the

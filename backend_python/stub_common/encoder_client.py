@@ -1,7 +1,7 @@
 """The router's call to the voice encoder lane: a request's reference audio -> the LM's reference inputs.
 
 One plain (non-decoupled) BLS request per cloning request, made on the stream's worker thread before the LM
-request, so the LM's loop never runs an encoder and every BLS call still gets exactly one response (README,
+request, so the LM's loop never runs an encoder and every BLS call still gets exactly one response (docs/TRITON.md,
 "Notes on the Python backend"). The lane's refusals are coded (`reference_unsupported` where the model's
 family has no encoder) and pass on to the client as they are; a dead lane is taken out of service and
 reloaded like the others (lane_health.py).

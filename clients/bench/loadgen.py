@@ -3,7 +3,7 @@
 Requests go out at their scheduled times whatever the server's state (open loop). Each stream is a raw
 `ModelStreamInfer` call so the request can ask for Triton's empty final response (the aio client's
 `stream_infer` cannot), which is how a stream's end is known. With `--text-rate` each request is a
-streaming-text session on its stream (README, "Streaming text in"): the first request carries piece 0
+streaming-text session on its stream (docs/STREAMING.md, "Streaming text in"): the first request carries piece 0
 and every other input, each later piece goes out at its time on the text's pace, then the close.
 """
 from __future__ import annotations

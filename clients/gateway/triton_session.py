@@ -1,4 +1,4 @@
-"""One streaming-text session as a Triton sequence on one gRPC stream (README: "Streaming text in").
+"""One streaming-text session as a Triton sequence on one gRPC stream (docs/STREAMING.md: "Streaming text in").
 
 The first request (`sequence_start`) carries the voice and sampling inputs and an empty text; every
 piece the client appends follows as a request with only `text` and the same `sequence_id`, and the

@@ -1,5 +1,5 @@
 """Registered voices through the gateway: `POST /v1/audio/voices` (a multipart upload), `GET /v1/audio/voices`,
-`DELETE /v1/audio/voices/{name}`, each a call to every ready server's `voice_registry` (README, "Voice registry").
+`DELETE /v1/audio/voices/{name}`, each a call to every ready server's `voice_registry` (docs/STREAMING.md, "Voice registry").
 
 A voice is registered on every server the gateway fronts, so whichever server takes a stream has it (servers on
 one host may also share one data directory: the second answers the voice the first stored). A register is

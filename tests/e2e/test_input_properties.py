@@ -95,7 +95,7 @@ def _is_utf8(raw: bytes) -> bool:
 def requests(draw):
     """(inputs, request parameters, is_valid); half of them valid by construction."""
     only_valid = draw(st.booleans())
-    # the bounds the server documents (README, "Limits and errors"); valid lengths stay ≤ 1 s so
+    # the bounds the server documents (docs/RELIABILITY.md, "Limits and errors"); valid lengths stay ≤ 1 s so
     # that the whole run takes seconds
     temperature, top_p, penalty = ranged(0.0, 10.0), ranged(1e-6, 1.0), ranged(1e-3, 10.0)
     seconds = ranged(1e-3, 1800.0)

@@ -21,7 +21,7 @@ CLONING_WARM_UP_S = 30.0
 NUM_WORKERS = 4
 
 
-MAX_GROWTH_KB = 16 * 1024  # any process, after the warm-up (the 30-minute soak's bound; README)
+MAX_GROWTH_KB = 16 * 1024  # any process, after the warm-up (the 30-minute soak's bound; docs/RELIABILITY.md)
 TRITON_BASE_KB = 1536  # tritonserver itself: see rss_tolerance_kb
 TRITON_KB_PER_REQUEST = 1
 

@@ -339,5 +339,5 @@ def test_done_with_no_text_opens_and_closes_the_session_at_once(monkeypatch):
 def test_the_documented_example_is_the_tested_code():
     source = (ROOT / "clients/text_stream_ws.py").read_text()
     example = re.search(r"# example: begin\n(.*?)# example: end\n", source, re.S).group(1)
-    for doc in ("README.md", "docs/GATEWAY.md"):
+    for doc in ("docs/STREAMING.md", "docs/GATEWAY.md"):
         assert example in (ROOT / doc).read_text(), f"{doc} does not show clients/text_stream_ws.py's example"
