@@ -32,6 +32,7 @@ TIMESTAMPS_NONE, TIMESTAMPS_WORD = "none", "word"  # the values of `timestamps`
 REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("text", "BYTES", np.object_, is_required=True),  # UTF-8; length limit: RequestLimits
     TensorSpec("voice", "BYTES", np.object_),  # default: the model's first voice
+    # the sampling settings: SamplingParams (backend_python/models/base.py) reads these defaults and ranges
     TensorSpec("temperature", "FP32", np.float32, default=0.9, low=0.0, high=10.0),  # 0 is greedy
     TensorSpec("top_p", "FP32", np.float32, default=1.0, low=1e-6, high=1.0),
     TensorSpec("top_k", "INT32", np.int32, default=50, low=0, high=100_000),  # 0 disables

@@ -41,7 +41,7 @@ def check(model: str, device: str, dtype: str, steps: int) -> dict:
     lm.allocate_slots(2, 1024)
     prompt = lm.encode_prompt(TEXT, None)
     prefill_ms = timed_ms(lambda: lm.prefill(0, prompt), device)
-    batch = DecodeBatch(slots=[0], sampling=[SamplingParams(seed=0)], generators=[torch.Generator(device=device)],
+    batch = DecodeBatch(slots=[0], sampling=[SamplingParams()], generators=[torch.Generator(device=device)],
                         ignore_eos=[True])
     frames = []
     lm.decode(batch)  # warm-up (graph capture, compile)

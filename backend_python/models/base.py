@@ -20,27 +20,27 @@ from torch import nn
 
 from backend_python.models.codec_stream import CodecStreamState, StreamCarry, split_states, stack_states
 from backend_python.models.delay_pattern import DelayPattern
+from protocol.tensors import REQUEST_INPUTS
+
+SAMPLING_SPECS = {name: REQUEST_INPUTS[name] for name in ("temperature", "top_k", "top_p", "repetition_penalty")}
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request sampling settings (codebook 0 and the sub-codebooks alike)."""
+    """Per-request sampling settings (codebook 0 and the sub-codebooks alike): the defaults and ranges of
+    the request's tensors of the same names (protocol/tensors.py states them, once). The seed is not one
+    of them: the LM lane seeds each stream's generator."""
 
-    temperature: float = 0.9
-    top_k: int = 50
-    top_p: float = 1.0
-    repetition_penalty: float = 1.05
-    seed: int | None = None
+    temperature: float = SAMPLING_SPECS["temperature"].default  # 0 is greedy
+    top_k: int = SAMPLING_SPECS["top_k"].default  # 0 disables it
+    top_p: float = SAMPLING_SPECS["top_p"].default
+    repetition_penalty: float = SAMPLING_SPECS["repetition_penalty"].default
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0.0 and self.temperature <= 10.0):
-            raise ValueError(f"temperature must be in [0, 10], got {self.temperature}")
-        if not (0.0 < self.top_p <= 1.0):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if not (self.repetition_penalty > 0.0 and self.repetition_penalty <= 10.0):
-            raise ValueError(f"repetition_penalty must be in (0, 10], got {self.repetition_penalty}")
+        for name, spec in SAMPLING_SPECS.items():
+            value = getattr(self, name)
+            if not (spec.low <= value <= spec.high):
+                raise ValueError(f"{name} must be in [{spec.low:g}, {spec.high:g}], got {value}")
 
     @property
     def is_greedy(self) -> bool:

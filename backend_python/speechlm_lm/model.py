@@ -177,7 +177,7 @@ class LMModel:
                 text = self._chapter(req, reference, options)
                 prompt = text.prompt()
                 self._check_chapter(text, max_frames, req.ignore_eos)
-            sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty, req.seed)
+            sampling = SamplingParams(req.temperature, req.top_k, req.top_p, req.repetition_penalty)
         except RequestError:
             raise
         except ValueError as exc:

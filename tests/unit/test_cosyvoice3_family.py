@@ -54,7 +54,7 @@ def speak(lm, codec, prompt, num_frames: int = 12) -> torch.Tensor:
     """num_frames sampled tokens (seeded), decoded by the codec with the prompt's condition -> audio."""
     lm.allocate_slots(1, 128)
     lm.prefill(0, prompt)
-    batch = DecodeBatch([0], [SamplingParams(seed=1)], [torch.Generator().manual_seed(1)], [True])
+    batch = DecodeBatch([0], [SamplingParams()], [torch.Generator().manual_seed(1)], [True])
     codes = torch.cat([lm.decode(batch)[0] for _ in range(num_frames)])  # [T, 1]
     return codec.decode_windows([(codes, 0)], [lm.codec_condition(prompt)])[0]
 

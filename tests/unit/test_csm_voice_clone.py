@@ -252,7 +252,7 @@ def run(engine: LMEngine, seq: Sequence, steps: int, text: str | None = None) ->
 
 
 def test_the_engine_speaks_a_cloned_prompt_as_the_model_alone(checkpoint, cloned):
-    sampling = SamplingParams(seed=3)
+    sampling = SamplingParams()
     lm = CsmLM.from_pretrained(checkpoint)
     prompt = lm.encode_prompt(TEXT, None, cloned)
     seq = Sequence(request_id="clone", prompt=prompt, sampling=sampling, ignore_eos=True, max_frames=NUM_FRAMES,
@@ -274,7 +274,7 @@ def test_a_streamed_text_clones_in_every_segment(checkpoint, cloned, monkeypatch
     monkeypatch.setattr(lm, "prefill_batch", lambda slots, batch: prompts.extend(batch) or prefill(slots, batch))
     feed = lm.open_text(None, cloned)
     feed.rules = RULES
-    seq = Sequence(request_id="s", prompt=None, sampling=SamplingParams(seed=3), ignore_eos=True,
+    seq = Sequence(request_id="s", prompt=None, sampling=SamplingParams(), ignore_eos=True,
                    max_frames=MAX_FRAMES, sink=ListSink(), generator=torch.Generator().manual_seed(3), text=feed)
     engine = make_engine(lm)
     frames = run(engine, seq, 3 * MAX_FRAMES, text=f"{TEXT} Then wait for it.")
@@ -286,6 +286,6 @@ def test_a_streamed_text_clones_in_every_segment(checkpoint, cloned, monkeypatch
     assert torch.equal(prompts[1].tensors["context_codes"], frames[:budget])
     expected = lm.encode_segment("Then wait for it.", None, SegmentContext(TEXT, frames[:budget]), cloned)
     assert torch.equal(lm._prompt_embeds(prompts[1]), lm._prompt_embeds(expected))
-    alone = Sequence(request_id="alone", prompt=lm.encode_prompt(TEXT, None, cloned), sampling=SamplingParams(seed=3),
+    alone = Sequence(request_id="alone", prompt=lm.encode_prompt(TEXT, None, cloned), sampling=SamplingParams(),
                      ignore_eos=True, max_frames=budget, sink=ListSink(), generator=torch.Generator().manual_seed(3))
     assert torch.equal(frames[:budget], run(engine, alone, budget + 3))

@@ -42,7 +42,7 @@ def make_engine(lm, **overrides) -> LMEngine:
 
 def make_seq(lm, text: str, frames: int, seed: int = 0) -> tuple[Sequence, ListSink]:
     sink = ListSink()
-    seq = Sequence(request_id=text, prompt=lm.encode_prompt(text, None), sampling=SamplingParams(seed=seed),
+    seq = Sequence(request_id=text, prompt=lm.encode_prompt(text, None), sampling=SamplingParams(),
                    ignore_eos=True, max_frames=frames, sink=sink, generator=torch.Generator().manual_seed(seed))
     return seq, sink
 

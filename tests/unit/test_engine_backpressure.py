@@ -26,7 +26,7 @@ def engine_with_clock(lm, clock) -> LMEngine:
 
 def add(engine, lm, name: str, frames: int, unread: UnreadBound | None) -> ListSink:
     sink = ListSink()
-    engine.add(Sequence(request_id=name, prompt=lm.encode_prompt(name, None), sampling=SamplingParams(seed=1),
+    engine.add(Sequence(request_id=name, prompt=lm.encode_prompt(name, None), sampling=SamplingParams(),
                         ignore_eos=True, max_frames=frames, sink=sink, generator=torch.Generator().manual_seed(1),
                         unread=unread))
     return sink

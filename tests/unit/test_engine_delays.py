@@ -97,7 +97,7 @@ class Served:
                  max_frames: int = 100) -> None:
         self.sink = ListSink()
         self.seq = Sequence(request_id=f"s{seed}", prompt=model.encode_prompt(f"{seed}:{num_frames}", None),
-                            sampling=SamplingParams(seed=seed), ignore_eos=ignore_eos, max_frames=max_frames,
+                            sampling=SamplingParams(), ignore_eos=ignore_eos, max_frames=max_frames,
                             sink=self.sink, generator=torch.Generator().manual_seed(seed))
         self.chunk_steps: list[int] = []
         self.end_step: int | None = None

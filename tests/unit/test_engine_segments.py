@@ -41,7 +41,7 @@ def make_engine(lm, overlap: bool = False) -> LMEngine:
 def session(lm, name: str, ignore_eos: bool = True) -> tuple[Sequence, ListSink]:
     sink = ListSink()
     feed = SegmentedText(lambda text, context: lm.encode_segment(text, None, context), lm.frame_rate, RULES)
-    return Sequence(request_id=name, prompt=None, sampling=SamplingParams(seed=3), ignore_eos=ignore_eos,
+    return Sequence(request_id=name, prompt=None, sampling=SamplingParams(), ignore_eos=ignore_eos,
                     max_frames=MAX_FRAMES, sink=sink, generator=torch.Generator().manual_seed(3), text=feed), sink
 
 
@@ -101,7 +101,7 @@ def test_the_first_segment_speaks_as_a_request_of_its_text_alone_and_before_the_
     budget = RULES.budget_frames(FIRST, lm.frame_rate)
     assert not sink.done.is_set()
     assert sum(c.num_new_frames for c in sink.chunks) == budget  # spoken, then it waits: is it the last?
-    alone = Sequence(request_id="alone", prompt=lm.encode_prompt(FIRST, None), sampling=SamplingParams(seed=3),
+    alone = Sequence(request_id="alone", prompt=lm.encode_prompt(FIRST, None), sampling=SamplingParams(),
                      ignore_eos=True, max_frames=budget, sink=ListSink(), generator=torch.Generator().manual_seed(3))
     engine.add(alone)
     steps(engine, budget + 3)
@@ -113,7 +113,7 @@ def test_a_session_waiting_for_its_text_keeps_its_slot_and_others_go_on(lm):
     seq, sink = session(lm, "s")
     engine.add(seq)
     engine.add_text("s", "Get the trust", is_final=False)
-    other = Sequence(request_id="other", prompt=lm.encode_prompt(FIRST, None), sampling=SamplingParams(seed=1),
+    other = Sequence(request_id="other", prompt=lm.encode_prompt(FIRST, None), sampling=SamplingParams(),
                      ignore_eos=True, max_frames=6, sink=ListSink(), generator=torch.Generator().manual_seed(1))
     engine.add(other)
     steps(engine, 12)

@@ -21,7 +21,7 @@ def sequence(lm, name: str, sink: ListSink, text: str | None, timeout_s: float =
     """A request with the whole `text`, or (None) a streaming-text one whose text is still empty."""
     feed = lm.open_text(None) if text is None else None
     return Sequence(request_id=name, prompt=lm.encode_prompt(text, None) if text is not None else None,
-                    sampling=SamplingParams(seed=5), ignore_eos=True, max_frames=FRAMES, sink=sink,
+                    sampling=SamplingParams(), ignore_eos=True, max_frames=FRAMES, sink=sink,
                     generator=torch.Generator().manual_seed(5), text=feed, text_idle_timeout_s=timeout_s)
 
 

@@ -251,7 +251,7 @@ def test_the_family_through_the_registry(spec):
     prompt = lm.encode_prompt("Hello world.", "bob")
     lm.allocate_slots(1, 64)
     lm.prefill(0, prompt)
-    batch = DecodeBatch([0], [SamplingParams(seed=1)], [torch.Generator().manual_seed(1)], [True])
+    batch = DecodeBatch([0], [SamplingParams()], [torch.Generator().manual_seed(1)], [True])
     codes = torch.cat([lm.decode(batch)[0][0] for _ in range(6)])  # [12, 1]: 2 tokens per step
     audio = codec.decode_windows([(codes, 0)], [lm.codec_condition(prompt)])[0]
     assert codes.shape == (12, 1) and audio.shape == (12 * SPF,) and audio.abs().max() > 0

@@ -107,7 +107,7 @@ def test_ignore_eos_rows_never_end_and_a_random_model_s_rows_follow_the_delays(c
     lm.prefill(1, lm.encode_prompt("Hello world.", "en_woman"))
     from backend_python.models.base import DecodeBatch
     for step in range(12):
-        codes, is_eos = lm.decode(DecodeBatch([1], [SamplingParams(seed=1)], [torch.Generator().manual_seed(step)],
+        codes, is_eos = lm.decode(DecodeBatch([1], [SamplingParams()], [torch.Generator().manual_seed(step)],
                                               [True]))
         assert not is_eos.any()
         assert (codes[0, step + 1:] == 1024).all() and (codes[0, : step + 1] < 1024).all()

@@ -134,7 +134,7 @@ def test_codes_are_in_range_and_sampling_is_seeded(ours):
 
     def run(seed: int) -> torch.Tensor:
         ours.prefill(1, ours.encode_prompt(TEXTS[0], "tara"))
-        batch = DecodeBatch([1], [SamplingParams(seed=seed)], [torch.Generator().manual_seed(seed)], [True])
+        batch = DecodeBatch([1], [SamplingParams()], [torch.Generator().manual_seed(seed)], [True])
         return torch.stack([ours.decode(batch)[0][0] for _ in range(4)])
 
     first, again, other = run(5), run(5), run(6)
