@@ -55,7 +55,7 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("client_acks", "BOOL", np.bool_, default=False),
     # a streaming-text session's bound on the wait for its next piece: default and ceiling RequestLimits
     TensorSpec("text_idle_timeout_s", "FP32", np.float32, low=1e-3),
-    # the allowed values: backend_python.audio.formats (SAMPLE_RATES, TRITON_FORMATS)
+    # the allowed values: protocol.formats (SAMPLE_RATES, TRITON_FORMATS)
     TensorSpec("sample_rate", "INT32", np.int32, is_output_option=True),  # default: the model's rate
     TensorSpec("audio_format", "BYTES", np.object_, default="pcm_f32", is_output_option=True),
     # the audio's tempo, its pitch kept (FFmpeg's atempo, chunk by chunk: backend_python/audio/tempo.py); 2.0 is

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend_python.audio.formats import AudioFormat
+from protocol.formats import AudioFormat
 from backend_python.audio.pcm import pcm16, wav_header
 
 # muxer options: hand each packet to the sink at once; Ogg pages of at most 20 ms instead of 1 s

@@ -14,22 +14,10 @@ from typing import Callable
 
 import numpy as np
 
-from backend_python.audio.formats import FORMATS, PCM_F32, SAMPLE_RATES, TRITON_FORMATS
+from protocol.formats import FORMATS, PCM_F32, SAMPLE_RATES, TRITON_FORMATS
 from protocol.quoting import quoted
-from protocol.reasons import Ended, EndReason
+from protocol.errors import RequestError  # noqa: F401 - this module's callers import it here too
 from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS, TIMESTAMPS_NONE, TIMESTAMPS_WORD
-
-
-class RequestError(ValueError):
-    """A client error; the message is sent back verbatim, with the input it names (if one)."""
-
-    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.param, self.code = param, code
-
-    @property
-    def ended(self) -> Ended:
-        return Ended(EndReason.REFUSED_BAD_INPUT, str(self), self.param, self.code)
 
 
 SLOW_CHARS_PER_S = 7.0  # half the usual speaking rate (~14 characters per second): a text's default audio cap

@@ -26,7 +26,8 @@ from backend_python.stub_common.encoder_client import VoiceEncoderClient
 from backend_python.stub_common.params import model_parameters
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference
 from backend_python.stub_common.request_inputs import RequestError
-from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, check_name, fingerprint
+from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, fingerprint
+from protocol.voices import check_name
 from protocol.models import VOICE_ENCODER
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason

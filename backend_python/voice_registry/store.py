@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import threading
 import time
 import uuid
@@ -31,11 +30,11 @@ import numpy as np
 
 from backend_python.paths import default_data_dir
 from backend_python.stub_common.params import LaneSettings
-from backend_python.stub_common.request_inputs import RequestError
+from protocol.errors import RequestError
 from protocol.quoting import quoted
 from protocol.tensors import REFERENCE_TENSORS
+from protocol.voices import NAME_PATTERN
 
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SUFFIX = ".npz"
 _DAMAGED = (ValueError, OSError, KeyError, EOFError, RecursionError, zipfile.BadZipFile)  # reading a damaged file
 META = "meta"  # the npz member holding the metadata (JSON, UTF-8 bytes as uint8)
@@ -78,17 +77,6 @@ def model_key(model: str) -> str:
         return key
     path = str(Path(model).expanduser().resolve())
     return f"{Path(path).name or 'model'}-{hashlib.sha256(path.encode()).hexdigest()[:12]}"
-
-
-def check_name(name: str, presets: tuple[str, ...] = ()) -> str:
-    """`name` if a voice may be registered under it; else a RequestError (`param=name`)."""
-    if not NAME_PATTERN.fullmatch(name):
-        raise RequestError(f"voice name {quoted(name)} is not valid: 1 to 64 characters, letters, digits, '_', '.' "
-                           "and '-', starting with a letter or digit", param="name", code="bad_voice_name")
-    if name.lower() in {preset.lower() for preset in presets}:  # a model may take its voices in any case (Qwen3-TTS)
-        raise RequestError(f"voice name {quoted(name)} is a preset voice of this model ({', '.join(presets)}): "
-                           "choose another name", param="name", code="preset_voice_name")
-    return name
 
 
 def fingerprint(audio: np.ndarray, sample_rate: int, transcript: str | None, x_vector_only: bool) -> str:

@@ -15,7 +15,7 @@ from contextlib import aclosing
 from aiohttp import web
 
 from backend_python.audio.encoders import ChunkEncoder
-from backend_python.audio.formats import FORMATS
+from protocol.formats import FORMATS
 from backend_python.audio.pcm import with_wav_sizes
 from clients.gateway.auth import is_open_path, needs_admin
 from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event

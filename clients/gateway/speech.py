@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from backend_python.audio.decoding import AudioFileError, decode_reference
-from backend_python.audio.formats import FORMATS, SAMPLE_RATES
+from protocol.formats import FORMATS, SAMPLE_RATES
 from clients.gateway.errors import ApiError, bad_request
 from protocol.quoting import quoted
 from protocol.tensors import REQUEST_INPUTS, fits_integer

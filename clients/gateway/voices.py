@@ -19,8 +19,8 @@ from aiohttp import BodyPartReader, web
 from tritonclient.grpc import service_pb2
 
 from backend_python.audio.decoding import AudioFileError, DecodedAudio, decode_reference
-from backend_python.stub_common.request_inputs import RequestError
-from backend_python.voice_registry.store import check_name
+from protocol.errors import RequestError
+from protocol.voices import check_name
 from clients.gateway.errors import ApiError, bad_request, unavailable
 from clients.gateway.speech import OPENAI_VOICES, check_unicode
 from clients.gateway.triton_stream import add_input, add_tensor

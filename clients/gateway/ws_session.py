@@ -23,7 +23,7 @@ from enum import Enum
 import numpy as np
 
 from backend_python.audio.encoders import ChunkEncoder
-from backend_python.audio.formats import FORMATS
+from protocol.formats import FORMATS
 from clients.gateway.errors import ApiError, load_json
 from clients.gateway.speech import (EXTRA_FIELDS, OPENAI_FIELDS, OUTPUT_FIELDS, PEER_FIELDS, SpeechRequest,
                                     check_unicode, extra_params, parse_speech)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend_python.audio.formats import SAMPLE_RATES, TRITON_FORMATS
+from protocol.formats import SAMPLE_RATES, TRITON_FORMATS
 from backend_python.audio.pcm import pcm16
 from backend_python.audio.stream import StreamAudio
 from backend_python.stub_common.request_inputs import AudioOptions, RequestError, parse_audio_options

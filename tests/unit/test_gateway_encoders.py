@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from backend_python.audio.encoders import ChunkEncoder
-from backend_python.audio.formats import FORMATS
+from protocol.formats import FORMATS
 from backend_python.audio.pcm import pcm16, wav_header
 from tests.audio_decode import aligned_correlation, decode, fft_resample
 

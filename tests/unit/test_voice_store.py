@@ -12,7 +12,8 @@ import pytest
 
 from backend_python.stub_common.request_inputs import RequestError
 from backend_python.voice_registry import store as store_module
-from backend_python.voice_registry.store import NAME_PATTERN, VoiceStore, VoiceStoreSettings, check_name, model_key
+from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings, model_key
+from protocol.voices import NAME_PATTERN, check_name
 
 RATE = 16000
 
