@@ -9,12 +9,15 @@ codec pays for every window with its left context and lookahead, and some decode
 - CosyVoice 3: a ramp from 4 up to 25 tokens (4, 8, 16, 25), CosyVoice's own token hop: a window holds
   32 tokens of context and 4 of lookahead around its new ones, so a 25-token chunk costs 2.4x its frames
   where a 10-token one costs 4.6x.
+- Zonos: 86 frames a second, so the default ramp's chunks (2 frames: 23 ms of audio) would each pay a window of
+  6 frames of left context and 4 of lookahead around a handful of new ones. A ramp of 8, 16, 32, 43 frames (93 ms
+  up to 0.5 s) instead; chosen from the window's cost, not yet from a measured sweep.
 A family can also take its own MPS split of the SMs between the LM lane and the background codec lane
 (`sm_shares`; most take 60/40, measured with Qwen3-TTS 1.7B): CosyVoice 3's LM steps in 2 ms and needs 25 tokens
 a second per stream, while its codec runs a 22-layer DiT 10 times (twice over, for the guidance) per window,
 so its codec lane takes the larger share.
 A model is named by a preset or a checkpoint directory; a directory's family comes from its config.json's
-`model_type`.
+`model_type` (Zonos's official config.json has none: its `prefix_conditioner` names it).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ PLANS = {
     # 4, 8, 16, 25: a window costs about the same from 12 tokens to 61 (BENCHMARKS.md, "Flow-matching
     # families"), so a 2-token first chunk buys 4 ms of time to first audio for a call that plays 80 ms
     "cosyvoice3": {"first_chunk_frames": 4, "chunk_frames": 25},
+    "zonos": {"first_chunk_frames": 8, "chunk_frames": 43, "chunk_growth": 2.0},
 }
 # On a GPU, a request that starts with no other stream running sends its first chunk after one frame where the
 # family takes the engine's ramp: one LM frame sooner (Qwen3-TTS 1.7B on an H200: idle TTFA 23.3 vs 28.8 ms), and,
@@ -46,9 +50,10 @@ def family_of_model(model: str) -> str | None:
             return family
     config = Path(model).expanduser() / "config.json"
     try:
-        return json.loads(config.read_text()).get("model_type") if config.is_file() else None
+        fields = json.loads(config.read_text()) if config.is_file() else {}
     except (OSError, ValueError):
         return None
+    return "zonos" if "prefix_conditioner" in fields else fields.get("model_type")
 
 
 def chunk_plan(model: str) -> ChunkingConfig:

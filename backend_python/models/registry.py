@@ -67,7 +67,8 @@ def families() -> list[Family]:
     from backend_python.models.orpheus import family as orpheus
     from backend_python.models.cosyvoice3 import family as cosyvoice3
     from backend_python.models.flashtts import family as flashtts
-    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts]
+    from backend_python.models.zonos import family as zonos
+    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts, zonos]
 
 
 def preset_names() -> list[str]:
