@@ -21,7 +21,7 @@ from clients.serve import ServeConfig, Server
 from clients.triton_launch import Ports
 
 DEFAULT_PRESET = "qwen3-tts-tiny"
-FAMILY_PRESETS = ["qwen3-tts-tiny", "csm-tiny", "orpheus-tiny", "cosyvoice3-tiny", "flashtts-tiny"]
+FAMILY_PRESETS = ["qwen3-tts-tiny", "csm-tiny", "orpheus-tiny", "cosyvoice3-tiny", "flashtts-tiny", "zonos-tiny"]
 
 
 @dataclass(frozen=True)
