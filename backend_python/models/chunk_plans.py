@@ -40,6 +40,10 @@ PLANS = {
 GPU_IDLE_FIRST_CHUNK_FRAMES = 1
 DEFAULT_SM_SHARES = (60, 40)  # (LM lane %, background codec lane %)
 SM_SHARES = {"cosyvoice3": (40, 60)}
+# The LM lane's `max_seq_len` where a family's frame rate outgrows the repository's 2048 (sized for 12.5-25 Hz):
+# Zonos speaks 86 frames a second, so the default 60 s cap is 5168 frames, and a streamed-text segment of 300
+# characters may run to 7543 before its cap ends it (text_segments.SegmentRules): 8192 holds both with its prompt.
+MAX_SEQ_LENS = {"zonos": 8192}
 
 
 def family_of_model(model: str) -> str | None:
@@ -69,3 +73,8 @@ def takes_default_plan(model: str) -> bool:
 def sm_shares(model: str) -> tuple[int, int]:
     """The model's family's MPS shares (LM lane %, background codec lane %), else the default 60/40."""
     return SM_SHARES.get(family_of_model(model) or "", DEFAULT_SM_SHARES)
+
+
+def max_seq_len(model: str) -> int | None:
+    """The model's family's `max_seq_len` for the LM lane, or None: the repository's config.pbtxt keeps its own."""
+    return MAX_SEQ_LENS.get(family_of_model(model) or "")

@@ -137,3 +137,12 @@ def test_graph_replay_equals_the_eager_step(mix):
     cuda_lm = ZonosLM.from_config(preset_config("zonos-tiny").lm, random_voices(0), device="cuda",
                                   dtype=torch.bfloat16, seed=0)
     assert_graph_replay_equals_eager(cuda_lm, MIXES[mix][:3], 12, 1026)
+
+
+def test_the_lm_lane_gets_a_max_seq_len_for_86_frames_a_second():
+    from clients.serve import ServeConfig
+    from protocol import models
+
+    assert ServeConfig(model="zonos-tiny").parameters(models.LM)["max_seq_len"] == "8192"
+    assert "max_seq_len" not in ServeConfig(model="zonos-tiny").parameters(models.CODEC)
+    assert "max_seq_len" not in ServeConfig(model="csm-tiny").parameters(models.LM)  # the repository's 2048
