@@ -17,6 +17,7 @@ import torch
 from backend_python.engine.codec_runner import CodecRunner, StreamChunk, decode_windowed
 from backend_python.models import registry
 from backend_python.models.base import DecodeBatch, SamplingParams
+from backend_python.models.delay_pattern import FrameAssembler
 
 TEXT = "Get the trust fund to the bank early, and call me when you are back home tonight."
 
@@ -29,6 +30,15 @@ def timed_ms(run, device: str) -> float:
     if device == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - started) * 1e3
+
+
+def complete_frames(lm, steps: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each decode step's codes as whole frames [T, K]: a delayed family's rows assembled (models/delay_pattern.py;
+    its first max-delay steps complete none)."""
+    if lm.delay_pattern is None:
+        return [codes.reshape(-1, lm.num_codebooks) for codes in steps]
+    assembler = FrameAssembler(lm.delay_pattern)
+    return [frame[None] for codes in steps for frame in assembler.push(codes[0], False).frames]
 
 
 def check(model: str, device: str, dtype: str, steps: int) -> dict:
@@ -45,7 +55,7 @@ def check(model: str, device: str, dtype: str, steps: int) -> dict:
     frames = []
     lm.decode(batch)  # warm-up (graph capture, compile)
     step_ms = [timed_ms(lambda: frames.append(lm.decode(batch)[0].cpu()), device) for _ in range(steps)]
-    codes = torch.cat([f.reshape(-1, codec.num_codebooks) for f in frames]).to(device)
+    codes = torch.cat(complete_frames(lm, frames)).to(device)
     windowing = registry.codec_windowing(spec)
     condition = lm.codec_condition(prompt)
     conditions = None if condition is None else [condition.to(device)]
@@ -74,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on the CPU")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=12, help="decode steps (a delayed family: at least its largest delay + 2)")
     args = parser.parse_args(argv)
     dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     print(json.dumps(check(args.model, args.device, dtype, args.steps)), flush=True)

@@ -29,7 +29,7 @@ from ..base import DecodeBatch, Prompt, VoiceReference
 from ..frame_buffers import batch_buckets
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
-from ..layers.sampling import TINY, BatchSampling, draw_noise, host_columns, host_flags, sample
+from ..layers.sampling import TINY, draw_noise, host_columns, host_flags, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
 from ..step_graphs import FrameGraphs, FrameInputs
 from . import checkpoint
@@ -37,11 +37,11 @@ from .backbone import ZonosBackbone
 from .conditioning import FourierConditioner, PrefixConditioner
 from .config import EMBEDDING_ROWS, HEAD_COLUMNS, ZonosConfig
 from .prompt import DEFAULT_VOICE, make_prompt, resolve_voice
+from .step_rules import NO_END, delayed_row, mask_eos, penalise, per_codebook
 
 CFG_SCALE = 2.0  # the reference's default guidance scale
 SAMPLE_RATE = 44_100
 SAMPLES_PER_FRAME = 512  # DAC 44 kHz's hop
-NO_END = 2 ** 62  # `end_step` of a stream whose codebook 0 has not ended
 
 
 @dataclass
@@ -218,14 +218,14 @@ class ZonosLM(SlotSpeechLM):
         mem, rows = self._require_memory(), inputs.rows
         row = mem.row[rows]  # [B, K]
         logits = self.guided_logits(row, rows, inputs.positions, cache)  # [B, K, 1025]
-        logits = self._mask_eos(penalise(logits, torch.stack((mem.prev_row[rows], row), dim=2),
-                                         inputs.sampling.repetition_penalty), inputs.is_eos_blocked)
+        logits = penalise(logits, torch.stack((mem.prev_row[rows], row), dim=2), inputs.sampling.repetition_penalty)
+        logits = mask_eos(logits, self.config.eos_token_id, inputs.is_eos_blocked)
         b, k, v = logits.shape
         noise = inputs.noise.clamp_min(TINY).view(b * k, v)  # a zero draw would give 0/0
         codes = sample(logits.view(b * k, v), per_codebook(inputs.sampling, k), noise).view(b, k)
         steps, ended = mem.steps[rows], mem.end_step[rows]
         ended = torch.where((codes[:, 0] == self.config.eos_token_id) & (ended == NO_END), steps, ended)
-        new_row = self._delayed_row(codes, steps, ended)
+        new_row = delayed_row(codes, steps, ended, self.config)
         mem.prev_row[rows], mem.row[rows] = row, new_row
         mem.steps[rows], mem.end_step[rows] = steps + 1, ended
         return new_row
@@ -249,42 +249,6 @@ class ZonosLM(SlotSpeechLM):
         if self._head_weight is not None:
             return nn.functional.linear(hidden, self._head_weight).float().view(hidden.shape[0], -1, HEAD_COLUMNS)
         return torch.stack([head(hidden) for head in self.heads], dim=1).float()
-
-    def _mask_eos(self, logits: torch.Tensor, is_eos_blocked: torch.Tensor) -> torch.Tensor:
-        """Only codebook 0 may end the speech, and not in a row that ignores EOS."""
-        eos = self.config.eos_token_id
-        blocked = torch.ones_like(logits[:, :, eos], dtype=torch.bool)
-        blocked[:, 0] = is_eos_blocked
-        logits[:, :, eos] = logits[:, :, eos].masked_fill(blocked, float("-inf"))
-        return logits
-
-    def _delayed_row(self, codes: torch.Tensor, steps: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
-        """codes [B, K] sampled at steps [B] -> the row fed next: codebook j holds frame steps - j; `masked` before
-        frame 0 and past the end frame, `eos` at it (ended: the end step, NO_END if none)."""
-        frames = steps[:, None] - torch.arange(codes.shape[1], device=codes.device)  # [B, K]
-        c = self.config
-        row = codes.masked_fill(frames == ended[:, None], c.eos_token_id)
-        return row.masked_fill((frames < 0) | (frames > ended[:, None]), c.masked_token_id)
-
-
-def penalise(logits: torch.Tensor, window: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
-    """The reference's repetition penalty: logits [B, K, V], window [B, K, W] (each codebook's last W fed codes),
-    penalty [B, 1] -> a code seen n times in the window has its logit divided (or, <= 0, multiplied) by
-    penalty^n. Codes past the head (masked) are not penalised."""
-    b, k, v = logits.shape
-    seen = window.clamp(max=v)  # masked -> the dropped column v
-    factors = torch.ones(b, k, v + 1, device=logits.device).scatter_reduce(
-        2, seen, penalty[:, :, None].expand(b, k, window.shape[2]).float(), reduce="prod")[..., :v]
-    return torch.where(logits <= 0, logits * factors, logits / factors)
-
-
-def per_codebook(s: BatchSampling, k: int) -> BatchSampling:
-    """Each row's sampling settings for its k codebooks: rows b * k .. b * k + k - 1."""
-    return BatchSampling(temperature=s.temperature.repeat_interleave(k), top_k=s.top_k.repeat_interleave(k, dim=0),
-                         top_p=s.top_p.repeat_interleave(k, dim=0),
-                         repetition_penalty=s.repetition_penalty.repeat_interleave(k, dim=0),
-                         is_greedy=s.is_greedy.repeat_interleave(k), any_sampled=s.any_sampled,
-                         any_top_k=s.any_top_k, any_top_p=s.any_top_p)
 
 
 @torch.no_grad()
