@@ -103,8 +103,9 @@ class PrefixConditioner(nn.Module):
         self.norm = nn.LayerNorm(output_dim)
 
     @property
-    def names(self) -> list[str]:
-        return [c.name for c in self.conditioners]
+    def speaker_dim(self) -> int:
+        """The input size of the `speaker` conditioner (128 in the reference)."""
+        return next(c.cond_dim for c in self.conditioners if c.name == "speaker")
 
     def forward(self, values: dict[str, torch.Tensor], is_conditional: bool = True) -> torch.Tensor:
         """values: each conditioner's input by name -> the prefix [positions, d_model]. Unconditional: the

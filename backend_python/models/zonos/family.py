@@ -12,12 +12,14 @@ import torch
 
 from ..base import CodecWindowing
 from . import tiny
-from .checkpoint import dac_dir, read_voices
+from .checkpoint import dac_dir, read_speaker_model, read_voices, speaker_dir
 from .codec import LEFT_CONTEXT_FRAMES, LOOKAHEAD_FRAMES, DacCodec
 from .config import is_zonos_config
 from .lm import ZonosLM
 from .presets import preset_config, random_voices
 from .prompt import DEFAULT_VOICE
+from .speaker import random_speaker_model
+from .voice_encoder import ZonosVoiceEncoder
 
 name = "zonos"
 tiny_presets = ("zonos-tiny",)
@@ -35,8 +37,11 @@ def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
 
 
 def load_lm(spec, device: str, dtype: torch.dtype) -> ZonosLM:
+    """A checkpoint without a speaker model (none in it, none cached) takes no reference audio."""
     if spec.checkpoint is not None:
-        return ZonosLM.from_pretrained(spec.checkpoint, device=device, dtype=dtype)
+        lm = ZonosLM.from_pretrained(spec.checkpoint, device=device, dtype=dtype)
+        lm.supports_reference = speaker_dir(spec.checkpoint) is not None
+        return lm
     return ZonosLM.from_config(preset_config(spec.preset).lm, random_voices(RANDOM_SEED), device=device, dtype=dtype,
                                seed=RANDOM_SEED)
 
@@ -48,9 +53,12 @@ def load_codec(spec, device: str, dtype: torch.dtype) -> DacCodec:
     return DacCodec.from_pretrained(dac_dir(spec.checkpoint), device=device)
 
 
-def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
-    """No voice cloning yet: the reference's speaker model (a ResNet on log-mels + LDA) is not built."""
-    return None
+def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> ZonosVoiceEncoder | None:
+    """The speaker model (speaker.py) in float32 whatever `dtype`; None where the checkpoint has none."""
+    if spec.checkpoint is None:
+        return ZonosVoiceEncoder(random_speaker_model(preset_config(spec.preset).speaker, RANDOM_SEED).to(device))
+    path = speaker_dir(spec.checkpoint)
+    return None if path is None else ZonosVoiceEncoder(read_speaker_model(path).to(device))
 
 
 def preset_voices(spec) -> tuple[str, ...]:

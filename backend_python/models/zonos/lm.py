@@ -25,19 +25,21 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..base import DecodeBatch, Prompt, VoiceReference
+from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference
 from ..frame_buffers import batch_buckets
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, draw_noise, host_columns, host_flags, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
 from ..step_graphs import FrameGraphs, FrameInputs
+from ..text_segments import SegmentedText
 from . import checkpoint
 from .backbone import ZonosBackbone
 from .conditioning import FourierConditioner, PrefixConditioner
 from .config import EMBEDDING_ROWS, HEAD_COLUMNS, ZonosConfig
 from .prompt import DEFAULT_VOICE, make_prompt, resolve_voice
 from .step_rules import NO_END, delayed_row, mask_eos, penalise, per_codebook
+from .voice_encoder import SPEAKER_EMBEDDING
 
 CFG_SCALE = 2.0  # the reference's default guidance scale
 SAMPLE_RATE = 44_100
@@ -124,10 +126,33 @@ class ZonosLM(SlotSpeechLM):
         return 2 * super().kv_bytes_per_position()
 
     # ---- phases --------------------------------------------------------------------------------
+    supports_reference = True  # a speaker embedding (`voice_encoder.py`); family.load_lm clears it without one
+
     def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None) -> Prompt:
-        self.check_no_reference(reference)
+        """voice None -> the default (unconditional) speaker; a reference's speaker embedding takes the voice's
+        place (its transcript is not used: Zonos clones from the embedding alone)."""
         speaker = resolve_voice(self._voices, voice)
+        if reference is not None:
+            speaker = self._reference_speaker(reference)
         return make_prompt(text, speaker, len(self.prefix_conditioner.conditioners))
+
+    def open_text(self, voice: str | None, reference: VoiceReference | None = None) -> TextFeed:
+        """A streamed text, spoken segment by segment (text_segments.py), each with the voice or the reference's
+        speaker; both are refused now, not at the first segment."""
+        resolve_voice(self._voices, voice)
+        if reference is not None:
+            self._reference_speaker(reference)
+        return SegmentedText(lambda text, context: self.encode_prompt(text, voice, reference), self.frame_rate)
+
+    def _reference_speaker(self, reference: VoiceReference) -> torch.Tensor:
+        if not self.supports_reference:
+            self.check_no_reference(reference)
+        speaker = reference.tensors.get(SPEAKER_EMBEDDING)
+        dim = self.prefix_conditioner.speaker_dim
+        if speaker is None or speaker.shape != (dim,) or not speaker.is_floating_point():
+            raise ValueError(f"a Zonos reference is its {SPEAKER_EMBEDDING!r}: float [{dim}], got "
+                             f"{None if speaker is None else (speaker.dtype, tuple(speaker.shape))}")
+        return speaker.float()
 
     def _fuse_projections(self) -> None:
         if self._head_weight is None:

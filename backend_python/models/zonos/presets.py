@@ -8,6 +8,7 @@ import torch
 
 from .config import BackboneShape, ZonosConfig
 from .prompt import SPEAKER_DIM
+from .speaker import SpeakerConfig
 
 PRESET_VOICES = ("amber", "basil")  # random speaker embeddings; "default" (unconditional) comes first
 
@@ -16,6 +17,7 @@ PRESET_VOICES = ("amber", "basil")  # random speaker embeddings; "default" (unco
 class Preset:
     lm: ZonosConfig
     dac: dict  # DacConfig fields
+    speaker: SpeakerConfig  # the speaker model that clones a voice
 
 
 def tiny_dac() -> dict:
@@ -31,15 +33,18 @@ def full_dac() -> dict:
 
 
 def tiny() -> Preset:
-    """2 layers of 64 (4 heads / 2 KV heads of 16, MLP 128), the official conditioners at that width."""
+    """2 layers of 64 (4 heads / 2 KV heads of 16, MLP 128), the official conditioners at that width; a speaker
+    model of 2 blocks per stage at 4 planes."""
     return Preset(ZonosConfig(BackboneShape(d_model=64, n_layer=2, num_heads=4, num_heads_kv=2,
-                                            attn_mlp_d_intermediate=128)), tiny_dac())
+                                            attn_mlp_d_intermediate=128)), tiny_dac(),
+                  SpeakerConfig(in_planes=4, num_blocks=(2, 2, 2, 2)))
 
 
 def zonos_1_6b() -> Preset:
-    """Zonos-v0.1-transformer: 26 layers of 2048, 16 heads / 4 KV heads of 128, gated MLP 8192, LayerNorm."""
+    """Zonos-v0.1-transformer: 26 layers of 2048, 16 heads / 4 KV heads of 128, gated MLP 8192, LayerNorm; the
+    speaker model ResNet293 at 64 planes."""
     return Preset(ZonosConfig(BackboneShape(d_model=2048, n_layer=26, num_heads=16, num_heads_kv=4,
-                                            attn_mlp_d_intermediate=8192)), full_dac())
+                                            attn_mlp_d_intermediate=8192)), full_dac(), SpeakerConfig())
 
 
 PRESETS = {"zonos-tiny": tiny, "zonos-1.6b": zonos_1_6b}
