@@ -9,7 +9,7 @@ import torch
 from backend_python.engine import kv_memory
 from backend_python.engine.config import EngineConfig
 from backend_python.models import registry
-from backend_python.models.base import DecodeBatch, SamplingParams
+from backend_python.models.base import DecodeBatch, SamplingParams, VoiceReference
 from backend_python.models.chunk_plans import chunk_plan, family_of_model
 from backend_python.models.zonos import family
 from backend_python.models.zonos.config import ZonosConfig, official_conditioners
@@ -73,8 +73,23 @@ def test_a_hybrid_checkpoint_is_refused_by_name():
 def test_an_unknown_voice_names_the_known_ones(tiny_lm):
     with pytest.raises(ValueError, match="'default', 'amber', 'basil'"):
         tiny_lm.encode_prompt("Hi.", "nobody")
+
+
+
+def test_a_reference_is_its_speaker_embedding(tiny_lm):
+    speaker = torch.randn(128)
+    prompt = tiny_lm.encode_prompt("Hi.", "amber", reference=VoiceReference({"speaker_embedding": speaker}))
+    assert torch.equal(prompt.tensors["speaker"], speaker)  # it takes the voice's place
+    with pytest.raises(ValueError, match="'speaker_embedding': float \\[128\\]"):
+        tiny_lm.encode_prompt("Hi.", None, reference=VoiceReference({"ref_codes": torch.zeros(3, 9)}))
+    feed = tiny_lm.open_text(None, reference=VoiceReference({"speaker_embedding": speaker}))
+    feed.append("Hello there.")
+    feed.close()
+    assert torch.equal(feed.prompt().tensors["speaker"], speaker)
+    without = ZonosLM.from_config(preset_config("zonos-tiny").lm, {}, seed=0)
+    without.supports_reference = False  # a checkpoint without a speaker model
     with pytest.raises(ValueError, match="cannot clone"):
-        tiny_lm.encode_prompt("Hi.", None, reference=object())
+        without.encode_prompt("Hi.", None, reference=VoiceReference({"speaker_embedding": speaker}))
 
 
 def test_a_stream_costs_two_kv_rows(tiny_lm):
