@@ -1,4 +1,5 @@
-"""Regenerate tests/fixtures/zonos_golden.pt from Zyphra's reference Zonos code, for tests/unit/test_zonos_lm.py.
+"""Regenerate tests/fixtures/zonos_golden.pt (tests/unit/test_zonos_lm.py) and zonos_speaker_golden.pt
+(tests/unit/test_zonos_speaker.py) from Zyphra's reference Zonos code.
 
     python tools/make_zonos_fixture.py /path/to/Zonos [--out tests/fixtures/zonos_golden.pt]
 
@@ -15,6 +16,11 @@ eSpeak is replaced by the characters themselves (lowercased), which is our front
 It runs `prepare_conditioning` and `generate` greedily (cfg_scale 2.0) with the repetition penalty off and at the
 reference's 3.0, in float32 on the CPU, and saves the prefixes, the first steps' guided logits and every delayed
 row each run fed back.
+
+The speaker fixture: the reference's `ResNet293_based` (all 97 SimAM blocks, at 2 planes) with an LDA to 128, weights
+drawn by `draw_speaker_weights`, on one second of a fixed signal. Its torchaudio log-mel front end (`logFbankCal`)
+cannot run here: the tool gives it ours (models/zonos/speaker.py `log_fbank`), so this fixture checks the network
+and the pooling; the front end is checked against transformers' spectrogram code in the test instead.
 """
 from __future__ import annotations
 
@@ -165,6 +171,61 @@ def steer_eos(make, conditioning, weights: dict, speaker: torch.Tensor) -> torch
     raise RuntimeError("no eos scale ends both runs between steps 6 and 30: try another SEED")
 
 
+SPEAKER_PLANES = 2
+
+
+def draw_speaker_weights(shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, torch.Tensor]:
+    """One tensor per name in sorted order from one generator: conv and linear weights N(0, 1/fan_in), BatchNorm
+    weights 1 + N(0, 0.1²), biases and running means N(0, 0.1²), running variances U(0.5, 1.5), counters 0."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for name in sorted(shapes):
+        shape = shapes[name]
+        if name.endswith("num_batches_tracked"):
+            weights[name] = torch.zeros(shape, dtype=torch.int64)
+        elif name.endswith("running_var"):
+            weights[name] = 0.5 + torch.rand(shape, generator=generator)
+        elif name.endswith(("bias", "running_mean")):
+            weights[name] = 0.1 * torch.randn(shape, generator=generator)
+        elif len(shape) == 1:
+            weights[name] = 1.0 + 0.1 * torch.randn(shape, generator=generator)
+        else:
+            fan_in = int(torch.tensor(shape[1:]).prod())
+            weights[name] = torch.randn(shape, generator=generator) * fan_in ** -0.5
+    return weights
+
+
+def speaker_audio() -> torch.Tensor:
+    """One second at 16 kHz: two tones and noise, fixed."""
+    t = torch.arange(16_000) / 16_000
+    noise = torch.randn(16_000, generator=torch.Generator().manual_seed(SEED + 2))
+    return (0.3 * torch.sin(2 * torch.pi * 220 * t) + 0.2 * torch.sin(2 * torch.pi * 1375 * t) + 0.05 * noise).float()
+
+
+def speaker_fixture() -> dict:
+    """The reference speaker network on `speaker_audio`, its mel front end ours (see the module docstring)."""
+    from zonos.speaker_cloning import ResNet293_based
+
+    from backend_python.models.zonos.speaker import log_fbank
+
+    class OurFbank(torch.nn.Module):
+        def forward(self, wav: torch.Tensor) -> torch.Tensor:  # [1, N] -> [1, 80, T]
+            return log_fbank(wav[0])[None]
+
+    model = ResNet293_based(in_planes=SPEAKER_PLANES, featCal=OurFbank()).eval()
+    lda = torch.nn.Linear(256, 128)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    shapes.update({f"lda.{k}": tuple(v.shape) for k, v in lda.state_dict().items()})
+    weights = draw_speaker_weights(shapes, SEED)
+    model.load_state_dict({k: v for k, v in weights.items() if not k.startswith("lda.")})
+    lda.load_state_dict({k[4:]: v for k, v in weights.items() if k.startswith("lda.")})
+    audio = speaker_audio()
+    with torch.no_grad():
+        embedding = model(audio[None])
+        return {"seed": SEED, "in_planes": SPEAKER_PLANES, "shapes": shapes, "embedding": embedding[0],
+                "speaker": lda(embedding)[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout", type=Path, help="a checkout of github.com/Zyphra/Zonos")
@@ -179,6 +240,9 @@ def main() -> None:
     fixture = {"config": TINY_CONFIG, "seed": SEED, "shapes": shapes, "eos_row": eos_row, "text": TEXT,
                "speaker": speaker, "max_new_tokens": MAX_NEW_TOKENS, "runs": runs}
     torch.save(fixture, args.out)
+    speaker_out = args.out.with_name("zonos_speaker_golden.pt")
+    torch.save(speaker_fixture(), speaker_out)
+    print(f"wrote {speaker_out} ({speaker_out.stat().st_size} bytes)")
     for p, r in runs.items():
         print(f"penalty {p}: prefix {tuple(r['prefix'].shape)}, {len(r['rows'])} rows, "
               f"end of speech at step {end_of_speech_step(r)}, {len(r['codes'])} frames")
