@@ -61,3 +61,16 @@ def test_short_or_stereo_audio_is_refused_by_name(golden):
     for audio in (torch.zeros(300), torch.zeros(2, 16000)):
         with pytest.raises(ValueError, match="mono \\[N\\] with N > 512 samples at 16000 Hz"):
             encoder.encode([audio], [False])
+
+
+def test_a_random_speaker_model_tells_voices_apart():
+    """The presets' random speaker model must give each reference its own vector, or cloning tests prove nothing."""
+    from backend_python.models.zonos.presets import preset_config
+    from backend_python.models.zonos.speaker import random_speaker_model
+
+    model = random_speaker_model(preset_config("zonos-tiny").speaker, seed=0)
+    t = torch.arange(32_000) / 16_000
+    low, high = (torch.sin(2 * torch.pi * f0 * t) * 0.3 for f0 in (140.0, 260.0))
+    with torch.no_grad():
+        a, b = model(low), model(high)
+    assert torch.nn.functional.cosine_similarity(a, b, dim=0) < 0.95

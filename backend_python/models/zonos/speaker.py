@@ -144,7 +144,14 @@ class SpeakerEmbedding(nn.Module):
 
 
 def random_speaker_model(config: SpeakerConfig, seed: int) -> SpeakerEmbedding:
-    """Random weights, deterministic in seed (torch's default init: the model's output still depends on its audio)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return SpeakerEmbedding(config).eval()
+    """Random weights, deterministic in seed: convolutions and linears He-normal with zero biases (torch's default
+    init fades through the blocks until every audio gives nearly the same vector), BatchNorm at identity."""
+    model = SpeakerEmbedding(config).eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Linear)):
+                module.weight.normal_(0.0, (2.0 / module.weight[0].numel()) ** 0.5, generator=generator)
+                if module.bias is not None:
+                    module.bias.zero_()
+    return model
