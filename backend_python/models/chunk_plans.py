@@ -10,7 +10,7 @@ codec pays for every window with its left context and lookahead, and some decode
   32 tokens of context and 4 of lookahead around its new ones, so a 25-token chunk costs 2.4x its frames
   where a 10-token one costs 4.6x.
 - Zonos: 86 frames a second, so the default ramp's chunks (2 frames: 23 ms of audio) would each pay a window of
-  6 frames of left context and 4 of lookahead around a handful of new ones. A ramp of 8, 16, 32, 43 frames (93 ms
+  10 frames of left context and 10 of lookahead around a handful of new ones. A ramp of 8, 16, 32, 43 frames (93 ms
   up to 0.5 s) instead; chosen from the window's cost, not yet from a measured sweep.
 A family can also take its own MPS split of the SMs between the LM lane and the background codec lane
 (`sm_shares`; most take 60/40, measured with Qwen3-TTS 1.7B): CosyVoice 3's LM steps in 2 ms and needs 25 tokens

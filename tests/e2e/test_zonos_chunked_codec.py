@@ -1,6 +1,6 @@
-"""Zonos through a real tritonserver: streamed audio (DAC windows across both lanes, each with 6 frames of left
-context and 4 of lookahead) against a full decode of the same frames. DAC's decoder is centred, but its reach
-beyond 4 frames is tiny (tests/unit/test_zonos_codec.py: ~2e-5 of the signal), so the whole stream matches."""
+"""Zonos through a real tritonserver: streamed audio (DAC windows across both lanes, each with 10 frames of left
+context and 10 of lookahead, DAC's whole receptive field: tests/unit/test_zonos_codec.py) against a full decode of
+the same frames: the whole stream matches."""
 from __future__ import annotations
 
 import numpy as np

@@ -2,25 +2,28 @@
 -> 512 samples each (~86.13 frames/s).
 
 Only the quantizer's `from_codes` and the decoder run. The decoder is *not* causal: its convolutions are centred,
-and perturbing one frame changes the audio from ~8.3 frames before it to ~9.1 after it (the receptive field:
-tests/unit/test_zonos_codec.py), though the far part is tiny. So a chunk waits for `LOOKAHEAD_FRAMES` frames after
-it, which its window decodes as right context, and takes `LEFT_CONTEXT_FRAMES` before it: on the tiny random
-DAC the windowed audio is within ~2e-5 of a full decode relative to its level (2.5e-3 with 2 frames of
-lookahead; the test pins it). No overlap: the decoder keeps no state across windows. Because of the same
-non-causality, `decode_windows` batches windows of equal length only (right-padding would leak into a window's
-last samples). The reference decodes in float16 autocast on a GPU; we decode in float32.
+and perturbing one frame changes the audio from ~9.3 frames before it to ~10.3 after it (the receptive field:
+tests/unit/test_zonos_codec.py). So a chunk waits for `LOOKAHEAD_FRAMES` frames after it, which its window decodes
+as right context, and takes `LEFT_CONTEXT_FRAMES` before it: the whole receptive field, so a windowed decode equals
+a full decode up to float rounding (3e-5 of the signal on random weights whose output depends on every code; 0.3
+with 8 frames of lookahead, 0.5 with 6). Trained weights may reach less far; fewer frames are a measurement on the
+real DAC away. The lookahead costs time to first audio: a chunk leaves 10 LM steps after its last frame (~116 ms
+of audio). No overlap: the decoder keeps no state across windows. Because of the same non-causality,
+`decode_windows` batches windows of equal length only (right-padding would leak into a window's last samples).
+The reference decodes in float16 autocast on a GPU; we decode in float32.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from ..base import Codec, CodecShape
 from ..optional_imports import hide_unimportable_optional_packages
 
-LEFT_CONTEXT_FRAMES = 6
-LOOKAHEAD_FRAMES = 4
+LEFT_CONTEXT_FRAMES = 10
+LOOKAHEAD_FRAMES = 10
 TARGET_STD = 0.1  # the level a random codec is scaled to, so its waveform stays inside [-1, 1]
 CALIBRATION_FRAMES = 16
 
@@ -66,13 +69,14 @@ class DacCodec(Codec):
 
     @classmethod
     def from_config(cls, fields: dict, device: torch.device | str = "cpu", seed: int = 0) -> "DacCodec":
-        """Random weights, deterministic in `seed` (transformers' init), the output scaled to TARGET_STD."""
+        """Random weights, deterministic in `seed`, the output scaled to TARGET_STD (`randomise`)."""
         hide_unimportable_optional_packages()
         from transformers.models.dac.modeling_dac import DacModel
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             codec = cls(DacModel(dac_config(fields)))
+        randomise(codec.model, torch.Generator().manual_seed(seed))
         calibrate_level(codec, torch.Generator().manual_seed(seed))
         return codec.to(device=device, dtype=torch.float32).eval()
 
@@ -89,11 +93,31 @@ class DacCodec(Codec):
 
 
 @torch.no_grad()
+def randomise(model, generator: torch.Generator) -> None:
+    """Signal-preserving random weights: convolutions N(0, 1/fan_in), zero biases, codebooks N(0, 1). transformers'
+    init (N(0, 0.02²)) fades the codes out: its audio is a bias pattern that hardly depends on them (a random code
+    change moved it by 5e-5 of its level), which would make every audio comparison pass."""
+    for module in model.modules():
+        if isinstance(module, (nn.Conv1d, nn.Linear)):
+            module.weight.normal_(0.0, module.weight[0].numel() ** -0.5, generator=generator)
+        elif isinstance(module, nn.ConvTranspose1d):  # fan-in per output sample: in_channels * kernel / stride
+            fan_in = module.weight.shape[0] * module.weight.shape[2] / module.stride[0]
+            module.weight.normal_(0.0, fan_in ** -0.5, generator=generator)
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, 1.0, generator=generator)
+        if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d, nn.Linear)) and module.bias is not None:
+            module.bias.zero_()
+
+
+@torch.no_grad()
 def calibrate_level(codec: DacCodec, generator: torch.Generator) -> None:
-    """Scale the decoder's last conv so that random codes decode at about TARGET_STD."""
+    """Scale the decoder's last conv so that random codes decode at about TARGET_STD (measured before its tanh,
+    which a saturated level would hide)."""
     codes = torch.randint(0, codec.codebook_size, (1, CALIBRATION_FRAMES, codec.num_codebooks), generator=generator)
-    audio = codec.model.decoder(codec.model.quantizer.from_codes(codes.transpose(1, 2))[0])
-    last = codec.model.decoder.conv2
-    gain = TARGET_STD / max(audio.std().item(), 1e-6)
+    last, levels = codec.model.decoder.conv2, []
+    hook = last.register_forward_hook(lambda module, inputs, output: levels.append(output.std().item()))
+    codec.decode(codes)
+    hook.remove()
+    gain = TARGET_STD / max(levels[0], 1e-6)
     last.weight.mul_(gain)
     last.bias.mul_(gain)
