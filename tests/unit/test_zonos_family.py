@@ -161,3 +161,13 @@ def test_the_lm_lane_gets_a_max_seq_len_for_86_frames_a_second():
     assert ServeConfig(model="zonos-tiny").parameters(models.LM)["max_seq_len"] == "8192"
     assert "max_seq_len" not in ServeConfig(model="zonos-tiny").parameters(models.CODEC)
     assert "max_seq_len" not in ServeConfig(model="csm-tiny").parameters(models.LM)  # the repository's 2048
+
+
+def test_the_fused_heads_of_the_cuda_path_give_the_same_logits(tiny_lm):
+    hidden = torch.randn(3, tiny_lm.config.backbone.d_model)
+    separate = tiny_lm.apply_heads(hidden)
+    tiny_lm._fuse_projections()
+    try:
+        torch.testing.assert_close(tiny_lm.apply_heads(hidden), separate, rtol=1e-6, atol=1e-5)
+    finally:
+        tiny_lm._head_weight = None

@@ -14,8 +14,9 @@ The reference's generation, as one batched step per live stream:
   `masked_token_id`, so does one past the end, and frame E (codebook 0's end at step E) takes `eos_token_id` in
   every codebook as its step comes: the rows the reference feeds back. The engine assembles frames from these rows
   and runs the countdown (models/delay_pattern.py).
-On CUDA the step is one CUDA graph per batch-size bucket (`step_graphs.py`); on the CPU it runs eagerly on the
-unpadded batch. Both run `_frame`.
+A cloned voice is a reference's 128-d speaker embedding (`voice_encoder.py`) in the speaker's place. On CUDA the
+step is one CUDA graph per batch-size bucket (`step_graphs.py`); on the CPU it runs eagerly on the unpadded batch.
+Both run `_frame`.
 """
 from __future__ import annotations
 
