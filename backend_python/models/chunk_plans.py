@@ -57,6 +57,8 @@ def family_of_model(model: str) -> str | None:
         fields = json.loads(config.read_text()) if config.is_file() else {}
     except (OSError, ValueError):
         return None
+    if not isinstance(fields, dict):
+        return None
     return "zonos" if "prefix_conditioner" in fields else fields.get("model_type")
 
 
