@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend_python.engine.config import EngineConfig, KVLayout
-from backend_python.models.chunk_plans import GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, sm_shares, takes_default_plan
+from backend_python.models.chunk_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max_seq_len, sm_shares,
+                                               takes_default_plan)
 from backend_python.stub_common.params import LaneSettings
 from backend_python.stub_common.reference_inputs import ReferenceLimits
 from backend_python.stub_common.request_inputs import RequestLimits
@@ -30,7 +31,8 @@ CODEC_MODELS = (models.CODEC, models.CODEC_URGENT)
 # lanes on the codec GPU in a disaggregated layout: the LM's GPU is its own
 CODEC_GPU_MODELS = (*CODEC_MODELS, models.VOICE_ENCODER)
 ROUTER_MODEL = models.ROUTER
-# knobs `voxlane serve` has no flag for: each run keeps what the repository's config.pbtxt says
+# knobs `voxlane serve` has no flag for: each run keeps what the repository's config.pbtxt says (but a family with
+# frames too many for its max_seq_len sets its own: models/chunk_plans.py MAX_SEQ_LENS)
 KEPT_FROM_REPOSITORY = ("cuda_graphs", "max_seq_len")
 _ENGINE, _LANE = EngineConfig(), LaneSettings()  # the defaults, stated there once
 FROM_MODEL = "model"  # a chunk growth not given: the model family's
@@ -272,7 +274,9 @@ class ServeConfig:
             params.update(self.engine_config().to_parameters(), **text)
         if model_name == models.VOICE_ENCODER:
             params.update(reference)
-        return {key: value for key, value in params.items() if key not in KEPT_FROM_REPOSITORY}
+        params = {key: value for key, value in params.items() if key not in KEPT_FROM_REPOSITORY}
+        family_seq_len = max_seq_len(self.model) if model_name == models.LM else None
+        return params if family_seq_len is None else {**params, "max_seq_len": str(family_seq_len)}
 
 
 def _mode(value) -> ServingMode:

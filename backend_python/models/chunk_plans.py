@@ -9,12 +9,15 @@ codec pays for every window with its left context and lookahead, and some decode
 - CosyVoice 3: a ramp from 4 up to 25 tokens (4, 8, 16, 25), CosyVoice's own token hop: a window holds
   32 tokens of context and 4 of lookahead around its new ones, so a 25-token chunk costs 2.4x its frames
   where a 10-token one costs 4.6x.
+- Zonos: 86 frames a second, so the default ramp's chunks (2 frames: 23 ms of audio) would each pay a window of
+  10 frames of left context and 10 of lookahead around a handful of new ones. A ramp of 8, 16, 32, 43 frames (93 ms
+  up to 0.5 s) instead; chosen from the window's cost, not yet from a measured sweep.
 A family can also take its own MPS split of the SMs between the LM lane and the background codec lane
 (`sm_shares`; most take 60/40, measured with Qwen3-TTS 1.7B): CosyVoice 3's LM steps in 2 ms and needs 25 tokens
 a second per stream, while its codec runs a 22-layer DiT 10 times (twice over, for the guidance) per window,
 so its codec lane takes the larger share.
 A model is named by a preset or a checkpoint directory; a directory's family comes from its config.json's
-`model_type`.
+`model_type` (Zonos's official config.json has none: its `prefix_conditioner` names it).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ PLANS = {
     # small first chunk (5, 10, 20, 40, 45, ...): its non-causal decoder decodes 12 frames of context and 10 of
     # lookahead around every chunk's new ones, so a 45-frame chunk costs 1.5x its frames where a 10-frame one costs 3.2x
     "higgs_v3": {"first_chunk_frames": 5, "chunk_frames": 45},
+    "zonos": {"first_chunk_frames": 8, "chunk_frames": 43, "chunk_growth": 2.0},
 }
 # preset names and checkpoint `model_type`s that name a family otherwise than by its own name
 ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3"}
@@ -42,6 +46,10 @@ ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3"}
 GPU_IDLE_FIRST_CHUNK_FRAMES = 1
 DEFAULT_SM_SHARES = (60, 40)  # (LM lane %, background codec lane %)
 SM_SHARES = {"cosyvoice3": (40, 60)}
+# The LM lane's `max_seq_len` where a family's frame rate outgrows the repository's 2048 (sized for 12.5-25 Hz):
+# Zonos speaks 86 frames a second, so the default 60 s cap is 5168 frames, and a streamed-text segment of 300
+# characters may run to 7543 before its cap ends it (text_segments.SegmentRules): 8192 holds both with its prompt.
+MAX_SEQ_LENS = {"zonos": 8192}
 
 
 def family_of_model(model: str) -> str | None:
@@ -52,9 +60,14 @@ def family_of_model(model: str) -> str | None:
             return ALIASES.get(family, family)
     config = Path(model).expanduser() / "config.json"
     try:
-        model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+        fields = json.loads(config.read_text()) if config.is_file() else {}
     except (OSError, ValueError):
         return None
+    if not isinstance(fields, dict):
+        return None
+    if "prefix_conditioner" in fields:  # an official Zonos config.json names no model_type
+        return "zonos"
+    model_type = fields.get("model_type")
     return ALIASES.get(model_type, model_type)
 
 
@@ -71,3 +84,8 @@ def takes_default_plan(model: str) -> bool:
 def sm_shares(model: str) -> tuple[int, int]:
     """The model's family's MPS shares (LM lane %, background codec lane %), else the default 60/40."""
     return SM_SHARES.get(family_of_model(model) or "", DEFAULT_SM_SHARES)
+
+
+def max_seq_len(model: str) -> int | None:
+    """The model's family's `max_seq_len` for the LM lane, or None: the repository's config.pbtxt keeps its own."""
+    return MAX_SEQ_LENS.get(family_of_model(model) or "")

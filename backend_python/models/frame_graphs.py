@@ -2,7 +2,7 @@
 
 The stages are named for Qwen3-TTS: the *predictor* (CSM: the depth decoder) and the *talker* (CSM:
 the backbone); each family passes its own `predict` and `talk` functions. Orpheus's one-stage frame
-is `orpheus/graphs.py`.
+is `step_graphs.py`.
 
 Per bucket two graphs share one memory pool: the *predictor* graph (codebook-0 sampling with
 repetition penalty and EOS blocking, then the whole 15-step code-predictor loop with sampling) and

@@ -20,7 +20,7 @@ def model_cache_env(tmp_path_factory):
         os.environ["VOXLANE_CACHE"] = saved
 
 
-@pytest.mark.parametrize("preset", ["qwen3-tts-tiny", "qwen3-tts-tiny-base", "csm-tiny", "orpheus-tiny"])
+@pytest.mark.parametrize("preset", ["qwen3-tts-tiny", "qwen3-tts-tiny-base", "csm-tiny", "orpheus-tiny", "zonos-tiny"])
 def test_preset_voices_are_the_lm_s_voices(model_cache_env, preset):
     spec = registry.resolve(preset)
     assert registry.preset_voices(spec) == tuple(registry.load_lm(spec, "cpu", "float32").voices)
@@ -29,3 +29,7 @@ def test_preset_voices_are_the_lm_s_voices(model_cache_env, preset):
 def test_a_base_model_has_none_and_a_custom_voice_model_has_its_speakers(model_cache_env):
     assert registry.preset_voices(registry.resolve("qwen3-tts-tiny-base")) == ()
     assert registry.preset_voices(registry.resolve("qwen3-tts-1.7b"))[:2] == ("vivian", "serena")
+
+
+def test_a_zonos_random_preset_lists_the_unconditional_voice_first():
+    assert registry.preset_voices(registry.resolve("zonos-1.6b")) == ("default", "amber", "basil")

@@ -1,9 +1,8 @@
-"""CUDA graphs of one Orpheus decode frame (7 Llama steps with their sampling), per batch-size bucket.
+"""CUDA graphs of a one-stage decode frame, per batch-size bucket: the whole frame is one function of
+`FrameInputs` (Orpheus: 7 Llama steps with their sampling; Zonos: one guided backbone step and 9 codebooks).
 
-The frame is one graph per bucket (all buckets share one memory pool): band logits for slot k,
-repetition penalty and EOS masking, sampling from pre-drawn noise, one Llama token step, seven
-times. A batch of n rows runs in the smallest bucket >= n; rows n.. are padding that read and
-write the scratch row of the slot memory, so they never touch a live request. Inputs are static
+The frame is one graph per bucket (all buckets share one memory pool). A batch of n rows runs in the
+smallest bucket >= n; rows n.. are padding that read and write the scratch row of the slot memory, so they never touch a live request. Inputs are static
 buffers filled before replay: two small host-to-device copies (per-row columns) and one noise
 draw per sampled row from its own generator. With `graphed=False` the same function runs eagerly
 on the same padded buffers, the graph path's exact twin. (Layout of the columns as in
@@ -16,10 +15,10 @@ from typing import Callable
 
 import torch
 
-from ..base import SamplingParams
-from ..frame_buffers import FrameBuffers
-from ..graph_capture import capture_steps
-from ..layers.sampling import BatchSampling, draw_noise
+from .base import SamplingParams
+from .frame_buffers import FrameBuffers
+from .graph_capture import capture_steps
+from .layers.sampling import BatchSampling, draw_noise
 
 
 @dataclass
@@ -27,10 +26,10 @@ class FrameInputs:
     """Device inputs of one decode frame; row b of every field is batch row b."""
 
     rows: torch.Tensor  # [B] int64, cache row (the slot; the scratch row for padding)
-    positions: torch.Tensor  # [B] int64, position of the frame's first token (slot k writes positions + k)
-    is_eos_blocked: torch.Tensor  # [B] bool, END_OF_SPEECH may not be sampled (ignore_eos)
+    positions: torch.Tensor  # [B] int64, position of the frame's first token
+    is_eos_blocked: torch.Tensor  # [B] bool, the end of speech may not be sampled (ignore_eos)
     sampling: BatchSampling
-    noise: torch.Tensor  # [B, 7 * (4096 + 1)] float32 Exp(1): each slot's band, then its EOS column
+    noise: torch.Tensor  # [B, noise_width] float32 Exp(1), laid out by the family's frame
 
     @classmethod
     def from_columns(cls, floats: torch.Tensor, ints: torch.Tensor, noise: torch.Tensor,
@@ -40,7 +39,7 @@ class FrameInputs:
                    sampling=BatchSampling.from_columns(floats, ints[:, 3:], **flags), noise=noise)
 
 
-FrameFn = Callable[[FrameInputs], torch.Tensor]  # -> codes [B, 7] int64 (4096 at slot 0: end of speech)
+FrameFn = Callable[[FrameInputs], torch.Tensor]  # -> codes [B, K] int64
 
 
 class FrameGraphs(FrameBuffers):
@@ -53,7 +52,7 @@ class FrameGraphs(FrameBuffers):
 
     def run(self, floats: torch.Tensor, ints: torch.Tensor, params: list[SamplingParams],
             generators: list[torch.Generator], graphed: bool) -> torch.Tensor:
-        """floats [n, 3], ints [n, 5] host columns -> codes [n, 7] int64."""
+        """floats [n, 3], ints [n, 5] host columns -> codes [n, K] int64."""
         n = floats.shape[0]
         bucket = self.bucket_for(n)
         if graphed:
