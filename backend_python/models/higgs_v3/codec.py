@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..base import Codec, CodecShape, CodecWindowing
+from ..optional_imports import hide_unimportable_optional_packages
 from .checkpoint import codec_names, read_tokenizer_state
 from .config import AudioTokenizerConfig
 
@@ -67,6 +68,7 @@ class ResidualQuantizer(nn.Module):
 def dac_config(cfg: AudioTokenizerConfig):
     """transformers' `DacConfig` of the tokenizer's `dac2.Encoder(64, ratios, D)` and `dac2.Decoder(D, 1024, ratios)`
     (both run through `ratios` in the same order)."""
+    hide_unimportable_optional_packages()  # before transformers' modeling code loads (a scipy built for numpy 2)
     from transformers import DacConfig
 
     return DacConfig(hidden_size=cfg.D, encoder_hidden_size=cfg.encoder_dim, decoder_hidden_size=cfg.decoder_dim,
@@ -76,6 +78,7 @@ def dac_config(cfg: AudioTokenizerConfig):
 
 def dac_decoder(cfg: AudioTokenizerConfig) -> nn.Module:
     """transformers' `DacDecoder` shaped and adjusted as the Higgs tokenizer's decoder."""
+    hide_unimportable_optional_packages()
     from transformers.models.dac.modeling_dac import DacDecoder
 
     decoder = DacDecoder(dac_config(cfg))

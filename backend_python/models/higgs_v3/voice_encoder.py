@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..base import VoiceEncoder
+from ..optional_imports import hide_unimportable_optional_packages
 from .checkpoint import encoder_names, read_tokenizer_state
 from .codec import HiggsTokenizerCodec, dac_config
 from .config import AudioTokenizerConfig
@@ -79,6 +80,7 @@ class HiggsVoiceEncoder(VoiceEncoder):
 
     def __init__(self, cfg: AudioTokenizerConfig, hubert_config: dict, codec: HiggsTokenizerCodec) -> None:
         super().__init__()
+        hide_unimportable_optional_packages()  # before transformers' modeling code loads (a scipy built for numpy 2)
         from transformers import HubertConfig, HubertModel
         from transformers.models.dac.modeling_dac import DacEncoder
 
