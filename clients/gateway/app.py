@@ -59,6 +59,12 @@ async def json_errors(request: web.Request, handler) -> web.StreamResponse:
         if isinstance(exc, web.HTTPMethodNotAllowed):
             response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
         return response
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise  # the client went away: nobody to answer
+    except Exception as exc:  # a bug of ours: logged with its trace, answered as OpenAI's JSON, never text/plain
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(request.app[GATEWAY], ApiError(500, f"the gateway failed: {type(exc).__name__}",
+                                                             SERVER_ERROR, None, "internal_error"))
 
 
 @web.middleware

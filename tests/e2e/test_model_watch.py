@@ -60,6 +60,8 @@ def test_a_killed_router_ends_the_gateways_stream_with_an_error_and_is_reloaded(
     assert first.wait(30)
     router = stub_pid(srv, "vox_ensemble")
     os.kill(router, signal.SIGKILL)
+    # the strict readiness says so while the router is down (held unloaded 2 s by the watch)
+    assert wait_for(lambda: not srv.process.is_ready(), timeout_s=HEAL_S, poll_s=0.05), server_state(srv)
     reader.join(HEAL_S)
     assert not reader.is_alive(), "the stream on the dead router hung"
     assert events[-1]["type"] == "error" and events[-1]["error"]["code"] in _router_death_codes(srv), \

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +24,7 @@ import pytest
 from clients.bench.compare import free_ports
 from clients.gateway.config import GatewayConfig
 from clients.gateway.server import GatewayProcess
+from clients.procstats import server_processes
 from clients.stream import StreamError, synthesize
 from clients.voices import RegistryError, call_registry
 from protocol.reasons import EndReason
@@ -324,3 +328,21 @@ def test_a_gateway_gives_a_server_the_voices_it_lacks(servers, tmp_path_factory)
         process.stop()
     assert_same_audio(synthesize(second, TEXT, voice="only-on-first", **SPEECH),
                       synthesize(first, TEXT, voice="only-on-first", **SPEECH))
+
+
+def test_registers_while_the_encoder_reloads_are_503_until_it_serves_again(servers):
+    """Last in this module: the encoder's stub is killed and registers keep coming (no speech stream meets
+    it): each is refused as the lane being down (503 with Retry-After behind the gateway), never a 500 or a
+    400, until the encoder serves again and one registers."""
+    url, server = servers[0].grpc_url, servers[0]
+    os.kill(server_processes(server.process.process.pid)["voice_encoder"], signal.SIGKILL)
+    refusals, deadline = [], time.monotonic() + 90
+    for attempt in itertools.count():
+        answer = register(url, f"during-reload-{attempt}", ref_text=REF_TEXT)
+        if isinstance(answer, dict):
+            break
+        refusals.append(answer)
+        assert answer.reason is EndReason.LANE_DOWN, refusals
+        assert time.monotonic() < deadline, f"the encoder did not come back: {refusals[-3:]}"
+        time.sleep(0.1)
+    assert answer["name"] == f"during-reload-{attempt}" and refusals, "no register met the dead encoder"
