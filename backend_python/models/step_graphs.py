@@ -18,7 +18,7 @@ import torch
 from .base import SamplingParams
 from .frame_buffers import FrameBuffers
 from .graph_capture import capture_steps
-from .layers.sampling import BatchSampling, draw_noise
+from .layers.sampling import BatchSampling, draw_noise, host_columns, host_flags
 
 
 @dataclass
@@ -40,6 +40,24 @@ class FrameInputs:
 
 
 FrameFn = Callable[[FrameInputs], torch.Tensor]  # -> codes [B, K] int64
+
+def frame_columns(batch, states) -> tuple[torch.Tensor, torch.Tensor]:
+    """A `DecodeBatch`'s columns on the CPU: floats [B, 3], ints [B, 5], as `FrameInputs.from_columns` reads them
+    (`states`: each slot's `SlotState`, for its position)."""
+    floats, sampling_ints = host_columns(batch.sampling)
+    frame_ints = torch.tensor([[slot, s.position, int(ignore)]
+                               for slot, s, ignore in zip(batch.slots, states, batch.ignore_eos)])
+    return floats, torch.cat((frame_ints, sampling_ints), dim=1)
+
+
+def eager_inputs(batch, floats: torch.Tensor, ints: torch.Tensor, noise_width: int,
+                 device: torch.device) -> FrameInputs:
+    """The unpadded frame's inputs (the CPU's ungraphed path): only the sampling work its rows need."""
+    noise = torch.ones(floats.shape[0], noise_width, device=device)
+    draw_noise(noise, batch.sampling, batch.generators)
+    return FrameInputs.from_columns(floats.to(device, non_blocking=True), ints.to(device, non_blocking=True), noise,
+                                    **host_flags(batch.sampling))
+
 
 
 class FrameGraphs(FrameBuffers):

@@ -25,9 +25,9 @@ from ..base import DecodeBatch, Prompt, VoiceReference
 from ..frame_buffers import batch_buckets
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
-from ..layers.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
+from ..layers.sampling import TINY, apply_repetition_penalty, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
-from ..step_graphs import FrameGraphs, FrameInputs
+from ..step_graphs import FrameGraphs, FrameInputs, eager_inputs, frame_columns
 from . import checkpoint
 from .config import OrpheusConfig
 from .frames import CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS, slot_token_base
@@ -151,7 +151,7 @@ class OrpheusLM(SlotSpeechLM):
     @torch.no_grad()
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
         states = [self._live_state(slot) for slot in batch.slots]
-        floats, ints = self._host_columns(batch, states)
+        floats, ints = frame_columns(batch, states)
         if self._graphs is not None:
             codes = self._graphs.run(floats, ints, batch.sampling, batch.generators, self.use_cuda_graphs)
         else:
@@ -169,20 +169,10 @@ class OrpheusLM(SlotSpeechLM):
             raise ValueError(f"unknown voice {quoted(voice)}; known voices: {list(self.voices)}")
         return voice.lower()
 
-    def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns`."""
-        floats, sampling_ints = host_columns(batch.sampling)
-        frame_ints = torch.tensor([[slot, s.position, int(ignore)]
-                                   for slot, s, ignore in zip(batch.slots, states, batch.ignore_eos)])
-        return floats, torch.cat((frame_ints, sampling_ints), dim=1)
-
     def _decode_eager(self, batch: DecodeBatch, floats: torch.Tensor, ints: torch.Tensor,
                       num_positions: int) -> torch.Tensor:
-        """The unpadded, ungraphed frame (CPU): skips the sampling work no row needs."""
-        noise = torch.ones(floats.shape[0], self.noise_width, device=self.device)
-        draw_noise(noise, batch.sampling, batch.generators)
-        inputs = FrameInputs.from_columns(floats.to(self.device, non_blocking=True),
-                                          ints.to(self.device, non_blocking=True), noise, **host_flags(batch.sampling))
+        """The unpadded, ungraphed frame (CPU)."""
+        inputs = eager_inputs(batch, floats, ints, self.noise_width, self.device)
         return self._frame(inputs, self._require_memory().kv.upto(num_positions))
 
     def _frame(self, inputs: FrameInputs, cache: KVCache) -> torch.Tensor:
