@@ -157,7 +157,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
                        text_idle_timeout_s=args.text_idle_timeout, data_dir=args.data_dir or "",
-                       exposure=Exposure(args.triton_host, _first(admin_keys(args)) if "admin_key" in args else None))
+                       exposure=Exposure(args.triton_host, _first(admin_keys(args)) if "admin_key" in args else None),
+                       admin_keys=admin_keys(args) if "admin_key" in args else ())
 
 
 def _first(keys: tuple[str, ...]) -> str | None:

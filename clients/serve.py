@@ -23,6 +23,7 @@ from clients.model_watch import ModelWatch
 from clients.mps import MpsDaemon
 from clients.triton_launch import Exposure, Ports, TritonProcess, find_triton
 from protocol import models
+from protocol.admin import key_hash
 from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
@@ -104,6 +105,9 @@ class ServeConfig:
     data_dir: str = VoiceStoreSettings.data_dir
     # where tritonserver's ports listen (127.0.0.1: this machine only) and the admin key of its repository API
     exposure: Exposure = field(default_factory=Exposure)
+    # the admin keys whose holders may write voices straight through Triton (protocol/admin.py): every one
+    # `voxlane serve` was given; () with an `exposure.admin_key`: that key alone; () without: writes are open
+    admin_keys: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", _mode(self.mode))
@@ -268,7 +272,8 @@ class ServeConfig:
             return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text, **reference,
                     **voices}
         if model_name == models.VOICE_REGISTRY:
-            return {**voices, **reference}
+            keys = self.admin_keys or tuple(k for k in (self.exposure.admin_key,) if k)
+            return {**voices, **reference, **({"admin_key_sha256": ",".join(map(key_hash, keys))} if keys else {})}
         params = self.lane_settings(model_name).to_parameters()
         if model_name == models.LM:
             params.update(self.engine_config().to_parameters(), **text)

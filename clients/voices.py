@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from protocol.admin import ADMIN_KEY_PARAMETER
 from protocol.models import VOICE_REGISTRY
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import REQUEST_INPUTS, scalar_array
@@ -28,32 +30,36 @@ class RegistryError(Exception):
         self.ended = ended
 
 
+ADMIN_KEY_ENV = "VOXLANE_ADMIN_KEY"  # `voxlane voices`' key for register and delete, where --admin-key is not given
+
+
 def register_voice(url: str, name: str, audio: np.ndarray, sample_rate: int, ref_text: str | None = None,
-                   x_vector_only: bool | None = None) -> dict:
+                   x_vector_only: bool | None = None, admin_key: str | None = None) -> dict:
     """Register `audio` ([n] float32 mono in [-1, 1] at `sample_rate`) as `name`: in context with its transcript
     `ref_text`, or from its speaker embedding alone with `x_vector_only`. The voice's metadata."""
     reference = {"ref_audio": audio, "ref_sample_rate": sample_rate, "ref_text": ref_text,
                  "x_vector_only": x_vector_only}
-    return call_registry(url, "register", name=name, **{k: v for k, v in reference.items() if v is not None})
+    return call_registry(url, "register", admin_key, name=name, **{k: v for k, v in reference.items() if v is not None})
 
 
 def list_voices(url: str) -> list[dict]:
     return call_registry(url, "list")["data"]
 
 
-def delete_voice(url: str, name: str) -> dict:
-    return call_registry(url, "delete", name=name)
+def delete_voice(url: str, name: str, admin_key: str | None = None) -> dict:
+    return call_registry(url, "delete", admin_key, name=name)
 
 
-def call_registry(url: str, action: str, **values) -> dict:
+def call_registry(url: str, action: str, admin_key: str | None = None, **values) -> dict:
     """One `voice_registry` request (`name` and the reference inputs by the router's table); its JSON answer, or
-    RegistryError."""
+    RegistryError. `admin_key`: what a server given admin keys needs for register, delete and import."""
     inputs = [_input("action", _text(action))]
     for key, value in values.items():
         inputs.append(_input(key, _text(value) if key == "name" else scalar_array(key, value)))
     client = grpcclient.InferenceServerClient(url)
     try:
-        result = client.infer(VOICE_REGISTRY, inputs)
+        result = client.infer(VOICE_REGISTRY, inputs,
+                              parameters={ADMIN_KEY_PARAMETER: admin_key} if admin_key else None)
     except InferenceServerException as exc:
         if exc.status() in _UNREACHABLE:
             raise RegistryError(Ended(EndReason.LANE_DOWN, f"the server at {url} cannot be reached: {exc.message()}"))
@@ -77,6 +83,9 @@ def _input(name: str, array: np.ndarray) -> grpcclient.InferInput:
 def add_voices_command(commands) -> dict:
     parser = commands.add_parser("voices", help="register, list or delete voices on a running server")
     parser.add_argument("--url", default="localhost:8001", help="the server's gRPC HOST:PORT")
+    parser.add_argument("--admin-key", default=os.environ.get(ADMIN_KEY_ENV),
+                        help=f"an admin key of the server, for register and delete where it has them "
+                             f"(default: ${ADMIN_KEY_ENV})")
     actions = parser.add_subparsers(dest="action", required=True)
     register = actions.add_parser("register", help="register the voice of an audio file (WAV, FLAC or Ogg) as NAME")
     register.add_argument("name")
@@ -94,11 +103,11 @@ def run_voices_command(args: argparse.Namespace) -> int:
     try:
         if args.action == "register":
             answer = register_voice(args.url, args.name, *_read_audio(args.file), args.transcript,
-                                    True if args.x_vector_only else None)
+                                    True if args.x_vector_only else None, args.admin_key)
         elif args.action == "list":
             answer = list_voices(args.url)
         else:
-            answer = delete_voice(args.url, args.name)
+            answer = delete_voice(args.url, args.name, args.admin_key)
     except RegistryError as exc:
         print(f"voxlane: error: {exc} ({exc.ended.code or exc.ended.reason.value})", file=sys.stderr)
         return 1

@@ -28,6 +28,7 @@ from backend_python.stub_common.reference_inputs import ReferenceAudio, Referenc
 from backend_python.stub_common.request_inputs import RequestError
 from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, fingerprint
 from protocol.voices import check_name
+from protocol.admin import ADMIN_KEY_PARAMETER, WRITE_ACTIONS, is_admin
 from protocol.models import VOICE_ENCODER
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
@@ -46,6 +47,8 @@ class VoiceRegistryModel:
         self.settings = VoiceStoreSettings.from_parameters(params)
         self.limits = ReferenceLimits.from_parameters(params)
         self.store = VoiceStore.from_settings(self.settings)
+        # where set (`voxlane serve` with admin keys): writes need one of these keys (protocol/admin.py)
+        self.admin_key_hashes = tuple(h for h in params.get("admin_key_sha256", "").split(",") if h)
         self.encoder = VoiceEncoderClient(_NoHealing())
         self._presets: tuple[str, ...] | None = None  # read at the first register: it imports the model registry
 
@@ -57,7 +60,7 @@ class VoiceRegistryModel:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
         try:
-            answer = self._run(get, {t.name() for t in request.inputs()})
+            answer = self._run(get, {t.name() for t in request.inputs()}, lambda: _parameters(request))
         except RequestError as exc:
             return _error(exc.ended)
         except (OSError, ValueError) as exc:  # the data directory (a full disk, a damaged file)
@@ -68,8 +71,13 @@ class VoiceRegistryModel:
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("voices", np.array([json.dumps(answer).encode("utf-8")], dtype=np.object_))])
 
-    def _run(self, get, names: set[str]) -> dict | Ended:
+    def _run(self, get, names: set[str], parameters) -> dict | Ended:
         action = _action(get, names)
+        if action in WRITE_ACTIONS and self.admin_key_hashes and \
+                not is_admin(parameters().get(ADMIN_KEY_PARAMETER), self.admin_key_hashes):
+            raise RequestError(f"{action} needs an admin key of this server (the request parameter "
+                               f"'{ADMIN_KEY_PARAMETER}'; the gateway sends its own)", param=ADMIN_KEY_PARAMETER,
+                               code="admin_key_required")
         if action == "list":
             return {"object": "list", "data": self.store.list()}
         name = _text(get, "name", required=True)
@@ -127,6 +135,15 @@ class _NoHealing:
 
     def on_dead(self, model: str, message: str) -> Ended:
         return Ended(EndReason.LANE_DOWN, f"the {VOICE_ENCODER} lane is down ({message}); retry")
+
+
+def _parameters(request) -> dict:
+    """The request's parameters (Triton hands them over as JSON); {} where none or unreadable."""
+    try:
+        parameters = json.loads(request.parameters() or "{}")
+    except (AttributeError, ValueError):
+        return {}
+    return parameters if isinstance(parameters, dict) else {}
 
 
 def _action(get, names: set[str]) -> str:

@@ -24,7 +24,7 @@ RETRY_AFTER_S = 1  # what a 503 asks a client to wait: the gateway has already t
 # Triton input names that the OpenAI request spells differently
 _PARAMS = {"text": "input"}
 # bad input whose code says more than 400 does: the voice registry's unknown name and taken name
-_STATUS_BY_CODE = {"voice_not_found": 404, "voice_exists": 409}
+_STATUS_BY_CODE = {"voice_not_found": 404, "voice_exists": 409, "admin_key_required": 403}
 
 
 @dataclass(frozen=True)

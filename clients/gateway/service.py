@@ -18,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from clients.gateway.balancer import Backend, Balancer
 from clients.gateway.config import GatewayConfig
+from protocol.admin import ADMIN_KEY_PARAMETER
 from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
 from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve, probe
 from clients.gateway.speech import SpeechRequest, parse_speech
@@ -147,6 +148,8 @@ class Gateway:
             log.warning("copied %d registered voice(s) to %s: %s", len(copied), backend.url, ", ".join(copied))
 
     async def _call_voice_registry(self, backend: Backend, proto: service_pb2.ModelInferRequest) -> dict | ApiError:
+        if self.config.keys.admin:  # the caller's key was checked here (auth.py); the server checks the gateway's
+            proto.parameters[ADMIN_KEY_PARAMETER].string_param = min(self.config.keys.admin)
         try:
             response = await self._stub(backend).ModelInfer(proto, timeout=self.config.registry_timeout_s)
         except grpc.aio.AioRpcError as exc:

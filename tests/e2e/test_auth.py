@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 from clients.gateway.auth import Keys
 from clients.stream import synthesize
 from clients.triton_launch import ADMIN_KEY_HEADER, Exposure
+from clients.voices import RegistryError, call_registry
 from tests.e2e.conftest import DEFAULT_PRESET, server_and_gateway
 
 API, ADMIN = "user-key-0123", "admin-key-4567"
@@ -71,6 +72,22 @@ def test_registry_writes_need_the_admin_key_and_reads_an_api_key(locked):
     status, _, body = call(gateway.url + "/v1/audio/voices/nobody", "DELETE", key=ADMIN)
     assert (status, error_code(body)) == (404, "voice_not_found")  # past the door: the registry's own answer
     assert call(gateway.url + "/v1/audio/voices", key=API)[0] == 200
+
+
+def test_registry_writes_straight_through_triton_need_the_admin_key(locked):
+    """Anyone who reaches Triton's port (the Helm chart exposes it to the gateway pods) cannot write voices
+    without the admin key; reads stay open. The gateway sends its own key (the DELETE above got past it)."""
+    srv, _ = locked
+    with pytest.raises(RegistryError) as caught:
+        call_registry(srv.grpc_url, "delete", name="nobody")
+    assert (caught.value.ended.param, caught.value.ended.code) == ("admin_key", "admin_key_required")
+    with pytest.raises(RegistryError) as caught:
+        call_registry(srv.grpc_url, "delete", admin_key=API, name="nobody")
+    assert caught.value.ended.code == "admin_key_required"
+    with pytest.raises(RegistryError) as caught:
+        call_registry(srv.grpc_url, "delete", admin_key=ADMIN, name="nobody")
+    assert caught.value.ended.code == "voice_not_found"  # past the check: the registry's own answer
+    assert call_registry(srv.grpc_url, "list")["object"] == "list"
 
 
 def test_triton_listens_on_this_machine_only(locked):

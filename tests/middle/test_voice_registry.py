@@ -281,3 +281,38 @@ def test_a_voice_exported_by_one_registry_imports_into_another_s_directory(pb, r
             "bad_voice_file")
     refused(call(pb, other, "import", name="bob"), "voice_file", None)
     refused(call(pb, registry, "export", name="nobody"), "name", "voice_not_found")
+
+
+def test_with_admin_keys_writes_need_one_and_reads_do_not(pb, tmp_path):
+    """A server given admin keys (`voxlane serve --admin-key`): register, delete and import straight through
+    Triton need one of them as the request parameter `admin_key`; list and export do not."""
+    from backend_python.voice_registry.model import VoiceRegistryModel
+    from protocol.admin import key_hash
+    pb.SERVER.reset()
+    pb.SERVER.handlers["voice_encoder"] = FakeEncoderLane(pb)
+    model = VoiceRegistryModel()
+    params = {"model": "qwen3-tts-tiny-base", "data_dir": str(tmp_path),
+              "admin_key_sha256": f"{key_hash('first')},{key_hash('second')}"}
+    model.initialize({"model_config": json.dumps(
+        {"parameters": {key: {"string_value": value} for key, value in params.items()}})})
+    model._presets = ("tiny",)
+
+    def as_admin(key, action: str, **inputs):
+        tensors = [pb.Tensor("action", np.array([action.encode()], dtype=np.object_))]
+        tensors += [pb.Tensor(n, v if isinstance(v, np.ndarray) else np.array([v.encode() if isinstance(v, str) else v]))
+                    for n, v in inputs.items()]
+        response, = model.execute([pb.Request(tensors, parameters=None if key is None else {"admin_key": key})])
+        if response.has_error():
+            return decode_error(response.error().message())
+        return json.loads(pb.get_output_tensor_by_name(response, "voices").as_numpy()[0])
+
+    reference = {"ref_audio": AUDIO, "ref_sample_rate": np.int32(RATE), "ref_text": REF_TEXT}
+    for key in (None, "wrong", "", 7):
+        refused(as_admin(key, "register", name="alice", **reference), "admin_key", "admin_key_required")
+        refused(as_admin(key, "delete", name="alice"), "admin_key", "admin_key_required")
+    assert as_admin("second", "register", name="alice", **reference)["name"] == "alice"
+    assert [v["name"] for v in as_admin(None, "list")["data"]] == ["alice"]
+    exported = as_admin(None, "export", name="alice")
+    refused(as_admin(None, "import", name="bob", voice_file=np.array([base64.b64decode(exported["file"])],
+                                                                      dtype=np.object_)), "admin_key", "admin_key_required")
+    assert as_admin("first", "delete", name="alice")["deleted"] is True

@@ -54,3 +54,21 @@ def test_the_registry_takes_the_reference_inputs_as_vox_ensemble_does():
     assert registry["action"] == registry["name"] == ("TYPE_STRING", "1")
     assert 'output [\n  { name: "voices" data_type: TYPE_STRING dims: [ 1 ] }' in \
         (REPOSITORY / "voice_registry" / "config.pbtxt").read_text()
+
+
+def test_admin_keys_reach_the_registry_as_their_hashes_only(tmp_path):
+    """`voxlane serve --admin-key K1 --admin-key K2`: the registry holds both keys' SHA-256, never a key; without
+    keys no check is rendered (writes stay open, as on a machine of one's own)."""
+    import argparse
+    from clients.gateway.cli import add_key_flags
+    from protocol.admin import key_hash
+    parser = argparse.ArgumentParser()
+    _add_server_flags(parser)
+    add_key_flags(parser)
+    config = _serve_config(parser.parse_args(["--admin-key", "key-one-1", "--admin-key", "key-two-2"]))
+    text = (render_repository(config, tmp_path / "keyed") / "voice_registry" / "config.pbtxt").read_text()
+    assert dict(_PARAMETER.findall(text))["admin_key_sha256"] == f"{key_hash('key-one-1')},{key_hash('key-two-2')}"
+    assert "key-one-1" not in text and "key-two-2" not in text
+    open_text = (render_repository(_serve_config(parser.parse_args([])), tmp_path / "open") / "voice_registry"
+                 / "config.pbtxt").read_text()
+    assert "admin_key_sha256" not in open_text

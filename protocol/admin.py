@@ -1,0 +1,22 @@
+"""Who may write voices straight through Triton: `voice_registry`'s register, delete and import need an admin key
+(the request parameter `admin_key`) where the server was given admin keys (`voxlane serve --admin-key`, the Helm
+chart's Secret); the gateway sends its own, having checked its caller's. The server holds only their SHA-256."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+ADMIN_KEY_PARAMETER = "admin_key"  # the request parameter (gRPC and HTTP `parameters`) that carries the key
+WRITE_ACTIONS = ("register", "delete", "import")
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def is_admin(key: object, hashes: tuple[str, ...]) -> bool:
+    """Whether `key` (a request's parameter, any type) is one of the admin keys whose hashes are `hashes`."""
+    if not isinstance(key, str) or not key:
+        return False
+    digest = key_hash(key)
+    return any(hmac.compare_digest(digest, known) for known in hashes)
