@@ -27,6 +27,10 @@ class TensorSpec:
     # of it and, for in-context cloning, `ref_text` (REFERENCE_LM_INPUTS)
     is_reference: bool = False
 
+    def bound_at_dtype(self, bound: float) -> float:
+        """A documented bound as the input's dtype holds it: FP32 1e-6 arrives as 9.99999997e-07, and is in range."""
+        return float(np.array(bound, dtype=self.dtype)) if np.issubdtype(self.dtype, np.floating) else bound
+
 
 TIMESTAMPS_NONE, TIMESTAMPS_WORD = "none", "word"  # the values of `timestamps`
 REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (

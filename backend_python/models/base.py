@@ -39,7 +39,7 @@ class SamplingParams:
     def __post_init__(self) -> None:
         for name, spec in SAMPLING_SPECS.items():
             value = getattr(self, name)
-            if not (spec.low <= value <= spec.high):
+            if not (spec.bound_at_dtype(spec.low) <= value <= spec.bound_at_dtype(spec.high)):
                 raise ValueError(f"{name} must be in [{spec.low:g}, {spec.high:g}], got {value}")
 
     @property

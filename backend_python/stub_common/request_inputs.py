@@ -242,14 +242,9 @@ def _ranged(get: GetInput, name: str, default: float | None = None, high: float 
     if value is None:
         return spec.default if default is None else default
     value = float(value)
-    if not math.isfinite(value) or not _at_dtype(low, spec.dtype) <= value <= _at_dtype(high, spec.dtype):
+    if not math.isfinite(value) or not spec.bound_at_dtype(low) <= value <= spec.bound_at_dtype(high):
         raise RequestError(f"input '{name}' must be in [{low:g}, {high:g}], got {value!r}", param=name)
     return value
-
-
-def _at_dtype(bound: float, dtype: type) -> float:
-    """A documented bound as the input's dtype holds it: FP32 1e-6 arrives as 9.99999997e-07."""
-    return float(np.array(bound, dtype=dtype)) if np.issubdtype(dtype, np.floating) else bound
 
 
 def _optional_int(get: GetInput, name: str) -> int | None:
