@@ -25,7 +25,8 @@ _WORD = r"[\w.-]+"
 _PREFIX = re.compile(rf"^\[(\w+)((?: \w+={_WORD})*)\] ")
 _VALUE = re.compile(rf"^{_WORD}$")
 # Triton 2.51's own words for a model it cannot serve now: read here, at the boundary, into a reason
-_TRITON_UNAVAILABLE = ("Request for unknown model", "Server not ready", "is not at ready state")
+# ("is not ready": a BLS call to a model being loaded again, as after its stub died)
+_TRITON_UNAVAILABLE = ("Request for unknown model", "Server not ready", "is not at ready state", "is not ready")
 # a request to a model whose Python process died ("Stub process 'vox_ensemble_0_0' is not healthy."): no stop, a
 # death (the router's BLS boundary reads it apart, to heal the lane); to a client it is unavailable all the same
 _TRITON_STUB_DIED = "is not healthy"

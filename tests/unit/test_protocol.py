@@ -75,6 +75,9 @@ def test_a_quote_of_a_long_value_is_short_and_says_its_length():
     "Request for unknown model: 'vox_ensemble' has no available versions",
     "Server not ready",
     "Stub process 'vox_ensemble_0_0' is not healthy.",  # the router's process died, not yet reloaded
+    # a BLS call to a model while it loads again (a register while the encoder reloads answered 500 with it)
+    "Model voice_encoder - Error when running inference: Failed for execute the inference request. "
+    "Model 'voice_encoder' is not ready.",
 ])
 def test_tritons_refusal_of_a_model_it_cannot_serve_now_is_lane_down(text):
     """A stopping server, or a model being unloaded: the request is fine, retry it elsewhere (503)."""
