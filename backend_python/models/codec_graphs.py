@@ -11,10 +11,9 @@ from __future__ import annotations
 import torch
 
 from backend_python.models.base import Codec
-from backend_python.models.frame_buffers import smallest_at_least
+from backend_python.models.frame_buffers import CODEC_BATCH_BUCKETS, smallest_at_least
 from backend_python.models.graph_capture import capture_steps
 
-DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # window lengths of the default chunk ramp (2, 4, 8, 10 frames) behind up to 25 frames of context:
 # 2, 6, 14, 24, then 35 for every later chunk
 DEFAULT_FRAME_BUCKETS = (4, 8, 16, 24, 36)
@@ -23,7 +22,7 @@ DEFAULT_FRAME_BUCKETS = (4, 8, 16, 24, 36)
 class CodecGraphs:
     """Static input codes [b_max, t_max, K] and a graph per bucket whose output aliases the pool."""
 
-    def __init__(self, codec: Codec, batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS,
+    def __init__(self, codec: Codec, batch_buckets: tuple[int, ...] = CODEC_BATCH_BUCKETS,
                  frame_buckets: tuple[int, ...] = DEFAULT_FRAME_BUCKETS) -> None:
         if not codec.supports_cuda_graphs or codec.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA codec whose decode is capturable")

@@ -13,10 +13,9 @@ import torch
 
 from backend_python.models.base import Codec
 from backend_python.models.codec_stream import CodecStreamState, StreamCarry, split_states
-from backend_python.models.frame_buffers import smallest_at_least
+from backend_python.models.frame_buffers import CODEC_BATCH_BUCKETS, smallest_at_least
 from backend_python.models.graph_capture import capture_steps
 
-DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # new frames of the default chunk ramp (2, 4, 8, 10), and the windows a state is rebuilt from:
 # a stream's first background chunk (4 frames behind 2 of context: 6) or one after a gap (35)
 DEFAULT_FRAME_BUCKETS = (2, 4, 8, 10, 16, 24, 36)
@@ -25,7 +24,7 @@ DEFAULT_FRAME_BUCKETS = (2, 4, 8, 10, 16, 24, 36)
 class CodecStreamGraphs:
     """`decode_stream` through graphs whose outputs (audio, new state) alias the shared pool."""
 
-    def __init__(self, codec: Codec, batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS,
+    def __init__(self, codec: Codec, batch_buckets: tuple[int, ...] = CODEC_BATCH_BUCKETS,
                  frame_buckets: tuple[int, ...] = DEFAULT_FRAME_BUCKETS) -> None:
         if not (codec.supports_cuda_graphs and codec.supports_streaming_state) or codec.device.type != "cuda":
             raise ValueError("streaming CUDA graphs need a CUDA codec whose streaming decode is capturable")

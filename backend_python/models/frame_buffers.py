@@ -21,6 +21,11 @@ def batch_buckets(sizes: tuple[int, ...], num_slots: int) -> tuple[int, ...]:
     return tuple(sorted({size for size in sizes if size < num_slots} | {num_slots}))
 
 
+# the batch sizes a codec lane's graphs are captured for: up to the background lane's largest batch
+# (`voxlane serve --codec-max-batch`, 32); a larger batch runs in pieces or eagerly (each runner says which)
+CODEC_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
+
+
 def smallest_at_least(buckets: tuple[int, ...], size: int) -> int | None:
     """The smallest of the sorted `buckets` >= size, or None past the largest."""
     return next((bucket for bucket in buckets if bucket >= size), None)

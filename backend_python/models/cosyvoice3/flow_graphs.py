@@ -20,12 +20,11 @@ import logging
 
 import torch
 
-from ..frame_buffers import smallest_at_least
+from ..frame_buffers import CODEC_BATCH_BUCKETS, smallest_at_least
 from ..graph_capture import capture_steps
 
 log = logging.getLogger("voxlane.codec")
 
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)  # up to the background lane's largest batch (`voxlane serve --codec-max-batch`)
 # window lengths of CosyVoice 3's chunk plan (4, 8, 16, 25 tokens) with up to 32 of context and 4 of lookahead:
 # 8, 16, 32, 57, then 61 for every later chunk
 TOKEN_BUCKETS = (8, 16, 32, 48, 64)
@@ -35,7 +34,7 @@ class FlowGraphs:
     """Static flow inputs sized to the largest bucket, and a graph per bucket whose mel aliases the pool."""
 
     def __init__(self, flow, condition_dim: int, num_steps: int, cfg_rate: float, device: torch.device,
-                 batch_buckets: tuple[int, ...] = BATCH_BUCKETS, token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
+                 batch_buckets: tuple[int, ...] = CODEC_BATCH_BUCKETS, token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
                  graphed: bool | None = None, vocoder=None) -> None:
         self.flow, self.num_steps, self.cfg_rate, self.vocoder = flow, num_steps, cfg_rate, vocoder
         self.batch_buckets, self.token_buckets = tuple(sorted(batch_buckets)), tuple(sorted(token_buckets))

@@ -14,18 +14,17 @@ import logging
 
 import torch
 
-from ..frame_buffers import smallest_at_least
+from ..frame_buffers import CODEC_BATCH_BUCKETS, smallest_at_least
 from ..graph_capture import capture_steps
 
 log = logging.getLogger("voxlane.codec")
 
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 
 
 class WindowGraphs:
     """Static inputs sized to the largest bucket and a graph per (rows, length) whose audio aliases the pool."""
 
-    def __init__(self, codec, lengths: tuple[int, ...], batch_buckets: tuple[int, ...] = BATCH_BUCKETS,
+    def __init__(self, codec, lengths: tuple[int, ...], batch_buckets: tuple[int, ...] = CODEC_BATCH_BUCKETS,
                  graphed: bool | None = None) -> None:
         self.codec, self.lengths = codec, tuple(sorted(set(lengths)))
         self.batch_buckets = tuple(sorted(batch_buckets))
