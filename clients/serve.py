@@ -419,9 +419,14 @@ class Server:
             self._reviving.clear()
             log.warning("tritonserver serves again (revival %d)", self.revivals)
 
+    @property
+    def is_reviving(self) -> bool:
+        """Its tritonserver exited on its own and the keeper is starting it again."""
+        return self._reviving.is_set()
+
     def is_serving(self) -> bool:
         """tritonserver runs, or its keeper is starting it again."""
-        return self._reviving.is_set() or (self.process is not None and self.process.process.poll() is None)
+        return self.is_reviving or (self.process is not None and self.process.process.poll() is None)
 
     def _start_mps(self) -> dict[str, str]:
         if not self.config.uses_mps:

@@ -75,7 +75,7 @@ def _router_death_codes(srv) -> tuple[str, ...]:
     """`router_restarted`; or, where the stub's death aborted tritonserver itself (Triton 2.51's Python
     backend, upstream server#8882: timing decides) and the server's keeper started it again, the 503 of a
     server that went away."""
-    srv_died = wait_for(lambda: srv.revivals > 0 or srv._reviving.is_set(), timeout_s=1.0, poll_s=0.1)
+    srv_died = wait_for(lambda: srv.revivals > 0 or srv.is_reviving, timeout_s=1.0, poll_s=0.1)
     return ("router_restarted", "unavailable") if srv_died else ("router_restarted",)
 
 
@@ -102,7 +102,7 @@ def test_a_killed_router_ends_a_direct_grpc_stream_with_an_error(watched):
     assert not reader.is_alive(), "the direct stream on the dead router hung"
     revivals = srv.revivals
     assert isinstance(outcome[0], StreamError), outcome
-    if not wait_for(lambda: srv.revivals > revivals or srv._reviving.is_set(), timeout_s=1.0, poll_s=0.1):
+    if not wait_for(lambda: srv.revivals > revivals or srv.is_reviving, timeout_s=1.0, poll_s=0.1):
         assert outcome[0].ended.code == "router_restarted", outcome
         assert wait_for(lambda: srv.watch.restarts["vox_ensemble"] == restarts + 1, timeout_s=HEAL_S, poll_s=0.2)
     assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=REVIVE_S, poll_s=0.5), server_state(srv)
