@@ -177,7 +177,8 @@ def test_client_that_disconnects_cancels_its_triton_stream(client, gateway, serv
     with client.audio.speech.with_streaming_response.create(
             **request, extra_body={"seed": 3, "max_audio_seconds": 60.0, "ignore_eos": True}) as response:
         next(response.iter_bytes())  # the first chunk: the request is live in the LM
-        assert scrape(server)["voxlane_live_requests"] == idle + 1
+        # the gauge is published by the LM's loop, a moment after the chunk may already have reached us
+        assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == idle + 1, timeout_s=5)
     # 60 s of audio would take the tiny LM much longer: the stream must end within a step or two
     assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == idle, timeout_s=5)
     assert wait_for(lambda: _health(gateway)["servers"][0]["live_streams"] == 0, timeout_s=5)
