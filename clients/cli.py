@@ -84,6 +84,10 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunk-growth", type=_chunk_growth, default=defaults.chunk_growth,
                         help="chunk sizes grow by this factor up to --chunk-frames (2, 4, 8, 10, …); 'none': no "
                              "ramp (default: the model family's plan, mostly 2)")
+    parser.add_argument("--codec-lookahead-frames", type=int, default=defaults.codec_lookahead_frames,
+                        help="frames a chunk waits for after its own as a non-causal codec's right context (Higgs v3, "
+                             "Zonos; default: the family's, the decoder's whole receptive field); fewer: a first "
+                             "chunk sooner, each chunk's last samples approximate")
     parser.add_argument("--partition", choices=("mps", "none"), default=defaults.partition,
                         help="SM partition of the lanes on cuda (default: mps on cuda)")
     parser.add_argument("--lm-sm-pct", type=int, default=None,
@@ -149,7 +153,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        first_chunk_frames_idle=args.first_chunk_frames_idle,
                        first_chunk_frames_busy=args.first_chunk_frames_busy, busy_streams=args.busy_streams,
-                       lm_sm_pct=args.lm_sm_pct,
+                       codec_lookahead_frames=args.codec_lookahead_frames, lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct, codec_steps=args.codec_steps,
                        codec_max_batch=args.codec_max_batch, codec_queue_delay_us=args.codec_queue_delay_us,
                        codec_compile=args.codec_compile,

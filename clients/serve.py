@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend_python.engine.config import EngineConfig, KVLayout
+from backend_python.engine.config import LOOKAHEAD_OVERRIDE, EngineConfig, KVLayout
 from backend_python.models.chunk_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max_seq_len, sm_shares,
                                                takes_default_plan)
 from backend_python.stub_common.params import LaneSettings
@@ -69,6 +69,10 @@ class ServeConfig:
     first_chunk_frames_idle: int | None = None
     first_chunk_frames_busy: int | None = None
     busy_streams: int | None = None
+    # frames a chunk waits for after its own, as right context of a non-causal codec (Higgs v3's and Zonos's DAC
+    # decoders); None: the model family's (its decoder's whole receptive field, so a chunk decodes as a full decode
+    # does). Fewer frames: a first chunk sooner, each chunk's last samples an approximation
+    codec_lookahead_frames: int | None = None
     num_threads: int = _LANE.num_threads  # torch threads per model process (cpu)
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
     # MPS active-thread percentages: measured on an H200 with qwen3-tts-1.7b, a 60/40 split holds the SLO
@@ -137,6 +141,8 @@ class ServeConfig:
             raise ValueError("--gpus needs --device cuda")
         if not 0 <= self.codec_gpu < max(1, len(self.gpus)) or (self.codec_gpu and self.device != "cuda"):
             raise ValueError(f"the codec lanes' GPU {self.codec_gpu} is not one of this server's GPUs")
+        if self.codec_lookahead_frames is not None and self.codec_lookahead_frames < 0:
+            raise ValueError(f"--codec-lookahead-frames must be >= 0, got {self.codec_lookahead_frames}")
         RequestLimits(text_idle_timeout_s=self.text_idle_timeout_s)
         self.engine_config()  # the typed configs validate the rest (chunk sizes, slots, threads)
         for model_name in LANE_MODELS:
@@ -277,6 +283,8 @@ class ServeConfig:
         params = self.lane_settings(model_name).to_parameters()
         if model_name == models.LM:
             params.update(self.engine_config().to_parameters(), **text)
+            if self.codec_lookahead_frames is not None:
+                params[LOOKAHEAD_OVERRIDE] = str(self.codec_lookahead_frames)
         if model_name == models.VOICE_ENCODER:
             params.update(reference)
         params = {key: value for key, value in params.items() if key not in KEPT_FROM_REPOSITORY}

@@ -5,7 +5,8 @@ start-up is paid about once), then each job benches one server while the others 
 lane holds memory, not SMs). A job is `SERVER:ARRIVAL:RATES:SEEDS:WIDTH:MAX`:
 
 - SERVER: a name in SERVERS (a mode, an admission policy, an SM split), optionally `NAME@MODEL` to serve
-  another model than `--model` (a family's figures beside another's, servers started together);
+  another model than `--model` (a family's figures beside another's, servers started together), and
+  `+KEY=VALUE` overrides of its chunk plan (OVERRIDES: `voxlane+first=1+chunk=25+la=2@higgs-v3-4b`);
 - ARRIVAL: poisson, or gamma (burstiness 0.5);
 - RATES: the first rates, `/`-separated; `@F` is F times the 90 % capacity of the server's first job
   (its Poisson one, say), so a later job starts near what an earlier one found;
@@ -52,6 +53,25 @@ SERVERS = {  # name -> ServeConfig fields over the defaults (voxlane, 60/40, dea
     "voxlane-nocc": {"codec_compile": False},
 }
 BURSTINESS = {"poisson": 1.0, "gamma": 0.5}
+# `+KEY=VALUE` in a server's name -> the ServeConfig field it sets and its parser (a chunk-plan sweep's servers)
+OVERRIDES = {"first": ("first_chunk_frames", int), "chunk": ("chunk_frames", int),
+             "growth": ("chunk_growth", lambda text: None if text == "none" else float(text)),
+             "la": ("codec_lookahead_frames", int), "idle": ("first_chunk_frames_idle", int)}
+
+
+def server_fields(config_name: str) -> dict:
+    """The ServeConfig fields of a server's name: its SERVERS entry, then its `+KEY=VALUE` overrides."""
+    base, *overrides = config_name.split("+")
+    if base not in SERVERS:
+        raise ValueError(f"server {base!r}: one of {sorted(SERVERS)}")
+    fields = dict(SERVERS[base])
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key not in OVERRIDES:
+            raise ValueError(f"server override {item!r}: KEY one of {sorted(OVERRIDES)}")
+        name, parse = OVERRIDES[key]
+        fields[name] = parse(value)
+    return fields
 
 
 @dataclass(frozen=True)
@@ -86,8 +106,9 @@ def parse_job(spec: str) -> Job:
     if len(parts) != 6:
         raise ValueError(f"job {spec!r}: want SERVER:ARRIVAL:RATES:SEEDS:WIDTH:MAX")
     server, arrival, rates, seeds, width, max_rates = parts
-    if server.partition("@")[0] not in SERVERS or arrival not in BURSTINESS:
-        raise ValueError(f"job {spec!r}: server one of {sorted(SERVERS)}, arrival one of {sorted(BURSTINESS)}")
+    if arrival not in BURSTINESS:
+        raise ValueError(f"job {spec!r}: arrival one of {sorted(BURSTINESS)}")
+    server_fields(server.partition("@")[0])  # a bad name or override fails here, before any server starts
     job = Job(server, arrival, tuple(rates.split("/")), int(seeds), float(width), int(max_rates))
     for rate in job.rates:
         float(rate.removeprefix("@"))  # a bad number fails here, before any server starts
@@ -115,8 +136,8 @@ def start_servers(names: list[str], args: argparse.Namespace, mps: MpsDaemon | N
     logs.mkdir(parents=True, exist_ok=True)
     for index, name in enumerate(names):
         config_name, _, model = name.partition("@")
-        config = ServeConfig(model=model or args.model, device=args.device,
-                             ports=Ports(*ports[3 * index:3 * index + 3]), **SERVERS[config_name])
+        config = ServeConfig(model=model or args.model, device=args.device, kv_cache_gb=args.kv_cache_gb,
+                             ports=Ports(*ports[3 * index:3 * index + 3]), **server_fields(config_name))
         server = Server(config, log_path=logs / f"{name.replace('@', '_')}.log", shared_mps=mps)
         threads.append(threading.Thread(target=_start, args=(name, server, servers, report), daemon=True))
     for thread in threads:
@@ -146,7 +167,8 @@ def run_job(job: Job, server: Server, args: argparse.Namespace, report: dict) ->
     bench = replace(BenchConfig(), url=server.grpc_url, metrics_url=server.metrics_url,
                     rates=resolve_rates(job, first), duration_s=args.duration, num_seeds=job.seeds,
                     arrival=job.arrival, burstiness=BURSTINESS[job.arrival], workload=args.workload,
-                    max_audio_seconds=args.max_audio_seconds, bracket_width=job.width, max_rates=job.max_rates,
+                    max_audio_seconds=args.max_audio_seconds, ttfa_slo_ms=args.ttfa_slo_ms,
+                    bracket_width=job.width, max_rates=job.max_rates,
                     out=args.state / job.label)
     result = run_bench(bench, extra={"label": job.label})
     capacity = result["capacity"]
@@ -204,6 +226,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workload", type=Path, default=None)
     parser.add_argument("--max-audio-seconds", type=float, default=6.0)
     parser.add_argument("--stop-after-s", type=float, default=1e9, help="start no job after this many seconds")
+    parser.add_argument("--ttfa-slo-ms", type=float, default=BenchConfig.ttfa_slo_ms,
+                        help="the SLO's time to first audio (a family whose first frame needs its codebook delays "
+                             "and a codec lookahead starts above the default)")
+    parser.add_argument("--kv-cache-gb", type=float, default=0.0,
+                        help="each server's KV pool (0: the engine's auto share of the GPU, for one server alone)")
     args = parser.parse_args(argv)
     for spec in args.jobs:
         parse_job(spec)

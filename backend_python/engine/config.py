@@ -19,6 +19,8 @@ class KVLayout(enum.Enum):
 # rendered into config.pbtxt (codec_left_context_frames comes from the model family), with their parsers
 _RENDERED = {"max_slots": int, "max_batch": int, "max_seq_len": int, "max_queued": int, "kv_layout": KVLayout,
              "kv_cache_gb": float, "kv_block_size": int}
+# a parameter that, where present, replaces the family's codec lookahead (`voxlane serve --codec-lookahead-frames`)
+LOOKAHEAD_OVERRIDE = "codec_lookahead_frames"
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ class EngineConfig:
     def from_parameters(cls, params: Mapping[str, str], codec_windowing, num_delay_steps: int = 0) -> "EngineConfig":
         """From the LM model's config.pbtxt parameters (strings); absent keys keep the defaults.
         `codec_windowing`: the model family's (registry.codec_windowing), or its left context frames alone;
-        `num_delay_steps`: the loaded model's (SpeechLM.num_delay_steps)."""
+        `num_delay_steps`: the loaded model's (SpeechLM.num_delay_steps). A `codec_lookahead_frames` parameter
+        replaces the family's lookahead (its overlap shrinks with it): fewer frames of right context for a
+        non-causal decoder, a chunk sooner, its last samples an approximation of a full decode."""
         try:
             sizes = {key: parse(params[key]) for key, parse in _RENDERED.items() if key in params}
         except ValueError as error:
@@ -88,12 +92,22 @@ class EngineConfig:
             window = {"codec_left_context_frames": codec_windowing.left_context_frames,
                       "codec_lookahead_frames": codec_windowing.lookahead_frames,
                       "codec_overlap_frames": codec_windowing.overlap_frames}
+        if params.get(LOOKAHEAD_OVERRIDE, "").strip():
+            window.update(_lookahead_override(params[LOOKAHEAD_OVERRIDE], window.get("codec_overlap_frames", 0)))
         return cls(**sizes, **window, num_delay_steps=num_delay_steps,
                    scheduler=SchedulerConfig.from_dict(params, ignore_unknown=True))
 
     def to_parameters(self) -> dict[str, str]:
         """The parameters `from_parameters` reads: the sizes and every scheduler field."""
         return {**{key: _render(getattr(self, key)) for key in _RENDERED}, **self.scheduler.to_parameters()}
+
+
+def _lookahead_override(text: str, overlap: int) -> dict[str, int]:
+    try:
+        lookahead = int(text)
+    except ValueError:
+        raise ValueError(f"bad engine parameter: codec_lookahead_frames {text!r} is not an integer") from None
+    return {"codec_lookahead_frames": lookahead, "codec_overlap_frames": min(overlap, max(lookahead, 0))}
 
 
 def _render(value) -> str:

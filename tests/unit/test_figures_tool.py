@@ -1,7 +1,7 @@
 """tools/figures.py: job specs and the rates an `@F` job starts at."""
 import pytest
 
-from tools.figures import SERVERS, parse_job, resolve_rates
+from tools.figures import SERVERS, parse_job, resolve_rates, server_fields
 
 
 def test_a_job_spec_parses_and_names_its_results():
@@ -38,3 +38,14 @@ def test_a_job_may_name_the_model_its_server_serves():
     assert parse_job("voxlane:poisson:36:3:2:4").model is None
     with pytest.raises(ValueError):
         parse_job("nosuch@cosyvoice3-0.5b:poisson:8:1:0:1")
+
+
+def test_a_servers_name_may_override_its_chunk_plan_for_a_sweep():
+    job = parse_job("voxlane+first=1+chunk=25+la=2+growth=none@higgs-v3-4b:poisson:12:1:0:1")
+    assert (job.config_name, job.model) == ("voxlane+first=1+chunk=25+la=2+growth=none", "higgs-v3-4b")
+    assert server_fields(job.config_name) == {"first_chunk_frames": 1, "chunk_frames": 25,
+                                              "codec_lookahead_frames": 2, "chunk_growth": None}
+    assert server_fields("timeshare+growth=2") == {"mode": SERVERS["timeshare"]["mode"], "chunk_growth": 2.0}
+    for bad in ("voxlane+speed=2@higgs-v3-4b", "voxlane+first=x", "nosuch+first=1"):
+        with pytest.raises(ValueError):
+            parse_job(f"{bad}:poisson:12:1:0:1")

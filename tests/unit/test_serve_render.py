@@ -127,3 +127,24 @@ def test_the_background_codec_lanes_batcher_is_rendered_and_checked(tmp_path):
                          ({"codec_queue_delay_us": -1}, "--codec-queue-delay-us must be in")):
         with pytest.raises(ValueError, match=message):
             ServeConfig(**bad)
+
+
+def test_a_codec_lookahead_given_replaces_the_familys_in_the_lm_lane_only(tmp_path):
+    """`--codec-lookahead-frames` reaches the LM lane's engine, which cuts the chunks; absent, the family's holds."""
+    from backend_python.engine.config import EngineConfig
+    from backend_python.models.base import CodecWindowing
+
+    family = CodecWindowing(left_context_frames=10, lookahead_frames=10, overlap_frames=4)
+    repo = render_repository(ServeConfig(model="zonos-tiny", codec_lookahead_frames=2), tmp_path / "repo")
+    lm = (repo / "speechlm_lm" / "config.pbtxt").read_text()
+    assert 'key: "codec_lookahead_frames" value: { string_value: "2" }' in lm
+    assert "codec_lookahead_frames" not in (repo / "codec" / "config.pbtxt").read_text()
+    given = EngineConfig.from_parameters({"codec_lookahead_frames": "2"}, family)
+    assert (given.codec_left_context_frames, given.codec_lookahead_frames, given.codec_overlap_frames) == (10, 2, 2)
+    kept = render_repository(ServeConfig(model="zonos-tiny"), tmp_path / "kept") / "speechlm_lm" / "config.pbtxt"
+    assert "codec_lookahead_frames" not in kept.read_text()
+    assert EngineConfig.from_parameters({}, family).codec_lookahead_frames == 10
+    with pytest.raises(ValueError, match="codec_lookahead_frames 'two' is not an integer"):
+        EngineConfig.from_parameters({"codec_lookahead_frames": "two"}, family)
+    with pytest.raises(ValueError, match="--codec-lookahead-frames must be >= 0"):
+        ServeConfig(codec_lookahead_frames=-1)
