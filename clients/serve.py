@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend_python.engine.config import LOOKAHEAD_OVERRIDE, EngineConfig, KVLayout
-from backend_python.models.chunk_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max_seq_len, sm_shares,
+from scheduler.family_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max_seq_len, sm_shares,
                                                takes_default_plan)
 from backend_python.stub_common.params import LaneSettings
 from backend_python.stub_common.reference_inputs import ReferenceLimits
@@ -33,7 +33,7 @@ CODEC_MODELS = (models.CODEC, models.CODEC_URGENT)
 CODEC_GPU_MODELS = (*CODEC_MODELS, models.VOICE_ENCODER)
 ROUTER_MODEL = models.ROUTER
 # knobs `voxlane serve` has no flag for: each run keeps what the repository's config.pbtxt says (but a family with
-# frames too many for its max_seq_len sets its own: models/chunk_plans.py MAX_SEQ_LENS)
+# frames too many for its max_seq_len sets its own: scheduler/family_plans.py MAX_SEQ_LENS)
 KEPT_FROM_REPOSITORY = ("cuda_graphs", "max_seq_len")
 _ENGINE, _LANE = EngineConfig(), LaneSettings()  # the defaults, stated there once
 FROM_MODEL = "model"  # a chunk growth not given: the model family's
@@ -60,7 +60,7 @@ class ServeConfig:
     kv_layout: KVLayout = _ENGINE.kv_layout
     kv_cache_gb: float = _ENGINE.kv_cache_gb  # 0: auto (engine/kv_memory.py)
     max_queued: int = _ENGINE.max_queued  # requests waiting for an LM slot or KV memory before new ones are refused
-    # the chunk plan; a field left at FROM_MODEL takes the model family's (models/chunk_plans.py: most take the
+    # the chunk plan; a field left at FROM_MODEL takes the model family's (scheduler/family_plans.py: most take the
     # engine's ramp 2, 4, 8, 10, …; FlashTTS 18, 18, …). chunk_growth None: no ramp (2, 10, 10, …)
     first_chunk_frames: int | None = None
     chunk_frames: int | None = None
@@ -77,7 +77,7 @@ class ServeConfig:
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
     # MPS active-thread percentages: measured on an H200 with qwen3-tts-1.7b, a 60/40 split holds the SLO
     # for 90 % of requests at 34 req/s where 75/25 holds it for 82 % (BENCHMARKS.md, "Engine work")
-    # None: the model family's (models/chunk_plans.py: CosyVoice 3 40/60, its codec being the heavy part)
+    # None: the model family's (scheduler/family_plans.py: CosyVoice 3 40/60, its codec being the heavy part)
     lm_sm_pct: int | None = None  # of the LM lane
     codec_sm_pct: int | None = None  # of the background codec lane: 40 is ~53 of an H200's 132 SMs
     # of the voice encoder lane: it runs once per cloning request, before its LM prefill, beside the other lanes
@@ -217,7 +217,7 @@ class ServeConfig:
 
     def _idle_first_chunk(self) -> int | None:
         """`first_chunk_frames_idle` as given (0: off), else on cuda the GPU default for a family on the engine's
-        ramp (models/chunk_plans.py GPU_IDLE_FIRST_CHUNK_FRAMES) unless the first chunk is set."""
+        ramp (scheduler/family_plans.py GPU_IDLE_FIRST_CHUNK_FRAMES) unless the first chunk is set."""
         if self.first_chunk_frames_idle is not None:
             return self.first_chunk_frames_idle or None
         if self.device == "cuda" and self.first_chunk_frames is None and takes_default_plan(self.model):
@@ -300,7 +300,7 @@ def _mode(value) -> ServingMode:
 
 
 MODES = tuple(mode.value for mode in ServingMode)  # the --mode choices
-MAX_CODEC_BATCH = 32  # the codec runner's largest graph bucket (models/codec_graphs.py)
+MAX_CODEC_BATCH = 32  # the codec runner's largest graph bucket (models/graphs/codec.py)
 MAX_CODEC_QUEUE_DELAY_US = 1_000_000
 ADMISSION_POLICIES = tuple(policy.value for policy in AdmissionPolicyName)
 

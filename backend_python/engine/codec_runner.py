@@ -23,9 +23,9 @@ import torch
 
 from backend_python.engine.codec_states import CodecStateLimits, CodecStateStore
 from backend_python.models.base import Codec
-from backend_python.models.codec_graphs import CodecGraphs
+from backend_python.models.graphs.codec import CodecGraphs
 from backend_python.models.codec_stream import CodecStreamState
-from backend_python.models.codec_stream_graphs import CodecStreamGraphs
+from backend_python.models.graphs.codec_stream import CodecStreamGraphs
 
 
 @dataclass(frozen=True)

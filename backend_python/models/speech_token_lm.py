@@ -10,7 +10,7 @@ how its prompt is laid out (`prompt_embeddings`, e.g. CosyVoice 3's [sos, text, 
 A decode step samples the next token of every row from the head's speech codes [0, num_codes) plus the
 end-of-speech column (`SpeechVocab`), then feeds the token back through the backbone; the last hidden state
 it leaves is what the head reads next step. On CUDA the step is one CUDA graph per batch-size bucket
-(`speech_token_graphs.py`), captured in `allocate_slots`; on the CPU it runs eagerly on the unpadded batch
+(`graphs/speech_token.py`), captured in `allocate_slots`; on the CPU it runs eagerly on the unpadded batch
 over the used part of the cache. Both run `_step`.
 
 Multi-token prediction (several frames per step, e.g. FlashTTS's heads on CosyVoice 2): a subclass sets
@@ -29,13 +29,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import DecodeBatch, Prompt
-from .frame_buffers import batch_buckets
+from .graphs.buffers import batch_buckets
 from .layers.decoder import KVCache
 from .layers.qwen2 import Qwen2Backbone, Qwen2Config
 from .layers.random_init import init_random_weights
 from .layers.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
 from .slots import SlotLayout, SlotSpeechLM, SlotState
-from .speech_token_graphs import StepGraphs, StepInputs
+from .graphs.speech_token import StepGraphs, StepInputs
 
 BIAS_STD = 0.1  # random biases (q/k/v, a biased head): non-zero, so tests see whether they are applied
 

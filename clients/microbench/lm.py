@@ -30,7 +30,7 @@ import torch
 
 from backend_python.engine.config import EngineConfig
 from backend_python.models.base import DecodeBatch, SamplingParams
-from backend_python.models.frame_buffers import batch_buckets
+from backend_python.models.graphs.buffers import batch_buckets
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
 
 from clients.microbench.frame_floor import BANDWIDTH_BYTES_PER_S, frame_bytes, floor_report

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from backend_python.models.chunk_plans import chunk_plan
+from scheduler.family_plans import chunk_plan
 from clients.stream import build_inputs, synthesize
 from scheduler import ChunkPlan
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from backend_python.engine.codec_runner import CodecRunner
-from backend_python.models.codec_graphs import CodecGraphs
-from backend_python.models.frame_buffers import smallest_at_least
+from backend_python.models.graphs.codec import CodecGraphs
+from backend_python.models.graphs.buffers import smallest_at_least
 from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
 from backend_python.models.qwen3_tts.codec_config import tiny_codec_config
 

@@ -126,7 +126,7 @@ def test_bad_lane_parameters_are_refused(params):
 
 
 def test_a_model_family_brings_its_chunk_plan_and_given_fields_override_it(tmp_path):
-    from backend_python.models.chunk_plans import chunk_plan
+    from scheduler.family_plans import chunk_plan
     assert ServeConfig().chunking() == ChunkingConfig()  # Qwen3-TTS: the engine's ramp
     flash = ServeConfig(model="flashtts-0.5b")
     assert flash.chunking() == ChunkingConfig(first_chunk_frames=18, chunk_frames=18, chunk_growth=None)
@@ -170,7 +170,7 @@ def test_a_model_family_brings_its_sm_shares_and_given_ones_override_them(tmp_pa
 
 
 def test_on_a_gpu_a_lone_request_of_a_family_on_the_engines_ramp_starts_with_one_frame():
-    """The GPU default (models/chunk_plans.py): measured to pay on the H200, and it acts only on a lone request."""
+    """The GPU default (scheduler/family_plans.py): measured to pay on the H200, and it acts only on a lone request."""
     assert ServeConfig(device="cuda").chunking().first_chunk_frames_idle == 1
     assert ServeConfig(device="cpu").chunking().first_chunk_frames_idle is None  # the CPU tests pin the plan
     assert ServeConfig(device="cuda", first_chunk_frames_idle=0).chunking().first_chunk_frames_idle is None  # off

@@ -102,7 +102,7 @@ def test_mimi_decode_replays_as_a_cuda_graph():
     """Whether transformers' Mimi decode is capturable (MimiCodec keeps `supports_cuda_graphs` False
     until this passes on the GPU): graph replay over padded buckets equals the eager decode. Strict:
     the day it passes, this fails, and `supports_cuda_graphs` can be turned on."""
-    from backend_python.models.codec_graphs import CodecGraphs
+    from backend_python.models.graphs.codec import CodecGraphs
 
     cuda = MimiCodec.from_config(tiny_mimi(), device="cuda", seed=0)
     cuda.supports_cuda_graphs = True  # this instance only

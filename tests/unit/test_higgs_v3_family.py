@@ -7,7 +7,7 @@ import torch
 
 from backend_python.models import registry
 from backend_python.models.base import SamplingParams, VoiceReference
-from backend_python.models.chunk_plans import chunk_plan, family_of_model
+from scheduler.family_plans import chunk_plan, family_of_model
 from backend_python.models.higgs_v3 import family, tiny
 from backend_python.models.higgs_v3.checkpoint import read_config
 from backend_python.models.higgs_v3.codec import LEFT_CONTEXT_FRAMES, LOOKAHEAD_FRAMES, HiggsTokenizerCodec

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from backend_python.engine.config import EngineConfig
-from backend_python.models.frame_buffers import batch_buckets
+from backend_python.models.graphs.buffers import batch_buckets
 from backend_python.models.qwen3_tts import preset_config
 from backend_python.models.qwen3_tts.talker import Talker
 from backend_python.models.slots import DEFAULT_GRAPH_BATCH_SIZES

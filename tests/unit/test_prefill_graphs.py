@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend_python.models.prefill_graphs import PrefillGroup, plan_groups
+from backend_python.models.graphs.prefill import PrefillGroup, plan_groups
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
 from tests.unit.lm_graph_helpers import TEXTS, needs_cuda
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from backend_python.models.base import DecodeBatch, SamplingParams
-from backend_python.models.frame_buffers import batch_buckets
+from backend_python.models.graphs.buffers import batch_buckets
 from backend_python.models.layers.decoder import KVCache
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
 from tests.unit.lm_graph_helpers import (TEXTS, assert_close, assert_graph_replay_equals_eager,

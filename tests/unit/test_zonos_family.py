@@ -10,7 +10,7 @@ from backend_python.engine import kv_memory
 from backend_python.engine.config import EngineConfig
 from backend_python.models import registry
 from backend_python.models.base import DecodeBatch, SamplingParams, VoiceReference
-from backend_python.models.chunk_plans import chunk_plan, family_of_model
+from scheduler.family_plans import chunk_plan, family_of_model
 from backend_python.models.zonos import family
 from backend_python.models.zonos.config import ZonosConfig, official_conditioners
 from backend_python.models.zonos.lm import ZonosLM

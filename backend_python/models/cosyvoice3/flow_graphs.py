@@ -20,8 +20,8 @@ import logging
 
 import torch
 
-from ..frame_buffers import CODEC_BATCH_BUCKETS, smallest_at_least
-from ..graph_capture import capture_steps
+from ..graphs.buffers import CODEC_BATCH_BUCKETS, smallest_at_least
+from ..graphs.capture import capture_steps
 
 log = logging.getLogger("voxlane.codec")
 

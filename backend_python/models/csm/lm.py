@@ -5,7 +5,7 @@ logits, run the depth decoder for codebooks 1..K-1, then one backbone step on th
 codebook embeddings. Ids from the codec's codebook size up (2048..2050 for the real model) are
 masked everywhere: they are not audio and crash Mimi. A frame whose codebooks 0..K-2 are all
 `codebook_eos_token_id` ends the audio, as in transformers' CSM generate. On CUDA the frame runs
-as two CUDA graphs per batch-size bucket (`frame_graphs.FrameGraphs`), captured in
+as two CUDA graphs per batch-size bucket (`graphs/frame.py` FrameGraphs), captured in
 `allocate_slots`; on the CPU it runs eagerly on the unpadded batch. Both run `_predict` and `_talk`.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference
-from ..frame_buffers import batch_buckets
-from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
+from ..graphs.buffers import batch_buckets
+from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample

@@ -27,7 +27,7 @@ from torch import nn
 from .. import checkpoint_io
 from ..base import Codec, CodecShape
 from ..checkpoint_io import CONFIG_FILE, WEIGHTS_FILE
-from ..chunk_plans import PLANS
+from scheduler.family_plans import PLANS
 from ..layers.dit import compile_blocks, rotary_inv_freq, uncompile_blocks
 from .codec_config import FlashTTSCodecConfig
 from .meanflow import FOREIGN_PREFIXES, MeanFlowDiT
@@ -169,7 +169,7 @@ class FlashTTSCodec(Codec):
 
 
 def plan_window_lengths(cfg: FlashTTSCodecConfig) -> tuple[int, int]:
-    """The window lengths FlashTTS's chunk plan makes (models/chunk_plans.py): its first chunk with lookahead, and
+    """The window lengths FlashTTS's chunk plan makes (scheduler/family_plans.py): its first chunk with lookahead, and
     every later one with left context too (18 + 6 = 24 and 18 + 18 + 6 = 42 tokens)."""
     chunk = PLANS["flashtts"]["chunk_frames"]
     return chunk + cfg.lookahead_frames, cfg.left_context_frames + chunk + cfg.lookahead_frames

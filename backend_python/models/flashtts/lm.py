@@ -30,7 +30,7 @@ from protocol.quoting import quoted
 from ..base import Prompt, VoiceReference
 from ..layers.decoder import KVCache
 from ..layers.sampling import sample
-from ..speech_token_graphs import StepInputs
+from ..graphs.speech_token import StepInputs
 from ..slots import SlotLayout
 from ..speech_token_lm import SlotMemory, SpeechTokenLM
 from . import checkpoint

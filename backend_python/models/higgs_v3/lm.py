@@ -14,7 +14,7 @@ Unlike the reference: the end is read off codebook 0 only (codebooks 1..7 sample
 it; the reference also honours one that does first); a live codebook never samples begin-of-stream (the reference
 clips it to 1023 afterwards); `ignore_eos` rows never sample the end; sampling is the engine's
 (temperature, top-k, top-p per row, no repetition penalty), not the reference's repetition-aware sampling.
-On CUDA the step runs as two CUDA graphs per batch bucket (`frame_graphs.FrameGraphs`: `_predict`, `_talk`).
+On CUDA the step runs as two CUDA graphs per batch bucket (`graphs/frame.py` FrameGraphs: `_predict`, `_talk`).
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from ..base import DecodeBatch, Prompt, VoiceReference
-from ..frame_buffers import batch_buckets
-from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
+from ..graphs.buffers import batch_buckets
+from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
 from ..layers.decoder import DecoderStack, KVCache, Step
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, host_columns, sample

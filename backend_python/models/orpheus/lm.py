@@ -4,7 +4,7 @@ A decode call runs 7 Llama steps for every row of the batch. Step k samples slot
 from that slot's band of the vocabulary only (4096 audio tokens, plus END_OF_SPEECH at slot 0),
 so the head is computed for the band's rows instead of all 156940 (the same distribution as
 masking the full logits). The sampled token is fed back and the next step reads its hidden
-state. On CUDA the whole frame runs as one CUDA graph per batch-size bucket (`step_graphs.py`),
+state. On CUDA the whole frame runs as one CUDA graph per batch-size bucket (`graphs/step.py`),
 captured in `allocate_slots`; on the CPU it runs eagerly on the unpadded batch over the used part
 of the cache. Both run `_frame`.
 
@@ -22,12 +22,12 @@ import torch.nn.functional as F
 from protocol.quoting import quoted
 
 from ..base import DecodeBatch, Prompt, VoiceReference
-from ..frame_buffers import batch_buckets
+from ..graphs.buffers import batch_buckets
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, apply_repetition_penalty, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
-from ..step_graphs import FrameGraphs, FrameInputs, eager_inputs, frame_columns
+from ..graphs.step import FrameGraphs, FrameInputs, eager_inputs, frame_columns
 from . import checkpoint
 from .config import OrpheusConfig
 from .frames import CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS, slot_token_base

@@ -3,7 +3,7 @@
 One decode step per frame, batched over slots: sample codebook 0 from each slot's stored logits,
 run the code predictor for codebooks 1..15, then one talker step on the sum of the 16 codebook
 embeddings plus the slot's next trailing text embedding (tts_pad once the text is used up).
-On CUDA the frame runs as two CUDA graphs per batch-size bucket (`frame_graphs.FrameGraphs`), captured in
+On CUDA the frame runs as two CUDA graphs per batch-size bucket (`graphs/frame.py` FrameGraphs), captured in
 `allocate_slots`; on the CPU it runs eagerly on the unpadded batch. Both run `_predict` and `_talk`.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ import torch
 from protocol.quoting import quoted
 
 from ..base import DecodeBatch, Prompt, PromptOptions, VoiceReference
-from ..frame_buffers import batch_buckets
-from ..frame_graphs import FrameGraphs, FrameInputs, eager_frame
+from ..graphs.buffers import batch_buckets
+from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
 from ..layers.compile import compile_hot_path
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
-from ..prefill_graphs import PREFILL_LENGTHS, PrefillGraphs, plan_groups
+from ..graphs.prefill import PREFILL_LENGTHS, PrefillGraphs, plan_groups
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
 from ..slots import SlotLayout, SlotSpeechLM
 from . import checkpoint
@@ -266,7 +266,7 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     @torch.no_grad()
     def prefill_batch(self, slots: list[int], prompts: list[Prompt]) -> None:
-        """Several prompts at once: on CUDA graphs grouped by length bucket (prefill_graphs.py), else one by one."""
+        """Several prompts at once: on CUDA graphs grouped by length bucket (graphs/prefill.py), else one by one."""
         if self._prefill_graphs is None or not self.use_cuda_graphs:
             return super().prefill_batch(slots, prompts)
         embeds, trailing = zip(*(self._prompt_embeddings(prompt) for prompt in prompts))

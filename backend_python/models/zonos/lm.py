@@ -15,7 +15,7 @@ The reference's generation, as one batched step per live stream:
   every codebook as its step comes: the rows the reference feeds back. The engine assembles frames from these rows
   and runs the countdown (models/delay_pattern.py).
 A cloned voice is a reference's 128-d speaker embedding (`voice_encoder.py`) in the speaker's place. On CUDA the
-step is one CUDA graph per batch-size bucket (`step_graphs.py`); on the CPU it runs eagerly on the unpadded batch.
+step is one CUDA graph per batch-size bucket (`graphs/step.py`); on the CPU it runs eagerly on the unpadded batch.
 Both run `_frame`.
 """
 from __future__ import annotations
@@ -27,12 +27,12 @@ import torch
 from torch import nn
 
 from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference
-from ..frame_buffers import batch_buckets
+from ..graphs.buffers import batch_buckets
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
-from ..step_graphs import FrameGraphs, FrameInputs, eager_inputs, frame_columns
+from ..graphs.step import FrameGraphs, FrameInputs, eager_inputs, frame_columns
 from ..text_segments import SegmentedText
 from . import checkpoint
 from .backbone import ZonosBackbone

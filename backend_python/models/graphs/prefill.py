@@ -14,8 +14,8 @@ from typing import Callable
 
 import torch
 
-from .frame_buffers import smallest_at_least
-from .graph_capture import capture_steps
+from .buffers import smallest_at_least
+from .capture import capture_steps
 
 PREFILL_BATCH_SIZES = (1, 2, 4, 8)
 PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512)

@@ -2,7 +2,7 @@
 
 The stages are named for Qwen3-TTS: the *predictor* (CSM: the depth decoder) and the *talker* (CSM:
 the backbone); each family passes its own `predict` and `talk` functions. Orpheus's one-stage frame
-is `step_graphs.py`.
+is `graphs/step.py`.
 
 Per bucket two graphs share one memory pool: the *predictor* graph (codebook-0 sampling with
 repetition penalty and EOS blocking, then the whole 15-step code-predictor loop with sampling) and
@@ -21,10 +21,10 @@ from typing import Callable
 
 import torch
 
-from .base import DecodeBatch, SamplingParams
-from .frame_buffers import FrameBuffers
-from .graph_capture import capture_steps
-from .layers.sampling import BatchSampling, draw_noise, host_flags
+from ..base import DecodeBatch, SamplingParams
+from .buffers import FrameBuffers
+from .capture import capture_steps
+from ..layers.sampling import BatchSampling, draw_noise, host_flags
 
 
 @dataclass

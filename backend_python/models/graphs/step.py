@@ -6,7 +6,7 @@ smallest bucket >= n; rows n.. are padding that read and write the scratch row o
 buffers filled before replay: two small host-to-device copies (per-row columns) and one noise
 draw per sampled row from its own generator. With `graphed=False` the same function runs eagerly
 on the same padded buffers, the graph path's exact twin. (Layout of the columns as in
-`frame_graphs.py`.)
+`graphs/frame.py`.)
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Callable
 
 import torch
 
-from .base import SamplingParams
-from .frame_buffers import FrameBuffers
-from .graph_capture import capture_steps
-from .layers.sampling import BatchSampling, draw_noise, host_columns, host_flags
+from ..base import SamplingParams
+from .buffers import FrameBuffers
+from .capture import capture_steps
+from ..layers.sampling import BatchSampling, draw_noise, host_columns, host_flags
 
 
 @dataclass

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scheduler import ChunkingConfig
+from .chunking import ChunkingConfig
 
 PLANS = {
     "flashtts": {"first_chunk_frames": 18, "chunk_frames": 18, "chunk_growth": None},

@@ -13,8 +13,8 @@ import torch
 
 from backend_python.models.base import Codec
 from backend_python.models.codec_stream import CodecStreamState, StreamCarry, split_states
-from backend_python.models.frame_buffers import CODEC_BATCH_BUCKETS, smallest_at_least
-from backend_python.models.graph_capture import capture_steps
+from backend_python.models.graphs.buffers import CODEC_BATCH_BUCKETS, smallest_at_least
+from backend_python.models.graphs.capture import capture_steps
 
 # new frames of the default chunk ramp (2, 4, 8, 10), and the windows a state is rebuilt from:
 # a stream's first background chunk (4 frames behind 2 of context: 6) or one after a gap (35)

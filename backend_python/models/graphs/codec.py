@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from backend_python.models.base import Codec
-from backend_python.models.frame_buffers import CODEC_BATCH_BUCKETS, smallest_at_least
-from backend_python.models.graph_capture import capture_steps
+from backend_python.models.graphs.buffers import CODEC_BATCH_BUCKETS, smallest_at_least
+from backend_python.models.graphs.capture import capture_steps
 
 # window lengths of the default chunk ramp (2, 4, 8, 10 frames) behind up to 25 frames of context:
 # 2, 6, 14, 24, then 35 for every later chunk

@@ -2,7 +2,7 @@
 
 A batch of n rows runs in the smallest bucket >= n; rows n.. are padding that read and write the
 scratch row of the slot memory, so they never touch a live request. Each bucket's graphs are
-captured lazily or by `capture_all`, in one memory pool. Columns as in `frame_graphs.py`.
+captured lazily or by `capture_all`, in one memory pool. Columns as in `graphs/frame.py`.
 """
 from __future__ import annotations
 
@@ -84,5 +84,5 @@ class FrameBuffers:
         return self._capture_steps(bucket)
 
     def _capture_steps(self, bucket: int) -> Any:
-        """The bucket's graph(s), captured in `self._pool` (`graph_capture.capture_steps`)."""
+        """The bucket's graph(s), captured in `self._pool` (`capture.capture_steps`)."""
         raise NotImplementedError

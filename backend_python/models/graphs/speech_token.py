@@ -4,7 +4,7 @@ batch-size bucket.
 One graph per bucket, all buckets in one memory pool. A batch of n rows runs in the smallest bucket >= n;
 rows n.. are padding that read and write the scratch row of the slot memory, so they never touch a live
 request. Inputs are static buffers filled before replay: two small host-to-device copies (the per-row
-columns of `frame_buffers.py`) and one noise draw per sampled row from its own generator. With
+columns of `graphs/buffers.py`) and one noise draw per sampled row from its own generator. With
 `graphed=False` the same function runs eagerly on the same padded buffers, the graph path's exact twin.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Callable
 
 import torch
 
-from .base import SamplingParams
-from .frame_buffers import FrameBuffers
-from .graph_capture import capture_steps
-from .layers.sampling import BatchSampling, draw_noise
+from ..base import SamplingParams
+from .buffers import FrameBuffers
+from .capture import capture_steps
+from ..layers.sampling import BatchSampling, draw_noise
 
 
 @dataclass
