@@ -9,7 +9,9 @@
 #   - the sweep: the family's earlier plan and the candidate's neighbours (steady chunk, codec lookahead), each
 #     in `voxlane` at the candidate's first rates.
 # PLAN (the candidate's `+KEY=VALUE` overrides), SWEEP (the other plans), RATES (voxlane/timeshare first rates),
-# SLO_MS, KV_GB, FIGURES_S and DURATION are environment settings; each family has its defaults below.
+# SLO_MS, KV_GB, FIGURES_S and DURATION are environment settings; each family has its defaults below. JOBS
+# replaces the whole job list (tools/figures.py's SERVER:ARRIVAL:RATES:SEEDS:WIDTH:MAX; `@MODEL` added to a server
+# that names none).
 source tools/device_env.sh "$@" || exit 1
 model=${MODEL:-higgs-v3-4b}
 case $model in
@@ -25,6 +27,9 @@ vox=${rates%%,*} ts=${rates##*,}
 jobs="voxlane$plan@$model:poisson:$vox:1:4:4 timeshare$plan@$model:poisson:$ts:1:4:4"
 for other in $sweep; do jobs="$jobs voxlane$other@$model:poisson:${vox%%/*}:1:0:1"; done
 jobs="$jobs partition$plan@$model:poisson:${vox%%/*}:1:0:1"
+if [ -n "${JOBS:-}" ]; then
+  jobs=$(for job in $JOBS; do name=${job%%:*}; [[ $name == *@* ]] || name=$name@$model; echo "$name:${job#*:}"; done | tr '\n' ' ')
+fi
 echo "jobs: $jobs"
 mkdir -p "$state"
 timeout ${FIGURES_S:-480} python3 -m tools.figures --state "$state" --workload .devdata/librispeech_pc_test_clean.tsv \
