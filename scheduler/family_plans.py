@@ -9,9 +9,8 @@ codec pays for every window with its left context and lookahead, and some decode
 - CosyVoice 3: a ramp from 4 up to 25 tokens (4, 8, 16, 25), CosyVoice's own token hop: a window holds
   32 tokens of context and 4 of lookahead around its new ones, so a 25-token chunk costs 2.4x its frames
   where a 10-token one costs 4.6x.
-- Zonos: 86 frames a second, so the default ramp's chunks (2 frames: 23 ms of audio) would each pay a window of
-  10 frames of left context and 10 of lookahead around a handful of new ones. A ramp of 8, 16, 32, 43 frames (93 ms
-  up to 0.5 s) instead; chosen from the window's cost, not yet from a measured sweep.
+- Higgs v3 and Zonos: a non-causal DAC decoder takes 10 frames of lookahead after each chunk, so a first chunk
+  must hold enough audio to outlast making the next chunk; both plans come from a measured sweep (below).
 A family can also take its own MPS split of the SMs between the LM lane and the background codec lane
 (`sm_shares`; most take 60/40, measured with Qwen3-TTS 1.7B): CosyVoice 3's LM steps in 2 ms and needs 25 tokens
 a second per stream, while its codec runs a 22-layer DiT 10 times (twice over, for the guidance) per window,
@@ -31,11 +30,17 @@ PLANS = {
     # 4, 8, 16, 25: a window costs about the same from 12 tokens to 61 (BENCHMARKS.md, "Flow-matching
     # families"), so a 2-token first chunk buys 4 ms of time to first audio for a call that plays 80 ms
     "cosyvoice3": {"first_chunk_frames": 4, "chunk_frames": 25},
-    # the issue's plan, not yet from a measured sweep: codec chunks of 45 frames (1.8 s at 25 frames/s), after a
-    # small first chunk (5, 10, 20, 40, 45, ...): its non-causal decoder decodes 12 frames of context and 10 of
-    # lookahead around every chunk's new ones, so a 45-frame chunk costs 1.5x its frames where a 10-frame one costs 3.2x
-    "higgs_v3": {"first_chunk_frames": 5, "chunk_frames": 45},
-    "zonos": {"first_chunk_frames": 8, "chunk_frames": 43, "chunk_growth": 2.0},
+    # from a measured sweep on an H200 (BENCHMARKS.md, "Delay-pattern families: Figure 6 and the chunk-plan sweep"):
+    # 2, 4, 8, 16, 32, 45 frames. Capacity at 90 % (TTFA <= 400 ms, no stall): first chunk 1 / 2 / 3 / 5 frames
+    # 5.6 / 14.0 / 13.1 / 10.4 req/s (one frame is 40 ms of audio, gone before the next chunk and its 10 frames of
+    # lookahead exist); steady chunk 25 / 45 / 64 frames 9.3 / 14.0 / 12.2 (its non-causal decoder decodes 12 frames
+    # of context and 10 of lookahead around every chunk's new ones)
+    "higgs_v3": {"first_chunk_frames": 2, "chunk_frames": 45},
+    # the same sweep: 6, 9, 14, 21, 32, 43 frames. A chunk's audio must outlast making the next one, and a frame is
+    # 11.6 ms of audio against an LM step of 5-7 ms under load, so the ramp grows by 1.5, not 2: first chunk and
+    # growth 1 / 2 -> 2.0 req/s, 8 / 2 5.3, 4 / 1.25 5.5, 6 / 1.5 5.6, 8 / 1.5 >= 6.0 (TTFA 5 ms more); steady chunk
+    # 22 / 43 / 86 frames 5.6 / 5.6 / >= 6.0, within one rate step of each other
+    "zonos": {"first_chunk_frames": 6, "chunk_frames": 43, "chunk_growth": 1.5},
 }
 # preset names and checkpoint `model_type`s that name a family otherwise than by its own name
 ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3"}

@@ -24,5 +24,5 @@ def test_streamed_audio_matches_a_full_decode(family):
     with torch.inference_mode():
         full = codec.decode(torch.from_numpy(tokens.astype(np.int64))[None])[0].numpy()
     assert tokens.shape == (num_frames(family, seconds), 9) and streamed.audio.shape == full.shape
-    assert len(streamed.chunks) >= 4  # 8, 16, 32, 43, ... frames: several windows, both lanes possible
+    assert len(streamed.chunks) >= 4  # 6, 9, 14, 21, 32, 43, ... frames: several windows, both lanes possible
     assert np.abs(streamed.audio - full).max() <= TOLERANCE

@@ -50,7 +50,7 @@ def test_the_registry_and_the_chunk_plan_know_the_family():
     assert registry.codec_windowing(spec).lookahead_frames == LOOKAHEAD_FRAMES
     assert family_of_model("higgs-v3-tiny") == "higgs_v3"
     plan = chunk_plan("higgs-v3-4b")
-    assert (plan.first_chunk_frames, plan.chunk_frames) == (5, 45)
+    assert (plan.first_chunk_frames, plan.chunk_frames, plan.chunk_growth) == (2, 45, 2.0)  # the measured sweep's
 
 
 def test_the_codec_decodes_960_samples_a_frame_at_24khz(codec):

@@ -38,7 +38,8 @@ def test_the_registry_lists_both_presets_and_finds_the_family_of_a_checkpoint(ch
     assert {"zonos-tiny", "zonos-1.6b"} <= set(registry.preset_names())
     assert family.is_checkpoint(checkpoint)
     assert family_of_model(str(checkpoint)) == "zonos"  # the official config.json names no model_type
-    assert chunk_plan("zonos-tiny").first_chunk_frames == 8
+    plan = chunk_plan("zonos-tiny")
+    assert (plan.first_chunk_frames, plan.chunk_frames, plan.chunk_growth) == (6, 43, 1.5)  # the measured sweep's
 
 
 def test_the_tiny_checkpoint_loads_back_to_the_same_weights_and_voices(checkpoint, tiny_lm):
