@@ -124,6 +124,18 @@ def test_gateway_speed_is_openai_s_field_and_its_range(gateway):
         assert refused.status_code == 400 and refused.json()["error"]["param"] == "speed", speed
 
 
+def test_the_sse_example_client_runs_as_documented(gateway):
+    """clients/speech_sse.py: every word of the text, inside its audio; at speed 2 and in English, half the audio."""
+    from clients.speech_sse import speak_with_words
+
+    whole = dict(seed=5, max_audio_seconds=6.0, ignore_eos=True)  # room for every word (the clock: ~4.4 s)
+    pcm, words = speak_with_words(gateway.url, TEXT, MODEL, **whole)
+    fast, fast_words = speak_with_words(gateway.url, TEXT, MODEL, speed=2.0, language="English", **whole)
+    assert [w["word"] for w in words] == [w["word"] for w in fast_words] == TEXT.split()
+    assert words[-1]["end"] <= len(pcm) / 2 / 24000 + 0.002 and fast_words[-1]["end"] <= len(fast) / 2 / 24000 + 0.002
+    assert len(fast) == pytest.approx(len(pcm) / 2, rel=0.03)
+
+
 def ws_url(gateway) -> str:
     return gateway.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
 

@@ -216,3 +216,14 @@ def test_a_whole_wav_file_gets_its_sizes():
     with wave.open(io.BytesIO(whole)) as read:
         assert (read.getframerate(), read.readframes(read.getnframes())) == (24000, pcm)
     assert struct.unpack("<I", whole[4:8])[0] == len(whole) - 8
+
+
+def test_the_documented_sse_example_is_the_tested_code():
+    """docs/GATEWAY.md shows clients/speech_sse.py's example, which tests/e2e/test_timestamps_speed.py runs."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    source = (root / "clients/speech_sse.py").read_text()
+    example = re.search(r"# example: begin\n(.*?)# example: end\n", source, re.S).group(1)
+    assert example in (root / "docs/GATEWAY.md").read_text(), "docs/GATEWAY.md does not show the example"
