@@ -80,14 +80,17 @@ class Fleet:
             raise
         return self
 
-    def _start_gateway(self, timeout_s: float) -> None:
+    def gateway_config(self):
+        """The gateway in front of these servers, with the ids it answers to besides the model's own."""
         from clients.gateway.config import GatewayConfig
+        return GatewayConfig(tritons=tuple(s.grpc_url for s in self.servers),
+                             metrics_urls=tuple(s.metrics_url for s in self.servers),
+                             host=self.config.gateway_host, port=self.config.gateway_port,
+                             keys=self.config.gateway_keys, served_model_names=self.config.served_model_names)
+
+    def _start_gateway(self, timeout_s: float) -> None:
         from clients.gateway.server import GatewayProcess
-        config = GatewayConfig(tritons=tuple(s.grpc_url for s in self.servers),
-                               metrics_urls=tuple(s.metrics_url for s in self.servers),
-                               host=self.config.gateway_host, port=self.config.gateway_port,
-                               keys=self.config.gateway_keys, served_model_names=self.config.served_model_names)
-        self.gateway = GatewayProcess(config, log_path=_numbered(self._log_path, "gateway", 2))
+        self.gateway = GatewayProcess(self.gateway_config(), log_path=_numbered(self._log_path, "gateway", 2))
         self.gateway.wait_ready(timeout_s)
 
     def stop(self) -> None:

@@ -36,6 +36,9 @@ class FamilyServer:
     sample_rate: int
     samples_per_frame: int
     voices: tuple[str, ...]
+    languages: tuple[str, ...]  # what `language` may name besides "auto"
+    supports_instructions: bool
+    supports_text_first: bool  # `non_streaming_mode` true
 
 
 @pytest.fixture(scope="session")
@@ -94,7 +97,8 @@ def family_facts(preset: str, url: str) -> FamilyServer:
     lm = registry.load_lm(spec, device="cpu", dtype="float32")
     codec = registry.load_codec(spec, device="cpu", dtype="float32")
     return FamilyServer(preset, url, codec.num_codebooks, lm.frame_rate, codec.sample_rate,
-                        codec.samples_per_frame, lm.voices)
+                        codec.samples_per_frame, lm.voices, lm.languages, lm.supports_instructions,
+                        lm.supports_text_first)
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 
 import aiohttp
 import httpx
@@ -123,6 +124,18 @@ def test_gateway_speed_is_openai_s_field_and_its_range(gateway):
         assert refused.status_code == 400 and refused.json()["error"]["param"] == "speed", speed
 
 
+def test_the_sse_example_client_runs_as_documented(gateway):
+    """clients/speech_sse.py: every word of the text, inside its audio; at speed 2 and in English, half the audio."""
+    from clients.speech_sse import speak_with_words
+
+    whole = dict(seed=5, max_audio_seconds=6.0, ignore_eos=True)  # room for every word (the clock: ~4.4 s)
+    pcm, words = speak_with_words(gateway.url, TEXT, MODEL, **whole)
+    fast, fast_words = speak_with_words(gateway.url, TEXT, MODEL, speed=2.0, language="English", **whole)
+    assert [w["word"] for w in words] == [w["word"] for w in fast_words] == TEXT.split()
+    assert words[-1]["end"] <= len(pcm) / 2 / 24000 + 0.002 and fast_words[-1]["end"] <= len(fast) / 2 / 24000 + 0.002
+    assert len(fast) == pytest.approx(len(pcm) / 2, rel=0.03)
+
+
 def ws_url(gateway) -> str:
     return gateway.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
 
@@ -136,8 +149,25 @@ async def next_event(ws) -> tuple[dict | None, bytes | None]:
     return {"type": f"closed:{message.type}"}, None
 
 
+LM_ROWS = "voxlane_lm_live_streams"  # streams holding an LM slot, as the LM lane's loop last published them
+
+
+def codec_calls(server) -> float:
+    """The router's codec calls so far, on every codec lane."""
+    return sum(v for k, v in scrape(server).items() if k.startswith("voxlane_codec_ms_count"))
+
+
+def codec_calls_after_the_cancel(server) -> tuple[float, float]:
+    """The codec calls at the start and at the end of a second once the cancelled stream's row is free: equal
+    when its codec work stopped (a stream left running makes a chunk every few hundred ms of its 60 s)."""
+    time.sleep(0.3)  # a decode already running when the cancel came finishes (its audio dropped)
+    before = codec_calls(server)
+    time.sleep(1.0)
+    return before, codec_calls(server)
+
+
 async def barge_in(gateway, server) -> dict:
-    idle = scrape(server)["voxlane_live_requests"]
+    idle, idle_rows, idle_calls = scrape(server)["voxlane_live_requests"], scrape(server)[LM_ROWS], codec_calls(server)
     async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(gateway)) as ws:
         await ws.send_json({"type": "response.cancel"})
         nothing, _ = await next_event(ws)
@@ -151,12 +181,15 @@ async def barge_in(gateway, server) -> dict:
             audio_s += len(data) / 2 / 24000 if data else 0.0
             words += event["words"] if event and event["type"] == "audio.words" else []
         live_during = scrape(server)["voxlane_live_requests"]
+        row_held = await asyncio.to_thread(wait_for, lambda: scrape(server)[LM_ROWS] == idle_rows + 1, 10)
         await ws.send_json({"type": "response.cancel", "audio_end_ms": 900})
         while (event := (await next_event(ws))[0]) is None or event["type"] == "audio.words":
             pass
         cancelled = event
         freed = await asyncio.to_thread(
             wait_for, lambda: scrape(server)["voxlane_live_requests"] == idle, 10)
+        row_freed = await asyncio.to_thread(wait_for, lambda: scrape(server)[LM_ROWS] == idle_rows, 10)
+        codec_after = await asyncio.to_thread(codec_calls_after_the_cancel, server)
         await ws.send_json({"type": "input_text.append", "text": "And now the next one."})
         await ws.send_json({"type": "input_text.done"})
         later, num_audio = [], 0
@@ -168,13 +201,17 @@ async def barge_in(gateway, server) -> dict:
                 if event["type"] in ("audio.done", "error") or event["type"].startswith("closed"):
                     break
     return dict(nothing=nothing, live_during=live_during - idle, words=words, cancelled=cancelled, freed=freed,
-                later=later, num_audio=num_audio)
+                row_held=row_held, row_freed=row_freed, codec_calls=(idle_calls, *codec_after), later=later,
+                num_audio=num_audio)
 
 
 def test_barge_in_stops_the_utterance_frees_its_row_and_keeps_the_socket(gateway, server):
     got = asyncio.run(barge_in(gateway, server))
     assert got["nothing"]["type"] == "error" and got["nothing"]["code"] == "no_response"
-    assert got["live_during"] == 1 and got["freed"]  # the LM row held during the utterance is free again
+    assert got["live_during"] == 1 and got["freed"]  # the router's stream held during the utterance is gone
+    assert got["row_held"] and got["row_freed"]  # its LM row too (the LM lane's own count of slots held)
+    idle_calls, at_cancel, a_second_later = got["codec_calls"]
+    assert idle_calls < at_cancel == a_second_later  # its codec work ran, and stopped with it
     cancelled = got["cancelled"]
     assert cancelled["type"] == "response.cancelled"
     assert cancelled["audio_seconds"] == 0.9 and cancelled["audio_sent_seconds"] >= 1.5

@@ -171,6 +171,29 @@ def test_a_model_answers_to_its_name_its_aliases_and_its_whole_hub_id():
     assert parse_speech(body(model="Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"), ids).model
 
 
+def test_voxlane_serve_hands_several_served_model_names_to_its_gateway(monkeypatch):
+    """`voxlane serve --served-model-name A --served-model-name B`: each answers as the model, the preset too."""
+    import argparse
+
+    from clients.cli import _add_serve, _fleet_config
+    from clients.fleet import Fleet
+    from clients.gateway.auth import ADMIN_KEYS_ENV, API_KEYS_ENV
+    from clients.gateway.service import model_ids
+
+    for name in (API_KEYS_ENV, ADMIN_KEYS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    parser = argparse.ArgumentParser()
+    _add_serve(parser)
+    hub_id = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+    args = parser.parse_args(["--gateway-port", "9000", "--served-model-name", "tts-qwen",
+                              "--served-model-name", hub_id])
+    config = Fleet(_fleet_config(args)).gateway_config()
+    assert config.served_model_names == ("tts-qwen", hub_id)
+    ids = model_ids(args.model, None, config.served_model_names)
+    assert ids == (args.model, "tts-qwen", hub_id)
+    assert all(parse_speech(body(model=i), ids).model == i for i in ids)
+
+
 def test_the_peers_fields_become_router_inputs_and_stream_false_asks_for_one_file():
     """The public harness's request shape (model, input, voice, language, stream, non_streaming_mode,
     response_format, stream_format) parses; `language` and `non_streaming_mode` go to the router as given."""
@@ -193,3 +216,14 @@ def test_a_whole_wav_file_gets_its_sizes():
     with wave.open(io.BytesIO(whole)) as read:
         assert (read.getframerate(), read.readframes(read.getnframes())) == (24000, pcm)
     assert struct.unpack("<I", whole[4:8])[0] == len(whole) - 8
+
+
+def test_the_documented_sse_example_is_the_tested_code():
+    """docs/GATEWAY.md shows clients/speech_sse.py's example, which tests/e2e/test_timestamps_speed.py runs."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    source = (root / "clients/speech_sse.py").read_text()
+    example = re.search(r"# example: begin\n(.*?)# example: end\n", source, re.S).group(1)
+    assert example in (root / "docs/GATEWAY.md").read_text(), "docs/GATEWAY.md does not show the example"

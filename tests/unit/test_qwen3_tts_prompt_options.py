@@ -1,20 +1,29 @@
 """Qwen3-TTS's prompt options (models/base.py PromptOptions, prompt.py): a request's language tags the codec
 prefix, its instructions come first as their own text, and a text-first prompt (the reference's
-`non_streaming_mode`) holds the whole text, leaving nothing to trail; the tiny preset, random weights."""
+`non_streaming_mode`) holds the whole text, leaving nothing to trail; the tiny preset, random weights. Golden
+parity: the same options through the reference's own `generate_custom_voice` on the tiny checkpoint
+(tools/make_qwen3_tts_options_fixture.py) give our token ids, prefill, logits and greedy frames."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
 from backend_python.speechlm_lm.prompt_options import prompt_options
 from backend_python.models.base import PromptOptions
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
-from backend_python.models.qwen3_tts.prompt import NUM_ROLE_TOKENS, NUM_SUFFIX_TOKENS, instruct_text
+from backend_python.models.qwen3_tts.prompt import (INSTRUCT_IDS, NUM_ROLE_TOKENS, NUM_SUFFIX_TOKENS, instruct_text,
+                                                    pad_embedding, prompt_embeddings)
 from backend_python.stub_common.request_inputs import RequestError, SpeechRequest
 
 torch.set_flush_denormal(True)
 TEXT = "Get the trust fund to the bank early."
 CALM = "Speak slowly and calmly."
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_tts_tiny"
+GOLDEN_OPTIONS = json.loads((FIXTURE / "golden_options.json").read_text())["cases"]
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +124,49 @@ def test_instructions_to_a_model_without_them_are_refused_by_name_before_any_pro
     with pytest.raises(RequestError, match=r"\(Qwen3TTSLM\) takes no instructions") as info:
         prompt_options(model, request)
     assert (info.value.param, info.value.code) == ("instructions", "instructions_unsupported")
+
+
+# ---- golden parity with qwen-tts 0.1.1's generate_custom_voice (tools/make_qwen3_tts_options_fixture.py) ----
+def golden_options(case: int) -> tuple[dict, dict]:
+    meta, golden = GOLDEN_OPTIONS[case], np.load(FIXTURE / "golden_options.npz")
+    return meta, {key.rsplit("_", 1)[0]: golden[key] for key in golden.files if key.endswith(f"_{case}")}
+
+
+def options_of(meta: dict) -> PromptOptions:
+    """The request's fields as the LM lane hands them over: the reference's `instruct`, `non_streaming_mode`."""
+    return PromptOptions(language=meta["language"], instructions=meta["instructions"],
+                         is_text_first=meta["non_streaming_mode"])
+
+
+@pytest.mark.parametrize("case", range(len(GOLDEN_OPTIONS)))
+def test_golden_instructions_and_non_streaming_mode_build_the_reference_s_prompt(case):
+    """The ids and embeddings the reference builds for instruct and non_streaming_mode. Where the reference trails
+    only tts_pad (non_streaming_mode), ours trails nothing: both then add tts_pad to every frame."""
+    meta, golden = golden_options(case)
+    lm = Qwen3TTSLM.from_pretrained(FIXTURE)
+    prompt = lm.encode_prompt(meta["text"], meta["voice"], options=options_of(meta))
+    assert prompt.tensors["text_ids"].tolist() == golden["input_ids"].tolist()
+    instruct_ids = prompt.tensors.get(INSTRUCT_IDS, torch.zeros(0, dtype=torch.int64))
+    assert instruct_ids.tolist() == golden["instruct_ids"].tolist()
+    prefill, trailing = prompt_embeddings(lm.config, lm.talker, prompt, lm.device)
+    assert prompt.num_tokens == prefill.shape[0] == golden["prefill_embeds"].shape[0]
+    np.testing.assert_allclose(prefill.numpy(), golden["prefill_embeds"], atol=1e-6)
+    pad = pad_embedding(lm.config, lm.talker, lm.device)
+    padded = torch.cat((trailing, pad.expand(len(golden["trailing"]) - len(trailing), -1)))
+    np.testing.assert_allclose(padded.numpy(), golden["trailing"], atol=1e-6)
+
+
+@pytest.mark.parametrize("case", range(len(GOLDEN_OPTIONS)))
+def test_golden_instructions_and_non_streaming_mode_decode_the_reference_s_frames(case):
+    from tests.unit.test_qwen3_tts_lm import GREEDY, batch
+
+    meta, golden = golden_options(case)
+    lm = Qwen3TTSLM.from_pretrained(FIXTURE)
+    lm.allocate_slots(2, 96)
+    lm.prefill(1, lm.encode_prompt(meta["text"], meta["voice"], options=options_of(meta)))
+    logits, codes = golden["logits"], golden["codes"]  # [T+1, V], [T, 16]
+    np.testing.assert_allclose(lm._memory.logits[1].numpy(), logits[0], atol=1e-4, rtol=0)
+    for t in range(codes.shape[0]):
+        frame, _ = lm.decode(batch([1], [GREEDY], ignore_eos=[False]))
+        assert frame[0].tolist() == codes[t].tolist(), f"frame {t}"
+        np.testing.assert_allclose(lm._memory.logits[1].numpy(), logits[t + 1], atol=1e-4, rtol=0)
