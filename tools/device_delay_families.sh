@@ -4,10 +4,10 @@
 # One delay-pattern family (issue 34's Figure 6 condition and its chunk-plan sweep) on one H200: every server
 # below starts at once under one MPS daemon (tools/figures.py), then, one at a time, each gets its idle time
 # to first audio and its jobs:
-#   - the candidate plan in `voxlane`, `timeshare` (both bracketed for their 90 % capacity) and `partition`
-#     (one rate);
-#   - the sweep: the family's earlier plan and the candidate's neighbours (steady chunk, codec lookahead), each
-#     in `voxlane` at the candidate's first rates.
+#   - the candidate plan (PLAN over the family's own; empty: the family's) in `voxlane`, `timeshare` (both
+#     bracketed for their 90 % capacity) and `partition` (one rate);
+#   - the sweep: the candidate's neighbours (first chunk, ramp, steady chunk, codec lookahead), each in `voxlane`
+#     at the candidate's first rate. BENCHMARKS.md, "Delay-pattern families", has the runs behind today's plans.
 # PLAN (the candidate's `+KEY=VALUE` overrides), SWEEP (the other plans), RATES (voxlane/timeshare first rates),
 # SLO_MS, KV_GB, FIGURES_S and DURATION are environment settings; each family has its defaults below. JOBS
 # replaces the whole job list (tools/figures.py's SERVER:ARRIVAL:RATES:SEEDS:WIDTH:MAX; `@MODEL` added to a server
@@ -15,10 +15,10 @@
 source tools/device_env.sh "$@" || exit 1
 model=${MODEL:-higgs-v3-4b}
 case $model in
-  higgs-v3-*) plan=${PLAN-+first=1} sweep=${SWEEP-"+first=5 +first=1+chunk=25 +first=1+la=4"}
-              rates=${RATES:-"8/16,4/8"} ;;
-  zonos-*) plan=${PLAN-+first=1} sweep=${SWEEP-"+first=8 +first=1+chunk=22 +first=1+la=4"}
-           rates=${RATES:-"4/8,2/4"} ;;
+  higgs-v3-*) plan=${PLAN-} sweep=${SWEEP-"+first=1 +first=3 +chunk=25 +chunk=64 +la=4"}
+              rates=${RATES:-"8/16,2/4"} ;;
+  zonos-*) plan=${PLAN-} sweep=${SWEEP-"+first=8+growth=2 +first=4+growth=1.25 +chunk=22 +chunk=86 +la=4"}
+           rates=${RATES:-"2/4,1/2"} ;;
   *) echo "MODEL must be a higgs-v3 or zonos preset, got $model" >&2; exit 2 ;;
 esac
 state=${STATE:-/tmp/voxlane-delay-$model}
