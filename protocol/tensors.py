@@ -100,6 +100,9 @@ CONTROL_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
 # naming a live stream's id, the frames its client has taken (INT32).
 MAX_UNREAD_AUDIO_S = "max_unread_audio_s"
 TAKEN_FRAMES = "taken_frames"
+# On a stream's request, the router's parsed request (BYTES, JSON: stub_common/request_inputs.py SpeechRequest):
+# the LM lane takes it in place of the client's inputs, so a request is parsed once, by the router.
+SPEECH_REQUEST = "speech_request"
 # On a stream's request with `speed` other than 1 (FP32): its listener plays the model's audio this many times
 # as fast, so a playback-paced bound (no acks) lets the LM run ahead at that rate.
 PLAYBACK_SPEED = "playback_speed"

@@ -1,6 +1,7 @@
 """Triton glue of the LM lane (`speechlm_lm`, decoupled); its sinks are in sinks.py.
 
-`execute` parses each request, builds its prompt (a bad voice fails here, at
+`execute` takes each request as the router parsed it (`speech_request`; a direct caller's inputs are parsed
+here), builds its prompt (a bad voice fails here, at
 once) and hands it to the engine thread; it returns None. The engine sends one
 response per chunk: `tokens` INT32 [context + new + lookahead frames, K], `context_frames`
 INT32 [1], `chunk_index` INT32 [1], `start_frame` INT32 [1] (the first new frame's index in the
@@ -36,7 +37,8 @@ from backend_python.stub_common.params import set_up_lane
 from backend_python.stub_common.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE
+from protocol.tensors import (MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SPEECH_REQUEST, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN,
+                              TEXT_PIECE)
 from scheduler import ServingMode, UnreadBound
 
 log = logging.getLogger("voxlane.lm")
@@ -66,6 +68,11 @@ def _channel_of(request) -> tuple[str, str] | None:
     params = json.loads(text)
     name, key = params.get(CHANNEL_PARAMETER), params.get(KEY_PARAMETER)
     return (str(name), str(key)) if name and key else None
+
+
+class RouterMismatch(RuntimeError):
+    """The router's parsed request (`speech_request`) does not fit this LM lane: the server's fault, not the
+    client's (a router and an LM lane of different versions)."""
 
 
 class LMModel:
@@ -132,11 +139,11 @@ class LMModel:
         refuse = (lambda ended: _refuse(sender, ended)) if channel else ResponseSink(sender, None).end
         request_id = request.request_id() or uuid.uuid4().hex
         try:
-            seq = self._sequence(request, request_id, self._sink(sender, channel, request_id))
+            seq = self._sequence(request, request_id, self._sink(sender, channel, request_id), channel is not None)
         except RequestError as exc:
             refuse(exc.ended)
             return
-        except ChannelError as exc:
+        except (ChannelError, RouterMismatch) as exc:
             refuse(Ended(EndReason.INTERNAL, str(exc)))
             return
         if not self.engine.try_add(seq):
@@ -152,7 +159,7 @@ class LMModel:
             return ResponseSink(sender, self.sample_rate)
         return ChannelSink(self.channels.connect(*channel), request_id, self.sample_rate)
 
-    def _sequence(self, request, request_id: str, sink) -> Sequence:
+    def _sequence(self, request, request_id: str, sink, from_router: bool) -> Sequence:
         import torch
 
         from backend_python.models.base import SamplingParams
@@ -162,7 +169,7 @@ class LMModel:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
 
-        req: SpeechRequest = parse_speech_request(get, self.limits, is_text_open=bool(_scalar_input(request, TEXT_OPEN)))
+        req = self._speech_request(request, get, from_router)
         reference = voice_reference(get)
         check_can_clone(self.model, reference, req.is_text_open, req.voice)
         options = option_kwargs(self.model, prompt_options(self.model, req))
@@ -194,6 +201,20 @@ class LMModel:
                         text=text, text_idle_timeout_s=req.text_idle_timeout_s,
                         codec_prefix=None if prompt is None else self.model.codec_prefix(prompt),
                         words=self._word_clock(req) if req.word_timestamps else None)
+
+    def _speech_request(self, request, get, from_router: bool) -> SpeechRequest:
+        """The router's parsed request (`speech_request`), else a direct caller's inputs parsed here. Only the
+        router's requests, which name its chunk channel, may carry a parsed one: it skips the limits' checks."""
+        typed = _scalar_input(request, SPEECH_REQUEST)
+        if typed is None:
+            return parse_speech_request(get, self.limits, is_text_open=bool(_scalar_input(request, TEXT_OPEN)))
+        if not from_router:
+            raise RequestError(f"{SPEECH_REQUEST!r} is the router's input; send the request's own inputs",
+                               param=SPEECH_REQUEST, code="invalid_input")
+        try:
+            return SpeechRequest.from_json(bytes(typed).decode("utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError too: the router's fault, not the client's
+            raise RouterMismatch(f"the router's parsed request does not fit this LM lane: {exc}") from None
 
     def _word_clock(self, req: SpeechRequest):
         """The stream's word timestamps (engine/word_clock.py): its text so far, and whether more comes."""

@@ -1,11 +1,13 @@
 """The public request contract of `vox_ensemble`, parsed and validated.
 
-Pure numpy so it is unit-testable without a server. The router validates here
-first (a bad request fails fast, before any model work), then forwards the same
-tensors to `speechlm_lm`, which parses them again with this code.
+Pure numpy so it is unit-testable without a server. The router parses here, once
+(a bad request fails fast, before any model work), and passes the typed request on to
+`speechlm_lm` as one `speech_request` input (`SpeechRequest.to_json`); the LM lane parses
+the inputs themselves only for a caller that reaches it directly.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import unicodedata
@@ -17,7 +19,8 @@ import numpy as np
 from protocol.formats import FORMATS, PCM_F32, SAMPLE_RATES, TRITON_FORMATS
 from protocol.quoting import quoted
 from protocol.errors import RequestError  # noqa: F401 - this module's callers import it here too
-from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS, TIMESTAMPS_NONE, TIMESTAMPS_WORD
+from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS, SPEECH_REQUEST as SPEECH_REQUEST_NAME, TIMESTAMPS_NONE
+from protocol.tensors import TIMESTAMPS_WORD
 
 
 SLOW_CHARS_PER_S = 7.0  # half the usual speaking rate (~14 characters per second): a text's default audio cap
@@ -70,6 +73,26 @@ class SpeechRequest:
     instructions: str = ""  # a style or emotion text; "": none
     non_streaming_mode: bool = False  # the whole text in the prefill (the reference's non-streaming prompt)
     word_timestamps: bool = False  # `timestamps` "word": each chunk carries the words it speaks
+
+    def to_json(self) -> str:
+        """The typed request as the router passes it on (protocol.tensors SPEECH_REQUEST)."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "SpeechRequest":
+        """A request the router parsed (`to_json`). Not a client's input: a form that does not fit raises
+        ValueError, the server's own fault."""
+        try:
+            fields = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{SPEECH_REQUEST_NAME} is not JSON: {exc}") from None
+        names = {field.name for field in dataclasses.fields(cls)}
+        if not isinstance(fields, dict) or not set(fields) <= names:
+            raise ValueError(f"{SPEECH_REQUEST_NAME} must be an object of {sorted(names)}, got {text[:200]!r}")
+        try:
+            return cls(**fields)
+        except TypeError as exc:
+            raise ValueError(f"{SPEECH_REQUEST_NAME}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -27,7 +28,7 @@ from backend_python.vox_ensemble.lm_client import LMClient
 from backend_python.vox_ensemble.lm_watch import LMWatch
 from backend_python.vox_ensemble.outlet import FINAL, Outlet, error_response
 from backend_python.vox_ensemble.relay import Relay
-from backend_python.vox_ensemble.stream import Job, PendingReference, as_numpy, copied_inputs
+from backend_python.vox_ensemble.stream import Job, PendingReference, as_numpy, typed_request
 from backend_python.vox_ensemble.text_sessions import TextSessions, piece_bytes
 from backend_python.vox_ensemble.stub_process import StubWatch, stub_is_running
 from backend_python.stub_common.encoder_client import VoiceEncoderClient
@@ -44,7 +45,7 @@ from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings
 from protocol.models import LM
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SEQUENCE_END, SEQUENCE_START, TEXT_OPEN
+from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SEQUENCE_END, SEQUENCE_START
 from scheduler import ChunkRouter, FlowConfig, LatencyEstimator, PlaybackClock, SchedulerConfig
 
 log = logging.getLogger("voxlane.router")
@@ -149,9 +150,12 @@ class RouterModel:
             options = parse_audio_options(get)
             reference = parse_reference(get, self.reference_limits)  # a session's: on its first request
             stream_id = uuid.uuid4().hex
-            inputs = self._registered_voice(req.voice, reference, copied_inputs(request)) + self._flow_inputs(options.speed)
+            registered = self._registered_voice(req.voice, reference)
+            if registered:  # its stored tensors speak for it; the LM knows no such name
+                req = replace(req, voice=None)
             if session_id is not None:
-                inputs = self._open_session(session_id, stream_id, request, inputs)
+                req = replace(req, text=self._open_session(session_id, stream_id, request))
+            inputs = [typed_request(req), *registered, *self._flow_inputs(options.speed)]
             client_id = request.request_id() if req.client_acks else None
             self._register_acks(client_id, stream_id, session_id)
         except RequestError as exc:
@@ -164,27 +168,24 @@ class RouterModel:
                    session_id=session_id,
                    reference=PendingReference(reference) if reference is not None else None)
 
-    def _registered_voice(self, voice: str | None, reference, inputs: list) -> list:
-        """A `voice` that names a registered voice: its stored tensors take the place of `voice`, the LM inputs
-        `voice_encoder` would give for its reference (no encoder call). Any other voice goes on to the LM, which
-        knows its presets (registration refuses their names) and refuses an unknown one."""
+    def _registered_voice(self, voice: str | None, reference) -> list:
+        """A `voice` that names a registered voice: its stored tensors, the LM inputs `voice_encoder` would give
+        for its reference (no encoder call), which take the place of the name. Else none: any other voice goes on
+        to the LM, which knows its presets (registration refuses their names) and refuses an unknown one."""
         registered = self.voices.get(voice) if voice is not None else None
         if registered is None:
-            return inputs
+            return []
         if reference is not None:
             raise RequestError(f"voice {quoted(voice)} is a registered voice, and 'ref_audio' another reference: "
                                "send one of them", param="voice", code="voice_and_reference")
-        return [t for t in inputs if t.name() != "voice"] + [
-            pb_utils.Tensor(name, array) for name, array in registered.lm_inputs().items()]
+        return [pb_utils.Tensor(name, array) for name, array in registered.lm_inputs().items()]
 
-    def _open_session(self, session_id, stream_id: str, request, inputs: list) -> list:
-        """Open a streaming-text session; the LM's inputs, its `text` the decoded start and `text_open` set.
-        The stream's queue exists from here, so no piece that follows at once is lost."""
+    def _open_session(self, session_id, stream_id: str, request) -> str:
+        """Open a streaming-text session; its text's start, decoded. The stream's queue exists from here, so no
+        piece that follows at once is lost."""
         text = self.sessions.open(session_id, stream_id, piece_bytes(as_numpy(request, "text")))
         self.channel.subscribe(stream_id)
-        return [t for t in inputs if t.name() != "text"] + [
-            pb_utils.Tensor("text", np.array([text.encode("utf-8")], dtype=np.object_)),
-            pb_utils.Tensor(TEXT_OPEN, np.array([True], dtype=np.bool_))]
+        return text
 
     def _register_acks(self, client_id: str | None, stream_id: str, session_id) -> None:
         """Route the stream's acks; a refusal undoes the session just opened."""

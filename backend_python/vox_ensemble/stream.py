@@ -8,7 +8,8 @@ import triton_python_backend_utils as pb_utils
 
 from backend_python.audio.stream import AudioPiece, StreamAudio
 from backend_python.stub_common.reference_inputs import ReferenceAudio
-from protocol.tensors import LM_INPUT_NAMES
+from backend_python.stub_common.request_inputs import SpeechRequest
+from protocol.tensors import SPEECH_REQUEST
 from scheduler import Lane, RouteReason
 
 
@@ -17,7 +18,7 @@ class Job:
     """One admitted request (copies, never the request object)."""
 
     stream_id: str  # the LM request's id: the cancel control request names it
-    inputs: list  # the client's tensors for the LM, copied
+    inputs: list  # the LM request's tensors: the parsed request, a registered voice's, the flow bound
     sender: object  # the request's response sender
     arrival: float  # time.monotonic() when execute saw it
     codec_parameters: dict  # BLS parameters of its codec calls (the test-only fault tag, or empty)
@@ -83,8 +84,6 @@ def as_numpy(request, name: str):
     return None if tensor is None else tensor.as_numpy()
 
 
-def copied_inputs(request) -> list:
-    """The client's inputs as new tensors for the LM request (not the request's own tensors); the output
-    options stay here (the LM's config has no such inputs)."""
-    return [pb_utils.Tensor(name, array.copy()) for name in LM_INPUT_NAMES
-            if (array := as_numpy(request, name)) is not None]
+def typed_request(req: SpeechRequest):
+    """The request as the router parsed it, the LM lane's `speech_request` input: parsed once, here."""
+    return pb_utils.Tensor(SPEECH_REQUEST, np.array([req.to_json().encode("utf-8")], dtype=np.object_))

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from backend_python.engine.config import EngineConfig
+from protocol.tensors import SPEECH_REQUEST
 from tests.middle import fake_pb_utils
 
 SAMPLES_PER_FRAME = 1920
@@ -186,6 +187,7 @@ class Lanes:
         pb.SERVER.on_load = self._fresh_stub
         self.lm_is_dead = False
         self.lm_input_names: list[list[str]] = []  # the input names of each request the LM got
+        self.lm_requests: list[dict] = []  # the parsed request (`speech_request`) each stream's LM request carried
         lanes = self
 
         class StubWatch:
@@ -216,6 +218,9 @@ class Lanes:
 
     def _call_lm(self, request, decoupled: bool):
         self.lm_input_names.append([t.name() for t in request.inputs()])
+        typed = self.pb.get_input_tensor_by_name(request, SPEECH_REQUEST)
+        if typed is not None:
+            self.lm_requests.append(json.loads(bytes(typed.as_numpy().reshape(-1)[0])))
         self.lm.execute([request])
         return request.sender.responses
 

@@ -77,3 +77,18 @@ def test_prompt_options_the_model_does_not_take_are_refused_by_name_before_any_w
                        pb.Tensor("language", np.array([b"Auto"], dtype=np.object_))], request_id="auto")
     lm.execute([auto])
     assert engine.next_sequence().request_id == "auto"
+
+
+def test_a_parsed_request_is_the_routers_alone_a_direct_caller_sending_one_is_refused_by_name(pb):
+    """`speech_request` skips the limits' checks, so only a request that names the router's chunk channel may
+    carry one; a direct caller's is bad input naming it, and nothing reaches the engine."""
+    engine = FakeEngine()
+    lm = lm_glue(engine)
+    forged = '{"text": "Hi.", "voice": null, "temperature": 0.9, "top_p": 1.0, "top_k": 50, ' \
+             '"repetition_penalty": 1.0, "seed": 1, "max_audio_seconds": 100000.0, "ignore_eos": true}'
+    request = pb.Request([pb.Tensor("speech_request", np.array([forged.encode()], dtype=np.object_))],
+                         request_id="forged")
+    lm.execute([request])
+    ended = error_of(request.sender.responses[-1])
+    assert (ended.reason, ended.param) == (EndReason.REFUSED_BAD_INPUT, "speech_request")
+    assert engine.added.empty()

@@ -63,7 +63,9 @@ def test_a_flac_stream_decodes_to_exactly_the_pcm(lanes, mark_last):
 
 def test_the_lm_never_sees_the_output_options(lanes):
     play(lanes, True, audio_format="mp3", sample_rate=np.int32(16000), seed=np.int64(3))
-    assert lanes.lm_input_names == [["text", "seed", MAX_UNREAD_AUDIO_S]]  # and the router's bound
+    assert lanes.lm_input_names == [["speech_request", MAX_UNREAD_AUDIO_S]]  # parsed once; and the router's bound
+    request, = lanes.lm_requests
+    assert request["seed"] == 3 and request["text"] and not {"audio_format", "sample_rate"} & set(request)
 
 
 def test_default_options_send_the_codecs_audio_as_before(lanes):

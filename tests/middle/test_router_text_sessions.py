@@ -67,7 +67,7 @@ def test_unknown_sessions_and_a_session_started_twice_are_refused(lanes):
 def test_whole_text_requests_are_unchanged_by_sequence_flags(lanes):
     both = lanes.speak("Hello.", session=3, flags=SEQUENCE_START | SEQUENCE_END)  # a one-request session
     seq = lanes.engine.next_sequence()
-    assert seq.text is None and "text_open" not in lanes.lm_input_names[-1]
+    assert seq.text is None and lanes.lm_requests[-1]["is_text_open"] is False
     lanes.engine.finish(seq.request_id, None)
     assert outcome(both) == ([], None)
 

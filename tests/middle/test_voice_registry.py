@@ -211,7 +211,9 @@ def test_a_registered_voice_reaches_the_lm_as_its_inline_reference_does_without_
     assert ended is None and [i for i, _, _ in chunks] == [0]
     assert len(encoder.calls) == num_encoded  # the stored tensors: no encoder call
     inline_names, named_names = lanes.lm_input_names[-2:]
-    assert "voice" not in named_names and sorted(inline_names) == sorted(named_names)
+    assert sorted(inline_names) == sorted(named_names)
+    inline_request, named_request = lanes.lm_requests[-2:]
+    assert named_request["voice"] is None and named_request == inline_request  # the name goes, its tensors speak
     inline_reference, named_reference = lanes.lm.model.references[-2:]
     assert named_reference.text == inline_reference.text == REF_TEXT
     assert sorted(named_reference.tensors) == sorted(inline_reference.tensors) == ["ref_codes", "speaker_embedding"]
@@ -236,7 +238,7 @@ def test_a_voice_registered_by_another_process_is_found_and_a_deleted_one_is_unk
 def test_a_preset_voice_still_goes_to_the_lm_and_an_unknown_one_is_refused_there(pb, served):
     lanes, _, encoder = served
     assert spoken(lanes, lanes.speak("Hi.", voice="tiny"))[1] is None
-    assert "voice" in lanes.lm_input_names[-1] and lanes.lm.model.references[-1] is None
+    assert lanes.lm_requests[-1]["voice"] == "tiny" and lanes.lm.model.references[-1] is None
     ended = spoken(lanes, lanes.speak("Hi.", voice="nobody"))[1]
     assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "voice", "unknown_voice")
     assert encoder.calls == []

@@ -103,3 +103,17 @@ def test_bad_prompt_options_are_named(inputs, param):
     with pytest.raises(RequestError) as info:
         parse(text=np.array([b"Hi"], dtype=object), **inputs)
     assert info.value.param == param
+
+
+def test_the_parsed_request_travels_to_the_lm_lane_whole_and_a_form_that_does_not_fit_is_refused():
+    """The router parses once and passes the typed request on (`speech_request`): every field arrives as parsed."""
+    from backend_python.stub_common.request_inputs import SpeechRequest
+
+    req = parse(text=np.array([b"Hi there."], dtype=object), seed=np.int64(-7),
+                language=np.array([b"English"], dtype=object), timestamps=np.array([b"word"], dtype=object),
+                instructions=np.array([b"Calm."], dtype=object))
+    assert (req.seed, req.language, req.word_timestamps, req.instructions) == (-7, "English", True, "Calm.")
+    assert SpeechRequest.from_json(req.to_json()) == req
+    for bad in ("not json", "[1, 2]", '{"text": "Hi.", "colour": "red"}', '{"text": "Hi."}'):
+        with pytest.raises(ValueError, match="speech_request"):
+            SpeechRequest.from_json(bad)
