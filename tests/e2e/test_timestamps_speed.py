@@ -166,7 +166,15 @@ def codec_calls_after_the_cancel(server) -> tuple[float, float]:
     return before, codec_calls(server)
 
 
+def is_quiet(server) -> bool:
+    """No stream in the router or the LM lane: a stream of an earlier test on this shared server (a listener
+    gone, its stream ending on its stall timeout) would move the counts this test reads."""
+    metrics = scrape(server)
+    return metrics["voxlane_live_requests"] == 0 and metrics[LM_ROWS] == 0
+
+
 async def barge_in(gateway, server) -> dict:
+    assert await asyncio.to_thread(wait_for, lambda: is_quiet(server), 60), f"the server is not idle: {scrape(server)}"
     idle, idle_rows, idle_calls = scrape(server)["voxlane_live_requests"], scrape(server)[LM_ROWS], codec_calls(server)
     async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(gateway)) as ws:
         await ws.send_json({"type": "response.cancel"})
