@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 BROKEN_SCIPY = "raise AttributeError(\"module 'numpy' has no attribute 'long'\")\n"
 SKLEARN_ON_SCIPY = "from scipy.sparse import csr_array, issparse\n"  # as sklearn/utils does
 GUARD = ("from backend_python.models.optional_imports import hide_unimportable_optional_packages\n"
@@ -20,55 +22,77 @@ LOAD_MIMI = textwrap.dedent("""
 """)
 
 
-def load_mimi_beside(tmp_path, guard: str, with_sklearn: bool) -> subprocess.CompletedProcess:
-    scipy = tmp_path / "scipy"
-    scipy.mkdir()
+SCENARIOS = {  # name -> (the guard's code, whether a scikit-learn that needs scipy is installed)
+    "guard": (GUARD, False),
+    "guard_sklearn": (GUARD, True),
+    "no_guard": ("", False),
+    "scipy_hidden_alone": ("sys.modules['scipy'] = None", True),  # what the GPU machine showed
+    "guard_after_transformers": ("from transformers.utils.import_utils import is_scipy_available\n"
+                                 "print('scipy available before', is_scipy_available())\n" + GUARD, True),
+}
+
+
+def fake_packages(root, with_sklearn: bool):
+    """A scipy that breaks on import as one built for numpy 2 does, and a scikit-learn that imports it."""
+    scipy = root / "scipy"
+    scipy.mkdir(parents=True)
     (scipy / "__init__.py").write_text(BROKEN_SCIPY)
     (scipy / "optimize.py").write_text("")
     (scipy / "sparse.py").write_text("csr_array = issparse = None\n")
     if with_sklearn:
-        sklearn = tmp_path / "sklearn"
+        sklearn = root / "sklearn"
         sklearn.mkdir()
         (sklearn / "__init__.py").write_text(SKLEARN_ON_SCIPY)
         (sklearn / "metrics.py").write_text("roc_curve = None\n")
-    code = LOAD_MIMI.format(guard=guard)
-    return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n{code}"],
-                          capture_output=True, text=True, timeout=120)
+    return root
 
 
-def test_mimi_loads_beside_an_unimportable_scipy(tmp_path):
-    done = load_mimi_beside(tmp_path, GUARD, with_sklearn=False)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """Every scenario's own Python process, all started at once (each spends seconds importing transformers)."""
+    started = {}
+    for name, (guard, with_sklearn) in SCENARIOS.items():
+        root = fake_packages(tmp_path_factory.mktemp(name), with_sklearn)
+        code = f"import sys; sys.path.insert(0, {str(root)!r})\n{LOAD_MIMI.format(guard=guard)}"
+        started[name] = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+    done = {}
+    for name, process in started.items():
+        stdout, stderr = process.communicate(timeout=240)
+        done[name] = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return done
+
+
+def test_mimi_loads_beside_an_unimportable_scipy(runs):
+    done = runs["guard"]
     assert done.returncode == 0, done.stderr[-2000:]
     assert "hidden ['scipy'" in done.stdout  # and a real scikit-learn too, where one is installed
     assert "loaded MimiModel" in done.stdout
 
 
-def test_mimi_loads_beside_a_sklearn_that_needs_the_broken_scipy(tmp_path):
-    done = load_mimi_beside(tmp_path, GUARD, with_sklearn=True)
+def test_mimi_loads_beside_a_sklearn_that_needs_the_broken_scipy(runs):
+    done = runs["guard_sklearn"]
     assert done.returncode == 0, done.stderr[-2000:]
     assert "hidden ['scipy', 'sklearn']" in done.stdout
     assert "loaded MimiModel" in done.stdout
 
 
-def test_without_the_guard_the_broken_scipy_breaks_mimi(tmp_path):
-    done = load_mimi_beside(tmp_path, "", with_sklearn=False)
+def test_without_the_guard_the_broken_scipy_breaks_mimi(runs):
+    done = runs["no_guard"]
     assert done.returncode != 0
     assert "has no attribute 'long'" in done.stderr
 
 
-def test_hiding_scipy_alone_leaves_sklearn_to_break_mimi(tmp_path):
+def test_hiding_scipy_alone_leaves_sklearn_to_break_mimi(runs):
     """What the GPU machine showed: with scipy marked absent, scikit-learn's own import fails."""
-    guard = "sys.modules['scipy'] = None"
-    done = load_mimi_beside(tmp_path, guard, with_sklearn=True)
+    done = runs["scipy_hidden_alone"]
     assert done.returncode != 0
     assert "scipy.sparse" in done.stderr
 
 
-def test_the_guard_works_after_transformers_has_looked_for_scipy(tmp_path):
+def test_the_guard_works_after_transformers_has_looked_for_scipy(runs):
     """Tests (and tools) import transformers before any codec loads; its cached answer is reset."""
-    guard = ("from transformers.utils.import_utils import is_scipy_available\n"
-             "print('scipy available before', is_scipy_available())\n" + GUARD)
-    done = load_mimi_beside(tmp_path, guard, with_sklearn=True)
+    done = runs["guard_after_transformers"]
     assert done.returncode == 0, done.stderr[-2000:]
     assert "scipy available before True" in done.stdout
     assert "loaded MimiModel" in done.stdout

@@ -65,6 +65,12 @@ class SlotState:
     feed: Qwen3TextFeed | None = None  # a streaming-text request's text until its tts_eos is in `trailing`
 
 
+def spoken_languages(config) -> tuple[str, ...]:
+    """The languages a request may name, as the reference has them: the config's but the dialects, which a
+    dialect voice speaks under auto."""
+    return tuple(name for name in config.talker.codec_language_id if "dialect" not in name)
+
+
 class Qwen3TTSLM(SlotSpeechLM):
     """Parameters live under `talker.*` exactly as in the official checkpoint."""
 
@@ -127,8 +133,7 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     @property
     def languages(self) -> tuple[str, ...]:
-        """The reference's: the config's languages but the dialects, which a dialect voice speaks under auto."""
-        return tuple(name for name in self.config.talker.codec_language_id if "dialect" not in name)
+        return spoken_languages(self.config)
 
     @property
     def supports_instructions(self) -> bool:
