@@ -10,7 +10,7 @@ how its prompt is laid out (`prompt_embeddings`, e.g. CosyVoice 3's [sos, text, 
 A decode step samples the next token of every row from the head's speech codes [0, num_codes) plus the
 end-of-speech column (`SpeechVocab`), then feeds the token back through the backbone; the last hidden state
 it leaves is what the head reads next step. On CUDA the step is one CUDA graph per batch-size bucket
-(`graphs/speech_token.py`), captured in `allocate_slots`; on the CPU it runs eagerly on the unpadded batch
+(`graphs/step.py`, the one-stage frame runner, a step's tokens as its codes), captured in `allocate_slots`; on the CPU it runs eagerly on the unpadded batch
 over the used part of the cache. Both run `_step`.
 
 Multi-token prediction (several frames per step, e.g. FlashTTS's heads on CosyVoice 2): a subclass sets
@@ -35,7 +35,7 @@ from .layers.qwen2 import Qwen2Backbone, Qwen2Config
 from .layers.random_init import init_random_weights
 from .layers.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
 from .slots import SlotLayout, SlotSpeechLM, SlotState
-from .graphs.speech_token import StepGraphs, StepInputs
+from .graphs.step import FrameGraphs, FrameInputs
 
 BIAS_STD = 0.1  # random biases (q/k/v, a biased head): non-zero, so tests see whether they are applied
 
@@ -180,14 +180,14 @@ class SpeechTokenLM(SlotSpeechLM):
         state [B, T, hidden] (what the head, and a multi-token-prediction head, read). Writes the KV cache."""
         return self.backbone(embeds, rows, positions, cache)
 
-    def step_hidden(self, tokens: torch.Tensor, inputs: StepInputs, cache: KVCache) -> torch.Tensor:
+    def step_hidden(self, tokens: torch.Tensor, inputs: FrameInputs, cache: KVCache) -> torch.Tensor:
         """Feed a step's sampled tokens [B, M] (column num_codes = end of speech) back at the rows' next M
         positions -> the last hidden state [B, hidden], which the head reads to sample the next step."""
         ids = torch.where(tokens == self.vocab.num_codes, self.vocab.eos, tokens)
         positions = inputs.positions[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
         return self.hidden_states(self.speech_embedding(ids), inputs.rows, positions, cache)[:, -1]
 
-    def speech_logits(self, hidden: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
+    def speech_logits(self, hidden: torch.Tensor, inputs: FrameInputs) -> torch.Tensor:
         """hidden [B, H] -> [B, num_codes + 1] float32: the codes (repetition-penalised), then end of speech
         (-inf where blocked). Only these rows of the head are computed: other special ids are never sampled."""
         weight, bias, vocab = self.llm_decoder.weight, self.llm_decoder.bias, self.vocab
@@ -198,7 +198,7 @@ class SpeechTokenLM(SlotSpeechLM):
         end = F.linear(hidden, weight[eos], None if bias is None else bias[eos]).float()  # [B, 1]
         return torch.cat((codes, end.masked_fill(inputs.is_eos_blocked[:, None], float("-inf"))), dim=1)
 
-    def sample_frames(self, hidden: torch.Tensor, inputs: StepInputs, noise: torch.Tensor) -> torch.Tensor:
+    def sample_frames(self, hidden: torch.Tensor, inputs: FrameInputs, noise: torch.Tensor) -> torch.Tensor:
         """hidden [B, H] (the last hidden state), noise [B, noise_width] -> the step's tokens [B, frames_per_step]
         int64 in [0, num_codes] (num_codes = end of speech). A multi-token-prediction subclass overrides this."""
         return sample(self.speech_logits(hidden, inputs), inputs.sampling, noise)[:, None]
@@ -213,11 +213,11 @@ class SpeechTokenLM(SlotSpeechLM):
                           hidden=torch.zeros(rows, self.backbone.cfg.hidden_size, device=device, dtype=dtype),
                           seen=torch.zeros(rows, self.vocab.num_codes, device=device, dtype=torch.bool))
 
-    def _build_graphs(self, layout: SlotLayout) -> StepGraphs:
+    def _build_graphs(self, layout: SlotLayout) -> FrameGraphs:
         mem = self._require_memory()
         buckets = batch_buckets(self.graph_batch_sizes, layout.batch)
-        graphs = StepGraphs(lambda inputs: self._step(inputs, mem.kv), buckets, mem.scratch_row, self.noise_width,
-                            self.frames_per_step, self.device)
+        graphs = FrameGraphs(lambda inputs: self._step(inputs, mem.kv), buckets, mem.scratch_row, self.noise_width,
+                             self.frames_per_step, self.device)
         return self._capture_graphs(graphs)
 
     @torch.no_grad()
@@ -255,7 +255,7 @@ class SpeechTokenLM(SlotSpeechLM):
 
     # ---- helpers -------------------------------------------------------------------------------
     def _host_columns(self, batch: DecodeBatch, states: list[TokenSlotState]) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `StepInputs.from_columns`."""
+        """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns`."""
         floats, sampling_ints = host_columns(batch.sampling)
         step_ints = torch.tensor([[slot, s.position, int(ignore or s.num_frames < s.min_frames)]
                                   for slot, s, ignore in zip(batch.slots, states, batch.ignore_eos)])
@@ -272,11 +272,11 @@ class SpeechTokenLM(SlotSpeechLM):
         """The unpadded, ungraphed step (CPU): skips the sampling work no row needs."""
         noise = torch.ones(floats.shape[0], self.noise_width, device=self.device)
         draw_noise(noise, batch.sampling, batch.generators)
-        inputs = StepInputs.from_columns(floats.to(self.device, non_blocking=True),
+        inputs = FrameInputs.from_columns(floats.to(self.device, non_blocking=True),
                                          ints.to(self.device, non_blocking=True), noise, **host_flags(batch.sampling))
         return self._step(inputs, self._require_memory().kv.upto(num_positions))
 
-    def _step(self, inputs: StepInputs, cache: KVCache) -> torch.Tensor:
+    def _step(self, inputs: FrameInputs, cache: KVCache) -> torch.Tensor:
         """Sample the step's tokens from the rows' last hidden states, then feed them back -> tokens
         [B, frames_per_step] int64 (num_codes = end of speech). No host sync."""
         mem, rows = self._require_memory(), inputs.rows

@@ -30,7 +30,7 @@ from protocol.quoting import quoted
 from ..base import Prompt, VoiceReference
 from ..layers.decoder import KVCache
 from ..layers.sampling import sample
-from ..graphs.speech_token import StepInputs
+from ..graphs.step import FrameInputs
 from ..slots import SlotLayout
 from ..speech_token_lm import SlotMemory, SpeechTokenLM
 from . import checkpoint
@@ -124,13 +124,13 @@ class FlashTTSLM(SpeechTokenLM):
         mem.text_tag[slot] = ids[0]
 
     # ---- the decode step -----------------------------------------------------------------------
-    def sample_frames(self, hidden: torch.Tensor, inputs: StepInputs, noise: torch.Tensor) -> torch.Tensor:
+    def sample_frames(self, hidden: torch.Tensor, inputs: FrameInputs, noise: torch.Tensor) -> torch.Tensor:
         """Token j from block j's logits and noise block j -> [B, M] int64 (num_codes = end of speech)."""
         blocks = noise.view(noise.shape[0], self.frames_per_step, self.vocab.num_columns)
         return torch.stack([sample(self.speech_logits(block(hidden), inputs), inputs.sampling, blocks[:, j])
                             for j, block in enumerate(self.mtp_block[:self.frames_per_step])], dim=1)
 
-    def step_hidden(self, tokens: torch.Tensor, inputs: StepInputs, cache: KVCache) -> torch.Tensor:
+    def step_hidden(self, tokens: torch.Tensor, inputs: FrameInputs, cache: KVCache) -> torch.Tensor:
         """Feed the step's M tokens back at the rows' next M positions, each with its position's text token
         (speech track + text track) -> the last hidden state [B, hidden]."""
         ids = torch.where(tokens == self.vocab.num_codes, self.vocab.eos, tokens)

@@ -1,5 +1,6 @@
 """CUDA graphs of a one-stage decode frame, per batch-size bucket: the whole frame is one function of
-`FrameInputs` (Orpheus: 7 Llama steps with their sampling; Zonos: one guided backbone step and 9 codebooks).
+`FrameInputs` (Orpheus: 7 Llama steps with their sampling; Zonos: one guided backbone step and 9 codebooks;
+a speech-token LM's step, CosyVoice 3 and FlashTTS: its `frames_per_step` tokens as the codes).
 
 The frame is one graph per bucket (all buckets share one memory pool). A batch of n rows runs in the
 smallest bucket >= n; rows n.. are padding that read and write the scratch row of the slot memory, so they never touch a live request. Inputs are static
