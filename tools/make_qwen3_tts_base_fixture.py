@@ -1,9 +1,9 @@
 """Build the golden fixture for Qwen3-TTS Base (voice cloning) from the official reference code.
 
-Run with the reference venv (qwen-tts 0.1.1, transformers 4.57.3; shared/tools/qwen3tts-reference/setup.sh),
-from the repo root:
+Run with the reference venv (qwen-tts 0.1.1, transformers 4.57.3: tools/make_qwen3_tts_fixture.py says how
+it is built), from the repo root:
 
-    /tmp/qwen3tts-ref/bin/python tools/make_qwen3_tts_base_fixture.py [OUT_DIR]
+    $QWEN_TTS_VENV/bin/python tools/make_qwen3_tts_base_fixture.py [OUT_DIR]
 
 OUT_DIR defaults to tests/fixtures/qwen3_tts_tiny_base/. The talker is the LM fixture's tiny one
 (tools/make_qwen3_tts_fixture.py) as a Base model; the speaker encoder and the codec encoder get the

@@ -2,7 +2,7 @@
 
 Run with the reference venv (qwen-tts 0.1.1, transformers 4.57.3), from the repo root:
 
-    /tmp/qwen3tts-ref/bin/python tools/make_qwen3_tts_codec_fixture.py
+    $QWEN_TTS_VENV/bin/python tools/make_qwen3_tts_codec_fixture.py
 
 It builds the tiny reference `Qwen3TTSTokenizerV2Model`, gives its decoder the
 weights of our `build_tiny_codec_checkpoint(seed=0)` (so the fixture and the

@@ -1,9 +1,9 @@
 """Build the golden fixture for our Qwen3-TTS LM from the official reference code.
 
-Run with the reference venv (PyPI qwen-tts 0.1.1 + transformers 4.57.3, built by
-shared/tools/qwen3tts-reference/setup.sh), never with the project venv:
+Run with a venv of the reference, never with the project venv (PyPI qwen-tts 0.1.1 and transformers 4.57.3:
+`python -m venv $QWEN_TTS_VENV && $QWEN_TTS_VENV/bin/pip install qwen-tts==0.1.1 transformers==4.57.3`):
 
-    /tmp/qwen3tts-ref/bin/python tools/make_qwen3_tts_fixture.py [OUT_DIR]
+    $QWEN_TTS_VENV/bin/python tools/make_qwen3_tts_fixture.py [OUT_DIR]
 
 OUT_DIR defaults to tests/fixtures/qwen3_tts_tiny/. It writes a tiny random-weight checkpoint in the
 official layout (config.json, model.safetensors in fp16, tokenizer files) and golden.npz/golden.json:
@@ -112,11 +112,8 @@ def build_model(cfg: Qwen3TTSConfig) -> Qwen3TTSForConditionalGeneration:
     return model.half().float()  # the fp16 checkpoint then holds exactly the weights that ran
 
 
-def run_case(tts: Qwen3TTSModel, text: str, speaker: str, language: str) -> dict:
-    """Greedy generate, recording every talker forward (prefill + one per frame)."""
-    model, talker = tts.model, tts.model.talker
-    ids = tts._tokenize_texts([tts._build_assistant_text(text)])
-    record = {"logits": [], "codes": []}
+def spy_forward(talker, record: dict):
+    """Wrap the talker's forward to keep the prefill's inputs, and every step's logits and codes."""
     forward = talker.forward
 
     @functools.wraps(forward)  # generate() validates kwargs against forward's signature
@@ -129,8 +126,15 @@ def run_case(tts: Qwen3TTSModel, text: str, speaker: str, language: str) -> dict
         if out.hidden_states[1] is not None:
             record["codes"].append(out.hidden_states[1][0].clone())
         return out
+    return spy
 
-    talker.forward = spy
+
+def run_case(tts: Qwen3TTSModel, text: str, speaker: str, language: str) -> dict:
+    """Greedy generate, recording every talker forward (prefill + one per frame)."""
+    model, talker = tts.model, tts.model.talker
+    ids = tts._tokenize_texts([tts._build_assistant_text(text)])
+    record = {"logits": [], "codes": []}
+    talker.forward = spy_forward(talker, record)
     try:
         with torch.no_grad():
             codes_list, _ = model.generate(

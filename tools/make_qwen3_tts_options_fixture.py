@@ -10,7 +10,7 @@ The reference builds these prompts in two places, both run here unchanged (qwen-
 
 Run with the reference venv (tools/make_qwen3_tts_fixture.py says how it is built), from the repository root:
 
-    PYTHONPATH=. /tmp/qwen3tts-ref/bin/python tools/make_qwen3_tts_options_fixture.py [FIXTURE_DIR]
+    PYTHONPATH=. $QWEN_TTS_VENV/bin/python tools/make_qwen3_tts_options_fixture.py [FIXTURE_DIR]
 
 It rebuilds the tiny model as make_qwen3_tts_fixture.py does, checks it holds exactly the checkpoint's weights,
 loads the checkpoint's tokenizer, and writes golden_options.npz / golden_options.json beside it: per case the
@@ -19,14 +19,14 @@ and each frame, and its greedy frames [T, 16]. The codec is not run (a stand-in 
 """
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
 
 # first: it sets the offline environment and the torchaudio stand-in before qwen_tts is imported
 from tools.make_qwen3_tts_fixture import (MAX_NEW_TOKENS, REPETITION_PENALTY, SEED, Qwen3TTSModel,
-                                          Qwen3TTSProcessor, build_config, build_model, build_tokenizer)
+                                          Qwen3TTSProcessor, build_config, build_model, build_tokenizer,
+                                          spy_forward)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -54,23 +54,6 @@ def check_weights(model, fixture: Path) -> None:
     for name, tensor in saved.items():
         if not torch.equal(state[name], tensor.float()):
             raise SystemExit(f"{name}: the rebuilt model differs from {fixture}; rebuild both fixtures together")
-
-
-def spy_forward(talker, record: dict):
-    """Wrap the talker's forward to keep the prefill's inputs, and every step's logits and codes."""
-    forward = talker.forward
-
-    @functools.wraps(forward)  # generate() validates kwargs against forward's signature
-    def spy(*args, **kwargs):
-        out = forward(*args, **kwargs)
-        if kwargs.get("inputs_embeds") is not None and kwargs["inputs_embeds"].shape[1] > 1:
-            record["prefill_embeds"] = kwargs["inputs_embeds"][0].clone()
-            record["trailing"] = kwargs["trailing_text_hidden"][0].clone()
-        record["logits"].append(out.logits[0, -1].clone())
-        if out.hidden_states[1] is not None:
-            record["codes"].append(out.hidden_states[1][0].clone())
-        return out
-    return spy
 
 
 def spy_generate(model, record: dict):
