@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from clients.stream import StreamError, synthesize
-from tests.e2e.conftest import start_server
 from tests.e2e.test_streaming import PATH_ROUNDING
 from tests.reference_audio import voiced
 
@@ -18,11 +17,12 @@ LOW, HIGH = voiced(2.0, RATE, f0=110.0), voiced(2.0, RATE, f0=240.0)
 REF_TEXT = "A reference sentence, read aloud."
 
 
-@pytest.fixture(scope="module")
-def url(model_cache, tmp_path_factory) -> str:
-    server = start_server(PRESET, tmp_path_factory)
-    yield server.grpc_url
-    server.stop()
+pytestmark = pytest.mark.parametrize("family", [PRESET], indirect=True)  # the family contract's server of it
+
+
+@pytest.fixture
+def url(family) -> str:
+    return family.url
 
 
 def clone(url: str, reference: np.ndarray, seed: int = 3, **inputs):

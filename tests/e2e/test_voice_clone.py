@@ -157,13 +157,16 @@ def test_a_model_without_a_voice_encoder_refuses_a_reference(url, kind):
     assert synthesize(url, TEXT, seed=2, max_audio_seconds=0.4, ignore_eos=True).chunks
 
 
-@pytest.fixture(scope="module")
-def csm_url(model_cache, tmp_path_factory) -> str:
-    server = start_server("csm-tiny", tmp_path_factory)
-    yield server.grpc_url
-    server.stop()
+@pytest.fixture
+def csm_url(family) -> str:
+    """The family contract's csm-tiny server (each test that takes it says so: `ON_CSM`)."""
+    return family.url
 
 
+ON_CSM = pytest.mark.parametrize("family", ["csm-tiny"], indirect=True)
+
+
+@ON_CSM
 def test_csm_clones_in_context_for_a_whole_text_and_a_streamed_one(csm_url):
     """CSM hears the reference as an earlier turn; a session takes the reference on its first request."""
     whole = clone(csm_url, seconds=1.6, ref_text=REF_TEXT)
@@ -178,6 +181,7 @@ def test_csm_clones_in_context_for_a_whole_text_and_a_streamed_one(csm_url):
     assert not np.allclose(cloned.audio, plain.audio, atol=1e-3)  # the session's reference reached its prompt
 
 
+@ON_CSM
 def test_csm_refuses_an_x_vector_reference_by_name(csm_url):
     with pytest.raises(StreamError, match="x_vector_only") as refused:
         clone(csm_url, x_vector_only=True)
