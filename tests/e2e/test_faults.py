@@ -110,7 +110,7 @@ def wait_reloaded(server, model: str, restarts: int, revivals: int | None = None
             return False
         return up == 1.0 and (count == restarts or (revivals is not None and server.revivals > revivals))
 
-    assert wait_for(healed, timeout_s=120, poll_s=0.1), (model, restarts, server.revivals, server.is_reviving)
+    assert wait_for(healed, timeout_s=120), (model, restarts, server.revivals, server.is_reviving)
     assert is_ready(server, f"/v2/models/{model}/ready") and wait_for(lambda: is_ready(server), timeout_s=30)
 
 
