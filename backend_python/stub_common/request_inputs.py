@@ -139,6 +139,13 @@ def parse_speech_request(get: GetInput, limits: RequestLimits, is_text_open: boo
     )
 
 
+def with_start_text(req: SpeechRequest, text: str, limits: RequestLimits, is_cap_given: bool) -> SpeechRequest:
+    """A streaming-text request once its first piece is decoded (the router checks pieces as they come): the
+    audio cap a client left out is the one that start earns, as for a whole text."""
+    cap = req.max_audio_seconds if is_cap_given else limits.default_audio_seconds_for(text)
+    return dataclasses.replace(req, text=text, max_audio_seconds=cap)
+
+
 def _timestamps(get: GetInput) -> bool:
     """`timestamps`: "word" (True) or "none" (False, the default), any case."""
     value = _scalar(get, "timestamps")

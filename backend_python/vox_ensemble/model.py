@@ -40,7 +40,7 @@ from backend_python.audio.stream import StreamAudio
 from backend_python.stub_common.reference_inputs import ReferenceLimits, parse_reference
 from backend_python.stub_common.request_inputs import (RequestError, RequestLimits, SpeechRequest,
                                                   check_request_parameters, parse_audio_options,
-                                                  parse_speech_request)
+                                                  parse_speech_request, with_start_text)
 from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings
 from protocol.models import LM
 from protocol.quoting import quoted
@@ -154,7 +154,8 @@ class RouterModel:
             if registered:  # its stored tensors speak for it; the LM knows no such name
                 req = replace(req, voice=None)
             if session_id is not None:
-                req = replace(req, text=self._open_session(session_id, stream_id, request))
+                req = with_start_text(req, self._open_session(session_id, stream_id, request), self.limits,
+                                      is_cap_given=as_numpy(request, "max_audio_seconds") is not None)
             inputs = [typed_request(req), *registered, *self._flow_inputs(options.speed)]
             client_id = request.request_id() if req.client_acks else None
             self._register_acks(client_id, stream_id, session_id)

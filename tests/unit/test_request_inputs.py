@@ -117,3 +117,16 @@ def test_the_parsed_request_travels_to_the_lm_lane_whole_and_a_form_that_does_no
     for bad in ("not json", "[1, 2]", '{"text": "Hi.", "colour": "red"}', '{"text": "Hi."}'):
         with pytest.raises(ValueError, match="speech_request"):
             SpeechRequest.from_json(bad)
+
+
+def test_a_sessions_start_earns_the_audio_cap_a_whole_text_would_when_the_client_gives_none():
+    from backend_python.stub_common.request_inputs import with_start_text
+
+    limits = RequestLimits(max_text_chars=5000, max_audio_seconds=600.0, default_audio_seconds=10.0)
+    opened = parse_speech_request({}.get, limits, is_text_open=True)
+    start = "word " * 40  # 200 characters: 28.6 s at the slow rate, over the 10-s default
+    assert with_start_text(opened, start, limits, is_cap_given=False).max_audio_seconds == pytest.approx(200 / 7)
+    assert with_start_text(opened, "Hi.", limits, is_cap_given=False).max_audio_seconds == 10.0
+    given = parse_speech_request({"max_audio_seconds": np.array([5.0], np.float32)}.get, limits, is_text_open=True)
+    assert with_start_text(given, start, limits, is_cap_given=True).max_audio_seconds == 5.0
+    assert with_start_text(given, start, limits, is_cap_given=True).text == start
