@@ -9,6 +9,7 @@ through the outlet (outlet.py). Around the streams: a cancel watch (cancel_watch
 """
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import threading
@@ -42,7 +43,7 @@ from backend_python.stub_common.request_inputs import (RequestError, RequestLimi
                                                   check_request_parameters, parse_audio_options,
                                                   parse_speech_request, with_start_text)
 from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings
-from protocol.models import LM
+from protocol.models import CODEC, CODEC_URGENT, LM
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SEQUENCE_END, SEQUENCE_START
@@ -77,6 +78,14 @@ class RouterModel:
                                 has_streams=lambda: self.outlet.num_live > 0,
                                 is_lm_available=lambda: self.lane_health.unavailable(LM) is None)
         self.lm_watch.start()
+        # a codec lane's dead stub is noticed by its process too, not only by the next chunk that fails on it:
+        # under load every chunk may go to the urgent lane and leave a dead background lane unhealed
+        self.codec_watches = [LMWatch(StubWatch(model).is_dead, functools.partial(self._on_codec_dead, model),
+                                      has_streams=lambda: True,
+                                      is_lm_available=functools.partial(self._is_in_service, model))
+                              for model in (CODEC, CODEC_URGENT)]
+        for watch in self.codec_watches:
+            watch.start()
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -131,6 +140,8 @@ class RouterModel:
         from unloading and tritonserver waited out its exit timeout on SIGTERM."""
         self.lane_health.stop()
         self.lm_watch.stop()
+        for watch in self.codec_watches:
+            watch.stop()
         self.cancel_watch.stop()
         self.channel.close()
         self.lm.release_all()
@@ -226,6 +237,13 @@ class RouterModel:
             if job.session_id is not None:
                 self.sessions.end(job.session_id)
         self.outlet.end(job, ended)
+
+    def _on_codec_dead(self, model: str) -> None:
+        """A codec lane's process died: out of service and reloaded (its chunks go to the other lane meanwhile)."""
+        self.lane_health.on_dead(model, "its stub process exited")
+
+    def _is_in_service(self, model: str) -> bool:
+        return self.lane_health.unavailable(model) is None
 
     def _on_lm_dead(self) -> None:
         """The LM's process died: take the lane out of service and end every stream waiting on it."""

@@ -192,10 +192,10 @@ class Lanes:
 
         class StubWatch:
             def __init__(self, model: str) -> None:
-                pass
+                self.model = model
 
             def is_dead(self) -> bool:
-                return lanes.lm_is_dead
+                return not lanes._has_live_stub(self.model)
         saved = router_model.StubWatch, router_model.stub_is_running
         router_model.StubWatch, router_model.stub_is_running = StubWatch, self._has_live_stub
         parameters = {"mode": mode, **HEAL_PARAMETERS, **(scheduler or {})}

@@ -107,6 +107,17 @@ def test_a_dead_codec_lanes_chunks_go_to_the_other_lane_at_once_and_the_lane_is_
     assert ended is None and len(chunks) == 4 and lanes.codecs[dead].calls > calls
 
 
+@pytest.mark.parametrize("dead", ["codec", "codec_urgent"])
+def test_a_codec_lane_whose_stub_died_is_reloaded_with_no_chunk_sent_to_it(lanes, dead):
+    """Under load every chunk may go to the urgent lane: a dead background lane is found by its process (the
+    router's codec watch, once a second), not left for the first chunk that would fail on it."""
+    lanes.codecs[dead].is_dead = True
+    assert wait_until(lambda: lanes.pb.SERVER.loaded == [dead], timeout_s=5)  # no request was sent
+    assert wait_until(lambda: lanes.router.lane_health.unavailable(dead) is None, timeout_s=5)
+    assert lanes.codecs[dead].calls == 0 and not lanes.codecs[dead].is_dead
+    assert lane_metrics(lanes, "voxlane_lane_restarts_total")[dead] == 1
+
+
 def test_a_lane_that_is_down_shows_in_its_metric_until_it_is_back(lanes):
     gate = threading.Event()
     lanes.pb.SERVER.on_load = lambda model: gate.wait(5) and lanes._fresh_stub(model)
