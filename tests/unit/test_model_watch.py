@@ -9,6 +9,7 @@ import time
 
 from clients import model_watch
 from clients.model_watch import ModelWatch
+from tests.waiting import wait_for
 
 
 def fake_server(monkeypatch, running: dict, ready: set) -> list[str]:
@@ -41,6 +42,8 @@ def test_a_dead_stub_of_a_ready_model_is_unloaded_then_loaded(monkeypatch):
     watch = ModelWatch("http://x", 1, period_s=0.01)
     run_briefly(watch)
     assert calls == ["/v2/repository/models/vox_ensemble/unload", "/v2/repository/models/vox_ensemble/load"]
+    # the watch's thread counts the restart just after the load call returns: a stopped watch may still be there
+    assert wait_for(lambda: watch.restarts["vox_ensemble"] == 1, timeout_s=2.0), watch.restarts
     assert watch.restarts == {"vox_ensemble": 1, "voice_registry": 0, "voice_encoder": 0}
 
 
