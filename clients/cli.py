@@ -103,6 +103,10 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codec-compile", action=argparse.BooleanOptionalAction, default=defaults.codec_compile,
                         help="compile a flow-matching codec's DiT blocks with Inductor before capturing its graphs "
                              "(CosyVoice 3, FlashTTS; CUDA; on by default, --no-codec-compile: plain blocks)")
+    parser.add_argument("--fused-predictor", action=argparse.BooleanOptionalAction, default=defaults.fused_predictor,
+                        help="run the code predictor's attention (q/k norms, RoPE, cache writes, attention over its 16 "
+                             "positions) as one Triton kernel per layer (Qwen3-TTS; CUDA; on by default, "
+                             "--no-fused-predictor: PyTorch's kernels)")
     parser.add_argument("--codec-steps", type=int, default=defaults.codec_steps,
                         help="a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps; "
                              "FlashTTS: 1 or 2); 0: the model's own")
@@ -156,7 +160,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        codec_lookahead_frames=args.codec_lookahead_frames, lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct, codec_steps=args.codec_steps,
                        codec_max_batch=args.codec_max_batch, codec_queue_delay_us=args.codec_queue_delay_us,
-                       codec_compile=args.codec_compile,
+                       codec_compile=args.codec_compile, fused_predictor=args.fused_predictor,
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import threading
 import time
@@ -56,7 +57,8 @@ BURSTINESS = {"poisson": 1.0, "gamma": 0.5}
 # `+KEY=VALUE` in a server's name -> the ServeConfig field it sets and its parser (a chunk-plan sweep's servers)
 OVERRIDES = {"first": ("first_chunk_frames", int), "chunk": ("chunk_frames", int),
              "growth": ("chunk_growth", lambda text: None if text == "none" else float(text)),
-             "la": ("codec_lookahead_frames", int), "idle": ("first_chunk_frames_idle", int)}
+             "la": ("codec_lookahead_frames", int), "idle": ("first_chunk_frames_idle", int),
+             "fp": ("fused_predictor", lambda text: text not in ("0", "false", "off"))}
 
 
 def server_fields(config_name: str) -> dict:
@@ -157,9 +159,13 @@ def _start(name: str, server: Server, servers: dict, report: dict) -> None:
         report["servers"][name] = {"failed": str(exc)[:500]}
 
 
-def idle_ttfa(server: Server, count: int) -> float:
+def idle_ttfa(server: Server, count: int) -> dict[str, float]:
+    """p50, p99 (nearest rank) and max of `count` requests one at a time, after two of warm-up."""
     run_sequential(server.grpc_url, 2, 1.6)  # warm-up
-    return round(statistics.median(r.ttfa_s * 1e3 for r in run_sequential(server.grpc_url, count, 1.6)), 1)
+    times = sorted(r.ttfa_s * 1e3 for r in run_sequential(server.grpc_url, count, 1.6))
+    p99 = times[min(len(times) - 1, math.ceil(0.99 * len(times)) - 1)]
+    return {"idle_ttfa_ms_p50": round(statistics.median(times), 1), "idle_ttfa_ms_p99": round(p99, 1),
+            "idle_ttfa_ms_max": round(times[-1], 1)}
 
 
 def run_job(job: Job, server: Server, args: argparse.Namespace, report: dict) -> dict:
@@ -194,7 +200,7 @@ def measure(args: argparse.Namespace) -> dict:
                 continue
             entry = report["servers"][job.server]
             if "idle_ttfa_ms_p50" not in entry:
-                entry["idle_ttfa_ms_p50"] = idle_ttfa(servers[job.server], args.sequential)
+                entry.update(idle_ttfa(servers[job.server], args.sequential))
             try:
                 report["jobs"].append(run_job(job, servers[job.server], args, report))
             except Exception as exc:  # a job that fails (a lane died) leaves the later ones to run

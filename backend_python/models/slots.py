@@ -61,6 +61,9 @@ class SlotSpeechLM(SpeechLM):
         self.graph_batch_sizes = DEFAULT_GRAPH_BATCH_SIZES  # read by allocate_slots
         self.use_cuda_graphs = True  # False: the same padded frame, run eagerly (benchmarks, tests)
         self.use_torch_compile = True  # CUDA: fuse the decode frame's kernels with Inductor (families that can)
+        # CUDA: the code predictor's attention as one Triton kernel per layer and step (families with a predictor;
+        # `kernels/short_attention.py`); read when slots are allocated
+        self.use_fused_predictor = True
         self._memory: Any = None  # the family's SlotMemory
         self._graphs: Any = None  # the family's FrameGraphs; CUDA only
         self._states: dict[int, Any] = {}  # slot -> the family's SlotState

@@ -34,6 +34,9 @@ class LaneSettings:
     # a codec with its own graphs compiles their hot part first (`Codec.use_torch_compile`; CUDA only): measured on an
     # H200, CosyVoice 3's window 38.7 -> 23.9 ms at batch 1 and its capacity 7.5 -> 12.6 req/s (BENCHMARKS.md)
     codec_compile: bool = True
+    # the LM's code predictor runs each layer's attention (q/k norms, RoPE, cache writes, attention over its
+    # 16 positions) as one Triton kernel (`fused_predictor`: false = PyTorch's kernels; CUDA only)
+    fused_predictor: bool = True
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -101,7 +104,7 @@ _PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percen
             "mps_client_priority": int, "num_threads": int,
             "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
             "torch_compile": _parse_bool, "stream_states": _parse_bool, "codec_steps": int,
-            "codec_compile": _parse_bool}
+            "codec_compile": _parse_bool, "fused_predictor": _parse_bool}
 
 
 @dataclass(frozen=True)

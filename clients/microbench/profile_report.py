@@ -26,7 +26,8 @@ def _markdown(header: list[str], lines: list[list[str]]) -> str:
 
 
 def _mode(row: dict) -> str:
-    return "compiled" if row.get("compiled", True) else "uncompiled"
+    """compiled or uncompiled; `, fused` where the code predictor ran its one-kernel attention."""
+    return ("compiled" if row.get("compiled", True) else "uncompiled") + (", fused" if row.get("fused_predictor") else "")
 
 
 def _kernel_cells(profile: dict | None) -> list[str]:

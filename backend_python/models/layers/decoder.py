@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels import short_attention
 from ..rope import rope_cos_sin_of
 
 log = logging.getLogger("voxlane.models")
@@ -235,6 +236,9 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(head_dim, eps)
         self.qkv: torch.Tensor | None = None  # fused [(heads + 2 * kv_heads) * head_dim, hidden], set by `fuse`
         self.qkv_bias: torch.Tensor | None = None  # fused [(heads + 2 * kv_heads) * head_dim] where biased
+        # > 0: norms, RoPE, cache writes and attention in one kernel over at most this many keys per row
+        # (`use_short_cache`: a code predictor's per-frame cache; kernels/short_attention.py)
+        self.short_cache_keys = 0
 
     def fuse(self) -> None:
         if self.qkv is None:
@@ -253,13 +257,32 @@ class Attention(nn.Module):
         return (q.view(b, t, self.num_heads, self.head_dim), k.view(b, t, self.num_kv_heads, self.head_dim),
                 v.view(b, t, self.num_kv_heads, self.head_dim))
 
+    def use_short_cache(self, max_positions: int) -> None:
+        """Run as one Triton kernel per call (`short_attention`) for a cache of at most max_positions per row
+        (0: the plain path). Fuses the q/k/v projections: the kernel reads their one output."""
+        self.fuse()
+        self.short_cache_keys = short_attention.max_keys_for(max_positions) if max_positions else 0
+
     def forward(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         """x: [B, T, hidden]; k_cache, v_cache: [pool, kv_heads, head_dim] (written in place)."""
+        if self.short_cache_keys:
+            return self.o_proj(self._short_cache_attention(x, step, k_cache, v_cache))
         b, t, _ = x.shape
         q, k, v = self.project(x)
         q = apply_rope(self.q_norm(q), step.cos, step.sin)
         k = apply_rope(self.k_norm(k), step.cos, step.sin)
         return self.o_proj(self.write_and_attend(q, k, v, step, k_cache, v_cache).reshape(b, t, -1))
+
+    def _short_cache_attention(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor,
+                               v_cache: torch.Tensor) -> torch.Tensor:
+        """`forward` before o_proj as one kernel: x [B, T, hidden] -> [B, T, heads * head_dim]."""
+        normed = isinstance(self.q_norm, RMSNorm)
+        key_starts = step.key_starts[:-1] if step.key_starts is not None else step.key_index[:, 0]
+        return short_attention.short_cache_attention(
+            F.linear(x, self.qkv, self.qkv_bias), self.q_norm.weight if normed else None,
+            self.k_norm.weight if normed else None, self.q_norm.eps if normed else 0.0, step.cos, step.sin,
+            step.positions, step.write_index, key_starts, k_cache, v_cache, self.num_heads, self.num_kv_heads,
+            self.short_cache_keys)
 
     @staticmethod
     def write_and_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, step: Step, k_cache: torch.Tensor,
@@ -357,6 +380,12 @@ class DecoderStack(nn.Module):
         for layer in self.layers:
             layer.self_attn.fuse()
             layer.mlp.fuse()
+
+    def use_short_cache_attention(self, max_positions: int) -> None:
+        """Each layer's attention as one Triton kernel over a cache of at most max_positions per row (a code
+        predictor's per-frame cache; `kernels/short_attention.py`); 0: the plain attention again."""
+        for layer in self.layers:
+            layer.self_attn.use_short_cache(max_positions)
 
     def compile_layers(self) -> None:
         """Compile each layer's forward with Inductor (CUDA). With dynamo's inlined modules the

@@ -22,6 +22,7 @@ from ..layers.compile import compile_hot_path
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..graphs.prefill import PREFILL_LENGTHS, PrefillGraphs, plan_groups
+from ..kernels import short_attention
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
 from ..slots import SlotLayout, SlotSpeechLM
 from . import checkpoint
@@ -217,6 +218,8 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     def _fuse_projections(self) -> None:
         self.talker.fuse_projections()
+        fused = self.use_fused_predictor and short_attention.is_available(self.device)
+        self.talker.code_predictor.model.use_short_cache_attention(self.config.talker.num_code_groups if fused else 0)
 
     def _compile(self) -> None:
         """Inductor fuses each decoder layer (talker and predictor) and the sampling chain for the decode

@@ -1,0 +1,168 @@
+"""Attention over a short per-frame cache (the code predictor's 16 positions) as one Triton kernel per layer.
+
+A code-predictor step attends over at most `num_code_groups` keys per row, rewritten every frame. Compiled
+PyTorch runs each layer's attention of a step as the q/k RMSNorm and RoPE (one Inductor kernel), the two
+cache writes, and a general flash-attention kernel over those few keys: at 128 rows the flash kernel alone
+was 1.84 ms of a 14.8 ms frame on an H200 (BENCHMARKS.md, "Where an LM frame's time goes"). This kernel does
+all of it in one launch, one program per (batch row, KV head): it normalises and rotates the step's keys,
+writes them and the values to the cache, and attends each of the KV head's query heads over the row's keys,
+with the keys and values of the whole row in registers (16 × head_dim per tensor).
+
+The math is `decoder.Attention`'s: per-head RMSNorm (rounded once to the model's dtype, as `F.rms_norm`
+does on CUDA), rotate-half RoPE with the sign-folded sin, softmax(q·k / sqrt(head_dim)) over keys at
+positions <= the query's own, in float32. `short_cache_attention_reference` is the same function in
+PyTorch (the tests' reference). The kernel runs on CUDA, and on the CPU under Triton's interpreter
+(`TRITON_INTERPRET=1`, for tests); a machine without Triton keeps the PyTorch path.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+try:
+    import triton
+    import triton.language as tl
+    from torch.library import triton_op, wrap_triton
+except ImportError:  # CPU-only installs: the predictor keeps the PyTorch attention
+    triton = None
+
+OP_NAME = "voxlane::short_cache_attention"
+
+
+def is_available(device: torch.device) -> bool:
+    """Whether the kernel runs for tensors on `device`: CUDA with Triton, or the CPU under Triton's interpreter."""
+    if triton is None:
+        return False
+    return torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def max_keys_for(num_positions: int) -> int:
+    """The kernel's key block for a cache of num_positions per row (a power of two, at least 16)."""
+    return max(16, 1 << (num_positions - 1).bit_length())
+
+
+def short_cache_attention_reference(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
+                                    eps: float, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                                    write_index: torch.Tensor, key_starts: torch.Tensor, k_cache: torch.Tensor,
+                                    v_cache: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """qkv [B, T, (heads + 2 kv_heads) * D] (the fused projection's output), q/k_weight [D] or None (no q/k
+    norm), cos/sin [B, T, 1, D], positions / write_index [B, T] int64, key_starts [B] int64 (a row's first
+    cache position; its key j sits at key_starts + j), k/v_cache [pool, kv_heads, D] (written in place)
+    -> [B, T, heads * D]."""
+    b, t, _ = qkv.shape
+    dim = cos.shape[-1]
+    q, k, v = qkv.split((num_heads * dim, num_kv_heads * dim, num_kv_heads * dim), dim=-1)
+    q, k, v = q.view(b, t, num_heads, dim), k.view(b, t, num_kv_heads, dim), v.view(b, t, num_kv_heads, dim)
+    if q_weight is not None:
+        q, k = F.rms_norm(q, (dim,), q_weight, eps), F.rms_norm(k, (dim,), k_weight, eps)
+    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    k_cache[write_index], v_cache[write_index] = k.to(k_cache.dtype), v.to(v_cache.dtype)
+    max_keys = max_keys_for(int(positions.max()) + 1)
+    keys = torch.arange(max_keys, device=qkv.device)
+    index = (key_starts[:, None] + keys).clamp(max=k_cache.shape[0] - 1)  # [B, K]
+    mask = keys[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, K]
+    out = F.scaled_dot_product_attention(q.transpose(1, 2).float(), k_cache[index].transpose(1, 2).float(),
+                                         v_cache[index].transpose(1, 2).float(), attn_mask=mask, enable_gqa=True)
+    return out.transpose(1, 2).reshape(b, t, num_heads * dim).to(qkv.dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x32 = x.float()
+    return (x32 * cos.float() + x32.roll(x.shape[-1] // 2, dims=-1) * sin.float()).to(x.dtype)
+
+
+def short_cache_attention(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
+                          eps: float, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                          write_index: torch.Tensor, key_starts: torch.Tensor, k_cache: torch.Tensor,
+                          v_cache: torch.Tensor, num_heads: int, num_kv_heads: int, max_keys: int) -> torch.Tensor:
+    """`short_cache_attention_reference` as one kernel launch; max_keys: `max_keys_for` the row's positions (no
+    query's position may reach it). Traceable by torch.compile (a `triton_op`)."""
+    return torch.ops.voxlane.short_cache_attention(qkv, q_weight, k_weight, eps, cos, sin, positions, write_index,
+                                                   key_starts, k_cache, v_cache, num_heads, num_kv_heads, max_keys)
+
+
+if triton is not None:
+    @triton.jit
+    def _norm_rope(x_ptr, weight_ptr, d, rolled, cos, sin, eps, D: tl.constexpr, HAS_NORM: tl.constexpr):
+        """One head's D values: RMSNorm (rounded to the input's dtype, as F.rms_norm) then RoPE, in float32."""
+        x = tl.load(x_ptr + d).to(tl.float32)
+        x_rolled = tl.load(x_ptr + rolled).to(tl.float32)
+        if HAS_NORM:
+            r = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)
+            x = (x * r * tl.load(weight_ptr + d).to(tl.float32)).to(x_ptr.dtype.element_ty).to(tl.float32)
+            x_rolled = (x_rolled * r * tl.load(weight_ptr + rolled).to(tl.float32)).to(
+                x_ptr.dtype.element_ty).to(tl.float32)
+        return x * cos + x_rolled * sin
+
+    @triton.jit
+    def _short_cache_attention_kernel(
+            qkv_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, sin_ptr, positions_ptr, write_ptr, starts_ptr,
+            k_cache_ptr, v_cache_ptr, out_ptr,
+            stride_qkv, stride_cos_b, stride_cos_t, stride_pos_b, stride_pos_t, stride_write_b, stride_write_t,
+            stride_starts, stride_cache_pos, stride_cache_head, stride_out, eps, scale,
+            T: tl.constexpr, HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
+            MAX_KEYS: tl.constexpr, HAS_NORM: tl.constexpr):
+        b = tl.program_id(0)
+        kv = tl.program_id(1)
+        group: tl.constexpr = HEADS // KV_HEADS
+        d = tl.arange(0, D)
+        rolled = (d + D // 2) % D
+        keys = tl.arange(0, MAX_KEYS)
+        start = tl.load(starts_ptr + b * stride_starts)
+        # the row's keys and values before this step's first token, from the cache
+        first = tl.load(positions_ptr + b * stride_pos_b)
+        cached = (keys < first)[:, None]
+        at = (start + keys)[:, None] * stride_cache_pos + kv * stride_cache_head + d[None, :]
+        k_all = tl.load(k_cache_ptr + at, mask=cached, other=0.0).to(tl.float32)
+        v_all = tl.load(v_cache_ptr + at, mask=cached, other=0.0).to(tl.float32)
+        # this step's keys and values: written to the cache, and put in place in the registers' copy
+        for t in tl.static_range(T):
+            row = qkv_ptr + (b * T + t) * stride_qkv
+            pos = tl.load(positions_ptr + b * stride_pos_b + t * stride_pos_t)
+            cos = tl.load(cos_ptr + b * stride_cos_b + t * stride_cos_t + d).to(tl.float32)
+            sin = tl.load(sin_ptr + b * stride_cos_b + t * stride_cos_t + d).to(tl.float32)
+            k = _norm_rope(row + (HEADS + kv) * D, k_weight_ptr, d, rolled, cos, sin, eps, D, HAS_NORM)
+            k = k.to(k_cache_ptr.dtype.element_ty)
+            v = tl.load(row + (HEADS + KV_HEADS + kv) * D + d).to(v_cache_ptr.dtype.element_ty)
+            write = tl.load(write_ptr + b * stride_write_b + t * stride_write_t)
+            tl.store(k_cache_ptr + write * stride_cache_pos + kv * stride_cache_head + d, k)
+            tl.store(v_cache_ptr + write * stride_cache_pos + kv * stride_cache_head + d, v)
+            here = (keys == pos)[:, None]
+            k_all = tl.where(here, k.to(tl.float32)[None, :], k_all)
+            v_all = tl.where(here, v.to(tl.float32)[None, :], v_all)
+        # each query head of this KV head, over the keys at positions <= its own
+        for t in tl.static_range(T):
+            row = qkv_ptr + (b * T + t) * stride_qkv
+            pos = tl.load(positions_ptr + b * stride_pos_b + t * stride_pos_t)
+            cos = tl.load(cos_ptr + b * stride_cos_b + t * stride_cos_t + d).to(tl.float32)
+            sin = tl.load(sin_ptr + b * stride_cos_b + t * stride_cos_t + d).to(tl.float32)
+            visible = keys <= pos
+            for g in tl.static_range(group):
+                head = kv * group + g
+                q = _norm_rope(row + head * D, q_weight_ptr, d, rolled, cos, sin, eps, D, HAS_NORM)
+                q = q.to(qkv_ptr.dtype.element_ty).to(tl.float32)
+                scores = tl.where(visible, tl.sum(q[None, :] * k_all, axis=1) * scale, float("-inf"))
+                weights = tl.exp(scores - tl.max(scores, axis=0))
+                o = tl.sum(weights[:, None] * v_all, axis=0) / tl.sum(weights, axis=0)
+                tl.store(out_ptr + (b * T + t) * stride_out + head * D + d, o.to(out_ptr.dtype.element_ty))
+
+    @triton_op(OP_NAME, mutates_args={"k_cache", "v_cache"})
+    def _short_cache_attention_op(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
+                                  eps: float, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                                  write_index: torch.Tensor, key_starts: torch.Tensor, k_cache: torch.Tensor,
+                                  v_cache: torch.Tensor, num_heads: int, num_kv_heads: int,
+                                  max_keys: int) -> torch.Tensor:
+        b, t, _ = qkv.shape
+        dim = cos.shape[-1]
+        out = torch.empty((b, t, num_heads * dim), dtype=qkv.dtype, device=qkv.device)
+        has_norm = q_weight is not None
+        wrap_triton(_short_cache_attention_kernel)[(b, num_kv_heads)](
+            qkv, q_weight if has_norm else cos, k_weight if has_norm else cos, cos, sin, positions, write_index,
+            key_starts, k_cache, v_cache, out,
+            qkv.stride(1), cos.stride(0), cos.stride(1), positions.stride(0), positions.stride(1),
+            write_index.stride(0), write_index.stride(1), key_starts.stride(0), k_cache.stride(0), k_cache.stride(1), out.stride(1),
+            eps, dim ** -0.5, T=t, HEADS=num_heads, KV_HEADS=num_kv_heads, D=dim, MAX_KEYS=max_keys,
+            HAS_NORM=has_norm)
+        return out
