@@ -6,8 +6,9 @@
 #   micro     the CUDA-only tests of the kernel and of the decode path, then the LM frame profile at batch 1, 32
 #             and 128 (context 256, compiled as the engine runs it), fused and with --no-fused-predictor:
 #             lm_fused.{txt,json}, lm_unfused.{txt,json}, profile.md (about 7 minutes with a cold cache)
-#   capacity  both servers (`voxlane`, `voxlane+fp=0`) started at once (tools/figures.py): idle time to first
-#             audio (SEQUENTIAL one at a time) and the 90 % capacity on the shared workload capped at 6 s
+#   capacity  TESTS (default: the kernel's; empty: none), then both servers (`voxlane`, `voxlane+fp=0`) started at
+#             once (tools/figures.py, KV_GB of KV cache each): idle time to first audio (SEQUENTIAL one at a time)
+#             and the 90 % capacity on the shared workload capped at 6 s
 source tools/device_env.sh "$@" || exit 1
 model=${MODEL:-qwen3-tts-1.7b}
 export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-4}
@@ -26,11 +27,13 @@ case ${PART:?PART=micro|capacity} in
       > "$out/profile.md"
     head -40 "$out/profile.md" ;;
   capacity)
+    [ -z "${TESTS-x}" ] || timeout ${TESTS_S:-150} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/unit/test_short_attention.py} \
+      2>&1 | tail -6 | tee "$out/cuda_tests.txt"
     state=${STATE:-/tmp/voxlane-fused}
     mkdir -p "$state"
     timeout ${FIGURES_S:-500} python3 -m tools.figures --state "$state" --model "$model" \
       --workload .devdata/librispeech_pc_test_clean.tsv --duration ${DURATION:-6} --sequential ${SEQUENTIAL:-30} \
-      --stop-after-s $(( ${FIGURES_S:-500} - 60 )) \
+      --stop-after-s $(( ${FIGURES_S:-500} - 60 )) --kv-cache-gb ${KV_GB:-20} \
       --jobs ${JOBS:-voxlane:poisson:${RATES:-32/40}:1:4:4 voxlane+fp=0:poisson:${RATES:-32/40}:1:4:4} \
       > "$state/figures.log" 2>&1
     grep -E '^\{"label|Error|Traceback' "$state/figures.log" | cut -c1-700 | tail -30

@@ -75,8 +75,9 @@ def test_same_seed_same_tokens_different_seed_different_tokens_under_graphs(cuda
 
 @needs_cuda
 def test_cuda_kernels_match_the_cpu_reference():
-    """Fused projections, fused RMSNorm and varlen flash attention (bf16) against the plain fp32 CPU
-    code on the same weights: prefill logits, then a decode token and both predictor windows."""
+    """Fused projections, fused RMSNorm, varlen flash attention and the predictor's one-kernel attention (bf16)
+    against the plain fp32 CPU code on the same weights: prefill logits, then a decode token and both predictor
+    windows."""
     cuda = Qwen3TTSLM.from_config(small_config(), device="cuda", dtype=torch.bfloat16, seed=0)
     with torch.device("meta"):
         cpu = Qwen3TTSLM(small_config(), cuda.tokenizer)
@@ -93,7 +94,9 @@ def test_cuda_kernels_match_the_cpu_reference():
                       torch.tensor(positions, device=lm.device), lm._memory.kv) for lm in (cuda, cpu)]
     assert_close(*outs)
     y = torch.randn(2, 3, cpu.config.talker.hidden_size)
-    outs = [predictor_windows(lm, y) for lm in (cuda, cpu)]
+    with torch.no_grad():  # as the engine decodes: the predictor's one-kernel attention is inference only
+        outs = [predictor_windows(lm, y) for lm in (cuda, cpu)]
+    assert cuda.talker.code_predictor.model.layers[0].self_attn.short_cache_keys == 16
     assert_close(outs[0][0], outs[1][0])
     assert_close(outs[0][1], outs[1][1])
 

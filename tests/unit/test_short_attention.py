@@ -154,3 +154,18 @@ def test_the_switch_turns_the_kernel_off_again():
     assert {layer.self_attn.short_cache_keys for layer in stack.layers} == {0}
     assert short_attention.max_keys_for(16) == 16 and short_attention.max_keys_for(17) == 32
     assert short_attention.max_keys_for(3) == 16
+
+
+@runs_kernel
+def test_with_gradients_on_the_predictor_keeps_pytorch_s_attention():
+    """The kernel has no backward: where autograd records (outside the engine's no_grad), the plain path runs."""
+    lm = Qwen3TTSLM.from_config(predictor_config(), device=DEVICE, dtype=torch.float32, seed=0)
+    lm.talker.fuse_projections()
+    lm.talker.code_predictor.model.use_short_cache_attention(16)
+    lm.allocate_slots(2, 64)
+    predictor, cache = lm.talker.code_predictor, lm._memory.predictor_kv
+    y = torch.randn(1, 2, lm.config.talker.hidden_size, device=DEVICE)
+    hidden = predictor(y, predictor.frame_step(1, cache, y.device, y.dtype).window(0, 2), cache)
+    hidden.sum().backward()
+    attention = predictor.model.layers[0].self_attn
+    assert attention.q_norm.weight.grad is not None and attention.k_norm.weight.grad.abs().sum() > 0

@@ -265,7 +265,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         """x: [B, T, hidden]; k_cache, v_cache: [pool, kv_heads, head_dim] (written in place)."""
-        if self.short_cache_keys:
+        if self.short_cache_keys and not torch.is_grad_enabled():  # the kernel has no backward: inference only
             return self.o_proj(self._short_cache_attention(x, step, k_cache, v_cache))
         b, t, _ = x.shape
         q, k, v = self.project(x)
