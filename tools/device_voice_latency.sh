@@ -5,19 +5,20 @@
 # `qwen3-tts-1.7b` (CustomVoice, preset voices), both `--partition none` (one GPU holds one MPS daemon, and the
 # comparison is of request paths, not of SM shares); then tools/voice_latency.py: the voice_encoder lane's
 # latency per reference length, and TTFA for an inline reference, a registered voice and a preset voice.
-# Writes OUT_DIR/voice_latency.{txt,json} and both tritonserver logs.
+# Writes OUT_DIR/voice_latency.{txt,json} and both tritonserver logs. KV_GB: each server's KV cache (default 20).
 source tools/device_env.sh "$@" || exit 1
 python3 - "$out" <<'PY' 2>&1 | grep -v "^[IWE][0-9]" | tee "$out/voice_latency.txt"
-import sys, threading, time
+import os, sys, threading, time
 from pathlib import Path
 from clients.serve import ServeConfig, Server
 from clients.triton_launch import Ports
 from tools import voice_latency
 
 out = Path(sys.argv[1])
-servers = {"base": Server(ServeConfig(model="qwen3-tts-1.7b-base", device="cuda", partition="none",
+kv_gb = float(os.environ.get("KV_GB", "20"))  # each server's KV pool: two starting at once would each size theirs to the free memory
+servers = {"base": Server(ServeConfig(model="qwen3-tts-1.7b-base", device="cuda", partition="none", kv_cache_gb=kv_gb,
                                       ports=Ports(8000, 8001, 8002)), log_path=out / "tritonserver-base.log"),
-           "preset": Server(ServeConfig(model="qwen3-tts-1.7b", device="cuda", partition="none",
+           "preset": Server(ServeConfig(model="qwen3-tts-1.7b", device="cuda", partition="none", kv_cache_gb=kv_gb,
                                         ports=Ports(8010, 8011, 8012)), log_path=out / "tritonserver-preset.log")}
 started = time.perf_counter()
 threads = [threading.Thread(target=s.start, kwargs=dict(timeout_s=300)) for s in servers.values()]
