@@ -233,7 +233,7 @@ class FrameBench:
 def print_header(args: argparse.Namespace, device: torch.device) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"# {name} torch {torch.__version__} model {args.model} bf16 | compiled {args.compile} | fused predictor "
-          f"{args.fused_predictor} | "
+          f"{args.fused_predictor} (launch {os.environ.get('VOXLANE_SHORT_ATTENTION_LAUNCH', 'default')}) | "
           f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', 'unset')}")
     if device.type == "cuda":
         print(f"# L2 cache {torch.cuda.get_device_properties(device).L2_cache_size / 2**20:.0f} MiB")

@@ -69,15 +69,17 @@ def on_device(inputs: dict) -> dict:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("num_tokens,first", [(2, 0), (1, 2), (1, 9), (1, 15)])
 @pytest.mark.parametrize("normed", [True, False])
-def test_the_kernel_is_its_reference(dtype, num_tokens, first, normed):
+@pytest.mark.parametrize("heads_per_program", [0, 1])
+def test_the_kernel_is_its_reference(dtype, num_tokens, first, normed, heads_per_program):
     """Output and both caches (every position: the step's keys written where they belong, nothing else touched),
-    GQA 4 heads over 2, the predictor's first step (2 tokens) and later ones."""
+    GQA 4 heads over 2, the predictor's first step (2 tokens) and later ones; a program per KV head's group, or
+    per query head (the group's first writes the keys)."""
     inputs = on_device(random_step(3, num_tokens, first, 4, 2, 32, dtype))
     if not normed:
         inputs.update(q_weight=None, k_weight=None)
     expected_inputs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     expected = short_attention.short_cache_attention_reference(**expected_inputs)
-    got = short_attention.short_cache_attention(**inputs, max_keys=16)
+    got = short_attention.short_cache_attention(**inputs, max_keys=16, heads_per_program=heads_per_program)
     tolerance = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=4e-2, rtol=2e-2)
     torch.testing.assert_close(got.float(), expected.float(), **tolerance)
     torch.testing.assert_close(inputs["k_cache"].float(), expected_inputs["k_cache"].float(), **tolerance)

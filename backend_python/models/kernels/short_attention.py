@@ -29,6 +29,9 @@ except ImportError:  # CPU-only installs: the predictor keeps the PyTorch attent
     triton = None
 
 OP_NAME = "voxlane::short_cache_attention"
+# (query heads per program, warps per program): 0 heads = a KV head's whole group. The tuning knob
+# VOXLANE_SHORT_ATTENTION_LAUNCH="HEADS,WARPS" overrides it (`clients/microbench/short_attention.py` times them).
+LAUNCH = tuple(int(v) for v in os.environ.get("VOXLANE_SHORT_ATTENTION_LAUNCH", "0,4").split(","))
 
 
 def is_available(device: torch.device) -> bool:
@@ -76,11 +79,14 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 def short_cache_attention(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
                           eps: float, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                           write_index: torch.Tensor, key_starts: torch.Tensor, k_cache: torch.Tensor,
-                          v_cache: torch.Tensor, num_heads: int, num_kv_heads: int, max_keys: int) -> torch.Tensor:
+                          v_cache: torch.Tensor, num_heads: int, num_kv_heads: int, max_keys: int,
+                          heads_per_program: int = 0, num_warps: int = 0) -> torch.Tensor:
     """`short_cache_attention_reference` as one kernel launch; max_keys: `max_keys_for` the row's positions (no
-    query's position may reach it). Traceable by torch.compile (a `triton_op`)."""
+    query's position may reach it); heads_per_program (a divisor of the group), num_warps: 0 = `LAUNCH`.
+    Traceable by torch.compile (a `triton_op`)."""
     return torch.ops.voxlane.short_cache_attention(qkv, q_weight, k_weight, eps, cos, sin, positions, write_index,
-                                                   key_starts, k_cache, v_cache, num_heads, num_kv_heads, max_keys)
+                                                   key_starts, k_cache, v_cache, num_heads, num_kv_heads, max_keys,
+                                                   heads_per_program, num_warps)
 
 
 if triton is not None:
@@ -103,10 +109,14 @@ if triton is not None:
             stride_qkv, stride_cos_b, stride_cos_t, stride_pos_b, stride_pos_t, stride_write_b, stride_write_t,
             stride_starts, stride_cache_pos, stride_cache_head, stride_out, eps, scale,
             T: tl.constexpr, HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
-            MAX_KEYS: tl.constexpr, HAS_NORM: tl.constexpr):
+            MAX_KEYS: tl.constexpr, HAS_NORM: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr):
+        """Program (b, p): query heads p * HEADS_PER_PROGRAM onward of row b (one KV head's group, or a part of
+        it); the program holding its group's first head writes the KV head's new keys and values."""
         b = tl.program_id(0)
-        kv = tl.program_id(1)
+        first_head = tl.program_id(1) * HEADS_PER_PROGRAM
         group: tl.constexpr = HEADS // KV_HEADS
+        kv = first_head // group
+        writes = (first_head % group) == 0
         d = tl.arange(0, D)
         rolled = (d + D // 2) % D
         keys = tl.arange(0, MAX_KEYS)
@@ -127,8 +137,8 @@ if triton is not None:
             k = k.to(k_cache_ptr.dtype.element_ty)
             v = tl.load(row + (HEADS + KV_HEADS + kv) * D + d).to(v_cache_ptr.dtype.element_ty)
             write = tl.load(write_ptr + b * stride_write_b + t * stride_write_t)
-            tl.store(k_cache_ptr + write * stride_cache_pos + kv * stride_cache_head + d, k)
-            tl.store(v_cache_ptr + write * stride_cache_pos + kv * stride_cache_head + d, v)
+            tl.store(k_cache_ptr + write * stride_cache_pos + kv * stride_cache_head + d, k, mask=(d < D) & writes)
+            tl.store(v_cache_ptr + write * stride_cache_pos + kv * stride_cache_head + d, v, mask=(d < D) & writes)
             here = (keys == pos)[:, None]
             k_all = tl.where(here, k.to(tl.float32)[None, :], k_all)
             v_all = tl.where(here, v.to(tl.float32)[None, :], v_all)
@@ -139,8 +149,8 @@ if triton is not None:
             cos = tl.load(cos_ptr + b * stride_cos_b + t * stride_cos_t + d).to(tl.float32)
             sin = tl.load(sin_ptr + b * stride_cos_b + t * stride_cos_t + d).to(tl.float32)
             visible = keys <= pos
-            for g in tl.static_range(group):
-                head = kv * group + g
+            for g in tl.static_range(HEADS_PER_PROGRAM):
+                head = first_head + g
                 q = _norm_rope(row + head * D, q_weight_ptr, d, rolled, cos, sin, eps, D, HAS_NORM)
                 q = q.to(qkv_ptr.dtype.element_ty).to(tl.float32)
                 scores = tl.where(visible, tl.sum(q[None, :] * k_all, axis=1) * scale, float("-inf"))
@@ -152,17 +162,18 @@ if triton is not None:
     def _short_cache_attention_op(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
                                   eps: float, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                                   write_index: torch.Tensor, key_starts: torch.Tensor, k_cache: torch.Tensor,
-                                  v_cache: torch.Tensor, num_heads: int, num_kv_heads: int,
-                                  max_keys: int) -> torch.Tensor:
+                                  v_cache: torch.Tensor, num_heads: int, num_kv_heads: int, max_keys: int,
+                                  heads_per_program: int = 0, num_warps: int = 0) -> torch.Tensor:
         b, t, _ = qkv.shape
         dim = cos.shape[-1]
         out = torch.empty((b, t, num_heads * dim), dtype=qkv.dtype, device=qkv.device)
         has_norm = q_weight is not None
-        wrap_triton(_short_cache_attention_kernel)[(b, num_kv_heads)](
+        per_program = heads_per_program or LAUNCH[0] or num_heads // num_kv_heads
+        wrap_triton(_short_cache_attention_kernel)[(b, num_heads // per_program)](
             qkv, q_weight if has_norm else cos, k_weight if has_norm else cos, cos, sin, positions, write_index,
             key_starts, k_cache, v_cache, out,
             qkv.stride(1), cos.stride(0), cos.stride(1), positions.stride(0), positions.stride(1),
             write_index.stride(0), write_index.stride(1), key_starts.stride(0), k_cache.stride(0), k_cache.stride(1), out.stride(1),
             eps, dim ** -0.5, T=t, HEADS=num_heads, KV_HEADS=num_kv_heads, D=dim, MAX_KEYS=max_keys,
-            HAS_NORM=has_norm)
+            HAS_NORM=has_norm, HEADS_PER_PROGRAM=per_program, num_warps=num_warps or LAUNCH[1])
         return out
