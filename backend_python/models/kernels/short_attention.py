@@ -31,7 +31,7 @@ except ImportError:  # CPU-only installs: the predictor keeps the PyTorch attent
 OP_NAME = "voxlane::short_cache_attention"
 # (query heads per program, warps per program): 0 heads = a KV head's whole group. The tuning knob
 # VOXLANE_SHORT_ATTENTION_LAUNCH="HEADS,WARPS" overrides it (`clients/microbench/short_attention.py` times them).
-LAUNCH = tuple(int(v) for v in os.environ.get("VOXLANE_SHORT_ATTENTION_LAUNCH", "0,4").split(","))
+LAUNCH = tuple(int(v) for v in os.environ.get("VOXLANE_SHORT_ATTENTION_LAUNCH", "1,1").split(","))
 
 
 def is_available(device: torch.device) -> bool:
