@@ -113,7 +113,7 @@ class ChunkChannel:
         while True:
             try:
                 stream_id, kind, payload = conn.recv()
-            except (EOFError, OSError):  # the LM closed it, or died: LMWatch reports a dead LM
+            except (EOFError, OSError):  # the LM closed it, or died: LaneWatch reports a dead LM
                 break
             except Exception:  # closed under us by close(), or a malformed message
                 if self._is_closed or conn.closed:

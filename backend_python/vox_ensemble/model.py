@@ -5,7 +5,7 @@ runs the stream's relay (relay.py: start it on the LM, then route, decode and se
 order) and sends the final response with the `Ended` it returns. Codec calls block, so each
 request gets its own thread; `execute` returns None at once. What goes back to the client passes
 through the outlet (outlet.py). Around the streams: a cancel watch (cancel_watch.py), an LM watch
-(lm_watch.py) and the lanes' health (lane_health.py).
+(lane_watch.py) and the lanes' health (lane_health.py).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from backend_python.vox_ensemble.cancel_watch import CancelWatch
 from backend_python.vox_ensemble.codec_lanes import CodecLanes
 from backend_python.stub_common.lane_health import HealPolicy, LaneHealth, ModelControl
 from backend_python.vox_ensemble.lm_client import LMClient
-from backend_python.vox_ensemble.lm_watch import LMWatch
+from backend_python.vox_ensemble.lane_watch import LaneWatch
 from backend_python.vox_ensemble.outlet import FINAL, Outlet, error_response
 from backend_python.vox_ensemble.relay import Relay
 from backend_python.vox_ensemble.stream import Job, PendingReference, as_numpy, typed_request
@@ -74,15 +74,15 @@ class RouterModel:
         self.cancel_watch = CancelWatch(self.lm.cancel)
         self.cancel_watch.start()
         self.outlet = Outlet(self.metrics, self.cancel_watch)
-        self.lm_watch = LMWatch(StubWatch(LM).is_dead, self._on_lm_dead,
-                                has_streams=lambda: self.outlet.num_live > 0,
-                                is_lm_available=lambda: self.lane_health.unavailable(LM) is None)
+        self.lm_watch = LaneWatch(StubWatch(LM).is_dead, self._on_lm_dead,
+                                  has_streams=lambda: self.outlet.num_live > 0,
+                                  is_lane_available=lambda: self.lane_health.unavailable(LM) is None)
         self.lm_watch.start()
         # a codec lane's dead stub is noticed by its process too, not only by the next chunk that fails on it:
         # under load every chunk may go to the urgent lane and leave a dead background lane unhealed
-        self.codec_watches = [LMWatch(StubWatch(model).is_dead, functools.partial(self._on_codec_dead, model),
-                                      has_streams=lambda: True,
-                                      is_lm_available=functools.partial(self._is_in_service, model))
+        self.codec_watches = [LaneWatch(StubWatch(model).is_dead, functools.partial(self._on_codec_dead, model),
+                                        has_streams=lambda: True,
+                                        is_lane_available=functools.partial(self._is_in_service, model), name=model)
                               for model in (CODEC, CODEC_URGENT)]
         for watch in self.codec_watches:
             watch.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from backend_python.vox_ensemble.live_streams import LiveStreams
-from backend_python.vox_ensemble.lm_watch import LMWatch
+from backend_python.vox_ensemble.lane_watch import LaneWatch
 from protocol.reasons import DONE, Ended, EndReason
 
 LM_DIED = Ended(EndReason.LANE_DOWN, "the LM died")
@@ -72,7 +72,7 @@ def watch(is_dead: bool, has_streams: bool = True, available: bool = True):
     def probe() -> bool:
         probes.append(1)
         return is_dead
-    return LMWatch(probe, lambda: dead.append(1), lambda: has_streams, lambda: available), dead, probes
+    return LaneWatch(probe, lambda: dead.append(1), lambda: has_streams, lambda: available), dead, probes
 
 
 def test_a_probe_that_finds_the_stub_gone_reports_the_dead_lm():
