@@ -32,6 +32,7 @@ WATCHED = {ROUTER: 0.0, VOICE_REGISTRY: 0.0, VOICE_ENCODER: 3.0}  # model -> sec
 # the router stays unloaded this long before its load: every gateway's readiness poll (each 0.5 s) sees it
 # unloaded, and ends the streams that were in flight on it (an unload and a load can take 0.3 s in all)
 ROUTER_HOLD_S = 2.0
+MAX_RETRY_GAP_S = 30.0  # a load that keeps failing is tried again after 1, 2, 4, … periods, at most this far apart
 
 
 class ModelWatch:
@@ -42,6 +43,7 @@ class ModelWatch:
         self.restarts = {model: 0 for model in models}
         self._gone_since: dict[str, float] = {}
         self._owed: set[str] = set()  # unloaded by this watch, not yet loaded again: a failed load is tried again
+        self._retry: dict[str, tuple[float, float]] = {}  # owed model -> (next try, gap after a failure there)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="model-watch", daemon=True)
 
@@ -61,7 +63,7 @@ class ModelWatch:
             running, now = server_processes(self.server_pid), time.monotonic()
             owed = sorted(self._owed)
             for model in owed:
-                if not self._stop.is_set():
+                if not self._stop.is_set() and time.monotonic() >= self._retry.get(model, (0.0, 0.0))[0]:
                     self._load(model, time.monotonic())
             for model, grace_s in self.models.items():
                 if model in owed:  # its new stub is looked for next round
@@ -91,14 +93,18 @@ class ModelWatch:
             self._load(model, started)
 
     def _load(self, model: str, started: float) -> None:
-        """Loads a model this watch unloaded; one whose load failed stays owed, and is tried again next round
-        (nobody else would: Triton calls it not ready, which the watch otherwise leaves alone)."""
+        """Loads a model this watch unloaded; one whose load failed stays owed, and is tried again, each time after
+        twice the gap before (nobody else would: Triton calls it not ready, which the watch otherwise leaves alone;
+        a load that keeps failing is not hammered)."""
         try:
             self._post(f"/v2/repository/models/{model}/load")
         except (OSError, urllib.error.URLError) as exc:
-            log.warning("loading %s failed, trying again: %s", model, exc)
+            gap = min(MAX_RETRY_GAP_S, 2 * self._retry[model][1] if model in self._retry else self.period_s)
+            self._retry[model] = (time.monotonic() + gap, gap)
+            log.warning("loading %s failed, trying again in %.1f s: %s", model, gap, exc)
             return
         self._owed.discard(model)
+        self._retry.pop(model, None)
         self.restarts[model] += 1
         log.warning("%s reloaded in %.1f s", model, time.monotonic() - started)
 

@@ -93,3 +93,25 @@ def test_a_load_that_failed_is_tried_again_until_it_holds(monkeypatch):
     run_briefly(watch)
     assert calls == ["/v2/repository/models/vox_ensemble/unload"] + ["/v2/repository/models/vox_ensemble/load"] * 3, calls
     assert watch.restarts["vox_ensemble"] == 1 and "vox_ensemble" in running
+
+
+def test_a_load_that_keeps_failing_is_tried_again_less_and_less_often(monkeypatch):
+    """Each failed load doubles the wait before the next (from the watch's period): a server that cannot load the
+    model is not asked every period for ever."""
+    running = {"voice_registry": 2, "voice_encoder": 3}
+    calls = fake_server(monkeypatch, running, {"vox_ensemble", "voice_registry", "voice_encoder"})
+    tries: list[float] = []
+    unloading = ModelWatch._post
+
+    def failing(self, path):
+        if path.endswith("/load"):
+            tries.append(time.monotonic())
+            raise OSError("load failed")
+        unloading(self, path)
+    monkeypatch.setattr(ModelWatch, "_post", failing)
+    watch = ModelWatch("http://x", 1, period_s=0.01)
+    run_briefly(watch, 0.6)
+    gaps = [later - earlier for earlier, later in zip(tries, tries[1:])]
+    assert 3 <= len(tries) <= 8, tries  # every period for 0.6 s would be about 60
+    assert all(gap >= 0.01 * 2 ** i for i, gap in enumerate(gaps)), gaps
+    assert watch.restarts["vox_ensemble"] == 0 and "vox_ensemble" not in running
