@@ -25,7 +25,7 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.stub_common import fault_inject
+from backend_python.stub_common import fault_inject, unloads
 from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
 from backend_python.stub_common.params import set_up_lane
 
@@ -75,6 +75,7 @@ class CodecModel:
         return responses
 
     def finalize(self) -> None:
+        unloads.mark_unloaded()  # an unload, not a death, for the router's watch of this lane
         self._heap.stop()
 
     def _decode_isolated(self, windows: list, faulty: list[bool]) -> list:

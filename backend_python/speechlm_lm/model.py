@@ -31,6 +31,7 @@ from backend_python.speechlm_lm.prompt_options import option_kwargs, prompt_opti
 from backend_python.speechlm_lm.reference import check_can_clone, voice_reference
 from backend_python.speechlm_lm.sinks import FINAL, ChannelSink, ResponseSink, error_response
 from backend_python.speechlm_lm.text import SpeakableText
+from backend_python.stub_common import unloads
 from backend_python.stub_common.chunk_channel import CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients, ChannelError
 from backend_python.stub_common.metrics import LMMetrics, LMPhaseMetrics
 from backend_python.stub_common.params import set_up_lane
@@ -273,6 +274,7 @@ class LMModel:
             raise RequestError(error)
 
     def finalize(self) -> None:
+        unloads.mark_unloaded()  # an unload, not a death, for the router's watch of this lane
         self.phase_metrics.stop()
         self.engine.stop()
         self.channels.close()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from backend_python.stub_common import unloads
+
 PROC = Path("/proc")
 STUB = b"triton_python_backend_stub"
 
@@ -64,14 +66,15 @@ class StubWatch:
         """True once the stub found earlier has died (False while it lives or is not found yet).
 
         A stub replaced by a live one (an operator's reload: the old stub exits after the new one
-        started) is not a death: the new one is watched instead."""
+        started) is not a death: the new one is watched instead. Nor is a stub that Triton unloaded (the
+        server's shutdown, an operator's unload): it left its mark (`unloads.py`)."""
         if self._pid is None:
             self._pid = find_stub(self.model, self._parent_pid, self._proc)
             return False
         if is_alive(self._pid, self._proc):
             return False
-        self._pid = find_stub(self.model, self._parent_pid, self._proc)
+        gone, self._pid = self._pid, find_stub(self.model, self._parent_pid, self._proc)
         if self._pid is not None and is_alive(self._pid, self._proc):
             return False
-        self._pid = None  # found again after the router's reload
-        return True
+        self._pid = None  # found again after a reload
+        return not unloads.was_unloaded(gone, self._parent_pid)

@@ -1,8 +1,10 @@
 """Finding a sibling model's stub process in /proc and noticing its death (a fake /proc tree)."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
+from backend_python.stub_common import unloads
 from backend_python.vox_ensemble.stub_process import StubWatch, find_stub, is_alive
 
 SERVER = 100
@@ -61,3 +63,22 @@ def test_a_stub_replaced_by_a_live_one_is_no_death(tmp_path):
     assert not watch.is_dead() and not watch.is_dead()
     (proc / "206" / "stat").write_bytes(f"206 (triton_python_b) Z {SERVER} 1 1".encode())
     assert watch.is_dead()  # the new one's death is seen
+
+
+def test_a_stub_that_triton_unloaded_is_no_death(tmp_path, monkeypatch):
+    """At the server's shutdown (or an operator's unload) a lane's stub exits after its finalize marked it: the
+    watch must not take that for a death (it would reload the lane); a stub gone without the mark died."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    proc = fake_proc(tmp_path)
+    codec, lm = StubWatch("codec", SERVER, proc), StubWatch("speechlm_lm", SERVER, proc)
+    assert not codec.is_dead() and not lm.is_dead()
+    unloads.mark_unloaded(pid=201, server_pid=SERVER)  # the codec lane's finalize
+    for pid in (201, 202):
+        (proc / str(pid) / "stat").write_bytes(f"{pid} (triton_python_b) Z {SERVER} 1 1".encode())
+    assert not codec.is_dead()  # unloaded
+    assert lm.is_dead()  # killed
+    assert not unloads.was_unloaded(201, SERVER)  # the watch took the mark
+    add_process(proc, 207, SERVER, "/x/triton_python_backend_stub /run/codec/1/model.py 1")
+    assert not codec.is_dead()  # loaded again: watched
+    (proc / "207" / "stat").write_bytes(f"207 (triton_python_b) Z {SERVER} 1 1".encode())
+    assert codec.is_dead()  # and its death is one
