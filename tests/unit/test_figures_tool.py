@@ -49,3 +49,8 @@ def test_a_servers_name_may_override_its_chunk_plan_for_a_sweep():
     for bad in ("voxlane+speed=2@higgs-v3-4b", "voxlane+first=x", "nosuch+first=1"):
         with pytest.raises(ValueError):
             parse_job(f"{bad}:poisson:12:1:0:1")
+
+
+def test_a_servers_name_may_turn_the_fused_predictor_off():
+    assert server_fields("voxlane+fp=0") == {"fused_predictor": False}
+    assert server_fields("voxlane+fp=1") == {"fused_predictor": True}
