@@ -475,3 +475,10 @@ class Codec(nn.Module, ABC):
         """Each window's samples after its left context, out of a padded batch's audio [B', T' * spf]."""
         spf = self.samples_per_frame
         return [audio[row, context * spf: codes.shape[0] * spf] for row, (codes, context) in enumerate(windows)]
+
+
+def to_device(values: list, device: torch.device) -> torch.Tensor:
+    """A small host list as a device tensor, copied without a wait for the device (pageable memory is
+    staged at once; the device reads it in stream order). `torch.tensor(values, device=cuda)` would
+    synchronise with the decode step in flight, which undoes the engine's overlapped step."""
+    return torch.tensor(values).to(device, non_blocking=True)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import DecodeBatch, Prompt
+from .base import DecodeBatch, Prompt, to_device
 from .graphs.buffers import batch_buckets
 from .layers.decoder import KVCache
 from .layers.qwen2 import Qwen2Backbone, Qwen2Config
@@ -227,9 +227,9 @@ class SpeechTokenLM(SlotSpeechLM):
             raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds the cache's {mem.kv.max_seq_len}")
         embeds = self.prompt_embeddings(prompt)[None]  # [1, L, H]
         length = embeds.shape[1]
-        rows, positions = torch.tensor([slot], device=self.device), torch.arange(length, device=self.device)[None]
+        rows, positions = to_device([slot], self.device), torch.arange(length, device=self.device)[None]
         mem.hidden[slot] = self.hidden_states(embeds, rows, positions, self._require_memory().kv.upto(length))[0, -1]
-        mem.seen[slot] = False
+        mem.seen[slot].fill_(False)  # a fill: an item assignment would wait for the step in flight
         min_frames, max_frames = self.frame_limits(prompt)
         self._states[slot] = TokenSlotState(position=length, min_frames=min_frames, max_frames=max_frames)
 

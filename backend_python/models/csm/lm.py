@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference
+from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference, to_device
 from ..graphs.buffers import batch_buckets
 from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
 from ..layers.decoder import KVCache
@@ -183,7 +183,7 @@ class CsmLM(SlotSpeechLM):
         if prompt.num_tokens > mem.kv.max_seq_len:
             raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds max_seq_len {mem.kv.max_seq_len}")
         embeds = self._prompt_embeds(prompt)[None]  # [1, L, H]
-        rows = torch.tensor([slot], device=self.device)
+        rows = to_device([slot], self.device)
         positions = torch.arange(embeds.shape[1], device=self.device)[None]  # [1, L]
         hidden = self.backbone_model.run(embeds, rows, positions, mem.kv)  # [1, H]
         mem.hidden[slot], mem.logits[slot] = hidden[0], self.lm_head(hidden)[0].float()
@@ -214,7 +214,7 @@ class CsmLM(SlotSpeechLM):
         for s in states:
             s.position += 1
         is_eos = (codes[:, :-1] == self.config.codebook_eos_token_id).all(dim=1)
-        return codes, is_eos & ~torch.tensor(batch.ignore_eos, device=codes.device)
+        return codes, is_eos & ~to_device(batch.ignore_eos, codes.device)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..base import DecodeBatch, Prompt, VoiceReference
+from ..base import DecodeBatch, Prompt, VoiceReference, to_device
 from ..graphs.buffers import batch_buckets
 from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
 from ..layers.decoder import DecoderStack, KVCache, Step
@@ -199,7 +199,7 @@ class HiggsV3LM(SlotSpeechLM):
         if prompt.num_tokens > mem.kv.max_seq_len:
             raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds max_seq_len {mem.kv.max_seq_len}")
         embeds = self.prompt_embeds(prompt)[None]  # [1, L, H]
-        rows = torch.tensor([slot], device=self.device)
+        rows = to_device([slot], self.device)
         positions = torch.arange(embeds.shape[1], device=self.device)[None]
         hidden = self.model.run(embeds, rows, positions, mem.kv)  # [1, H]
         mem.logits[slot] = self.audio_logits(hidden)[0]

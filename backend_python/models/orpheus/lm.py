@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from protocol.quoting import quoted
 
-from ..base import DecodeBatch, Prompt, VoiceReference
+from ..base import DecodeBatch, Prompt, VoiceReference, to_device
 from ..graphs.buffers import batch_buckets
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
@@ -141,8 +141,8 @@ class OrpheusLM(SlotSpeechLM):
         mem = self._require_memory()
         if prompt.num_tokens > mem.kv.max_seq_len:
             raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds the cache's {mem.kv.max_seq_len}")
-        ids = prompt.tensors["input_ids"].to(self.device)[None]  # [1, L]
-        rows = torch.tensor([slot], device=self.device)
+        ids = prompt.tensors["input_ids"].to(self.device, non_blocking=True)[None]  # [1, L]
+        rows = to_device([slot], self.device)
         positions = torch.arange(ids.shape[1], device=self.device)[None]
         mem.hidden[slot] = self.backbone(ids, rows, positions, self._require_memory().kv.upto(ids.shape[1]))[0]
         mem.seen[slot] = False

@@ -15,7 +15,7 @@ import torch
 
 from protocol.quoting import quoted
 
-from ..base import DecodeBatch, Prompt, PromptOptions, VoiceReference
+from ..base import DecodeBatch, Prompt, PromptOptions, VoiceReference, to_device
 from ..graphs.buffers import batch_buckets
 from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
 from ..layers.compile import compile_hot_path
@@ -30,7 +30,7 @@ from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
 from .presets import build_tiny_tokenizer
 from .prompt import (AUTO_LANGUAGE, NUM_REF_SUFFIX_TOKENS, NUM_ROLE_TOKENS, assistant_text, instruct_text,
                      make_prompt, make_reference_prompt, pad_embedding, prefill_embeddings, prompt_embeddings, reference_text,
-                     resolve_language, speaker_embedding, to_device, trailing_embeddings)
+                     resolve_language, speaker_embedding, trailing_embeddings)
 from .voice_encoder import REF_CODES
 from .talker import Talker
 from .text_feed import Qwen3TextFeed

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ..base import AUTO_LANGUAGE, Prompt, VoiceReference
+from ..base import AUTO_LANGUAGE, Prompt, VoiceReference, to_device
 from .config import Qwen3TTSConfig
 from .talker import Talker
 from .voice_encoder import REF_CODES, SPEAKER_EMBEDDING
@@ -207,12 +207,6 @@ def trailing_embeddings(cfg: Qwen3TTSConfig, talker: Talker, ids, with_eos: bool
     if with_eos:
         ids = torch.cat((ids, torch.tensor([cfg.tts_eos_token_id])))
     return talker.embed_text(ids.to(device, non_blocking=True))
-
-
-def to_device(values: list, device: torch.device) -> torch.Tensor:
-    """A small host list as a device tensor, copied without a wait for the device (pageable memory is
-    staged at once; the device reads it in stream order)."""
-    return torch.tensor(values).to(device, non_blocking=True)
 
 
 @torch.no_grad()

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference
+from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference, to_device
 from ..graphs.buffers import batch_buckets
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
@@ -196,7 +196,7 @@ class ZonosLM(SlotSpeechLM):
         if prompt.num_tokens > mem.kv.max_seq_len:
             raise ValueError(f"prompt of {prompt.num_tokens} positions exceeds max_seq_len {mem.kv.max_seq_len}")
         prefixes = self.prefixes(prompt)  # [2, P, d_model]
-        rows = torch.tensor([slot, slot + mem.uncond_offset], device=self.device)
+        rows = to_device([slot, slot + mem.uncond_offset], self.device)
         positions = torch.arange(prefixes.shape[1], device=self.device).expand(2, -1)
         self.backbone(prefixes, rows, positions, mem.kv.upto(prefixes.shape[1]))
         mem.row[slot] = mem.prev_row[slot] = self.config.masked_token_id
