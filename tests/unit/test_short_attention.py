@@ -171,3 +171,11 @@ def test_with_gradients_on_the_predictor_keeps_pytorch_s_attention():
     hidden.sum().backward()
     attention = predictor.model.layers[0].self_attn
     assert attention.q_norm.weight.grad is not None and attention.k_norm.weight.grad.abs().sum() > 0
+
+
+def test_the_launch_knob_takes_heads_and_warps_and_names_a_bad_value():
+    assert short_attention.launch_setting(None) == short_attention.DEFAULT_LAUNCH == (1, 1)
+    assert short_attention.launch_setting("2,4") == (2, 4)
+    for bad in ("2", "a,b", "1,3", "-1,1"):
+        with pytest.raises(ValueError, match="VOXLANE_SHORT_ATTENTION_LAUNCH"):
+            short_attention.launch_setting(bad)

@@ -29,9 +29,26 @@ except ImportError:  # CPU-only installs: the predictor keeps the PyTorch attent
     triton = None
 
 OP_NAME = "voxlane::short_cache_attention"
-# (query heads per program, warps per program): 0 heads = a KV head's whole group. The tuning knob
+# (query heads per program, warps per program): 0 heads = a KV head's whole group. One head on one warp was the
+# fastest on an H200 at 1, 32 and 128 rows (BENCHMARKS.md, "Item 2, first part"). The tuning knob
 # VOXLANE_SHORT_ATTENTION_LAUNCH="HEADS,WARPS" overrides it (`clients/microbench/short_attention.py` times them).
-LAUNCH = tuple(int(v) for v in os.environ.get("VOXLANE_SHORT_ATTENTION_LAUNCH", "1,1").split(","))
+DEFAULT_LAUNCH = (1, 1)
+
+
+def launch_setting(text: str | None) -> tuple[int, int]:
+    """`HEADS,WARPS` (VOXLANE_SHORT_ATTENTION_LAUNCH) -> (heads per program, warps); None: the default."""
+    if text is None:
+        return DEFAULT_LAUNCH
+    try:
+        heads, warps = (int(value) for value in text.split(","))
+    except ValueError:
+        raise ValueError(f"VOXLANE_SHORT_ATTENTION_LAUNCH must be HEADS,WARPS (e.g. 1,1), got {text!r}") from None
+    if heads < 0 or warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"VOXLANE_SHORT_ATTENTION_LAUNCH: heads >= 0 and warps one of 1, 2, 4, 8, 16, got {text!r}")
+    return heads, warps
+
+
+LAUNCH = launch_setting(os.environ.get("VOXLANE_SHORT_ATTENTION_LAUNCH"))
 
 
 def is_available(device: torch.device) -> bool:
