@@ -16,7 +16,7 @@ import json
 import torch
 
 from backend_python.models.kernels import short_attention
-from backend_python.models.layers.decoder import KVCache, Step, attend, apply_rope, rope_cos_sin_of
+from backend_python.models.layers.decoder import Attention, KVCache, Step, apply_rope
 
 HEADS, KV_HEADS, DIM, POSITIONS = 16, 8, 128, 16
 SETTINGS = [(heads, warps) for heads in (2, 1) for warps in (1, 2, 4, 8)]
@@ -26,11 +26,9 @@ def inputs(batch: int, device: torch.device) -> dict:
     qkv = torch.randn(batch, 1, (HEADS + 2 * KV_HEADS) * DIM, device=device, dtype=torch.bfloat16)
     cache = KVCache.allocate(1, batch, KV_HEADS, POSITIONS, DIM, device, torch.bfloat16)
     positions = torch.full((batch, 1), 8, device=device)
-    inv_freq = 1.0 / (1000000.0 ** (torch.arange(0, DIM, 2, device=device).float() / DIM))
-    cos, sin = rope_cos_sin_of(positions, inv_freq, torch.bfloat16)
     step = Step.build(torch.arange(batch, device=device), positions, DIM, 1000000.0, cache, torch.bfloat16)
     weight = torch.ones(DIM, device=device, dtype=torch.bfloat16)
-    return dict(qkv=qkv, q_weight=weight, k_weight=weight, eps=1e-6, cos=cos, sin=sin, positions=positions,
+    return dict(qkv=qkv, q_weight=weight, k_weight=weight, eps=1e-6, cos=step.cos, sin=step.sin, positions=positions,
                 write_index=step.write_index, key_starts=cache.row_starts.clone(), k_cache=cache.k[0],
                 v_cache=cache.v[0], num_heads=HEADS, num_kv_heads=KV_HEADS, step=step)
 
@@ -43,9 +41,7 @@ def torch_path(args: dict) -> torch.Tensor:
     q = torch.nn.functional.rms_norm(q.view(b, 1, HEADS, DIM), (DIM,), args["q_weight"], 1e-6)
     k = torch.nn.functional.rms_norm(k.view(b, 1, KV_HEADS, DIM), (DIM,), args["k_weight"], 1e-6)
     q, k = apply_rope(q, step.cos, step.sin), apply_rope(k, step.cos, step.sin)
-    args["k_cache"][step.write_index] = k
-    args["v_cache"][step.write_index] = v.view(b, 1, KV_HEADS, DIM)
-    return attend(q, args["k_cache"], args["v_cache"], step)
+    return Attention.write_and_attend(q, k, v.view(b, 1, KV_HEADS, DIM), step, args["k_cache"], args["v_cache"])
 
 
 def time_call(call, calls_per_graph: int = 50, replays: int = 20) -> float:

@@ -4,9 +4,10 @@ A code-predictor step attends over at most `num_code_groups` keys per row, rewri
 PyTorch runs each layer's attention of a step as the q/k RMSNorm and RoPE (one Inductor kernel), the two
 cache writes, and a general flash-attention kernel over those few keys: at 128 rows the flash kernel alone
 was 1.84 ms of a 14.8 ms frame on an H200 (BENCHMARKS.md, "Where an LM frame's time goes"). This kernel does
-all of it in one launch, one program per (batch row, KV head): it normalises and rotates the step's keys,
-writes them and the values to the cache, and attends each of the KV head's query heads over the row's keys,
-with the keys and values of the whole row in registers (16 × head_dim per tensor).
+all of it in one launch, one program per (batch row, query head) by default (`LAUNCH`): it normalises and
+rotates the step's keys, the group's first program writes them and the values to the cache, and each program
+attends its query head over the row's keys, with the keys and values of the whole row in registers
+(16 × head_dim per tensor).
 
 The math is `decoder.Attention`'s: per-head RMSNorm (rounded once to the model's dtype, as `F.rms_norm`
 does on CUDA), rotate-half RoPE with the sign-folded sin, softmax(q·k / sqrt(head_dim)) over keys at
