@@ -37,9 +37,11 @@ MAX_RETRY_GAP_S = 30.0  # a load that keeps failing is tried again after 1, 2, 4
 
 class ModelWatch:
     def __init__(self, http_url: str, server_pid: int, control_key: str | None = None,
-                 models: dict[str, float] = WATCHED, period_s: float = 0.5, unload_wait_s: float = 30.0) -> None:
+                 models: dict[str, float] = WATCHED, period_s: float = 0.5, unload_wait_s: float = 30.0,
+                 router_hold_s: float = ROUTER_HOLD_S) -> None:
         self.http_url, self.server_pid, self.control_key = http_url, server_pid, control_key
         self.models, self.period_s, self.unload_wait_s = models, period_s, unload_wait_s
+        self.router_hold_s = router_hold_s
         self.restarts = {model: 0 for model in models}
         self._gone_since: dict[str, float] = {}
         self._owed: set[str] = set()  # unloaded by this watch, not yet loaded again: a failed load is tried again
@@ -58,9 +60,9 @@ class ModelWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
-            if not is_alive(self.server_pid):
+            if not self._server_is_alive():
                 return  # the server is gone (another one may serve these ports later: not ours to heal)
-            running, now = server_processes(self.server_pid), time.monotonic()
+            running, now = self._stubs(), time.monotonic()
             owed = sorted(self._owed)
             for model in owed:
                 if not self._stop.is_set() and time.monotonic() >= self._retry.get(model, (0.0, 0.0))[0]:
@@ -88,7 +90,7 @@ class ModelWatch:
         while self._is_ready(model) and time.monotonic() < deadline and not self._stop.is_set():
             time.sleep(0.1)  # in Triton 2.51 a load right after an unload can be lost (lane_health.py)
         if model == ROUTER:
-            self._stop.wait(ROUTER_HOLD_S)
+            self._stop.wait(self.router_hold_s)
         if not self._stop.is_set():
             self._load(model, started)
 
@@ -107,6 +109,15 @@ class ModelWatch:
         self._retry.pop(model, None)
         self.restarts[model] += 1
         log.warning("%s reloaded in %.1f s", model, time.monotonic() - started)
+
+    # the server's side, a method each: a test's watch replaces these, never the module's functions (a live
+    # server's own watch in the same process would call the replacements too)
+    def _server_is_alive(self) -> bool:
+        return is_alive(self.server_pid)
+
+    def _stubs(self) -> dict[str, int]:
+        """The server's processes by model name (tritonserver's own under its name)."""
+        return server_processes(self.server_pid)
 
     def _post(self, path: str) -> None:
         headers = {ADMIN_KEY_HEADER: self.control_key} if self.control_key else {}
