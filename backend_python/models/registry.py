@@ -69,7 +69,8 @@ def families() -> list[Family]:
     from backend_python.models.flashtts import family as flashtts
     from backend_python.models.higgs_v3 import family as higgs_v3
     from backend_python.models.zonos import family as zonos
-    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts, higgs_v3, zonos]
+    from backend_python.models.voxtral import family as voxtral
+    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts, higgs_v3, zonos, voxtral]
 
 
 def preset_names() -> list[str]:

@@ -52,11 +52,13 @@ TalkFn = Callable[[FrameInputs, torch.Tensor], None]  # (inputs, frame_embed [B,
 
 
 def eager_frame(predict: PredictFn, talk: TalkFn, noise_width: int, batch: DecodeBatch, floats: torch.Tensor,
-                ints: torch.Tensor, text_embeds: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+                ints: torch.Tensor, text_embeds: list[torch.Tensor], device: torch.device,
+                noise_every_row: bool = False) -> torch.Tensor:
     """The unpadded, ungraphed frame (CPU): skips the sampling work no row needs. floats [n, 3], ints [n, 5]
-    host columns; text_embeds: n device tensors [H] -> codes [n, G] int64."""
+    host columns; text_embeds: n device tensors [H] -> codes [n, G] int64. `noise_every_row`: greedy rows
+    draw noise too (see `FrameGraphs.noise_every_row`)."""
     noise = torch.ones(len(text_embeds), noise_width, device=device)
-    draw_noise(noise, batch.sampling, batch.generators)
+    draw_noise(noise, batch.sampling, batch.generators, noise_every_row)
     inputs = FrameInputs.from_columns(floats.to(device, non_blocking=True), ints.to(device, non_blocking=True),
                                       noise, torch.stack(text_embeds), **host_flags(batch.sampling))
     codes, frame_embed = predict(inputs)
@@ -72,6 +74,9 @@ class FrameGraphs(FrameBuffers):
                  dtype: torch.dtype) -> None:
         super().__init__(buckets, scratch_row, noise_width, num_codebooks, device)
         self.predict, self.talk = predict, talk
+        # True: every row draws its noise, greedy ones too (a flow head starts each frame from noise whatever
+        # the sampling); False: greedy rows keep stale noise, which their argmax never reads
+        self.noise_every_row = False
         size = buckets[-1]
         self.text_embed = torch.zeros(size, hidden_size, device=device, dtype=dtype)
         self.frame_embed = torch.zeros(size, hidden_size, device=device, dtype=dtype)
@@ -93,7 +98,7 @@ class FrameGraphs(FrameBuffers):
              params: list[SamplingParams], generators: list[torch.Generator], bucket: int) -> None:
         """Write one frame's inputs into the static buffers, padding rows n..bucket-1."""
         self.fill_columns(floats, ints, bucket)
-        draw_noise(self.noise, params, generators)
+        draw_noise(self.noise, params, generators, self.noise_every_row)
         torch.stack(text_embeds, out=self.text_embed[:len(text_embeds)])
 
     def run_predictor(self, bucket: int, graphed: bool) -> None:

@@ -67,11 +67,13 @@ def host_flags(params: list[SamplingParams]) -> dict[str, bool]:
                 any_top_p=any(p.top_p < 1.0 for p in params))
 
 
-def draw_noise(out: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> None:
+def draw_noise(out: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator],
+               every_row: bool = False) -> None:
     """Fill row b of out ([>= B, N] float32) with Exp(1) noise from generators[b], for sampled rows only
-    (greedy rows keep whatever they hold: `sample` ignores it). One kernel per sampled row."""
+    (greedy rows keep whatever they hold: `sample` ignores it), or for every row where the frame needs noise
+    whatever the sampling (a flow head's starting point). One kernel per drawn row."""
     for row, (p, generator) in enumerate(zip(params, generators)):
-        if not p.is_greedy:
+        if every_row or not p.is_greedy:
             out[row].exponential_(generator=generator)
 
 

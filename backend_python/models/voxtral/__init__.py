@@ -1,0 +1,1 @@
+"""Voxtral-TTS (Mistral): a Ministral-shaped backbone, a flow-matching acoustic head per frame, and the Voxtral codec."""
