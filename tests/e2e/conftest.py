@@ -22,7 +22,7 @@ from clients.triton_launch import Ports
 
 DEFAULT_PRESET = "qwen3-tts-tiny"
 FAMILY_PRESETS = ["qwen3-tts-tiny", "csm-tiny", "orpheus-tiny", "cosyvoice3-tiny", "flashtts-tiny",
-                  "higgs-v3-tiny", "zonos-tiny"]
+                  "higgs-v3-tiny", "zonos-tiny", "voxtral-tiny"]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from .config import CodecConfig
 from .flow_head import FeedForward
 
 LEFT_CONTEXT_FRAMES = 25  # vllm-omni's streaming context (`codec_left_context_frames`); the reach is shorter
+RANDOM_OUTPUT_GAIN = 0.5  # random weights: the last conv's gain, so a random decode stays mostly inside [-1, 1]
 weight_norm = nn.utils.parametrizations.weight_norm
 
 
@@ -189,6 +190,7 @@ class VoxtralCodec(Codec):
                     shape = (-1,) + (1,) * (module.parametrizations.weight.original1.dim() - 1)
                     module.parametrizations.weight.original0.copy_(norms.view(shape) * fan_in ** -0.5)
             codec.quantizer.semantic_codebook.embedding_sum.normal_(0.0, 1.0, generator=generator)
+            codec.output_proj.conv.parametrizations.weight.original0.mul_(RANDOM_OUTPUT_GAIN)
         return codec.eval()
 
     def fold_weight_norm(self) -> "VoxtralCodec":
@@ -208,10 +210,11 @@ class VoxtralCodec(Codec):
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes [B, T, 37] -> audio [B, T * 1920] float32."""
+        """codes [B, T, 37] -> audio [B, T * 1920] float32, clipped to [-1, 1] (the decoder has no tanh; the
+        reference warns past full scale and leaves the clipping to the PCM encoding)."""
         dtype = self.output_proj.conv.weight.dtype
         x = self.latent(codes.to(self.device)).to(dtype)
         for block in self.decoder_blocks:
             x = block(x.transpose(1, 2)).transpose(1, 2) if isinstance(block, CodecStage) else block(x)
         x = self.output_proj(x)  # [B, patch, steps]
-        return x.transpose(1, 2).reshape(x.shape[0], -1).float()
+        return x.transpose(1, 2).reshape(x.shape[0], -1).float().clamp(-1.0, 1.0)

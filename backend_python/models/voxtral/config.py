@@ -224,7 +224,8 @@ class VoxtralConfig:
                                          "audio_token_id", "begin_audio_token_id") if k in audio}
         ours = {k: d["voxlane"][k] for k in ("repeat_audio_text_token_id", "next_audio_text_token_id")
                 if k in d.get("voxlane", {})}
-        extra = {k: v for k, v in d.items() if k not in _names(BackboneConfig) and k not in ("multimodal", "voxlane")}
+        extra = {k: v for k, v in d.items()
+                 if k not in _names(BackboneConfig) and k not in ("multimodal", "voxlane", "model_type")}
         return cls(backbone, flow_config, codec, frame_rate=encoding["frame_rate"],
                    bos_token_id=multimodal.get("bos_token_id", 1), extra=extra, **scalars, **ours)
 

@@ -23,7 +23,7 @@ def resolve_voice(voices: tuple[str, ...], voice: str | None) -> str:
     if voice is None:
         return voices[0]
     if voice not in voices:
-        raise ValueError(f"unknown voice {quoted(voice)}; this model's voices: {', '.join(voices)}")
+        raise ValueError(f"unknown voice {quoted(voice)}; known voices: {list(voices)}")
     return voice
 
 
