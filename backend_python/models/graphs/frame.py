@@ -1,7 +1,8 @@
-"""CUDA graphs for one two-stage decode frame, per batch-size bucket (Qwen3-TTS and CSM).
+"""CUDA graphs for one two-stage decode frame, per batch-size bucket (Qwen3-TTS, CSM, Higgs Audio, Voxtral-TTS).
 
-The stages are named for Qwen3-TTS: the *predictor* (CSM: the depth decoder) and the *talker* (CSM:
-the backbone); each family passes its own `predict` and `talk` functions. Orpheus's one-stage frame
+The stages are named for Qwen3-TTS: the *predictor* (CSM: the depth decoder; Higgs Audio: the fused audio
+head; Voxtral-TTS: the flow head, an ODE rather than sampled steps) and the *talker* (the backbone); each
+family passes its own `predict` and `talk` functions. Orpheus's one-stage frame
 is `graphs/step.py`.
 
 Per bucket two graphs share one memory pool: the *predictor* graph (codebook-0 sampling with
