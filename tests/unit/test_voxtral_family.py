@@ -17,7 +17,7 @@ from backend_python.models.voxtral.codec import LEFT_CONTEXT_FRAMES, VoxtralCode
 from backend_python.models.voxtral.config import PARAMS_FILE, VoxtralConfig
 from backend_python.models.voxtral.lm import VoxtralLM
 from backend_python.models.voxtral.presets import VOICES, preset_config, voxtral_4b
-from tests.unit.lm_graph_helpers import assert_padded_equals_eager
+from tests.unit.lm_graph_helpers import assert_graph_replay_equals_eager, assert_padded_equals_eager, needs_cuda
 
 WINDOW_TOLERANCE = 1e-5  # a window's new samples against a full decode: the decoder is causal
 
@@ -194,3 +194,18 @@ def test_the_full_shape_is_the_published_params():
         lm = VoxtralLM(c, tokenizer=None, voice_embeddings={})
     num_parameters = sum(p.numel() for p in lm.parameters())
     assert 3.7e9 < num_parameters < 4.2e9, num_parameters  # "4B": 3.4B backbone and embeddings, 0.4B head
+
+
+# ---- CUDA ------------------------------------------------------------------------------------
+@needs_cuda
+@pytest.mark.parametrize("num_rows", [3, 4])
+def test_graph_replay_equals_the_eager_step_on_cuda(num_rows):
+    """The 4B shape with 2 backbone layers and a 1-layer flow head, bf16: the CUDA-graph replay of the frame (the
+    flow's 7 guided steps inside it) is its eager twin, greedy and sampled rows mixed."""
+    from dataclasses import replace
+
+    config = voxtral_4b()
+    config = replace(config, backbone=replace(config.backbone, n_layers=2), flow=replace(config.flow, n_layers=1))
+    lm = VoxtralLM.from_config(config, device="cuda", dtype=torch.bfloat16, seed=0)
+    params = [SamplingParams(temperature=0.9, top_k=50, top_p=0.9), SamplingParams(temperature=0.0)] * 2
+    assert_graph_replay_equals_eager(lm, params[:num_rows], 10, config.semantic_codebook_size)
