@@ -27,6 +27,7 @@ from torch import nn
 from ..base import DecodeBatch, Prompt, VoiceReference, to_device
 from ..graphs.buffers import batch_buckets
 from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
+from ..layers.compile import compile_hot_path
 from ..layers.decoder import DecoderStack, KVCache, Step
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, host_columns, sample
@@ -63,10 +64,12 @@ class Backbone(DecoderStack):
             layer.self_attn.q_norm, layer.self_attn.k_norm = nn.Identity(), nn.Identity()
         self.backbone = b
 
-    def run(self, embeds: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """embeds [B, T, D], rows [B], positions [B, T] -> the last hidden state [B, D] (normed)."""
+    def run(self, embeds: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+            compiled: bool = False) -> torch.Tensor:
+        """embeds [B, T, D], rows [B], positions [B, T] -> the last hidden state [B, D] (normed). `compiled`: the
+        decode frame's compiled layers, where `_compile` made them (prefill's many shapes keep the plain ones)."""
         step = Step.build(rows, positions, self.backbone.head_dim, self.backbone.rope_theta, cache, embeds.dtype)
-        return self(embeds, step, cache, compiled=False)[:, -1]
+        return self(embeds, step, cache, compiled=compiled)[:, -1]
 
 
 class VoxtralLM(SlotSpeechLM):
@@ -136,6 +139,14 @@ class VoxtralLM(SlotSpeechLM):
     # ---- memory and graphs ---------------------------------------------------------------------
     def _fuse_projections(self) -> None:
         self.model.fuse_projections()
+
+    def _compile(self) -> None:
+        """Inductor fuses each backbone layer and the flow head's whole guided flow (its Euler steps unrolled,
+        one graph per batch bucket) for the decode frame; the frame graphs then capture the compiled kernels
+        (compiling happens in their warm-up runs)."""
+        compile_hot_path((self.model,))
+        head = self.acoustic_transformer
+        head.acoustic_values = torch.compile(head.acoustic_values, fullgraph=True)
 
     def _allocate_memory(self, layout: SlotLayout) -> SlotMemory:
         c, b, device = self.config, self.config.backbone, self.device
@@ -215,5 +226,6 @@ class VoxtralLM(SlotSpeechLM):
 
     def _talk(self, inputs: FrameInputs, frame_embed: torch.Tensor) -> None:
         mem, rows = self._require_memory(), inputs.rows
-        hidden = self.model.run(frame_embed[:, None].to(mem.no_text.dtype), rows, inputs.positions[:, None], mem.kv)
+        hidden = self.model.run(frame_embed[:, None].to(mem.no_text.dtype), rows, inputs.positions[:, None], mem.kv,
+                                compiled=True)
         mem.hidden[rows] = hidden
