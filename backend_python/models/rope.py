@@ -1,4 +1,5 @@
-"""RoPE tables shared by the families' decoder stacks (the rotate-half convention of `layers.decoder.apply_rope`)."""
+"""RoPE shared by the families' decoder stacks and the fused kernels' references: the tables and the rotation
+(rotate-half convention)."""
 from __future__ import annotations
 
 import math
@@ -29,3 +30,9 @@ def llama3_scaled(inv_freq: torch.Tensor, factor: float, low_freq_factor: float,
     smoothed = (1 - smooth) * scaled / factor + smooth * scaled
     is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
     return torch.where(is_medium, smoothed, scaled)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [B, T, heads, head_dim], rotate-half convention: x*cos + cat(-x2, x1)*sin (the tables' sin has its
+    first half negated, so the rotation is a `roll`)."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin

@@ -22,6 +22,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from ..rope import apply_rope
+
 try:
     import triton
     import triton.language as tl
@@ -78,7 +80,7 @@ def short_cache_attention_reference(qkv: torch.Tensor, q_weight: torch.Tensor | 
     q, k, v = q.view(b, t, num_heads, dim), k.view(b, t, num_kv_heads, dim), v.view(b, t, num_kv_heads, dim)
     if q_weight is not None:
         q, k = F.rms_norm(q, (dim,), q_weight, eps), F.rms_norm(k, (dim,), k_weight, eps)
-    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    q, k = (apply_rope(x.float(), cos.float(), sin.float()).to(x.dtype) for x in (q, k))
     k_cache[write_index], v_cache[write_index] = k.to(k_cache.dtype), v.to(v_cache.dtype)
     max_keys = max_keys_for(int(positions.max()) + 1)
     keys = torch.arange(max_keys, device=qkv.device)
@@ -87,11 +89,6 @@ def short_cache_attention_reference(qkv: torch.Tensor, q_weight: torch.Tensor | 
     out = F.scaled_dot_product_attention(q.transpose(1, 2).float(), k_cache[index].transpose(1, 2).float(),
                                          v_cache[index].transpose(1, 2).float(), attn_mask=mask, enable_gqa=True)
     return out.transpose(1, 2).reshape(b, t, num_heads * dim).to(qkv.dtype)
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x32 = x.float()
-    return (x32 * cos.float() + x32.roll(x.shape[-1] // 2, dims=-1) * sin.float()).to(x.dtype)
 
 
 def short_cache_attention(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kernels import short_attention
-from ..rope import rope_cos_sin_of
+from ..rope import apply_rope, rope_cos_sin_of  # noqa: F401 (apply_rope: the layers' import)
 
 log = logging.getLogger("voxlane.models")
 VARLEN_DTYPES = (torch.float16, torch.bfloat16)
@@ -128,6 +128,11 @@ class Step:
         key_index = (starts[:, None] + keys).clamp(max=cache.num_positions - 1)
         return cls(rows, positions, cos, sin, write_index, cache.max_seq_len, mask, key_index)
 
+    @property
+    def row_starts(self) -> torch.Tensor:
+        """[B]: each row's first pool position (its key j sits at row_starts + j), on either path."""
+        return self.key_starts[:-1] if self.key_starts is not None else self.key_index[:, 0]
+
     def window(self, start: int, end: int) -> "Step":
         """The tokens start..end-1 of a step built over a whole (short) sequence."""
         positions = self.positions[:, start:end]
@@ -160,9 +165,6 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
     return rope_cos_sin_of(positions, inv_freq, dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, T, heads, head_dim], rotate-half convention: x*cos + cat(-x2, x1)*sin."""
-    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 class RMSNorm(nn.Module):
@@ -280,11 +282,10 @@ class Attention(nn.Module):
                                v_cache: torch.Tensor) -> torch.Tensor:
         """`forward` before o_proj as one kernel: x [B, T, hidden] -> [B, T, heads * head_dim]."""
         normed = isinstance(self.q_norm, RMSNorm)
-        key_starts = step.key_starts[:-1] if step.key_starts is not None else step.key_index[:, 0]
         return short_attention.short_cache_attention(
             F.linear(x, self.qkv, self.qkv_bias), self.q_norm.weight if normed else None,
             self.k_norm.weight if normed else None, self.q_norm.eps if normed else 0.0, step.cos, step.sin,
-            step.positions, step.write_index, key_starts, k_cache, v_cache, self.num_heads, self.num_kv_heads,
+            step.positions, step.write_index, step.row_starts, k_cache, v_cache, self.num_heads, self.num_kv_heads,
             self.short_cache_keys)
 
     @staticmethod
