@@ -40,6 +40,7 @@ from backend_python.engine.segments import Progress
 from backend_python.engine.chunk_cutter import ChunkCutter
 from backend_python.engine.launched_step import LaunchedStep
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
+from backend_python.engine.input_pieces import InputPieces, input_idle_endings
 from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, Occupancy, PhaseClock, StepTiming
 from backend_python.models.base import Codec, CodecWindowing, DecodeBatch, SpeechLM
@@ -78,6 +79,7 @@ class LMEngine:
         self._cancel_ids: set[str] = set()
         self._taken: dict[str, int] = {}  # flow updates not yet applied, by request id
         self._text = TextPieces()  # streaming-text pieces not yet applied
+        self._input = InputPieces()  # an interleaved model's input pieces not yet applied
         self._cancel_lock = threading.Lock()
         self._chunks = ChunkCutter(config.scheduler.chunking, CodecWindowing(
             config.codec_left_context_frames, config.codec_lookahead_frames, config.codec_overlap_frames))
@@ -134,6 +136,12 @@ class LMEngine:
         self._text.add(request_id, text, is_final, self._clock())
         self._inbox.put(None)  # wake the loop: the request may go on
 
+    def add_input(self, request_id: str, frames: torch.Tensor, is_final: bool) -> None:
+        """More input frames ([N, K] codes) for interleaved request `request_id` (from any thread; unknown ids are
+        ignored)."""
+        self._input.add(request_id, frames, is_final, self._clock())
+        self._inbox.put(None)  # wake the loop: the request may go on
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopped.set()
         self._inbox.put(None)
@@ -182,6 +190,8 @@ class LMEngine:
     def _needs_text(self, seq: Sequence) -> bool:
         if seq.is_segmented:
             return segments.is_blocked(seq)
+        if seq.prompt is not None and seq.prompt.input is not None and seq.slot is not None:
+            return self.model.is_waiting_for_input(seq.slot)
         return seq.is_text_open and self.model.is_waiting_for_text(seq.slot)
 
     def _collect(self, wait_s: float | None) -> None:
@@ -498,7 +508,8 @@ class LMEngine:
     def _apply_text(self) -> None:
         """Feed the text pieces that came; end the requests whose text was bad or stopped coming."""
         now, live = self._clock(), self._running + self._waiting
-        for seq, ended in self._text.apply(live) + idle_endings(live, now):
+        endings = self._text.apply(live) + self._input.apply(live)
+        for seq, ended in endings + idle_endings(live, now) + input_idle_endings(live, now):
             self._finish(seq, ended)
             if seq in self._waiting:
                 self._waiting.remove(seq)

@@ -109,9 +109,14 @@ class Sequence:
     def is_text_open(self) -> bool:
         return self.text is not None and not self.text.is_closed
 
+    @property
+    def is_input_open(self) -> bool:
+        """An interleaved model's stream whose input may still grow (models/input_feed.py)."""
+        return self.prompt is not None and self.prompt.input is not None and not self.prompt.input.is_closed
+
     def text_deadline(self) -> float | None:
-        """When its open text times out (engine clock); None when the text is whole."""
-        return self.text_at + self.text_idle_timeout_s if self.is_text_open else None
+        """When its open text, or its open input, times out (engine clock); None when it is whole."""
+        return self.text_at + self.text_idle_timeout_s if self.is_text_open or self.is_input_open else None
 
     def is_paused(self, now: float) -> bool:
         """Whether its client has fallen the bound behind: decode nothing for it now."""

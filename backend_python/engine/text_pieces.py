@@ -61,4 +61,4 @@ def idle_endings(live: list[Sequence], now: float) -> list[tuple[Sequence, Ended
     """Requests whose open text got no piece for their timeout."""
     return [(seq, Ended(EndReason.CANCELLED, f"stream cancelled: its text got no piece for {seq.text_idle_timeout_s:g} s "
                                              f"and was not closed (text_idle_timeout_s)", code=TEXT_IDLE_CODE))
-            for seq in live if (deadline := seq.text_deadline()) is not None and now >= deadline]
+            for seq in live if seq.is_text_open and now >= seq.text_at + seq.text_idle_timeout_s]

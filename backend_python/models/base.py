@@ -20,6 +20,7 @@ from torch import nn
 
 from backend_python.models.codec_stream import CodecStreamState, StreamCarry, split_states, stack_states
 from backend_python.models.delay_pattern import DelayPattern
+from backend_python.models.input_feed import InputFeed
 from protocol.tensors import REQUEST_INPUTS
 
 SAMPLING_SPECS = {name: REQUEST_INPUTS[name] for name in ("temperature", "top_k", "top_p", "repetition_penalty")}
@@ -74,6 +75,7 @@ class Prompt:
     num_tokens: int
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     text: "TextFeed | None" = None
+    input: "InputFeed | None" = None  # an interleaved model's input frames, more to come until it is closed
 
 
 class TextFeed(ABC):
@@ -245,6 +247,16 @@ class SpeechLM(nn.Module, ABC):
 
     def is_waiting_for_text(self, slot: int) -> bool:
         """Whether `slot`'s next frame needs a text token that has not arrived (its text is still open)."""
+        return False
+
+    # An interleaved model listens while it speaks: its prompt holds an `InputFeed` (models/input_feed.py) the
+    # engine appends the stream's input frames to as they come; it reads them in chunks of `input_chunk_frames`
+    # between its own chunks of output, and ends the stream once its output has caught up with a closed input.
+    takes_input = False
+    input_chunk_frames = 0
+
+    def is_waiting_for_input(self, slot: int) -> bool:
+        """Whether `slot`'s next frame needs input frames that have not arrived (its input is still open)."""
         return False
 
     @abstractmethod

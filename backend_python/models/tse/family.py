@@ -1,0 +1,70 @@
+"""tse as the registry will see it: presets, checkpoint detection, loaders. Its codec (both directions) and its
+speaker encoder are those of the model its config names (`codec_model`, a Qwen3-TTS Base preset or checkpoint),
+loaded through the registry: no family's code is imported.
+
+Not in the registry's list yet: the router does not take streamed input audio until issue 36's first item lands,
+and a model that takes no text would refuse every request the server can send it today.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from . import tiny
+from .config import MODEL_TYPE, TSEConfig
+from .lm import TSELM
+from .presets import preset_config
+
+name = "tse"
+tiny_presets = ("tse-tiny",)
+random_presets = ("tse-1.7b",)
+RANDOM_SEED = 0
+
+
+def is_checkpoint(path: Path) -> bool:
+    config = path / "config.json"
+    return config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
+
+
+def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
+    tiny.build_tiny_checkpoint(out_dir, seed=RANDOM_SEED)
+
+
+def _config(spec) -> TSEConfig:
+    return TSEConfig.from_dir(spec.checkpoint) if spec.checkpoint is not None else preset_config(spec.preset)
+
+
+def _codec_spec(spec):
+    from .. import registry
+    return registry.resolve(_config(spec).codec_model)
+
+
+def load_lm(spec, device: str, dtype: torch.dtype) -> TSELM:
+    if spec.checkpoint is not None:
+        return TSELM.from_pretrained(spec.checkpoint, device=device, dtype=dtype)
+    return TSELM.from_config(preset_config(spec.preset), device=device, dtype=dtype, seed=RANDOM_SEED)
+
+
+def load_codec(spec, device: str, dtype: torch.dtype):
+    from .. import registry
+    codec_spec = _codec_spec(spec)
+    return registry.family_of(codec_spec).load_codec(codec_spec, device, dtype)
+
+
+def load_voice_encoder(spec, device: str, dtype: torch.dtype):
+    """The codec model's encoder: the enrollment's x-vector, and an input chunk's codes (its `ref_codes`)."""
+    from .. import registry
+    codec_spec = _codec_spec(spec)
+    return registry.family_of(codec_spec).load_voice_encoder(codec_spec, device, dtype)
+
+
+def preset_voices(spec) -> tuple[str, ...]:
+    return ()
+
+
+def codec_left_context_frames(spec) -> int:
+    from .. import registry
+    codec_spec = _codec_spec(spec)
+    return registry.family_of(codec_spec).codec_left_context_frames(codec_spec)
