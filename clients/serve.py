@@ -14,7 +14,7 @@ from pathlib import Path
 
 from backend_python.engine.config import LOOKAHEAD_OVERRIDE, EngineConfig, KVLayout
 from scheduler.family_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max_seq_len, sm_shares,
-                                               takes_default_plan)
+                                               takes_default_plan, takes_input_audio)
 from backend_python.stub_common.params import LaneSettings
 from backend_python.stub_common.reference_inputs import ReferenceLimits
 from backend_python.stub_common.request_inputs import RequestLimits
@@ -277,8 +277,9 @@ class ServeConfig:
         reference = ReferenceLimits().to_parameters()  # the router checks a reference, the encoder lane again
         voices = self.voice_store_settings().to_parameters()
         if model_name == ROUTER_MODEL:
+            audio_in = {"takes_input_audio": str(takes_input_audio(self.model)).lower()}
             return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text, **reference,
-                    **voices}
+                    **voices, **audio_in}
         if model_name == models.VOICE_REGISTRY:
             keys = self.admin_keys or tuple(k for k in (self.exposure.admin_key,) if k)
             return {**voices, **reference, **({"admin_key_sha256": ",".join(map(key_hash, keys))} if keys else {})}

@@ -26,6 +26,9 @@ class TensorSpec:
     # a voice to clone: the router checks it and calls `voice_encoder`; the LM gets only what the encoder made
     # of it and, for in-context cloning, `ref_text` (REFERENCE_LM_INPUTS)
     is_reference: bool = False
+    # streamed input audio (an interleaved model's: AUDIO-IN sessions): the router checks it, has
+    # `voice_encoder` code it and hands the LM only the codes (INPUT_CODES)
+    is_input_audio: bool = False
 
     def bound_at_dtype(self, bound: float) -> float:
         """A documented bound as the input's dtype holds it: FP32 1e-6 arrives as 9.99999997e-07, and is in range."""
@@ -71,11 +74,16 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("ref_sample_rate", "INT32", np.int32, low=8000, high=48000, is_reference=True),
     TensorSpec("ref_text", "BYTES", np.object_, is_reference=True),  # its transcript: in-context cloning needs it
     TensorSpec("x_vector_only", "BOOL", np.bool_, default=False, is_reference=True),  # the speaker embedding only
+    # streamed input audio (issue 36): on a session's first request `input_sample_rate` opens an audio-in session
+    # (its pieces' rate, a multiple of 25 Hz), and every request of it may carry a piece of `input_audio`, mono PCM
+    # in [-1, 1] at that rate; its limits: AudioInLimits (backend_python/vox_ensemble/audio_sessions.py)
+    TensorSpec("input_audio", "FP32", np.float32, shape=(-1,), is_input_audio=True),
+    TensorSpec("input_sample_rate", "INT32", np.int32, low=8000, high=48000, is_input_audio=True),
 )}
 INPUT_NAMES = tuple(REQUEST_INPUTS)
 OPTIONAL_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if not spec.is_required)
 LM_INPUT_NAMES = tuple(name for name, spec in REQUEST_INPUTS.items()
-                       if not spec.is_output_option and not spec.is_reference)
+                       if not spec.is_output_option and not spec.is_reference and not spec.is_input_audio)
 SCALAR_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items()
                       if spec.triton_type != "BYTES" and spec.shape == (1,))
 REFERENCE_INPUTS = tuple(name for name, spec in REQUEST_INPUTS.items() if spec.is_reference)  # on a session's first
@@ -114,6 +122,14 @@ PLAYBACK_SPEED = "playback_speed"
 TEXT_OPEN = "text_open"
 TEXT_PIECE = "text_piece"
 TEXT_FINAL = "text_final"
+# Streamed input audio (an audio-in session): on a control request naming a live stream's id, `input_codes`
+# INT32 [N, K] are its next input frames as the voice encoder coded them (N may be 0), and `input_final`
+# BOOL = true closes its input.
+INPUT_CODES = "input_codes"
+INPUT_FINAL = "input_final"
+# The BLS request parameter (true) on the router's call to `voice_encoder` for a chunk of a stream's input
+# audio: the lane codes it whole (`ref_codes`), without a reference's length and level checks.
+INPUT_CHUNK_PARAMETER = "input_chunk"
 
 # A streaming-text session on `vox_ensemble` is a Triton sequence: its requests share a `sequence_id`,
 # the first has the sequence-start flag (and carries the voice and sampling inputs), later ones carry only
@@ -123,6 +139,8 @@ SEQUENCE_END = 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
 # The `code` of an error that answers one piece of a session: that piece is refused and changes nothing;
 # the session's stream goes on. Any other error ends the stream.
 PIECE_ERROR_CODES = ("bad_piece", "unknown_session", "session_closed", "session_ended")
+# An audio-in session is one too (`input_sample_rate` on its first request): its later requests carry only
+# `input_audio` pieces (and, if given, the same `input_sample_rate`), refused with the same codes.
 
 RESPONSE_OUTPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("audio", "FP32", np.float32, shape=(-1,)),  # mono PCM in [-1, 1]; [0] with an encoded format

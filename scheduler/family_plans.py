@@ -43,7 +43,10 @@ PLANS = {
     "zonos": {"first_chunk_frames": 6, "chunk_frames": 43, "chunk_growth": 1.5},
 }
 # preset names and checkpoint `model_type`s that name a family otherwise than by its own name
-ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3"}
+ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3", "voxlane_tse": "tse"}
+# families that listen while they speak: a request streams input audio in an audio-in session, and sends no text
+# (the router refuses input audio for every other family by name, before any lane is called)
+INPUT_AUDIO_FAMILIES = ("tse",)
 # On a GPU, a request that starts with no other stream running sends its first chunk after one frame where the
 # family takes the engine's ramp: one LM frame sooner (Qwen3-TTS 1.7B on an H200: idle TTFA 23.3 vs 28.8 ms), and,
 # acting only on a lone request, it cannot cost capacity (BENCHMARKS.md, "Lever: the first chunk from the LM's
@@ -60,7 +63,7 @@ MAX_SEQ_LENS = {"zonos": 8192}
 def family_of_model(model: str) -> str | None:
     """The family a `--model` value names, where it can be told without loading anything: a preset's name
     starts with it, or a checkpoint directory's config.json names it as `model_type`."""
-    for family in (*PLANS, *ALIASES):
+    for family in (*PLANS, *ALIASES, *INPUT_AUDIO_FAMILIES):
         if model == family or model.startswith(family + "-"):
             return ALIASES.get(family, family)
     config = Path(model).expanduser() / "config.json"
@@ -89,6 +92,11 @@ def takes_default_plan(model: str) -> bool:
 def sm_shares(model: str) -> tuple[int, int]:
     """The model's family's MPS shares (LM lane %, background codec lane %), else the default 60/40."""
     return SM_SHARES.get(family_of_model(model) or "", DEFAULT_SM_SHARES)
+
+
+def takes_input_audio(model: str) -> bool:
+    """Whether the model's family takes streamed input audio (INPUT_AUDIO_FAMILIES)."""
+    return family_of_model(model) in INPUT_AUDIO_FAMILIES
 
 
 def max_seq_len(model: str) -> int | None:

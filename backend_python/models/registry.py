@@ -70,7 +70,8 @@ def families() -> list[Family]:
     from backend_python.models.higgs_v3 import family as higgs_v3
     from backend_python.models.zonos import family as zonos
     from backend_python.models.voxtral import family as voxtral
-    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts, higgs_v3, zonos, voxtral]
+    from backend_python.models.tse import family as tse
+    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts, higgs_v3, zonos, voxtral, tse]
 
 
 def preset_names() -> list[str]:

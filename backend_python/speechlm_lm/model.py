@@ -38,8 +38,8 @@ from backend_python.stub_common.params import set_up_lane
 from backend_python.stub_common.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import (MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SPEECH_REQUEST, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN,
-                              TEXT_PIECE)
+from protocol.tensors import (INPUT_CODES, INPUT_FINAL, MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SPEECH_REQUEST,
+                              TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE)
 from scheduler import ServingMode, UnreadBound
 
 log = logging.getLogger("voxlane.lm")
@@ -132,6 +132,10 @@ class LMModel:
             self.engine.set_taken(request.request_id(), int(taken))
             sender.send(flags=FINAL)
             return
+        if (is_final := _scalar_input(request, INPUT_FINAL)) is not None:  # the router: more input frames
+            self.engine.add_input(request.request_id(), self._input_frames(request), bool(is_final))
+            sender.send(flags=FINAL)
+            return
         if (piece := _scalar_input(request, TEXT_PIECE)) is not None:  # the router: more streamed text
             self.engine.add_text(request.request_id(), bytes(piece).decode("utf-8"),
                                  bool(_scalar_input(request, TEXT_FINAL)))
@@ -156,6 +160,15 @@ class LMModel:
         if channel:
             sender.send(flags=FINAL)  # accepted: the chunks follow through the channel
 
+    def _input_frames(self, request):
+        """An input control request's frames ([N, K] int64; none: [0, K])."""
+        import torch
+
+        tensor = pb_utils.get_input_tensor_by_name(request, INPUT_CODES)
+        if tensor is None:
+            return torch.zeros(0, self.model.num_codebooks, dtype=torch.int64)
+        return torch.from_numpy(tensor.as_numpy().astype("int64").copy())
+
     def _sink(self, sender, channel: tuple[str, str] | None, request_id: str):
         if channel is None:
             return ResponseSink(sender, self.sample_rate)
@@ -179,9 +192,12 @@ class LMModel:
         max_frames = max(1, round(req.max_audio_seconds * self.model.frame_rate))
         try:
             text = self._open_text(req, reference, options) if req.is_text_open else None
-            prompt = (self.model.encode_prompt(req.text, req.voice, reference=reference, **options) if text is None
-                      else text.prompt())
-            is_chapter = text is None and not self._fits(prompt.num_tokens, max_frames)
+            if req.is_audio_in:
+                prompt = self._open_input(reference)
+            else:
+                prompt = (self.model.encode_prompt(req.text, req.voice, reference=reference, **options)
+                          if text is None else text.prompt())
+            is_chapter = text is None and not req.is_audio_in and not self._fits(prompt.num_tokens, max_frames)
             if is_chapter:  # too long for one prompt: segment by segment, one stream
                 text = self._chapter(req, reference, options)
                 prompt = text.prompt()
@@ -202,7 +218,17 @@ class LMModel:
                         sink=sink, generator=generator, unread=self._unread_bound(request, req.client_acks),
                         text=text, text_idle_timeout_s=req.text_idle_timeout_s,
                         codec_prefix=None if prompt is None else self.model.codec_prefix(prompt),
-                        words=self._word_clock(req) if req.word_timestamps else None)
+                        words=self._word_clock(req) if req.word_timestamps and not req.is_audio_in else None)
+
+    def _open_input(self, reference):
+        """An audio-in stream's prompt: the enrollment in, its input frames to come (models/input_feed.py)."""
+        if not self.model.takes_input:
+            raise RequestError(f"this model ({type(self.model).__name__}) takes no input audio: it speaks text; "
+                               "send 'text' instead", param="input_audio", code="input_audio_unsupported")
+        if reference is None:
+            raise RequestError("an audio-in session needs the target speaker's enrollment: 'ref_audio' with "
+                               "'ref_sample_rate' and 'x_vector_only'", param="ref_audio", code="missing_ref_audio")
+        return self.model.open_input(reference)
 
     def _speech_request(self, request, get, from_router: bool) -> SpeechRequest:
         """The router's parsed request (`speech_request`), else a direct caller's inputs parsed here. Only the

@@ -68,6 +68,7 @@ class SpeechRequest:
     ignore_eos: bool
     client_acks: bool = False  # the client acks the chunks it takes (protocol.tensors: `client_acks`)
     is_text_open: bool = False  # a streaming-text session: `text` is its start (maybe empty), more follows
+    is_audio_in: bool = False  # an audio-in session: no text; its input frames follow (INPUT_CODES)
     text_idle_timeout_s: float = 30.0  # such a session's longest wait for a piece
     language: str | None = None  # as the client spelled it, e.g. "English" or "auto"; None: the model's
     instructions: str = ""  # a style or emotion text; "": none

@@ -24,7 +24,7 @@ from backend_python.stub_common.params import set_up_lane
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference, resample
 from backend_python.stub_common.request_inputs import RequestError
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import REFERENCE_TENSORS
+from protocol.tensors import INPUT_CHUNK_PARAMETER, REFERENCE_TENSORS
 from protocol.wire import encode_error
 
 log = logging.getLogger("voxlane.voice_encoder")
@@ -66,6 +66,8 @@ class VoiceEncoderModel:
         def get(name: str):
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
+        if is_input_chunk(request.parameters()):  # the router checked it as pieces came: short, maybe silent
+            return input_chunk(get)
         try:
             reference = parse_reference(get, self.limits, needs_text=False)
         except RequestError as exc:
@@ -95,6 +97,23 @@ class VoiceEncoderModel:
         with torch.inference_mode():
             results = self.encoder.encode(audio, [r.x_vector_only for r in references])
         return [{name: _as_output(name, tensor) for name, tensor in result.items()} for result in results]
+
+
+def is_input_chunk(parameters: str | None) -> bool:
+    import json
+    try:
+        return bool(json.loads(parameters or "{}").get(INPUT_CHUNK_PARAMETER))
+    except (ValueError, AttributeError):
+        return False
+
+
+def input_chunk(get) -> ReferenceAudio | Ended:
+    """A stream's input chunk (audio-in sessions): coded whole (`ref_codes`), without a reference's length and
+    level checks; the router checked its samples as they came (vox_ensemble/audio_sessions.py)."""
+    audio, rate = get("ref_audio"), get("ref_sample_rate")
+    if audio is None or rate is None:
+        return Ended(EndReason.INTERNAL, "an input chunk needs 'ref_audio' and 'ref_sample_rate'")
+    return ReferenceAudio(np.array(audio, dtype=np.float32).reshape(-1), int(rate.reshape(-1)[0]), None, False)
 
 
 def _encode_failure(exc: Exception) -> Ended:

@@ -18,7 +18,7 @@ from backend_python.stub_common.lane_health import LaneHealth
 from backend_python.vox_ensemble.stream import Job
 from protocol.models import LM
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import TAKEN_FRAMES, TEXT_FINAL, TEXT_PIECE
+from protocol.tensors import INPUT_CODES, INPUT_FINAL, TAKEN_FRAMES, TEXT_FINAL, TEXT_PIECE
 
 
 class LMClient:
@@ -50,6 +50,14 @@ class LMClient:
         """More of streaming-text stream `stream_id`'s text (whole characters); `is_final` closes it."""
         self._control(stream_id, pb_utils.Tensor(TEXT_PIECE, np.array([text.encode("utf-8")], dtype=np.object_)),
                       pb_utils.Tensor(TEXT_FINAL, np.array([is_final], dtype=np.bool_)))
+
+    def send_input(self, stream_id: str, codes: np.ndarray | None, is_final: bool) -> None:
+        """More of audio-in stream `stream_id`'s input frames (codes [N, K] INT32, none: no frames);
+        `is_final` closes its input."""
+        tensors = [pb_utils.Tensor(INPUT_FINAL, np.array([is_final], dtype=np.bool_))]
+        if codes is not None and codes.size:
+            tensors.insert(0, pb_utils.Tensor(INPUT_CODES, np.ascontiguousarray(codes, dtype=np.int32)))
+        self._control(stream_id, *tensors)
 
     def _control(self, stream_id: str, *tensors) -> None:
         """A control request naming the LM's stream `stream_id`: its one response is the final flag."""

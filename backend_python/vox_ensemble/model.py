@@ -21,7 +21,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from backend_python.vox_ensemble.acks import ACK, AckRoutes, parse_ack
-from backend_python.vox_ensemble.relay import TEXT
+from backend_python.vox_ensemble.relay import INPUT_AUDIO, TEXT
 from backend_python.vox_ensemble.cancel_watch import CancelWatch
 from backend_python.vox_ensemble.codec_lanes import CodecLanes
 from backend_python.stub_common.lane_health import HealPolicy, LaneHealth, ModelControl
@@ -30,6 +30,7 @@ from backend_python.vox_ensemble.lane_watch import LaneWatch
 from backend_python.vox_ensemble.outlet import FINAL, Outlet, error_response
 from backend_python.vox_ensemble.relay import Relay
 from backend_python.vox_ensemble.stream import Job, PendingReference, as_numpy, typed_request
+from backend_python.vox_ensemble.audio_sessions import AudioInLimits, AudioSessions, InputChunker
 from backend_python.vox_ensemble.text_sessions import TextSessions, piece_bytes
 from backend_python.vox_ensemble.stub_process import StubWatch, stub_is_running
 from backend_python.stub_common.encoder_client import VoiceEncoderClient
@@ -69,6 +70,8 @@ class RouterModel:
         self.flow = FlowConfig.from_parameters(params)
         self.ack_routes = AckRoutes()
         self.sessions = TextSessions(self.limits.max_text_chars)
+        self.audio_sessions = AudioSessions(AudioInLimits.from_parameters(params))
+        self.takes_input_audio = params.get("takes_input_audio", "false") == "true"  # the served family's (serve)
         self.relay = Relay(self.channel, self.lm, ChunkRouter(self.config, self.codecs.estimator), self.codecs,
                            self.flow, VoiceEncoderClient(self.lane_health))
         self.cancel_watch = CancelWatch(self.lm.cancel)
@@ -121,6 +124,8 @@ class RouterModel:
         if flags & SEQUENCE_START or not (session_id or flags & SEQUENCE_END):
             return False
         is_final = bool(flags & SEQUENCE_END)
+        if self.audio_sessions.knows(session_id):
+            return self._take_audio_piece(request, sender, session_id, is_final)
         try:
             self.sessions.check_live(session_id)  # an unknown session first: the likelier mistake
             others = sorted(t.name() for t in request.inputs() if t.name() != "text")
@@ -132,6 +137,24 @@ class RouterModel:
             sender.send(error_response(exc.ended), flags=FINAL)
             return True
         self.channel.post(stream_id, TEXT, (text, is_final))
+        sender.send(flags=FINAL)
+        return True
+
+    def _take_audio_piece(self, request, sender, session_id, is_final: bool) -> bool:
+        """A piece of an audio-in session (audio_sessions.py): checked, then on to its stream's relay."""
+        try:
+            others = sorted(t.name() for t in request.inputs() if t.name() not in ("input_audio", "input_sample_rate"))
+            if others:
+                raise RequestError(f"a piece of an audio-in session carries only 'input_audio', got "
+                                   f"{quoted(others[0])}", param=others[0], code="bad_piece")
+            rate = as_numpy(request, "input_sample_rate")
+            stream_id, samples = self.audio_sessions.take(
+                session_id, as_numpy(request, "input_audio"), None if rate is None else int(rate.reshape(-1)[0]),
+                is_final)
+        except RequestError as exc:
+            sender.send(error_response(exc.ended), flags=FINAL)
+            return True
+        self.channel.post(stream_id, INPUT_AUDIO, (samples, is_final))
         sender.send(flags=FINAL)
         return True
 
@@ -155,16 +178,25 @@ class RouterModel:
             check_request_parameters(request.parameters())
             if (down := self.lane_health.unavailable(LM)) is not None:
                 return down
+            is_audio_in = session_id is not None and as_numpy(request, "input_sample_rate") is not None
             get = (lambda name: None if name == "text" else as_numpy(request, name)) if session_id is not None \
                 else (lambda name: as_numpy(request, name))  # a session's text is checked as pieces come
             req: SpeechRequest = parse_speech_request(get, self.limits, is_text_open=session_id is not None)
+            if is_audio_in:  # no text: its input audio comes in pieces (audio_sessions.py)
+                req = replace(req, is_text_open=False, is_audio_in=True)
+            elif as_numpy(request, "input_audio") is not None or as_numpy(request, "input_sample_rate") is not None:
+                raise RequestError("'input_audio' streams in an audio-in session: open one with the sequence-start "
+                                   "flag and 'input_sample_rate'", param="input_audio", code="not_a_session")
             options = parse_audio_options(get)
             reference = parse_reference(get, self.reference_limits)  # a session's: on its first request
             stream_id = uuid.uuid4().hex
             registered = self._registered_voice(req.voice, reference)
             if registered:  # its stored tensors speak for it; the LM knows no such name
                 req = replace(req, voice=None)
-            if session_id is not None:
+            audio_in = None
+            if is_audio_in:
+                audio_in = self._open_audio_session(session_id, stream_id, request)
+            elif session_id is not None:
                 req = with_start_text(req, self._open_session(session_id, stream_id, request), self.limits,
                                       is_cap_given=as_numpy(request, "max_audio_seconds") is not None)
             inputs = [typed_request(req), *registered, *self._flow_inputs(options.speed)]
@@ -177,7 +209,7 @@ class RouterModel:
         return Job(stream_id=stream_id, inputs=inputs, sender=sender,
                    arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text),
                    audio=StreamAudio(options.audio_format, options.sample_rate, options.speed), client_id=client_id,
-                   session_id=session_id,
+                   session_id=session_id, audio_in=audio_in,
                    reference=PendingReference(reference) if reference is not None else None)
 
     def _registered_voice(self, voice: str | None, reference) -> list:
@@ -199,6 +231,20 @@ class RouterModel:
         self.channel.subscribe(stream_id)
         return text
 
+    def _open_audio_session(self, session_id, stream_id: str, request) -> InputChunker:
+        """Open an audio-in session; its stream's input chunker. The stream's queue exists from here, with the
+        first request's own piece on it, so no piece that follows at once is lost."""
+        if not self.takes_input_audio:
+            raise RequestError("this server's model takes no input audio: it speaks text; send 'text' (no "
+                               "'input_sample_rate')", param="input_audio", code="input_audio_unsupported")
+        rate = as_numpy(request, "input_sample_rate")
+        samples = self.audio_sessions.open(session_id, stream_id, int(rate.reshape(-1)[0]),
+                                           as_numpy(request, "input_audio"))
+        self.channel.subscribe(stream_id)
+        if samples.size:
+            self.channel.post(stream_id, INPUT_AUDIO, (samples, False))
+        return InputChunker(int(rate.reshape(-1)[0]), self.audio_sessions.limits)
+
     def _register_acks(self, client_id: str | None, stream_id: str, session_id) -> None:
         """Route the stream's acks; a refusal undoes the session just opened."""
         if client_id is None:
@@ -208,6 +254,7 @@ class RouterModel:
         except RequestError:
             if session_id is not None:
                 self.sessions.end(session_id)
+                self.audio_sessions.end(session_id)
                 self.channel.unsubscribe(stream_id)
             raise
 
@@ -236,6 +283,7 @@ class RouterModel:
                 self.ack_routes.unregister(job.client_id)
             if job.session_id is not None:
                 self.sessions.end(job.session_id)
+                self.audio_sessions.end(job.session_id)
         self.outlet.end(job, ended)
 
     def _on_codec_dead(self, model: str) -> None:

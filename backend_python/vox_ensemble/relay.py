@@ -15,12 +15,15 @@ from backend_python.vox_ensemble.lm_client import LMClient
 from backend_python.vox_ensemble.overlap_join import OverlapJoin
 from backend_python.vox_ensemble.stream import DecodedChunk, Job
 from backend_python.stub_common.encoder_client import VoiceEncoderClient
+from backend_python.stub_common.reference_inputs import ReferenceAudio
+from protocol.tensors import INPUT_CHUNK_PARAMETER
 from backend_python.stub_common.chunk_channel import ChunkChannel
 from protocol.channel import ChannelKind
 from protocol.reasons import CANCELLED_BY_CLIENT, Ended, EndReason
 from scheduler import AckedFlow, ChunkRouter, FlowConfig, Lane, PlaybackClock
 
 TEXT = "text"  # the kind of a streaming-text piece on its stream's queue: (text, is_final), for the LM
+INPUT_AUDIO = "input_audio"  # the kind of an audio-in piece: (samples [n] float32, is_final), coded for the LM
 _STALL_POLL_S = 0.5  # how often an acking stream that hears nothing checks whether its client stalled
 # what a relay returns when the stream was ended from outside (the LM watch) while its chunk was ready
 ENDED_ELSEWHERE = Ended(EndReason.LANE_DOWN, "the stream was ended by the router (its LM lane died)")
@@ -67,6 +70,9 @@ class Relay:
                 return CANCELLED_BY_CLIENT
             if kind == TEXT:  # a piece of the stream's text: on to the LM, in order
                 self._lm.send_text(job.stream_id, *payload)
+            if kind == INPUT_AUDIO and (failed := self._send_input(job, *payload)) is not None:
+                self._lm.cancel(job.stream_id)
+                return failed
             if flow is not None and (stalled := self._on_flow(job, flow, kind, payload)) is not None:
                 return stalled
             if kind is not ChannelKind.CHUNK:
@@ -79,6 +85,26 @@ class Relay:
                 return ENDED_ELSEWHERE
             if flow is not None:
                 flow.on_sent(chunk.index, chunk.duration_s, _end_frame(payload), time.monotonic())
+
+    def _send_input(self, job: Job, samples: np.ndarray, is_final: bool) -> Ended | None:
+        """A piece of the stream's input audio: each whole chunk it completes (and, at the close, the rest) coded
+        by the voice encoder lane and its new frames on to the LM, in order; None, or why the stream cannot go
+        on (the encoder failed or is down)."""
+        chunker = job.audio_in
+        for window in chunker.push(samples, is_final):
+            if window.new_frames == 0:
+                self._lm.send_input(job.stream_id, None, window.is_last)
+                continue
+            chunk = ReferenceAudio(window.audio, chunker.sample_rate, None, False)
+            coded = self._encoder.encode(chunk, {**job.codec_parameters, INPUT_CHUNK_PARAMETER: True})
+            if isinstance(coded, Ended):
+                return coded
+            codes = next((np.asarray(t.as_numpy()) for t in coded if t.name() == "ref_codes"), None)
+            if codes is None or codes.ndim != 2 or codes.shape[0] < window.new_frames:
+                return Ended(EndReason.INTERNAL, "the voice encoder gave no codes for a chunk of the input audio "
+                                                 "(this model's encoder does not code audio)")
+            self._lm.send_input(job.stream_id, codes[codes.shape[0] - window.new_frames:], window.is_last)
+        return None
 
     def _on_flow(self, job: Job, flow: AckedFlow, kind, payload) -> Ended | None:
         """An ack (tell the LM when it is due) or a quiet spell (a stalled client is cancelled)."""

@@ -26,6 +26,7 @@ class Job:
     client_id: str | None = None  # the client's request id when it acks chunks (`client_acks`): acks name it
     session_id: object = None  # the sequence id of a streaming-text session: its pieces name it
     reference: "PendingReference | None" = None  # a voice to clone: encoded (voice_encoder) before the LM request
+    audio_in: "InputChunker | None" = None  # an audio-in session's input, cut for the encoder (audio_sessions.py)
 
     @property
     def acks(self) -> bool:

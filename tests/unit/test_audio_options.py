@@ -119,12 +119,14 @@ def test_the_configs_accept_what_the_table_names():
     takes only the LM's, its backpressure bound and its listener's playback speed, its control inputs (cancel, backpressure, streaming text) and
     a voice to clone as the encoder made it; voice_encoder takes the reference audio and answers its tensors."""
     from protocol.tensors import (CONTROL_INPUTS, INPUT_NAMES, MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, REFERENCE_LM_INPUTS,
-                                  REFERENCE_TENSORS, SPEECH_REQUEST, RESPONSE_OUTPUTS, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE)
+                                  REFERENCE_TENSORS, SPEECH_REQUEST, RESPONSE_OUTPUTS, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE,
+                                  INPUT_CODES, INPUT_FINAL)
     assert _config_names("vox_ensemble", "input") == [*INPUT_NAMES, *CONTROL_INPUTS]
     assert _config_names("vox_ensemble", "output") == list(RESPONSE_OUTPUTS)
     assert _config_names("speechlm_lm", "input") == [*LM_INPUT_NAMES, SPEECH_REQUEST, MAX_UNREAD_AUDIO_S,
                                                      PLAYBACK_SPEED, "cancel",
                                                      TAKEN_FRAMES,
-                                                     TEXT_OPEN, TEXT_PIECE, TEXT_FINAL, *REFERENCE_LM_INPUTS]
+                                                     TEXT_OPEN, TEXT_PIECE, TEXT_FINAL, INPUT_CODES, INPUT_FINAL,
+                                                     *REFERENCE_LM_INPUTS]
     assert _config_names("voice_encoder", "input") == ["ref_audio", "ref_sample_rate", "x_vector_only"]
     assert _config_names("voice_encoder", "output") == list(REFERENCE_TENSORS)

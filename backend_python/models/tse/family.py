@@ -2,8 +2,8 @@
 speaker encoder are those of the model its config names (`codec_model`, a Qwen3-TTS Base preset or checkpoint),
 loaded through the registry: no family's code is imported.
 
-Not in the registry's list yet: the router does not take streamed input audio until issue 36's first item lands,
-and a model that takes no text would refuse every request the server can send it today.
+It takes no text: a request streams input audio in an audio-in session (vox_ensemble/audio_sessions.py) with the
+target speaker's enrollment as `ref_audio` (x-vector only).
 """
 from __future__ import annotations
 

@@ -1,0 +1,83 @@
+"""Streaming audio in (issue 36) through a real tritonserver serving `tse-tiny`: an audio-in session's pieces are
+coded by the voice encoder lane in fixed chunks and read by the interleaved LM, so the same seed and input give
+the same audio however the client cut the input; the output is as long as the input; a bad piece is refused with
+a code and the stream goes on; a model that speaks text refuses input audio by name."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from clients.audio_stream import stream_audio_in
+from clients.stream import StreamError
+from tests.e2e.conftest import start_server
+
+RATE = 24000
+
+
+@pytest.fixture(scope="module")
+def tse_url(model_cache, tmp_path_factory):
+    server = start_server("tse-tiny", tmp_path_factory)
+    yield server.grpc_url
+    server.stop()
+
+
+def noise(seconds: float, seed: int, level: float = 0.3) -> np.ndarray:
+    return (np.random.default_rng(seed).uniform(-1, 1, int(seconds * RATE)) * level).astype(np.float32)
+
+
+ENROLL = noise(1.0, 1)
+INPUT = noise(2.3, 2)  # 29 frames of 1920 samples (the last partial): 7 chunks of 4, then 1 frame
+
+
+def cut(audio: np.ndarray, rng: random.Random) -> list[np.ndarray]:
+    pieces, start = [], 0
+    while start < audio.size:
+        size = rng.choice([0, 100, 1919, 5000, 7680, 13000])
+        pieces.append(audio[start:start + size])
+        start += size
+    return pieces
+
+
+def extract(url: str, pieces: list[np.ndarray], seed: int = 7):
+    return stream_audio_in(url, pieces, RATE, ENROLL, RATE, seed=seed, timeout_s=60)
+
+
+def test_the_same_input_cut_differently_gives_the_same_audio_as_long_as_the_input(tse_url):
+    whole = extract(tse_url, [INPUT])
+    assert not whole.piece_errors
+    frames = -(-INPUT.size // 1920)
+    assert whole.audio.shape == (frames * 1920,) and whole.sample_rate == RATE
+    assert [c.index for c in whole.chunks] == list(range(len(whole.chunks)))
+    rng = random.Random(0)
+    for _ in range(2):
+        pieces = cut(INPUT, rng)
+        again = extract(tse_url, pieces)
+        assert not again.piece_errors
+        np.testing.assert_array_equal(again.audio, whole.audio, err_msg=str([p.size for p in pieces]))
+    other = extract(tse_url, [noise(2.3, 3)])
+    assert other.audio.shape == whole.audio.shape and not np.array_equal(other.audio, whole.audio)  # it listens
+
+
+@pytest.mark.parametrize("bad, code", [
+    (np.full(100, np.nan, np.float32), "bad_piece"),
+    (np.full(100, 1.5, np.float32), "bad_piece"),
+])
+def test_a_bad_piece_is_refused_and_the_stream_goes_on(tse_url, bad, code):
+    pieces = [INPUT[:10000], bad, INPUT[10000:]]
+    result = extract(tse_url, pieces)
+    assert [e.code for e in result.piece_errors] == [code] and result.piece_errors[0].param == "input_audio"
+    assert result.audio.shape == (-(-INPUT.size // 1920) * 1920,)  # the refused piece changed nothing
+
+
+def test_a_model_that_speaks_text_refuses_input_audio(url):
+    with pytest.raises(StreamError) as raised:
+        stream_audio_in(url, [INPUT[:5000]], RATE, ENROLL, RATE, timeout_s=30)
+    assert raised.value.ended.code == "input_audio_unsupported"
+
+
+def test_a_rate_off_the_frame_grid_is_refused(tse_url):
+    with pytest.raises(StreamError) as raised:
+        stream_audio_in(tse_url, [INPUT[:5000]], 22001, ENROLL, RATE, timeout_s=30)
+    assert raised.value.ended.code == "unsupported_input_sample_rate"
