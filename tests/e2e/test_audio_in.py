@@ -81,3 +81,11 @@ def test_a_rate_off_the_frame_grid_is_refused(tse_url):
     with pytest.raises(StreamError) as raised:
         stream_audio_in(tse_url, [INPUT[:5000]], 22001, ENROLL, RATE, timeout_s=30)
     assert raised.value.ended.code == "unsupported_input_sample_rate"
+
+
+def test_an_input_that_stops_coming_times_out(tse_url):
+    """`text_idle_timeout_s` bounds the wait for an audio-in session's next piece as it does a text session's."""
+    with pytest.raises(StreamError) as raised:
+        stream_audio_in(tse_url, [INPUT[:8000], INPUT[8000:]], RATE, ENROLL, RATE, timeout_s=30, piece_gap_s=2.5,
+                        text_idle_timeout_s=1.0)
+    assert raised.value.ended.code == "input_idle_timeout"
