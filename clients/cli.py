@@ -231,7 +231,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _add_say(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("text")
+    parser.add_argument("text", nargs="?", default=None, help="what to speak (none with --audio-in)")
     parser.add_argument("-o", "--output", default="out.wav")
     parser.add_argument("--url", default="localhost:8001")
     parser.add_argument("--voice", default=None)
@@ -258,11 +258,22 @@ def _add_say(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ref-text", default=None, help="the transcript of --ref-audio (in-context cloning needs it)")
     parser.add_argument("--x-vector-only", action="store_true",
                         help="clone from --ref-audio's speaker embedding alone (no --ref-text needed)")
+    parser.add_argument("--audio-in", type=Path, default=None,
+                        help="stream this PCM WAV file in at real time and write what the model makes of it (a model "
+                             "that listens while it speaks, tse-*: the --enroll speaker's speech); no TEXT")
+    parser.add_argument("--enroll", type=Path, default=None,
+                        help="with --audio-in: a PCM WAV clip of the target speaker (0.5 to 60 s)")
+    parser.add_argument("--piece-ms", type=float, default=80.0,
+                        help="with --audio-in: the pieces the file is sent in, each when its audio would have played")
 
 
 def _say(args: argparse.Namespace) -> int:
     from clients.stream import ServerUnreachable, StreamError, synthesize
     from clients.text_stream import speak_streaming_text
+    if args.audio_in is not None:
+        return _say_audio_in(args)
+    if args.text is None:
+        raise ValueError("say needs TEXT (or --audio-in with --enroll)")
     settings = dict(voice=args.voice, seed=args.seed, temperature=args.temperature,
                     max_audio_seconds=args.max_audio_seconds, language=args.language,
                     instructions=args.instructions, non_streaming_mode=True if args.non_streaming_mode else None,
@@ -279,6 +290,35 @@ def _say(args: argparse.Namespace) -> int:
     _report(result, args.output)
     for word in result.words or ():
         print(f"{word['start']:8.3f} {word['end']:8.3f}  {word['word']}")
+    return 0
+
+
+def _say_audio_in(args: argparse.Namespace) -> int:
+    """`say --audio-in FILE --enroll FILE`: an audio-in session, the file sent at real time in pieces."""
+    from clients.audio_stream import stream_audio_in
+    from clients.stream import ServerUnreachable, StreamError, read_wav
+    if args.text is not None or args.enroll is None or args.ref_audio is not None:
+        raise ValueError("--audio-in takes --enroll (the target speaker) and no TEXT or --ref-audio")
+    try:
+        audio, rate = read_wav(args.audio_in)
+        enroll, enroll_rate = read_wav(args.enroll)
+    except (OSError, EOFError, wave.Error) as exc:
+        raise ValueError(f"--audio-in / --enroll: not a readable PCM WAV file ({exc})") from None
+    piece = max(1, round(rate * args.piece_ms / 1000))
+    pieces = [audio[start:start + piece] for start in range(0, audio.size, piece)]
+    try:
+        result = stream_audio_in(args.url, pieces, rate, enroll, enroll_rate, piece_gap_s=args.piece_ms / 1000,
+                                 seed=args.seed, temperature=args.temperature, max_audio_seconds=args.max_audio_seconds,
+                                 timeout_s=120 + audio.size / rate)
+    except ServerUnreachable as exc:
+        print(f"voxlane: {exc} (is `voxlane serve` running there? --url picks the server)", file=sys.stderr)
+        return 1
+    except StreamError as exc:
+        print(f"voxlane: server error: {exc}", file=sys.stderr)
+        return 1
+    for ended in result.piece_errors:
+        print(f"voxlane: a piece was refused: {ended.message}", file=sys.stderr)
+    _report(result, args.output)
     return 0
 
 

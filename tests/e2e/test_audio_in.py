@@ -89,3 +89,26 @@ def test_an_input_that_stops_coming_times_out(tse_url):
         stream_audio_in(tse_url, [INPUT[:8000], INPUT[8000:]], RATE, ENROLL, RATE, timeout_s=30, piece_gap_s=2.5,
                         text_idle_timeout_s=1.0)
     assert raised.value.ended.code == "input_idle_timeout"
+
+
+def test_voxlane_say_streams_a_file_in_at_real_time(tse_url, tmp_path):
+    import subprocess
+    import sys
+    import wave
+
+    def write(path, samples):
+        with wave.open(str(path), "wb") as f:
+            f.setnchannels(1), f.setsampwidth(2), f.setframerate(RATE)
+            f.writeframes((samples * 32767).astype("<i2").tobytes())
+    write(tmp_path / "in.wav", INPUT[:24000])
+    write(tmp_path / "enroll.wav", ENROLL)
+    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", "--url", tse_url, "--audio-in",
+                           str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav"), "--seed", "1",
+                           "-o", str(tmp_path / "out.wav")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with wave.open(str(tmp_path / "out.wav")) as f:
+        assert f.getnframes() == -(-24000 // 1920) * 1920 and f.getframerate() == RATE
+    refused = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hello.", "--url", tse_url, "--audio-in",
+                              str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav")],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "no TEXT" in refused.stderr
