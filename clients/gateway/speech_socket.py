@@ -1,4 +1,5 @@
-"""`GET /v1/audio/speech/stream`: one WebSocket, one streaming-text session (ws_session.py has the messages).
+"""`GET /v1/audio/speech/stream`: one WebSocket, one streaming-text session, or one audio-in session (ws_session.py
+has the messages).
 
 Two tasks share the socket: the handler reads the client's messages and passes its text on
 (`SessionText`); from the first `input_text.append` (or `input_text.done`) a relay task writes the
@@ -26,9 +27,10 @@ from aiohttp import WSMsgType, web
 from clients.gateway.service import Gateway
 from clients.gateway.triton_session import PieceRefused, SessionText
 from clients.gateway.triton_stream import StreamFailure
-from clients.gateway.ws_session import (AudioMessages, ErrorCode, ResponseCancel, SessionUpdate, SocketError,
-                                        TextAppend, TextDone, cancelled_event, default_session, from_api_error,
-                                        parse_message, parse_session, words_event)
+from clients.gateway.ws_session import (AudioAppend, AudioDone, AudioMessages, ErrorCode, ResponseCancel,
+                                        SessionUpdate, SocketError, TextAppend, TextDone, cancelled_event,
+                                        default_session, from_api_error, parse_message, parse_session, pcm16_samples,
+                                        words_event)
 
 log = logging.getLogger("voxlane.gateway")
 MAX_MESSAGE_BYTES = 1 << 20  # as the HTTP route's body limit; aiohttp closes the socket (1009) on a larger one
@@ -70,11 +72,16 @@ class SpeechSocket:
     async def _on_message(self, message) -> None:
         if message.type is WSMsgType.ERROR:
             return  # the socket is broken: the next read ends the loop
-        if message.type is not WSMsgType.TEXT:
-            await self._send_error(SocketError(ErrorCode.INVALID_MESSAGE, "binary messages are not taken; "
-                                               "send JSON text messages"))
+        if message.type is WSMsgType.BINARY:  # input audio, as 16-bit PCM
+            if not self.is_audio_in:
+                await self._send_error(SocketError(ErrorCode.INVALID_MESSAGE, "binary messages are input audio: set "
+                                                   "'input_sample_rate' with session.update first", "audio"))
+                return
+            parsed = pcm16_samples(message.data, "a binary message")
+        elif message.type is not WSMsgType.TEXT:
             return
-        parsed = parse_message(message.data)
+        else:
+            parsed = parse_message(message.data)
         if isinstance(parsed, ResponseCancel):
             await self._barge_in(parsed)
             return
@@ -93,16 +100,27 @@ class SpeechSocket:
         self._relay, self._audio, self.text, self.phase = None, None, SessionText(), Phase.SETUP
         await self._send_json(cancelled_event(audio.seconds, audio.words, cancel.audio_end_s))
 
-    def _take(self, message: SessionUpdate | TextAppend | TextDone) -> SocketError | None:
+    @property
+    def is_audio_in(self) -> bool:
+        """The session streams input audio (its `input_sample_rate` is set), not text."""
+        return "input_sample_rate" in self.speech.params
+
+    def _take(self, message) -> SocketError | None:
         if isinstance(message, SessionUpdate):
             return self._update(message.fields)
+        is_audio = isinstance(message, (AudioAppend, AudioDone))
+        if is_audio != self.is_audio_in:
+            return SocketError(ErrorCode.MIXED_INPUT, "this session streams input audio ('input_sample_rate' is set): "
+                               "send input_audio.* messages" if self.is_audio_in else "this session streams text: "
+                               "send input_text.* messages, or set 'input_sample_rate' before any input to stream "
+                               "audio in", "type")
         if self.phase is Phase.TEXT_CLOSED:
-            return SocketError(ErrorCode.TEXT_CLOSED, "the text is closed (input_text.done came); nothing more "
+            return SocketError(ErrorCode.TEXT_CLOSED, "the input is closed (its done message came); nothing more "
                                                       "can be added to this session")
         if self.phase is Phase.SETUP:
             self._open()
-        if isinstance(message, TextAppend):
-            self.text.append(message.text)
+        if isinstance(message, (TextAppend, AudioAppend)):
+            self.text.append(message.text if isinstance(message, TextAppend) else message.samples)
         else:
             self.text.close()
             self.phase = Phase.TEXT_CLOSED
@@ -122,6 +140,7 @@ class SpeechSocket:
 
     def _open(self) -> None:
         self.phase = Phase.TEXT
+        self.text.is_audio = self.is_audio_in
         self.gateway.stats.num_streams += 1
         self._audio = AudioMessages(self.speech)
         self._relay = asyncio.create_task(self._relay_session(self._audio), name="voxlane-speech-socket")

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 import grpc
+import numpy as np
 from tritonclient.grpc import service_pb2
 
 from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
@@ -46,19 +47,24 @@ class SessionText:
 
     def __init__(self) -> None:
         self.is_closed = False
-        self._pieces: list[str] | None = []  # None: forgotten, the session can no longer move
+        self._pieces: list[str | np.ndarray] | None = []  # None: forgotten, the session can no longer move
         self._session: TritonSession | None = None
+        self.is_audio = False  # the pieces are input audio ([n] float32) of an audio-in session, not text
 
-    def append(self, piece: str) -> None:
+    def append(self, piece: str | np.ndarray) -> None:
         if self._pieces is not None:
             self._pieces.append(piece)
         if self._session is not None:
             self._session.send_piece(piece, is_last=False)
 
+    @property
+    def empty_piece(self) -> str | np.ndarray:
+        return np.zeros(0, np.float32) if self.is_audio else ""
+
     def close(self) -> None:
         self.is_closed = True
         if self._session is not None:
-            self._session.send_piece("", is_last=True)
+            self._session.send_piece(self.empty_piece, is_last=True)
 
     @property
     def can_replay(self) -> bool:
@@ -71,7 +77,7 @@ class SessionText:
         for piece in self._pieces:
             session.send_piece(piece, is_last=False)
         if self.is_closed:
-            session.send_piece("", is_last=True)
+            session.send_piece(self.empty_piece, is_last=True)
         self._session = session
 
     def detach(self, session: TritonSession) -> None:
@@ -95,10 +101,10 @@ class TritonSession:
         self._text = text
         text.attach(self)
 
-    def send_piece(self, text: str, is_last: bool) -> None:
+    def send_piece(self, piece: str | np.ndarray, is_last: bool) -> None:
         self._num_pieces += 1
         self._outgoing.put_nowait(piece_request(f"{self._first.id}-{self._num_pieces}", self._session_id,
-                                                text, is_last))
+                                                piece, is_last))
 
     async def events(self) -> AsyncIterator[SessionEvent]:
         """Each chunk and refused piece as it comes; raises StreamFailure when the session ends in error.
@@ -153,10 +159,15 @@ def session_request(request: SpeechRequest, session_id: int) -> service_pb2.Mode
     return proto
 
 
-def piece_request(request_id: str, session_id: int, text: str, is_last: bool) -> service_pb2.ModelInferRequest:
-    """One piece of the session's text (`is_last`: it closes the text); only `text`, no response is asked for."""
+def piece_request(request_id: str, session_id: int, piece: str | np.ndarray,
+                  is_last: bool) -> service_pb2.ModelInferRequest:
+    """One piece of the session's text, or of its input audio (`is_last`: it closes it); only `text` or
+    `input_audio`, no response is asked for."""
     proto = service_pb2.ModelInferRequest(model_name=ROUTER, id=request_id)
-    add_input(proto, "text", text)
+    if isinstance(piece, str):
+        add_input(proto, "text", piece)
+    else:
+        add_input(proto, "input_audio", piece)
     _set_sequence(proto, session_id, is_start=False, is_end=is_last)
     return proto
 

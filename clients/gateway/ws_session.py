@@ -6,6 +6,8 @@ Client → gateway, JSON text messages:
     {"type": "session.update", "session": {"voice": "alloy", "seed": 1, ...}}   optional, before any text
     {"type": "input_text.append", "text": "Get the"}                            any number
     {"type": "input_text.done"}                                                 closes the text
+    {"type": "input_audio.append", "audio": "<base64 PCM16>"}  audio in, or binary messages (16-bit LE PCM)
+    {"type": "input_audio.done"}                                                closes the input audio
     {"type": "response.cancel", "audio_end_ms": 1234}                           barge-in (the key is optional)
 
 Gateway → client: each audio chunk as a binary message (16-bit little-endian mono PCM; with `wav`, the
@@ -13,7 +15,12 @@ first starts with a WAV header), and JSON events `{"type": "audio.done", ...}`,
 `{"type": "error", "code", "message", "param"}`, with `timestamps` "word" `{"type": "audio.words", "chunk_index",
 "words"}` after each chunk's audio, and after a `response.cancel` `{"type": "response.cancelled", ...}` (the
 audio time reached and the last word spoken there), after which the socket takes the next utterance. The session fields are `POST /v1/audio/speech`'s
-(speech.py checks them) but `input` and `stream_format`, plus `text_idle_timeout_s`.
+(speech.py checks them) but `input` and `stream_format`, plus `text_idle_timeout_s` and `input_sample_rate`.
+
+Audio in (a model that listens while it speaks, `tse-*`): a session whose `input_sample_rate` is set streams
+16-bit little-endian mono PCM at that rate in, as `input_audio.append` (base64) or binary messages, and
+`input_audio.done` closes it; its target speaker is `voice`, a registered voice (the voice API). One session is
+text or audio, never both.
 """
 from __future__ import annotations
 
@@ -34,7 +41,7 @@ SOCKET_FORMATS = ("pcm", "wav")  # 16-bit PCM only: a binary message per chunk, 
 DEFAULT_FORMAT = "pcm"
 SESSION_FIELDS = (*(f for f in OPENAI_FIELDS if f not in ("input", "stream_format")), *OUTPUT_FIELDS, *EXTRA_FIELDS,
                   *(f for f in PEER_FIELDS if f != "stream"))  # a session always streams
-SESSION_ONLY_FIELDS = {"text_idle_timeout_s": float}  # router inputs a whole-text request has no use for
+SESSION_ONLY_FIELDS = {"text_idle_timeout_s": float, "input_sample_rate": int}  # a whole-text request's: none
 
 
 class ErrorCode(str, Enum):
@@ -47,6 +54,7 @@ class ErrorCode(str, Enum):
     SESSION_STARTED = "session_started"  # session.update after the text started: the settings are fixed
     TEXT_CLOSED = "text_closed"  # text after input_text.done
     NO_RESPONSE = "no_response"  # response.cancel with no utterance under way
+    MIXED_INPUT = "mixed_input"  # text in an audio-in session, or audio in a text one (or none declared)
     BAD_INPUT = "bad_input"  # the server refused the input and gave no finer code
 
 
@@ -72,7 +80,25 @@ class ResponseCancel:
     audio_end_s: float | None = None
 
 
-ClientMessage = SessionUpdate | TextAppend | TextDone | ResponseCancel
+@dataclass(frozen=True)
+class AudioAppend:
+    samples: np.ndarray  # [n] float32 in [-1, 1], at the session's `input_sample_rate`
+
+
+@dataclass(frozen=True)
+class AudioDone:
+    pass
+
+
+ClientMessage = SessionUpdate | TextAppend | TextDone | ResponseCancel | AudioAppend | AudioDone
+
+
+def pcm16_samples(data: bytes, what: str) -> AudioAppend | SocketError:
+    """16-bit little-endian mono PCM -> samples (an odd byte count is refused: half a sample)."""
+    if len(data) % 2:
+        return SocketError(ErrorCode.INVALID_MESSAGE, f"{what} must be 16-bit PCM: an even number of bytes, got "
+                                                      f"{len(data)}", "audio")
+    return AudioAppend(np.frombuffer(data, "<i2").astype(np.float32) / 32768.0)
 
 
 @dataclass(frozen=True)
@@ -103,7 +129,7 @@ def parse_message(data: str) -> ClientMessage | SocketError:
 
 
 _KEYS = {"session.update": ("session",), "input_text.append": ("text",), "input_text.done": (),
-         "response.cancel": ("audio_end_ms",)}
+         "response.cancel": ("audio_end_ms",), "input_audio.append": ("audio",), "input_audio.done": ()}
 
 
 def _check_keys(message: dict) -> SocketError | None:
@@ -138,8 +164,22 @@ def _response_cancel(message: dict) -> ResponseCancel | SocketError:
     return ResponseCancel(end_ms / 1000)
 
 
+def _audio_append(message: dict) -> AudioAppend | SocketError:
+    import base64
+    import binascii
+    audio = message.get("audio")
+    if not isinstance(audio, str):
+        return SocketError(ErrorCode.INVALID_MESSAGE, "input_audio.append needs 'audio', base64 16-bit PCM", "audio")
+    try:
+        data = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError):
+        return SocketError(ErrorCode.INVALID_MESSAGE, "input_audio.append's 'audio' is not valid base64", "audio")
+    return pcm16_samples(data, "input_audio.append's 'audio'")
+
+
 _PARSERS = {"session.update": _session_update, "input_text.append": _text_append,
-            "input_text.done": lambda message: TextDone(), "response.cancel": _response_cancel}
+            "input_text.done": lambda message: TextDone(), "response.cancel": _response_cancel,
+            "input_audio.append": _audio_append, "input_audio.done": lambda message: AudioDone()}
 
 
 def default_session(model_ids: tuple[str, ...]) -> SpeechRequest:

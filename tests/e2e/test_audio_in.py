@@ -112,3 +112,72 @@ def test_voxlane_say_streams_a_file_in_at_real_time(tse_url, tmp_path):
                               str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav")],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "no TEXT" in refused.stderr
+
+
+# ---- the gateway's WebSocket ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ws_base(tse_url, tmp_path_factory):
+    from clients.bench.compare import free_ports
+    from clients.gateway.config import GatewayConfig
+    from clients.gateway.server import GatewayProcess
+    from clients.voices import register_voice
+
+    register_voice(tse_url, "target", ENROLL, RATE, x_vector_only=True)
+    process = GatewayProcess(GatewayConfig(tritons=(tse_url,), port=free_ports(1)[0]),
+                             log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
+    process.wait_ready(60)
+    yield process.url.replace("http://", "ws://")
+    process.stop()
+
+
+async def _socket_session(base: str, messages: list) -> tuple[bytes, list[dict]]:
+    import json
+
+    import aiohttp
+    audio, events = bytearray(), []
+    async with aiohttp.ClientSession() as http, http.ws_connect(base + "/v1/audio/speech/stream") as ws:
+        for message in messages:
+            await (ws.send_bytes(message) if isinstance(message, bytes) else ws.send_json(message))
+        while True:
+            received = await ws.receive(60)
+            if received.type is aiohttp.WSMsgType.BINARY:
+                audio += received.data
+            elif received.type is aiohttp.WSMsgType.TEXT:
+                events.append(json.loads(received.data))
+            else:
+                return bytes(audio), events
+
+
+def test_the_gateway_s_websocket_streams_audio_in_as_binary_pcm_or_base64(ws_base, tse_url):
+    import asyncio
+    import base64
+
+    from backend_python.audio.pcm import pcm16
+    from tests.audio_decode import assert_same_pcm16
+
+    pcm = pcm16(INPUT)
+    heard = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0  # what the server hears through the socket
+    direct = np.frombuffer(pcm16(extract(tse_url, [heard]).audio), "<i2")
+    update = {"type": "session.update", "session": {"voice": "target", "input_sample_rate": RATE, "seed": 7}}
+    pieces = [pcm[i:i + 9000] for i in range(0, len(pcm), 9000)]
+    audio, events = asyncio.run(_socket_session(ws_base, [update, *pieces, {"type": "input_audio.done"}]))
+    assert events[-1]["type"] == "audio.done" and not [e for e in events if e["type"] == "error"]
+    assert_same_pcm16(np.frombuffer(audio, "<i2"), direct)
+    as_base64 = [{"type": "input_audio.append", "audio": base64.b64encode(p).decode()} for p in pieces]
+    again, _ = asyncio.run(_socket_session(ws_base, [update, *as_base64, {"type": "input_audio.done"}]))
+    assert again == audio
+
+
+def test_the_websocket_refuses_text_in_an_audio_in_session_and_goes_on(ws_base):
+    import asyncio
+
+    from backend_python.audio.pcm import pcm16
+
+    update = {"type": "session.update", "session": {"voice": "target", "input_sample_rate": RATE, "seed": 7}}
+    pcm = pcm16(INPUT[:9600])
+    audio, events = asyncio.run(_socket_session(ws_base, [update, pcm[:4000], {"type": "input_text.append",
+                                                                                "text": "Hi."}, b"\x01",
+                                                          pcm[4000:], {"type": "input_audio.done"}]))
+    errors = [e for e in events if e["type"] == "error"]
+    assert [e["code"] for e in errors] == ["mixed_input", "invalid_message"]
+    assert events[-1]["type"] == "audio.done" and len(audio) == 5 * 1920 * 2
