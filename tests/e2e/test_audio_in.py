@@ -181,3 +181,19 @@ def test_the_websocket_refuses_text_in_an_audio_in_session_and_goes_on(ws_base):
     errors = [e for e in events if e["type"] == "error"]
     assert [e["code"] for e in errors] == ["mixed_input", "invalid_message"]
     assert events[-1]["type"] == "audio.done" and len(audio) == 5 * 1920 * 2
+
+
+def test_the_documented_websocket_example_runs(ws_base, tmp_path):
+    import asyncio
+    import wave
+
+    from clients.audio_in_ws import extract as extract_ws
+
+    with wave.open(str(tmp_path / "in.wav"), "wb") as f:
+        f.setnchannels(1), f.setsampwidth(2), f.setframerate(RATE)
+        f.writeframes((INPUT[:12000] * 32767).astype("<i2").tobytes())
+    event = asyncio.run(extract_ws(ws_base, "target", str(tmp_path / "in.wav"), str(tmp_path / "out.wav"),
+                                   piece_ms=40))
+    assert event["type"] == "audio.done" and event["sample_rate"] == RATE
+    with wave.open(str(tmp_path / "out.wav")) as f:
+        assert f.getnframes() == -(-12000 // 1920) * 1920

@@ -93,3 +93,14 @@ def test_the_input_s_length_the_close_and_the_session_s_end_are_enforced():
     with pytest.raises(RequestError) as unknown:
         sessions.take(8, audio(0.01), None, is_final=False)
     assert unknown.value.ended.code == "unknown_session" and not sessions.knows(8)
+
+
+def test_the_documented_audio_in_example_is_the_tested_code():
+    """docs/STREAMING.md shows clients/audio_in_ws.py's example word for word (tests/e2e/test_audio_in.py runs it)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    source = (root / "clients" / "audio_in_ws.py").read_text()
+    example = re.search(r"# example: begin\n(.*?)# example: end\n", source, re.S).group(1)
+    assert example in (root / "docs" / "STREAMING.md").read_text()
