@@ -142,8 +142,9 @@ def _with_perf_analyzer(bench):
         if not (args.export_perf_analyzer or args.from_perf_analyzer):
             return bench(args)
         config = bench_config(args, args.url)
-        if config.is_text_stream:
-            raise ValueError("--text-rate sends sessions of pieces; perf_analyzer replays whole-text requests only")
+        if config.is_session:
+            raise ValueError("--text-rate and --audio-in-rate send sessions of pieces; perf_analyzer replays "
+                             "whole-text requests only")
         from clients.perf_analyzer.cli import cross_check
         return cross_check(config, args.export_perf_analyzer, args.from_perf_analyzer)
     return run

@@ -70,6 +70,11 @@ def _add_bench_flags(parser: argparse.ArgumentParser) -> None:
                         help="stream each request's text in token-like pieces at this pace (an LLM's), as a "
                              "streaming-text session; TTFA counts from the first piece, stalls are split into "
                              "the text's and the server's (default: whole-text requests)")
+    parser.add_argument("--audio-in-rate", type=float, default=None, metavar="TIMES_REAL_TIME",
+                        help="make each request an audio-in session (a model that listens, tse-*): its input, seeded "
+                             "noise as long as its audio, sent in 80-ms pieces at this many times real time (1: "
+                             "a live microphone); TTFA counts from the first piece, stalls are split into the "
+                             "input's and the server's, and each chunk's algorithmic latency is reported")
     parser.add_argument("--metrics-url", default=None,
                         help="the server's Prometheus endpoint, for the LM's time breakdown per rate "
                              "(default: port 8002 on the --url host)")
@@ -87,7 +92,8 @@ def bench_config(args: argparse.Namespace, url: str) -> BenchConfig:
         ignore_eos=args.ignore_eos, voice=args.voice,
         num_channels=args.channels if not args.smoke else base.num_channels, search_steps=args.search,
         bracket_width=args.bracket, max_rates=args.max_rates,
-        protocol=getattr(args, "protocol", "grpc"), metrics_url=args.metrics_url, text_rate=args.text_rate)
+        protocol=getattr(args, "protocol", "grpc"), metrics_url=args.metrics_url, text_rate=args.text_rate,
+        audio_in_rate=args.audio_in_rate)
 
 
 def _bench(args: argparse.Namespace) -> int:

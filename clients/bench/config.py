@@ -34,10 +34,21 @@ class BenchConfig:
     protocol: str = "grpc"  # grpc: Triton's stream; openai: the gateway's /v1/audio/speech at `url`
     metrics_url: str | None = None  # the server's /metrics; None: port 8002 on the gRPC url's host
     text_rate: float | None = None  # tokens/s: each text streams in token-like pieces at this pace; None: whole
+    # × real time: each request an audio-in session, its input sent in pieces at this pace (audio_pace.py)
+    audio_in_rate: float | None = None
 
     @property
     def is_text_stream(self) -> bool:
         return self.text_rate is not None
+
+    @property
+    def is_audio_in(self) -> bool:
+        return self.audio_in_rate is not None
+
+    @property
+    def is_session(self) -> bool:
+        """Each request is a session of pieces (text or input audio)."""
+        return self.is_text_stream or self.is_audio_in
 
     def __post_init__(self) -> None:
         if not self.rates or min(self.rates) <= 0:
@@ -57,6 +68,10 @@ class BenchConfig:
         if self.text_rate is not None and not (self.text_rate > 0 and self.protocol == "grpc"):
             raise ValueError(f"--text-rate must be > 0 and needs --protocol grpc, got {self.text_rate} "
                              f"with {self.protocol}")
+        if self.audio_in_rate is not None and not (self.audio_in_rate > 0 and self.protocol == "grpc"
+                                                   and self.text_rate is None):
+            raise ValueError(f"--audio-in-rate must be > 0 and needs --protocol grpc and no --text-rate, got "
+                             f"{self.audio_in_rate} with {self.protocol}")
 
     @property
     def seeds(self) -> range:

@@ -21,6 +21,8 @@ from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from tritonclient.utils import serialize_byte_tensor
 
 from clients.bench.arrivals import arrival_times
+from clients.bench.audio_pace import (SAMPLE_RATE, audio_offsets, audio_pieces, enrollment, input_audio,
+                                      piece_frames)
 from clients.bench.config import BenchConfig
 from clients.bench.overhead import LoopLagMonitor, overhead_summary
 from clients.bench.records import Chunk, RequestRecord
@@ -84,6 +86,8 @@ def request_schedule(config: BenchConfig, planned: PlannedRequest) -> list[tuple
     Whole text: the one request. Streamed text: the session (a Triton sequence): piece 0 with every other
     input and sequence_start, piece k at k / text_rate, then an empty sequence_end at once after the last.
     """
+    if config.is_audio_in:
+        return audio_in_schedule(config, planned)
     if not config.is_text_stream:
         return [(0.0, build_request(config, planned))]
     pieces = cut_pieces(planned.utterance.text) or [""]
@@ -101,11 +105,32 @@ def request_schedule(config: BenchConfig, planned: PlannedRequest) -> list[tuple
     return list(zip(offsets + offsets[-1:], [first, *later, close]))
 
 
+def audio_in_schedule(config: BenchConfig, planned: PlannedRequest) -> list[tuple[float, service_pb2.ModelInferRequest]]:
+    """An audio-in session (audio_pace.py): the first request with the enrollment and `input_sample_rate`, each
+    80-ms piece of the input at its time on `audio_in_rate`, then an empty sequence_end at once after the last.
+    The output cap leaves room for the whole input's answer (as long as the input)."""
+    pieces = audio_pieces(input_audio(planned.audio_s, planned.seed))
+    session = secrets.randbits(62) + 1
+    values = {"seed": planned.seed, "max_audio_seconds": planned.audio_s + 1.0, "input_sample_rate": SAMPLE_RATE,
+              "ref_audio": enrollment(), "ref_sample_rate": SAMPLE_RATE, "x_vector_only": True}
+    first = _infer_request(planned.request_id, {name: scalar_array(name, value) for name, value in values.items()},
+                           wants_final=True)
+    later = [_infer_request(f"{planned.request_id}-{k}", {"input_audio": scalar_array("input_audio", piece)})
+             for k, piece in enumerate(pieces, start=1)]
+    close = _infer_request(f"{planned.request_id}-end", {"input_audio": np.zeros(0, np.float32)})
+    _set_sequence(first, session, start=True)
+    for request in later:
+        _set_sequence(request, session)
+    _set_sequence(close, session, end=True)
+    offsets = audio_offsets(len(pieces), config.audio_in_rate)
+    return list(zip([0.0, *offsets, offsets[-1]], [first, *later, close]))
+
+
 def _infer_request(request_id: str, tensors: dict[str, np.ndarray], wants_final: bool = False):
     request = service_pb2.ModelInferRequest(model_name=ROUTER, id=request_id)
     for name, array in tensors.items():
         spec = REQUEST_INPUTS[name]
-        request.inputs.add(name=name, datatype=spec.triton_type, shape=list(spec.shape))
+        request.inputs.add(name=name, datatype=spec.triton_type, shape=list(array.shape))
         raw = serialize_byte_tensor(array).item() if spec.triton_type == "BYTES" else array.tobytes()
         request.raw_input_contents.append(raw)
     if wants_final:  # the stream's end; a piece's own empty answer is not asked for
@@ -141,7 +166,10 @@ async def run_load(config: BenchConfig, plan: list[PlannedRequest], rate: float,
 
 def _send_lags(record: RequestRecord, config: BenchConfig) -> list[float]:
     """How late each request of the stream went out: the first against its arrival, pieces against the pace."""
-    offsets = piece_offsets(len(record.piece_sent_s), config.text_rate) if record.is_text_stream else [0.0]
+    if record.is_audio_in:
+        offsets = [0.0, *audio_offsets(len(record.piece_sent_s) - 1, config.audio_in_rate)]
+    else:
+        offsets = piece_offsets(len(record.piece_sent_s), config.text_rate) if record.is_text_stream else [0.0]
     return [record.sent_s - record.scheduled_s] + [sent - record.sent_s - offset for sent, offset
                                                    in zip(record.piece_sent_s[1:], offsets[1:])]
 
@@ -222,7 +250,10 @@ async def _stream(streams: _Streams, stub, planned: PlannedRequest) -> RequestRe
         finished.set()
     if error is None and (bad := [r for r in refused if decode_error(r).code != STREAM_OVER]):
         error = f"a piece of the text was refused: {bad[0]}"
-    text = _text_times(sent_at, len(schedule)) if streams.config.is_text_stream else {}
+    text = _text_times(sent_at, len(schedule)) if streams.config.is_session else {}
+    if streams.config.is_audio_in:  # the first request carries no input: 0 frames
+        frames = [0.0, *piece_frames(audio_pieces(input_audio(planned.audio_s, planned.seed)))]
+        text["piece_frames"] = tuple(frames[:len(text["piece_sent_s"])])
     return RequestRecord(planned.request_id, planned.utterance.utterance_id, planned.scheduled_s, sent,
                          planned.audio_s, tuple(chunks), streams.now(), error, **text)
 

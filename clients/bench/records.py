@@ -6,12 +6,15 @@ after the audio before it has finished playing is a stall, and playback resumes 
 
 A request whose text streams in pieces (`--text-rate`) is judged as the server's work: a stall whose
 chunk needed text not yet sent by its deadline is the text's (no server could have met it), and its
-TTFA counts, for the SLO, from when the text of its first chunk had been sent (text_pace.py).
+TTFA counts, for the SLO, from when the text of its first chunk had been sent (text_pace.py). A request whose
+input audio streams in (`--audio-in-rate`) alike, with the input in place of the text (audio_pace.py), and
+each chunk's algorithmic latency: its arrival less when the input it answers had been sent.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from clients.bench.audio_pace import input_sent_by
 from clients.bench.text_pace import text_sent_by
 from scheduler import ChunkingConfig, ChunkPlan
 
@@ -41,10 +44,17 @@ class RequestRecord:
     error: str | None = None
     piece_sent_s: tuple[float, ...] = ()  # streamed text: when each piece went out (0: the first request)
     text_closed_s: float | None = None  # streamed text: when sequence_end went out (None: never)
+    # streamed input audio: the input frames sent once each request of `piece_sent_s` was out (cumulative)
+    piece_frames: tuple[float, ...] = ()
 
     @property
     def is_text_stream(self) -> bool:
+        """A session of pieces: text, or input audio (`is_audio_in`)."""
         return bool(self.piece_sent_s)
+
+    @property
+    def is_audio_in(self) -> bool:
+        return bool(self.piece_frames)
 
     @property
     def first_audio_s(self) -> float | None:
@@ -60,7 +70,8 @@ class RequestRecord:
     @classmethod
     def from_json(cls, data: dict) -> "RequestRecord":
         return cls(**{**data, "chunks": tuple(Chunk(**c) for c in data["chunks"]),
-                      "piece_sent_s": tuple(data.get("piece_sent_s", ()))})
+                      "piece_sent_s": tuple(data.get("piece_sent_s", ())),
+                      "piece_frames": tuple(data.get("piece_frames", ()))})
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,8 @@ class Outcome:
     # from when the first chunk's text had been sent (whole text: = ttfa_s); 0 when it came before that
     # (the model had its tokens sooner than the client's count of them says)
     server_ttfa_s: float | None = None
+    # streamed input audio: each chunk's arrival less when the input it answers had been sent (audio_pace.py)
+    algorithmic_latency_s: tuple[float, ...] = ()
 
     @property
     def num_text_stalls(self) -> int:
@@ -122,9 +135,11 @@ def evaluate(record: RequestRecord, slo: Slo) -> Outcome:
     is_complete = record.error is None and record.done_s is not None
     meets = (is_complete and server_ttfa is not None and server_ttfa <= slo.ttfa_s + ON_TIME_TOLERANCE_S
              and len(late) == len(text_late))
+    latency = tuple(c.arrival_s - text_ready_s(record, c.index, slo.chunking) for c in record.chunks) \
+        if record.is_audio_in else ()
     return Outcome(ttfa_s=ttfa, num_stalls=len(late), stall_s=sum(w for _, w in late), is_complete=is_complete,
                    meets_slo=meets, stalled_chunks=tuple(i for i, _ in late), text_stalled_chunks=text_late,
-                   server_ttfa_s=server_ttfa)
+                   server_ttfa_s=server_ttfa, algorithmic_latency_s=latency)
 
 
 def text_ready_s(record: RequestRecord, chunk_index: int, chunking: ChunkingConfig) -> float:
@@ -132,6 +147,9 @@ def text_ready_s(record: RequestRecord, chunk_index: int, chunking: ChunkingConf
     if not record.is_text_stream:
         return record.sent_s
     end_frame = ChunkPlan(chunking).end(chunk_index)
+    if record.is_audio_in:
+        return max(record.sent_s, input_sent_by(record.piece_sent_s, record.piece_frames, record.text_closed_s,
+                                                end_frame))
     return max(record.sent_s, text_sent_by(record.piece_sent_s, record.text_closed_s, end_frame))
 
 

@@ -58,7 +58,8 @@ async def _run_all(config: BenchConfig, utterances: list[Utterance], log, save=l
     def results() -> dict:
         ordered = [summaries[r] for r in sorted(summaries)]
         return {"config": config.to_json(), "server": server, "client": client,
-                "slo": {"ttfa_ms": config.ttfa_slo_ms, "stalls": 0, "excuses_late_text": config.is_text_stream},
+                "slo": {"ttfa_ms": config.ttfa_slo_ms, "stalls": 0, "excuses_late_text": config.is_text_stream,
+                        "excuses_late_input": config.is_audio_in},
                 "summaries": ordered,
                 "capacity": capacities(ordered), "capacity_per_seed": seed_capacities(ordered),
                 "runs": [_run_json(run) for run in runs]}
@@ -105,7 +106,7 @@ async def _run_rate(config: BenchConfig, utterances, rate: float, slo: Slo, runs
     summary["client_overhead"] = _worst_overhead(rate_runs)
     summary["server_time"] = add_server_times(times)
     summary["lanes"] = lanes_block(pool(lane_deltas))
-    log(format_summary(summary, config.text_rate))
+    log(format_summary(summary, config.text_rate, config.audio_in_rate))
     return summary
 
 
@@ -135,12 +136,13 @@ def _client_info() -> dict:
     return {"python": sys.version.split()[0], "platform": platform.platform(), "started": time.strftime("%FT%T%z")}
 
 
-def format_summary(s: dict, text_rate: float | None = None) -> str:
+def format_summary(s: dict, text_rate: float | None = None, audio_in_rate: float | None = None) -> str:
     ttfa = s["ttfa_ms"]
     lag = s["client_overhead"]["loop_lag_ms"]
-    return (f"rate {s['rate']:g}/s{_format_text(text_rate)}: {s['num_requests']} req, {s['num_errors']} err, "
+    return (f"rate {s['rate']:g}/s{_format_text(text_rate)}{_format_audio_in(audio_in_rate)}: {s['num_requests']} "
+            f"req, {s['num_errors']} err, "
             f"TTFA p50/p90/p99 {ttfa['p50']}/{ttfa['p90']}/{ttfa['p99']} ms, stall rate {s['stall_rate']}"
-            f"{_format_stall_causes(s, text_rate)}, "
+            f"{_format_stall_causes(s, text_rate)}{_format_input_stalls(s, audio_in_rate)}, "
             f"SLO {s['slo_attainment']}, goodput {s['goodput_rps']}/s, completed {s['completed_rps']}/s, "
             f"client loop lag p99 {lag['p99']} ms{_format_server_time(s.get('server_time'))}"
             f"{_format_lanes(s.get('lanes'))}")
@@ -148,6 +150,18 @@ def format_summary(s: dict, text_rate: float | None = None) -> str:
 
 def _format_text(text_rate: float | None) -> str:
     return "" if text_rate is None else f" (text {text_rate:g} tokens/s)"
+
+
+def _format_audio_in(audio_in_rate: float | None) -> str:
+    return "" if audio_in_rate is None else f" (audio in at {audio_in_rate:g}x real time)"
+
+
+def _format_input_stalls(s: dict, audio_in_rate: float | None) -> str:
+    if audio_in_rate is None:
+        return ""
+    latency = s["algorithmic_latency_ms"]
+    return (f" (input {s['text_stalls']['stall_rate']}, server {s['server_stalls']['stall_rate']}), "
+            f"algorithmic latency p50/p95 {latency['p50']}/{latency['p95']} ms")
 
 
 def _format_stall_causes(s: dict, text_rate: float | None) -> str:

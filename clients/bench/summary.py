@@ -43,6 +43,7 @@ def summarize_rate(rate: float, runs: list[RunWindow], slo: Slo) -> dict:
         "goodput_rps": _ratio(num_met, window),
         "completed_rps": _ratio(num_completed, sum(run.wall_s for run in runs)),
         "audio_s_per_s": _ratio(sum(r.audio_s for r in records), sum(run.wall_s for run in runs)),
+        "algorithmic_latency_ms": _percentiles_ms([s for o in with_audio for s in o.algorithmic_latency_s]),
     }
 
 

@@ -197,3 +197,26 @@ def test_the_documented_websocket_example_runs(ws_base, tmp_path):
     assert event["type"] == "audio.done" and event["sample_rate"] == RATE
     with wave.open(str(tmp_path / "out.wav")) as f:
         assert f.getnframes() == -(-12000 // 1920) * 1920
+
+
+def test_the_bench_streams_audio_in_at_real_time_and_reports_algorithmic_latency(tse_url, tmp_path):
+    """`voxlane bench --audio-in-rate 1`: each request an audio-in session; every request completes with output
+    as long as its input, each chunk has an algorithmic latency (arrival less its input's sending), positive."""
+    import json
+    import subprocess
+    import sys
+
+    from clients.bench.records import RequestRecord
+
+    done = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "--smoke", "--url", tse_url, "--out",
+                           str(tmp_path), "--rates", "1", "--duration", "2", "--audio-in-rate", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "(audio in at 1x real time)" in done.stdout and "algorithmic latency p50/p95" in done.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    records = [RequestRecord.from_json(r) for run in results["runs"] for r in run["records"]]
+    assert records and all(r.error is None and r.is_audio_in for r in records)
+    for record in records:
+        assert record.audio_s == pytest.approx(-(-record.piece_frames[-1] // 1) / 12.5)  # as long as its input
+    latency = results["summaries"][0]["algorithmic_latency_ms"]
+    assert latency["p50"] is not None and latency["p50"] > 0
