@@ -58,7 +58,8 @@ class Family(Protocol):
 
     def codec_left_context_frames(self, spec: ModelSpec) -> int: ...
 
-    # optional: `codec_windowing(spec) -> CodecWindowing` where the codec needs lookahead (see `codec_windowing`)
+    # optional: `codec_windowing(spec) -> CodecWindowing` where the codec needs lookahead (see `codec_windowing`);
+    # `codec_model_of(spec) -> str` for a model over another model's codec and voice encoder (see `codec_owner`)
 
 
 def families() -> list[Family]:
@@ -124,20 +125,31 @@ def load_lm(spec: ModelSpec, device: str, dtype: str) -> SpeechLM:
     return family_of(spec).load_lm(spec, device, DTYPES[dtype])
 
 
+def codec_owner(spec: ModelSpec) -> tuple[Family, ModelSpec]:
+    """The family and model whose codec and voice encoder `spec` uses: its own, or, for a family that declares
+    `codec_model_of(spec)` (a model over another model's codec: tse), that model's (no family imports another)."""
+    family = family_of(spec)
+    if hasattr(family, "codec_model_of"):
+        owner = resolve(family.codec_model_of(spec))
+        return family_of(owner), owner
+    return family, spec
+
+
 def load_codec(spec: ModelSpec, device: str, dtype: str, steps: int = 0) -> Codec:
     """The model's codec; `steps` > 0 sets a flow-matching codec's function evaluations per window (CosyVoice 3's
     Euler steps, FlashTTS's mean-flow evaluations), and is refused by a codec that has none."""
+    family, spec = codec_owner(spec)
     if steps:
-        family = family_of(spec)
         if "steps" not in inspect.signature(family.load_codec).parameters:
             raise ValueError(f"codec_steps={steps}: {spec.name}'s codec ({family.name}) has no flow steps to set")
         return family.load_codec(spec, device, DTYPES[dtype], steps=steps)
-    return family_of(spec).load_codec(spec, device, DTYPES[dtype])
+    return family.load_codec(spec, device, DTYPES[dtype])
 
 
 def load_voice_encoder(spec: ModelSpec, device: str, dtype: str) -> VoiceEncoder | None:
     """The model's reference-audio encoder; None where the model cannot clone a voice."""
-    return family_of(spec).load_voice_encoder(spec, device, DTYPES[dtype])
+    family, spec = codec_owner(spec)
+    return family.load_voice_encoder(spec, device, DTYPES[dtype])
 
 
 def preset_voices(spec: ModelSpec) -> tuple[str, ...]:
@@ -148,7 +160,7 @@ def preset_voices(spec: ModelSpec) -> tuple[str, ...]:
 def codec_windowing(spec: ModelSpec) -> CodecWindowing:
     """How the model's chunks are cut (left context, lookahead, overlap), read without loading its codec: the
     family's `codec_windowing`, else left context alone."""
-    family = family_of(spec)
+    family, spec = codec_owner(spec)
     if hasattr(family, "codec_windowing"):
         return family.codec_windowing(spec)
     return CodecWindowing(family.codec_left_context_frames(spec))

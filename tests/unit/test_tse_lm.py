@@ -103,12 +103,37 @@ def test_a_chunk_is_read_only_once_the_output_has_caught_up(lm, monkeypatch):
     reads: list[tuple[int, int]] = []
     read = TSELM._read
 
-    def recording(self, slot, state):
-        reads.append((state.read, state.written))
-        read(self, slot, state)
+    def recording(self, slots, states, num_frames):
+        reads.extend((state.read, state.written) for state in states)
+        read(self, slots, states, num_frames)
     monkeypatch.setattr(TSELM, "_read", recording)
     speak(lm, [10, 10], input_frames(23))
     assert reads == [(0, 0), (4, 4), (8, 8), (12, 12), (16, 16), (20, 20)]  # read chunk c after writing chunk c-1
+
+
+def test_streams_that_read_a_whole_chunk_in_the_same_step_share_one_call_and_hear_what_they_would_alone(lm,
+                                                                                                       monkeypatch):
+    calls: list[int] = []
+    read = TSELM._read
+
+    def counting(self, slots, states, num_frames):
+        calls.append(len(slots))
+        read(self, slots, states, num_frames)
+    frames = input_frames(12)
+    alone = frames_of(speak(lm, [], frames))
+    monkeypatch.setattr(TSELM, "_read", counting)
+    engine = make_engine(lm)
+    sinks = []
+    for name in ("a", "b"):
+        seq, sink = stream(lm, name)
+        engine.add(seq)
+        engine.add_input(name, frames, is_final=True)
+        sinks.append(sink)
+    steps(engine, 60)
+    assert max(calls) == 2  # both streams' chunks in one backbone call
+    for sink in sinks:
+        assert sink.done.is_set() and sink.error is None
+        torch.testing.assert_close(frames_of(sink), alone, rtol=0, atol=0)
 
 
 def test_a_stream_waiting_for_its_input_keeps_its_slot_while_another_speaks(lm):
@@ -181,11 +206,12 @@ def test_the_tiny_checkpoint_loads_back_and_its_codec_and_encoder_are_the_codec_
     for (name, a), (_, b) in zip(sorted(built.state_dict().items()), sorted(loaded.state_dict().items())):
         assert torch.equal(a, b), name
     spec = registry.ModelSpec("tse-tiny", "tse", checkpoint=path)
-    codec = family.load_codec(spec, "cpu", torch.float32)
-    encoder = family.load_voice_encoder(spec, "cpu", torch.float32)
+    codec = registry.load_codec(spec, "cpu", "float32")
+    encoder = registry.load_voice_encoder(spec, "cpu", "float32")
     assert (codec.num_codebooks, codec.codebook_size, codec.shape.frame_rate) == (16, 64, 12.5)
     assert encoder.reference_tensors["speaker_embedding"] == ("FP32", [64])
-    assert family.codec_left_context_frames(spec) == codec.left_context_frames
+    assert registry.codec_windowing(spec).left_context_frames == codec.left_context_frames
+    assert family.codec_model_of(spec) == "qwen3-tts-tiny-base"
 
 
 def test_the_full_shape_is_a_qwen3_1_7b_backbone_over_the_12hz_codec():

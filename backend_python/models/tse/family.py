@@ -1,6 +1,7 @@
-"""tse as the registry will see it: presets, checkpoint detection, loaders. Its codec (both directions) and its
-speaker encoder are those of the model its config names (`codec_model`, a Qwen3-TTS Base preset or checkpoint),
-loaded through the registry: no family's code is imported.
+"""tse as the registry sees it: presets, checkpoint detection, the LM's loader. Its codec (both directions) and
+its speaker encoder are those of the model its config names (`codec_model`, a Qwen3-TTS Base preset or
+checkpoint): the registry loads them from that model's family (`codec_model_of`, registry.codec_owner), so no
+family's code is imported here.
 
 It takes no text: a request streams input audio in an audio-in session (vox_ensemble/audio_sessions.py) with the
 target speaker's enrollment as `ref_audio` (x-vector only).
@@ -36,35 +37,17 @@ def _config(spec) -> TSEConfig:
     return TSEConfig.from_dir(spec.checkpoint) if spec.checkpoint is not None else preset_config(spec.preset)
 
 
-def _codec_spec(spec):
-    from .. import registry
-    return registry.resolve(_config(spec).codec_model)
-
-
 def load_lm(spec, device: str, dtype: torch.dtype) -> TSELM:
     if spec.checkpoint is not None:
         return TSELM.from_pretrained(spec.checkpoint, device=device, dtype=dtype)
     return TSELM.from_config(preset_config(spec.preset), device=device, dtype=dtype, seed=RANDOM_SEED)
 
 
-def load_codec(spec, device: str, dtype: torch.dtype):
-    from .. import registry
-    codec_spec = _codec_spec(spec)
-    return registry.family_of(codec_spec).load_codec(codec_spec, device, dtype)
-
-
-def load_voice_encoder(spec, device: str, dtype: torch.dtype):
-    """The codec model's encoder: the enrollment's x-vector, and an input chunk's codes (its `ref_codes`)."""
-    from .. import registry
-    codec_spec = _codec_spec(spec)
-    return registry.family_of(codec_spec).load_voice_encoder(codec_spec, device, dtype)
+def codec_model_of(spec) -> str:
+    """The model whose codec (both directions) and voice encoder this one uses: the registry loads them from it
+    (registry.codec_owner)."""
+    return _config(spec).codec_model
 
 
 def preset_voices(spec) -> tuple[str, ...]:
     return ()
-
-
-def codec_left_context_frames(spec) -> int:
-    from .. import registry
-    codec_spec = _codec_spec(spec)
-    return registry.family_of(codec_spec).codec_left_context_frames(codec_spec)

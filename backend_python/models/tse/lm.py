@@ -15,7 +15,8 @@ chunks of `chunk_frames` whatever the pieces it came in (models/input_feed.py), 
 depend on how its client cut the audio.
 
 A chunk's input is read by one backbone call over its N positions before the step that needs it (eager, as a
-prefill is), the output frames by the two-stage frame (graphs/frame.py: sample, then one backbone token).
+prefill is; the rows that read a whole chunk in the same step share one call), the output frames by the two-stage
+frame (graphs/frame.py: sample, then one backbone token).
 
 What follows the paper and what does not: the interleaved splicing, the enrollment condition and the per-chunk
 wait are its design; its seam refinement (each chunk's start re-predicted from the history) is left to the
@@ -191,24 +192,36 @@ class TSELM(SlotSpeechLM):
         self.model.run(embeds, to_device([slot], self.device), torch.arange(2, device=self.device)[None], mem.kv)
         self._states[slot] = TSESlotState(position=2, feed=prompt.input)
 
-    def _read(self, slot: int, state: TSESlotState) -> None:
-        """The next input chunk (or the closed input's last, shorter one) into the backbone; its last hidden state
-        gives the chunk's first output frame."""
-        mem, c = self._require_memory(), self.config
-        end = min(state.read + c.chunk_frames, state.feed.num_frames)
-        capacity = min(self._extent_lengths.get(slot, mem.kv.max_seq_len), mem.kv.max_seq_len)
-        if state.position + (end - state.read) + 1 > capacity:
-            raise ValueError(f"slot {slot} is full ({state.position} positions): its input outran its KV extent")
-        frames = state.feed.frames(state.read, end).to(self.device)
-        embeds = self.embed_frames(self.input_embeddings, frames)[None]
-        positions = torch.arange(state.position, state.position + frames.shape[0], device=self.device)[None]
-        hidden = self.model.run(embeds, to_device([slot], self.device), positions, mem.kv)
-        mem.logits[slot] = self.audio_logits(hidden)[0]
-        state.position += frames.shape[0]
-        state.read = end
+    def _read_all(self, reading: list[tuple[int, TSESlotState]]) -> None:
+        """The next input chunk of each row in `reading` into the backbone: the rows with a whole chunk in one
+        call, a closed input's last, shorter chunk alone; each row's last hidden state gives its chunk's first
+        output frame."""
+        n = self.config.chunk_frames
+        whole = [(slot, state) for slot, state in reading if state.feed.num_frames - state.read >= n]
+        if whole:
+            self._read([slot for slot, _ in whole], [state for _, state in whole], n)
+        whole_slots = {slot for slot, _ in whole}
+        for slot, state in reading:
+            if slot not in whole_slots:
+                self._read([slot], [state], state.feed.num_frames - state.read)
+
+    def _read(self, slots: list[int], states: list[TSESlotState], num_frames: int) -> None:
+        mem = self._require_memory()
+        for slot, state in zip(slots, states):
+            capacity = min(self._extent_lengths.get(slot, mem.kv.max_seq_len), mem.kv.max_seq_len)
+            if state.position + num_frames + 1 > capacity:
+                raise ValueError(f"slot {slot} is full ({state.position} positions): its input outran its KV extent")
+        frames = torch.stack([s.feed.frames(s.read, s.read + num_frames) for s in states]).to(self.device)
+        embeds = self.embed_frames(self.input_embeddings, frames)  # [B, N, H]
+        positions = torch.stack([torch.arange(s.position, s.position + num_frames) for s in states]).to(self.device)
+        hidden = self.model.run(embeds, to_device(slots, self.device), positions, mem.kv)  # [B, H]
+        mem.logits[to_device(slots, self.device)] = self.audio_logits(hidden)
+        for state in states:
+            state.position += num_frames
+            state.read += num_frames
 
     def embed_frames(self, table: nn.Embedding, frames: torch.Tensor) -> torch.Tensor:
-        """frames [N, K] codes -> [N, H]: the sum of each code's row (codebook j's ids shifted by j × V)."""
+        """frames [..., K] codes -> [..., H]: the sum of each code's row (codebook j's ids shifted by j × V)."""
         shift = torch.arange(frames.shape[-1], device=frames.device) * self.config.codebook_size
         return table(frames + shift).sum(dim=-2)
 
@@ -220,9 +233,9 @@ class TSELM(SlotSpeechLM):
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
         mem = self._require_memory()
         states = [self._live_state(slot) for slot in batch.slots]
-        for slot, state in zip(batch.slots, states):
-            if state.has_caught_up and state.read < state.feed.num_frames and not self.is_waiting_for_input(slot):
-                self._read(slot, state)
+        self._read_all([(slot, state) for slot, state in zip(batch.slots, states)
+                        if state.has_caught_up and state.read < state.feed.num_frames
+                        and not self.is_waiting_for_input(slot)])
         ended = torch.tensor([s.has_caught_up for s in states])  # caught up with a closed input: the end
         floats, sampling_ints = host_columns(batch.sampling)
         frame_ints = torch.tensor([[slot, s.position, 1] for slot, s in zip(batch.slots, states)])
