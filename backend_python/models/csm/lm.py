@@ -17,11 +17,10 @@ import torch
 from torch import nn
 
 from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference, to_device
-from ..graphs.buffers import batch_buckets
-from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
+from ..graphs.frame import FrameGraphs, FrameInputs, TwoStageFrameLM
 from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
-from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
+from ..layers.sampling import TINY, apply_repetition_penalty, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
 from ..text_segments import SegmentContext, SegmentedText
 from . import checkpoint
@@ -53,7 +52,7 @@ class SlotMemory:
         return self.logits.shape[0] - 1
 
 
-class CsmLM(SlotSpeechLM):
+class CsmLM(TwoStageFrameLM, SlotSpeechLM):
     """Parameters carry the official `CsmForConditionalGeneration` names (without `codec_model.*`)."""
 
     def __init__(self, config: CsmConfig, tokenizer) -> None:
@@ -166,11 +165,7 @@ class CsmLM(SlotSpeechLM):
             blocked=blocked, no_text=torch.zeros(c.backbone.hidden_size, device=device, dtype=dtype))
 
     def _build_graphs(self, layout: SlotLayout) -> FrameGraphs:
-        mem = self._require_memory()
-        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, layout.batch),
-                             mem.scratch_row, self.noise_width, self.config.backbone.hidden_size, self.num_codebooks,
-                             self.device, mem.hidden.dtype)
-        return self._capture_graphs(graphs)
+        return self._two_stage_graphs(layout, self.config.backbone.hidden_size, self._require_memory().hidden.dtype)
 
     @property
     def noise_width(self) -> int:
@@ -205,24 +200,15 @@ class CsmLM(SlotSpeechLM):
     @torch.no_grad()
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
         mem, states = self._require_memory(), [self._live_state(slot) for slot in batch.slots]
-        floats, ints = self._host_columns(batch, states)
-        no_text = [mem.no_text] * len(states)
-        if self._graphs is not None:
-            codes = self._graphs.run(floats, ints, no_text, batch.sampling, batch.generators, self.use_cuda_graphs)
-        else:
-            codes = eager_frame(self._predict, self._talk, self.noise_width, batch, floats, ints, no_text, self.device)
+        # EOS is a whole frame here, never a blocked id: the column stays 0
+        codes = self._two_stage_frame(batch, [[slot, s.position, 0] for slot, s in zip(batch.slots, states)],
+                                      [mem.no_text] * len(states))
         for s in states:
             s.position += 1
         is_eos = (codes[:, :-1] == self.config.codebook_eos_token_id).all(dim=1)
         return codes, is_eos & ~to_device(batch.ignore_eos, codes.device)
 
     # ---- helpers -------------------------------------------------------------------------------
-    def _host_columns(self, batch: DecodeBatch, states: list[SlotState]) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> floats [B, 3], ints [B, 5] on the CPU, the columns of `FrameInputs.from_columns` (EOS is a
-        whole frame here, never a blocked id: its column stays 0)."""
-        floats, sampling_ints = host_columns(batch.sampling)
-        frame_ints = torch.tensor([[slot, s.position, 0] for slot, s in zip(batch.slots, states)])
-        return floats, torch.cat((frame_ints, sampling_ints), dim=1)
 
     def _predict(self, inputs: FrameInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Codebook 0 from the stored logits, then codebooks 1..K-1 -> (codes [B, K] int64, frame_embed [B, H])."""

@@ -23,9 +23,9 @@ from typing import Callable
 import torch
 
 from ..base import DecodeBatch, SamplingParams
-from .buffers import FrameBuffers
+from .buffers import FrameBuffers, batch_buckets
 from .capture import capture_steps
-from ..layers.sampling import BatchSampling, draw_noise, host_flags
+from ..layers.sampling import BatchSampling, draw_noise, host_columns, host_flags
 
 
 @dataclass
@@ -126,3 +126,27 @@ class FrameGraphs(FrameBuffers):
         (predictor, _), (talker, _) = capture_steps((lambda: self._predict(bucket), lambda: self._talk(bucket)),
                                                     self._pool)
         return predictor, talker
+
+
+class TwoStageFrameLM:
+    """The two-stage frame's glue for a `SlotSpeechLM` with `_predict` and `_talk` (CSM, Higgs Audio, Voxtral-TTS,
+    tse): its graphs over the slot memory, and one frame run through them on CUDA or eagerly on the CPU."""
+
+    frame_noise_every_row = False  # FrameGraphs.noise_every_row: greedy rows draw noise too (a flow head)
+
+    def _two_stage_graphs(self, layout, hidden_size: int, dtype: torch.dtype) -> FrameGraphs:
+        mem = self._require_memory()
+        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, layout.batch),
+                             mem.scratch_row, self.noise_width, hidden_size, self.num_codebooks, self.device, dtype)
+        graphs.noise_every_row = self.frame_noise_every_row
+        return self._capture_graphs(graphs)
+
+    def _two_stage_frame(self, batch: DecodeBatch, frame_ints: list[list[int]],
+                         text_embeds: list[torch.Tensor]) -> torch.Tensor:
+        """frame_ints: per row [cache row, position, is_eos_blocked] -> codes [n, G] int64."""
+        floats, sampling_ints = host_columns(batch.sampling)
+        ints = torch.cat((torch.tensor(frame_ints, dtype=torch.int64).reshape(-1, 3), sampling_ints), dim=1)
+        if self._graphs is not None:
+            return self._graphs.run(floats, ints, text_embeds, batch.sampling, batch.generators, self.use_cuda_graphs)
+        return eager_frame(self._predict, self._talk, self.noise_width, batch, floats, ints, text_embeds, self.device,
+                           self.frame_noise_every_row)

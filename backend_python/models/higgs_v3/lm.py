@@ -25,11 +25,10 @@ import torch
 from torch import nn
 
 from ..base import DecodeBatch, Prompt, VoiceReference, to_device
-from ..graphs.buffers import batch_buckets
-from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
+from ..graphs.frame import FrameGraphs, FrameInputs, TwoStageFrameLM
 from ..layers.decoder import DecoderStack, KVCache, Step
 from ..layers.random_init import init_random_weights
-from ..layers.sampling import TINY, host_columns, sample
+from ..layers.sampling import TINY, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
 from ..text_segments import SegmentContext
 from . import checkpoint
@@ -82,7 +81,7 @@ class AudioHead(nn.Module):
                                        config.audio_num_codebooks * config.audio_vocab_size, bias=False)
 
 
-class HiggsV3LM(SlotSpeechLM):
+class HiggsV3LM(TwoStageFrameLM, SlotSpeechLM):
     """Parameters carry the official `HiggsAudioModel` names (the backbone's under `model.`, checkpoint.py)."""
 
     def __init__(self, config: HiggsV3Config, tokenizer, voice_codes: dict[str, torch.Tensor]) -> None:
@@ -181,11 +180,8 @@ class HiggsV3LM(SlotSpeechLM):
             no_text=torch.zeros(b.hidden_size, device=device, dtype=self.audio_codebook_embeddings.weight.dtype))
 
     def _build_graphs(self, layout: SlotLayout) -> FrameGraphs:
-        mem = self._require_memory()
-        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, layout.batch),
-                             mem.scratch_row, self.noise_width, self.config.backbone.hidden_size, self.num_codebooks,
-                             self.device, mem.no_text.dtype)
-        return self._capture_graphs(graphs)
+        return self._two_stage_graphs(layout, self.config.backbone.hidden_size,
+                                      self._require_memory().no_text.dtype)
 
     @property
     def noise_width(self) -> int:
@@ -227,15 +223,8 @@ class HiggsV3LM(SlotSpeechLM):
     @torch.no_grad()
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
         mem, states = self._require_memory(), [self._live_state(slot) for slot in batch.slots]
-        floats, sampling_ints = host_columns(batch.sampling)
-        frame_ints = torch.tensor([[slot, s.position, int(ignore)] for slot, s, ignore
-                                   in zip(batch.slots, states, batch.ignore_eos)])
-        ints = torch.cat((frame_ints, sampling_ints), dim=1)
-        no_text = [mem.no_text] * len(states)
-        if self._graphs is not None:
-            codes = self._graphs.run(floats, ints, no_text, batch.sampling, batch.generators, self.use_cuda_graphs)
-        else:
-            codes = eager_frame(self._predict, self._talk, self.noise_width, batch, floats, ints, no_text, self.device)
+        codes = self._two_stage_frame(batch, [[slot, s.position, int(ignore)] for slot, s, ignore
+                                              in zip(batch.slots, states, batch.ignore_eos)], [mem.no_text] * len(states))
         for s in states:
             s.position += 1
         return codes, codes[:, 0] == self.config.audio_stream_eos_id

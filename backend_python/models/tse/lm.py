@@ -25,19 +25,18 @@ serving shape whose quality is not reproduced.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from ..base import DecodeBatch, Prompt, VoiceReference, to_device
-from ..graphs.buffers import batch_buckets
-from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
+from ..graphs.frame import FrameGraphs, FrameInputs, TwoStageFrameLM
 from ..input_feed import InputFeed
 from ..layers.decoder import DecoderStack, KVCache, Step
 from ..layers.random_init import init_random_weights
-from ..layers.sampling import TINY, host_columns, sample
+from ..layers.sampling import TINY, sample
 from ..slots import SlotLayout, SlotSpeechLM
 from .config import BOS, NUM_SPECIAL_IDS, SPEAKER, TSEConfig
 
@@ -81,7 +80,7 @@ class Backbone(DecoderStack):
         return self(embeds, step, cache, compiled=False)[:, -1]
 
 
-class TSELM(SlotSpeechLM):
+class TSELM(TwoStageFrameLM, SlotSpeechLM):
     takes_input = True
 
     def __init__(self, config: TSEConfig) -> None:
@@ -169,11 +168,8 @@ class TSELM(SlotSpeechLM):
                           no_text=torch.zeros(b.hidden_size, device=device, dtype=dtype))
 
     def _build_graphs(self, layout: SlotLayout) -> FrameGraphs:
-        mem = self._require_memory()
-        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, layout.batch),
-                             mem.scratch_row, self.noise_width, self.config.backbone.hidden_size, self.num_codebooks,
-                             self.device, mem.no_text.dtype)
-        return self._capture_graphs(graphs)
+        return self._two_stage_graphs(layout, self.config.backbone.hidden_size,
+                                      self._require_memory().no_text.dtype)
 
     @property
     def noise_width(self) -> int:
@@ -237,14 +233,8 @@ class TSELM(SlotSpeechLM):
                         if state.has_caught_up and state.read < state.feed.num_frames
                         and not self.is_waiting_for_input(slot)])
         ended = torch.tensor([s.has_caught_up for s in states])  # caught up with a closed input: the end
-        floats, sampling_ints = host_columns(batch.sampling)
-        frame_ints = torch.tensor([[slot, s.position, 1] for slot, s in zip(batch.slots, states)])
-        ints = torch.cat((frame_ints, sampling_ints), dim=1)
-        no_text = [mem.no_text] * len(states)
-        if self._graphs is not None:
-            codes = self._graphs.run(floats, ints, no_text, batch.sampling, batch.generators, self.use_cuda_graphs)
-        else:
-            codes = eager_frame(self._predict, self._talk, self.noise_width, batch, floats, ints, no_text, self.device)
+        codes = self._two_stage_frame(batch, [[slot, s.position, 1] for slot, s in zip(batch.slots, states)],
+                                      [mem.no_text] * len(states))
         for state, is_end in zip(states, ended.tolist()):
             if not is_end:
                 state.written += 1

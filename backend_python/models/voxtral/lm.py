@@ -25,12 +25,11 @@ import torch
 from torch import nn
 
 from ..base import DecodeBatch, Prompt, VoiceReference, to_device
-from ..graphs.buffers import batch_buckets
-from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
+from ..graphs.frame import FrameGraphs, FrameInputs, TwoStageFrameLM
 from ..layers.compile import compile_hot_path
 from ..layers.decoder import DecoderStack, KVCache, Step
 from ..layers.random_init import init_random_weights
-from ..layers.sampling import TINY, host_columns, sample
+from ..layers.sampling import TINY, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
 from . import checkpoint
 from .config import END_AUDIO, NUM_AUDIO_SPECIALS, VoxtralConfig
@@ -72,7 +71,9 @@ class Backbone(DecoderStack):
         return self(embeds, step, cache, compiled=compiled)[:, -1]
 
 
-class VoxtralLM(SlotSpeechLM):
+class VoxtralLM(TwoStageFrameLM, SlotSpeechLM):
+    frame_noise_every_row = True  # the flow starts from noise whatever the sampling
+
     def __init__(self, config: VoxtralConfig, tokenizer, voice_embeddings: dict[str, torch.Tensor]) -> None:
         super().__init__()
         self.config, self.tokenizer = config, tokenizer
@@ -159,12 +160,7 @@ class VoxtralLM(SlotSpeechLM):
                           no_text=torch.zeros(b.dim, device=device, dtype=dtype))
 
     def _build_graphs(self, layout: SlotLayout) -> FrameGraphs:
-        mem = self._require_memory()
-        graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, layout.batch),
-                             mem.scratch_row, self.noise_width, self.config.backbone.dim, self.num_codebooks,
-                             self.device, mem.no_text.dtype)
-        graphs.noise_every_row = True
-        return self._capture_graphs(graphs)
+        return self._two_stage_graphs(layout, self.config.backbone.dim, self._require_memory().no_text.dtype)
 
     @property
     def noise_width(self) -> int:
@@ -197,16 +193,8 @@ class VoxtralLM(SlotSpeechLM):
     @torch.no_grad()
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
         mem, states = self._require_memory(), [self._live_state(slot) for slot in batch.slots]
-        floats, sampling_ints = host_columns(batch.sampling)
-        frame_ints = torch.tensor([[slot, s.position, int(ignore)] for slot, s, ignore
-                                   in zip(batch.slots, states, batch.ignore_eos)])
-        ints = torch.cat((frame_ints, sampling_ints), dim=1)
-        no_text = [mem.no_text] * len(states)
-        if self._graphs is not None:
-            codes = self._graphs.run(floats, ints, no_text, batch.sampling, batch.generators, self.use_cuda_graphs)
-        else:
-            codes = eager_frame(self._predict, self._talk, self.noise_width, batch, floats, ints, no_text,
-                                self.device, noise_every_row=True)
+        codes = self._two_stage_frame(batch, [[slot, s.position, int(ignore)] for slot, s, ignore
+                                              in zip(batch.slots, states, batch.ignore_eos)], [mem.no_text] * len(states))
         for s in states:
             s.position += 1
         return codes, codes[:, 0] < 0
