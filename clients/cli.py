@@ -269,7 +269,7 @@ def _add_say(parser: argparse.ArgumentParser) -> None:
 
 
 def _say(args: argparse.Namespace) -> int:
-    from clients.stream import ServerUnreachable, StreamError, synthesize
+    from clients.stream import synthesize
     from clients.text_stream import speak_streaming_text
     if args.audio_in is not None:
         return _say_audio_in(args)
@@ -279,14 +279,9 @@ def _say(args: argparse.Namespace) -> int:
                     max_audio_seconds=args.max_audio_seconds, language=args.language,
                     instructions=args.instructions, non_streaming_mode=True if args.non_streaming_mode else None,
                     speed=args.speed, timestamps="word" if args.timestamps else None, **_reference(args))
-    try:
-        result = (speak_streaming_text(args.url, _paced_words(args.text, args.words_per_s), **settings)
-                  if args.stream_text else synthesize(args.url, args.text, **settings))
-    except ServerUnreachable as exc:
-        print(f"voxlane: {exc} (is `voxlane serve` running there? --url picks the server)", file=sys.stderr)
-        return 1
-    except StreamError as exc:
-        print(f"voxlane: server error: {exc}", file=sys.stderr)
+    result = _streamed(lambda: speak_streaming_text(args.url, _paced_words(args.text, args.words_per_s), **settings)
+                       if args.stream_text else synthesize(args.url, args.text, **settings))
+    if result is None:
         return 1
     _report(result, args.output)
     for word in result.words or ():
@@ -294,10 +289,22 @@ def _say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _streamed(stream):
+    """`stream()`'s result, or None once the reason it failed is printed (the server unreachable, or its error)."""
+    from clients.stream import ServerUnreachable, StreamError
+    try:
+        return stream()
+    except ServerUnreachable as exc:
+        print(f"voxlane: {exc} (is `voxlane serve` running there? --url picks the server)", file=sys.stderr)
+    except StreamError as exc:
+        print(f"voxlane: server error: {exc}", file=sys.stderr)
+    return None
+
+
 def _say_audio_in(args: argparse.Namespace) -> int:
     """`say --audio-in FILE --enroll FILE`: an audio-in session, the file sent at real time in pieces."""
     from clients.audio_stream import stream_audio_in
-    from clients.stream import ServerUnreachable, StreamError, read_wav
+    from clients.stream import read_wav
     if args.text is not None or args.enroll is None or args.ref_audio is not None:
         raise ValueError("--audio-in takes --enroll (the target speaker) and no TEXT or --ref-audio")
     try:
@@ -307,15 +314,10 @@ def _say_audio_in(args: argparse.Namespace) -> int:
         raise ValueError(f"--audio-in / --enroll: not a readable PCM WAV file ({exc})") from None
     piece = max(1, round(rate * args.piece_ms / 1000))
     pieces = [audio[start:start + piece] for start in range(0, audio.size, piece)]
-    try:
-        result = stream_audio_in(args.url, pieces, rate, enroll, enroll_rate, piece_gap_s=args.piece_ms / 1000,
-                                 seed=args.seed, temperature=args.temperature, max_audio_seconds=args.max_audio_seconds,
-                                 timeout_s=120 + audio.size / rate)
-    except ServerUnreachable as exc:
-        print(f"voxlane: {exc} (is `voxlane serve` running there? --url picks the server)", file=sys.stderr)
-        return 1
-    except StreamError as exc:
-        print(f"voxlane: server error: {exc}", file=sys.stderr)
+    result = _streamed(lambda: stream_audio_in(
+        args.url, pieces, rate, enroll, enroll_rate, piece_gap_s=args.piece_ms / 1000, seed=args.seed,
+        temperature=args.temperature, max_audio_seconds=args.max_audio_seconds, timeout_s=120 + audio.size / rate))
+    if result is None:
         return 1
     for ended in result.piece_errors:
         print(f"voxlane: a piece was refused: {ended.message}", file=sys.stderr)
