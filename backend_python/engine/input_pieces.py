@@ -8,29 +8,19 @@ an error, and so does one sent a bad piece (wrong shape, codes out of range, a p
 """
 from __future__ import annotations
 
-import threading
-
-import torch
-
 from backend_python.engine.sequence import Sequence
+from backend_python.engine.text_pieces import PieceQueue
 from protocol.reasons import Ended, EndReason
 
 INPUT_IDLE_CODE = "input_idle_timeout"  # the `code` of the ending of a request whose input stopped coming
 
 
-class InputPieces:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pieces: dict[str, list[tuple[torch.Tensor, bool, float]]] = {}  # by request id, in arrival order
-
-    def add(self, request_id: str, frames: torch.Tensor, is_final: bool, now: float) -> None:
-        with self._lock:
-            self._pieces.setdefault(request_id, []).append((frames, is_final, now))
+class InputPieces(PieceQueue):
+    """Each piece: input frames [N, K] int64."""
 
     def apply(self, live: list[Sequence]) -> list[tuple[Sequence, Ended]]:
         """Append the queued pieces to their requests' inputs; the requests that must end, and how."""
-        with self._lock:
-            pieces, self._pieces = self._pieces, {}
+        pieces = self.take()
         endings = []
         for seq in live:
             if seq.request_id in pieces and seq.is_input_open:

@@ -16,20 +16,29 @@ from protocol.reasons import Ended, EndReason
 TEXT_IDLE_CODE = "text_idle_timeout"  # the `code` of the ending of a request whose text stopped coming
 
 
-class TextPieces:
+class PieceQueue:
+    """Pieces of live requests (text, or an interleaved model's input frames) from other threads, in arrival order,
+    until the loop takes them all at once."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pieces: dict[str, list[tuple[str, bool, float]]] = {}  # by request id, in arrival order
+        self._pieces: dict[str, list[tuple[object, bool, float]]] = {}  # by request id, in arrival order
 
-    def add(self, request_id: str, text: str, is_final: bool, now: float) -> None:
+    def add(self, request_id: str, piece: object, is_final: bool, now: float) -> None:
         """Queue a piece that came at `now` (from any thread); one for an id that is not live is dropped."""
         with self._lock:
-            self._pieces.setdefault(request_id, []).append((text, is_final, now))
+            self._pieces.setdefault(request_id, []).append((piece, is_final, now))
 
-    def apply(self, live: list[Sequence]) -> list[tuple[Sequence, Ended]]:
-        """Feed the queued pieces to their requests; the requests that must end, and how."""
+    def take(self) -> dict[str, list[tuple[object, bool, float]]]:
         with self._lock:
             pieces, self._pieces = self._pieces, {}
+        return pieces
+
+
+class TextPieces(PieceQueue):
+    def apply(self, live: list[Sequence]) -> list[tuple[Sequence, Ended]]:
+        """Feed the queued pieces to their requests; the requests that must end, and how."""
+        pieces = self.take()
         endings = []
         for seq in live:
             if seq.request_id in pieces and seq.is_text_open:

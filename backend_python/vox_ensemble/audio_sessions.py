@@ -16,17 +16,15 @@ client cut it.
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from backend_python.stub_common.request_inputs import RequestError
+from backend_python.vox_ensemble.text_sessions import Sessions
 from protocol.quoting import quoted
 from protocol.tensors import REQUEST_INPUTS
 
-_NUM_ENDED_KEPT = 4096
 RATE = REQUEST_INPUTS["input_sample_rate"]
 FRAME_RATE_GRID = 25  # rates must be multiples of this, so that a 12.5-Hz frame is a whole number of samples
 
@@ -101,18 +99,14 @@ class AudioSession:
                             code="bad_piece")
 
 
-class AudioSessions:
-    """Live audio-in sessions by sequence id, and the latest ended ones."""
+class AudioSessions(Sessions):
+    """Live audio-in sessions."""
+
+    param = "input_audio"
 
     def __init__(self, limits: AudioInLimits) -> None:
+        super().__init__()
         self.limits = limits
-        self._lock = threading.Lock()
-        self._live: dict[object, AudioSession] = {}
-        self._ended: OrderedDict[object, None] = OrderedDict()
-
-    def knows(self, session_id: object) -> bool:
-        with self._lock:
-            return session_id in self._live or session_id in self._ended
 
     def open(self, session_id: object, stream_id: str, rate: int, audio: np.ndarray | None) -> np.ndarray:
         """Start session `session_id`; its first piece's samples. Raises RequestError (the first request is
@@ -140,24 +134,13 @@ class AudioSessions:
         with self._lock:
             session = self._live.get(session_id)
             if session is None:
-                if session_id in self._ended:
-                    raise RequestError(f"session {quoted(session_id)} has ended (its stream is over); the piece "
-                                       f"is refused", param="input_audio", code="session_ended")
-                raise RequestError(f"no live session has sequence_id {quoted(session_id)}", param="input_audio",
-                                   code="unknown_session")
+                raise self._not_live(session_id)
             if session.is_closed:
                 raise RequestError(f"session {quoted(session_id)}'s input is closed (its sequence_end came); the "
                                    f"piece is refused", param="input_audio", code="session_closed")
             samples = session.check(audio, rate)
             session.take(samples, is_final)
             return session.stream_id, samples
-
-    def end(self, session_id: object) -> None:
-        with self._lock:
-            if self._live.pop(session_id, None) is not None:
-                self._ended[session_id] = None
-                while len(self._ended) > _NUM_ENDED_KEPT:
-                    self._ended.popitem(last=False)
 
 
 @dataclass(frozen=True)

@@ -178,13 +178,14 @@ class RouterModel:
             check_request_parameters(request.parameters())
             if (down := self.lane_health.unavailable(LM)) is not None:
                 return down
-            is_audio_in = session_id is not None and as_numpy(request, "input_sample_rate") is not None
+            input_rate = as_numpy(request, "input_sample_rate")
+            is_audio_in = session_id is not None and input_rate is not None
             get = (lambda name: None if name == "text" else as_numpy(request, name)) if session_id is not None \
                 else (lambda name: as_numpy(request, name))  # a session's text is checked as pieces come
             req: SpeechRequest = parse_speech_request(get, self.limits, is_text_open=session_id is not None)
             if is_audio_in:  # no text: its input audio comes in pieces (audio_sessions.py)
                 req = replace(req, is_text_open=False, is_audio_in=True)
-            elif as_numpy(request, "input_audio") is not None or as_numpy(request, "input_sample_rate") is not None:
+            elif input_rate is not None or as_numpy(request, "input_audio") is not None:
                 raise RequestError("'input_audio' streams in an audio-in session: open one with the sequence-start "
                                    "flag and 'input_sample_rate'", param="input_audio", code="not_a_session")
             options = parse_audio_options(get)
@@ -195,7 +196,8 @@ class RouterModel:
                 req = replace(req, voice=None)
             audio_in = None
             if is_audio_in:
-                audio_in = self._open_audio_session(session_id, stream_id, request)
+                audio_in = self._open_audio_session(session_id, stream_id, int(input_rate.reshape(-1)[0]),
+                                                    as_numpy(request, "input_audio"))
             elif session_id is not None:
                 req = with_start_text(req, self._open_session(session_id, stream_id, request), self.limits,
                                       is_cap_given=as_numpy(request, "max_audio_seconds") is not None)
@@ -231,19 +233,17 @@ class RouterModel:
         self.channel.subscribe(stream_id)
         return text
 
-    def _open_audio_session(self, session_id, stream_id: str, request) -> InputChunker:
+    def _open_audio_session(self, session_id, stream_id: str, rate: int, audio) -> InputChunker:
         """Open an audio-in session; its stream's input chunker. The stream's queue exists from here, with the
         first request's own piece on it, so no piece that follows at once is lost."""
         if not self.takes_input_audio:
             raise RequestError("this server's model takes no input audio: it speaks text; send 'text' (no "
                                "'input_sample_rate')", param="input_audio", code="input_audio_unsupported")
-        rate = as_numpy(request, "input_sample_rate")
-        samples = self.audio_sessions.open(session_id, stream_id, int(rate.reshape(-1)[0]),
-                                           as_numpy(request, "input_audio"))
+        samples = self.audio_sessions.open(session_id, stream_id, rate, audio)
         self.channel.subscribe(stream_id)
         if samples.size:
             self.channel.post(stream_id, INPUT_AUDIO, (samples, False))
-        return InputChunker(int(rate.reshape(-1)[0]), self.audio_sessions.limits)
+        return InputChunker(rate, self.audio_sessions.limits)
 
     def _register_acks(self, client_id: str | None, stream_id: str, session_id) -> None:
         """Route the stream's acks; a refusal undoes the session just opened."""

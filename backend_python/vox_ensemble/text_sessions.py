@@ -65,14 +65,49 @@ class TextSession:
                             code="bad_piece")
 
 
-class TextSessions:
-    """Live sessions by sequence id, and the latest ended ones."""
+class Sessions:
+    """Live sessions of one kind by sequence id, and the latest ended ones (`param`: the input their pieces carry)."""
+
+    param = "text"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[object, object] = {}
+        self._ended: OrderedDict[object, None] = OrderedDict()
+
+    def knows(self, session_id: object) -> bool:
+        """A live session, or one of the latest ended ones."""
+        with self._lock:
+            return session_id in self._live or session_id in self._ended
+
+    def check_live(self, session_id: object) -> None:
+        """Raises the RequestError of a piece for `session_id` when no live session has it."""
+        with self._lock:
+            if session_id not in self._live:
+                raise self._not_live(session_id)
+
+    def end(self, session_id: object) -> None:
+        """The session's stream ended: later pieces are refused as the pieces of an ended session."""
+        with self._lock:
+            if self._live.pop(session_id, None) is not None:
+                self._ended[session_id] = None
+                while len(self._ended) > _NUM_ENDED_KEPT:
+                    self._ended.popitem(last=False)
+
+    def _not_live(self, session_id: object) -> RequestError:
+        if session_id in self._ended:
+            return RequestError(f"session {quoted(session_id)} has ended (its stream is over); the piece is "
+                                f"refused", param=self.param, code="session_ended")
+        return RequestError(f"no live session has sequence_id {quoted(session_id)}: open one with the "
+                            f"sequence-start flag first", param=self.param, code="unknown_session")
+
+
+class TextSessions(Sessions):
+    """Live streaming-text sessions."""
 
     def __init__(self, max_chars: int) -> None:
+        super().__init__()
         self._max_chars = max_chars
-        self._lock = threading.Lock()
-        self._live: dict[object, TextSession] = {}
-        self._ended: OrderedDict[object, None] = OrderedDict()
 
     def open(self, session_id: object, stream_id: str, data: bytes) -> str:
         """Start session `session_id` with its first text; its decoded text. Raises RequestError."""
@@ -102,27 +137,6 @@ class TextSessions:
                 raise RequestError(f"session {quoted(session_id)}'s text is closed (its sequence_end came); "
                                    f"the piece is refused", param="text", code="session_closed")
             return session.stream_id, session.decode(data, is_final)
-
-    def check_live(self, session_id: object) -> None:
-        """Raises the RequestError of a piece for `session_id` when no live session has it."""
-        with self._lock:
-            if session_id not in self._live:
-                raise self._not_live(session_id)
-
-    def end(self, session_id: object) -> None:
-        """The session's stream ended: later pieces are refused as the pieces of an ended session."""
-        with self._lock:
-            if self._live.pop(session_id, None) is not None:
-                self._ended[session_id] = None
-                while len(self._ended) > _NUM_ENDED_KEPT:
-                    self._ended.popitem(last=False)
-
-    def _not_live(self, session_id: object) -> RequestError:
-        if session_id in self._ended:
-            return RequestError(f"session {quoted(session_id)} has ended (its stream is over); the piece is "
-                                f"refused", param="text", code="session_ended")
-        return RequestError(f"no live session has sequence_id {quoted(session_id)}: open one with the "
-                            f"sequence-start flag first", param="text", code="unknown_session")
 
 
 def piece_bytes(array: np.ndarray | None) -> bytes:

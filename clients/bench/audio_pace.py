@@ -23,24 +23,32 @@ INPUT_CHUNK_FRAMES = 4  # the router's default grid (vox_ensemble/audio_sessions
 ENROLL_S = 1.0
 
 
+def input_samples(seconds: float) -> int:
+    """The length of a request's input of `seconds`."""
+    return max(1, round(seconds * SAMPLE_RATE))
+
+
 def input_audio(seconds: float, seed: int) -> np.ndarray:
     """The request's input: seeded noise, [n] float32 at SAMPLE_RATE."""
-    return (np.random.default_rng(seed).uniform(-1, 1, max(1, round(seconds * SAMPLE_RATE))) * 0.3).astype(np.float32)
+    return (np.random.default_rng(seed).uniform(-1, 1, input_samples(seconds)) * 0.3).astype(np.float32)
 
 
 def enrollment() -> np.ndarray:
     return (np.random.default_rng(0).uniform(-1, 1, round(ENROLL_S * SAMPLE_RATE)) * 0.3).astype(np.float32)
 
 
+PIECE_SAMPLES = round(PIECE_S * SAMPLE_RATE)
+
+
 def audio_pieces(audio: np.ndarray) -> list[np.ndarray]:
-    size = round(PIECE_S * SAMPLE_RATE)
-    return [audio[start:start + size] for start in range(0, audio.size, size)]
+    return [audio[start:start + PIECE_SAMPLES] for start in range(0, audio.size, PIECE_SAMPLES)]
 
 
-def piece_frames(pieces: list[np.ndarray]) -> list[float]:
-    """Input frames sent once each piece is out (cumulative; fractions of the last partial frame count)."""
-    sizes = np.cumsum([p.size for p in pieces]) if pieces else np.zeros(0)
-    return [float(n) * FRAME_RATE / SAMPLE_RATE for n in sizes]
+def piece_frames(num_samples: int) -> list[float]:
+    """Input frames sent once each piece of an input of `num_samples` is out (cumulative; fractions of the last
+    partial frame count): its pieces' ends, from the lengths alone."""
+    ends = [*range(PIECE_SAMPLES, num_samples, PIECE_SAMPLES), num_samples]
+    return [end * FRAME_RATE / SAMPLE_RATE for end in ends]
 
 
 def audio_offsets(num_pieces: int, audio_in_rate: float) -> list[float]:

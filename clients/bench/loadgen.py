@@ -22,7 +22,7 @@ from tritonclient.utils import serialize_byte_tensor
 
 from clients.bench.arrivals import arrival_times
 from clients.bench.audio_pace import (SAMPLE_RATE, audio_offsets, audio_pieces, enrollment, input_audio,
-                                      piece_frames)
+                                      input_samples, piece_frames)
 from clients.bench.config import BenchConfig
 from clients.bench.overhead import LoopLagMonitor, overhead_summary
 from clients.bench.records import Chunk, RequestRecord
@@ -252,7 +252,7 @@ async def _stream(streams: _Streams, stub, planned: PlannedRequest) -> RequestRe
         error = f"a piece of the text was refused: {bad[0]}"
     text = _text_times(sent_at, len(schedule)) if streams.config.is_session else {}
     if streams.config.is_audio_in:  # the first request carries no input: 0 frames
-        frames = [0.0, *piece_frames(audio_pieces(input_audio(planned.audio_s, planned.seed)))]
+        frames = [0.0, *piece_frames(input_samples(planned.audio_s))]  # from the lengths: no second input
         text["piece_frames"] = tuple(frames[:len(text["piece_sent_s"])])
     return RequestRecord(planned.request_id, planned.utterance.utterance_id, planned.scheduled_s, sent,
                          planned.audio_s, tuple(chunks), streams.now(), error, **text)

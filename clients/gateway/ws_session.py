@@ -24,6 +24,8 @@ text or audio, never both.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -165,8 +167,6 @@ def _response_cancel(message: dict) -> ResponseCancel | SocketError:
 
 
 def _audio_append(message: dict) -> AudioAppend | SocketError:
-    import base64
-    import binascii
     audio = message.get("audio")
     if not isinstance(audio, str):
         return SocketError(ErrorCode.INVALID_MESSAGE, "input_audio.append needs 'audio', base64 16-bit PCM", "audio")

@@ -18,7 +18,8 @@ def test_pieces_are_80_ms_of_the_seeded_input_and_go_out_at_the_rate():
     audio = input_audio(1.0, seed=3)
     pieces = audio_pieces(audio)
     assert len(pieces) == 13 and all(p.size == 1920 for p in pieces[:-1]) and pieces[-1].size == 960
-    assert piece_frames(pieces)[:3] == [1.0, 2.0, 3.0] and piece_frames(pieces)[-1] == 12.5
+    assert piece_frames(audio.size)[:3] == [1.0, 2.0, 3.0] and piece_frames(audio.size)[-1] == 12.5
+    assert len(piece_frames(audio.size)) == len(pieces)
     assert audio_offsets(3, 1.0) == [0.0, 0.08, 0.16] and audio_offsets(3, 2.0) == [0.0, 0.04, 0.08]
     assert (input_audio(1.0, seed=3) == audio).all() and not (input_audio(1.0, seed=4) == audio).all()
 
