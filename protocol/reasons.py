@@ -50,3 +50,6 @@ CANCELLED_BY_CLIENT = Ended(EndReason.CANCELLED, "cancelled by the client")
 # fine, so it is LANE_DOWN (503, retried elsewhere), not INTERNAL
 SHUTTING_DOWN = Ended(EndReason.LANE_DOWN, "the server is shutting down (or its LM lane was unloaded); "
                                            "retry on another server")
+# the same, said by the router as it unloads: each live stream gets it before the router's stub exits
+ROUTER_STOPPING = Ended(EndReason.LANE_DOWN, "the server is shutting down (or vox_ensemble was unloaded); "
+                                             "retry on another server")

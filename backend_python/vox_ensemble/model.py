@@ -46,7 +46,7 @@ from backend_python.stub_common.request_inputs import (RequestError, RequestLimi
 from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings
 from protocol.models import CODEC, CODEC_URGENT, LM
 from protocol.quoting import quoted
-from protocol.reasons import Ended, EndReason
+from protocol.reasons import ROUTER_STOPPING, Ended, EndReason
 from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SEQUENCE_END, SEQUENCE_START
 from scheduler import ChunkRouter, FlowConfig, LatencyEstimator, PlaybackClock, SchedulerConfig
 
@@ -159,8 +159,15 @@ class RouterModel:
         return True
 
     def finalize(self) -> None:
-        """Free the held BLS iterators here: left to the stub's own teardown, they kept this model
+        """End every live stream here, before the stub exits: at SIGTERM the LM's own ending of them
+        (`SHUTTING_DOWN`, through the chunk channel) races this unload, and a worker thread that had not
+        sent its final response when the stub went left its client with a closed socket instead of a
+        reason. Then free the held BLS iterators: left to the stub's own teardown, they kept this model
         from unloading and tritonserver waited out its exit timeout on SIGTERM."""
+        num_ended = self.outlet.end_all(ROUTER_STOPPING)
+        self.channel.end_all(ROUTER_STOPPING)  # wakes their worker threads
+        if num_ended:
+            log.info("unloading: ended %d live streams", num_ended)
         self.lane_health.stop()
         self.lm_watch.stop()
         for watch in self.codec_watches:

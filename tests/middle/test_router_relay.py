@@ -280,6 +280,25 @@ def test_a_stopping_server_ends_the_stream_as_lane_down_and_reloads_nothing(lane
     assert lanes.pb.SERVER.unloaded == [] and lanes.router.lane_health.unavailable("codec") is None
 
 
+def test_an_unloading_router_ends_every_live_stream_before_its_stub_exits(lanes):
+    """At SIGTERM the router's unload races the LM's: each live stream gets its final response, a reason,
+    from the router's finalize itself, whether or not the LM's ending reached it (else a client whose worker
+    thread had not sent it when the stub exited saw only a closed socket)."""
+    requests = []
+    for i in range(3):
+        requests.append(lanes.speak(f"Stream {i}."))
+        seq = lanes.engine.next_sequence()
+        if i == 0:
+            seq.sink.emit(chunk(0))
+    assert wait_until(lambda: len(requests[0].sender.responses) == 1)
+    lanes.router.finalize()
+    for request in requests:
+        assert request.sender.is_final.is_set()  # sent by finalize, not later by a worker thread
+        _, ended = outcome(request, timeout_s=0)
+        assert ended.reason is EndReason.LANE_DOWN and "shutting down" in ended.message
+    assert lanes.router.outlet.num_live == 0
+
+
 def test_a_chunk_with_lookahead_sends_its_new_frames_and_the_codec_its_window_and_condition(lanes):
     """The codec lanes get the lookahead frames and the stream's condition; each chunk sent holds exactly its
     new frames' samples (the overlap past them is held back for the next chunk's seam)."""
