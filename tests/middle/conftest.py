@@ -46,6 +46,7 @@ class FakeEngine:
         self.added: queue.Queue = queue.Queue()
         self.cancelled: list[str] = []
         self.texts: dict[str, list[tuple[str, bool]]] = {}  # streamed text pieces by request id, in order
+        self.inputs: dict[str, list[tuple[np.ndarray, bool]]] = {}  # input frames ([N, K]) by request id, in order
         self._live: dict[str, object] = {}
         self._lock = threading.Lock()
 
@@ -65,6 +66,10 @@ class FakeEngine:
     def add_text(self, request_id: str, text: str, is_final: bool) -> None:
         with self._lock:
             self.texts.setdefault(request_id, []).append((text, is_final))
+
+    def add_input(self, request_id: str, frames, is_final: bool) -> None:
+        with self._lock:
+            self.inputs.setdefault(request_id, []).append((frames.numpy(), is_final))
 
     def finish(self, request_id: str, error) -> None:
         """End a live request as the engine would (once): None, EndReason.CANCELLED or an error string."""
@@ -103,6 +108,8 @@ class FakeSpeechLM:
     frame_rate = 12.5
     supports_streaming_text = True
     supports_reference = False  # a test that clones a voice sets it
+    takes_input = False  # an audio-in test sets it (an interleaved family's)
+    num_codebooks = 4
     # SpeechLM's prompt-option declarations (models/base.py): none taken, as most families
     languages: tuple[str, ...] = ()
     supports_instructions = supports_text_first = takes_prompt_options = False
@@ -121,6 +128,10 @@ class FakeSpeechLM:
 
     def encode_segment(self, text: str, voice: str | None, context, reference=None):
         return self.encode_prompt(text, voice, reference)
+
+    def open_input(self, reference):
+        self.references.append(reference)
+        return SimpleNamespace(num_tokens=4)
 
     def codec_prefix(self, prompt):
         return None
