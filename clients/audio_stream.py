@@ -27,10 +27,11 @@ from protocol.models import ROUTER
 
 def stream_audio_in(url: str, pieces: Iterable[np.ndarray], input_sample_rate: int, enroll_audio: np.ndarray,
                     enroll_sample_rate: int, timeout_s: float = 120.0, acks: bool = True, piece_gap_s: float = 0.0,
-                    **params) -> TextStreamResult:
+                    on_chunk=None, **params) -> TextStreamResult:
     """Send `pieces` ([n] float32 each, at `input_sample_rate`) as one session, `piece_gap_s` apart (its real-time
     pace: the piece's duration), then close the input; returns when the stream ends. Raises StreamError when the
-    stream itself fails; refused pieces land in `piece_errors`."""
+    stream itself fails; refused pieces land in `piece_errors`. `on_chunk(chunk)` sees each chunk as it comes (to
+    play it); an exception it raises cancels the stream, input and all, and comes out of this call."""
     client = grpcclient.InferenceServerClient(url=url)
     responses: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
@@ -43,7 +44,7 @@ def stream_audio_in(url: str, pieces: Iterable[np.ndarray], input_sample_rate: i
                               args=(client, iter(pieces), session, request_id, result, started, first, piece_gap_s))
     try:
         sender.start()
-        return _collect(responses, result, started, timeout_s, url, request_id, client, acks, None)
+        return _collect(responses, result, started, timeout_s, url, request_id, client, acks, on_chunk)
     finally:
         client.stop_stream(cancel_requests=True)
         client.close()

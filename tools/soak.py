@@ -3,6 +3,7 @@
     python -m tools.soak --minutes 30              # starts its own server (tiny preset, cpu)
     python -m tools.soak --minutes 30 --url HOST:8001 --server-pid PID
     python -m tools.soak --minutes 3 --clone       # a fifth of the requests clone a voice (tiny Base preset)
+    python -m tools.soak --minutes 10 --audio-in --workers 16   # audio-in sessions at real time (tse-tiny)
 
 Each worker loops: a valid request (ignore_eos, so its chunk count and sample
 count are known), an invalid one, or one it cancels after a random number of
@@ -35,6 +36,7 @@ from clients.voices import register_voice
 from tools.procstats import ProcStat, snapshot
 
 CLONING_PRESET = "qwen3-tts-tiny-base"  # a tiny Qwen3-TTS Base model with its voice encoder
+AUDIO_IN_PRESET = "tse-tiny"  # a tiny interleaved model: audio in, audio out (target-speaker extraction)
 FRAME_RATE = 12.5  # the Qwen3-TTS 12 Hz codec: 80 ms frames of 1920 samples at 24 kHz
 SAMPLES_PER_FRAME = 1920
 INVALID = [  # (inputs, a word the error must contain)
@@ -119,6 +121,58 @@ SOAK_VOICE = "soak-voice"
 # requests, and a fifth of the requests clone their own reference inline.
 CLONING_KINDS = [(partial(run_valid, voice=SOAK_VOICE), 0.4), (run_invalid, 0.2),
                  (partial(run_cancelled, voice=SOAK_VOICE), 0.2), (run_cloned, 0.2)]
+
+
+def run_audio_in(url: str, rng: random.Random, tally: SoakTally) -> None:
+    """An audio-in session of 2-6 s of input sent at real time in 80-ms pieces, a third of them with one bad
+    piece among them (refused, the stream goes on): its output is exactly as long as its input."""
+    from clients.audio_stream import stream_audio_in
+    samples = noise(rng.uniform(2.0, 6.0), rng)
+    pieces = [samples[i:i + SAMPLES_PER_FRAME] for i in range(0, samples.size, SAMPLES_PER_FRAME)]
+    has_bad = rng.random() < 1 / 3
+    if has_bad:
+        pieces.insert(rng.randrange(1, len(pieces)), np.full(64, np.nan, np.float32))
+    result = stream_audio_in(url, pieces, 24000, noise(1.0, rng), 24000, timeout_s=120,
+                             piece_gap_s=SAMPLES_PER_FRAME / 24000, seed=rng.randrange(1 << 30))
+    frames = -(-samples.size // SAMPLES_PER_FRAME)
+    problem = None
+    if [e.code for e in result.piece_errors] != (["bad_piece"] if has_bad else []):
+        problem = f"piece errors {[e.code for e in result.piece_errors]}, one bad piece: {has_bad}"
+    elif [c.index for c in result.chunks] != list(range(len(result.chunks))) or result.audio.size != frames * SAMPLES_PER_FRAME:
+        problem = f"chunks {[c.index for c in result.chunks]}, {result.audio.size} samples for {frames} frames"
+    tally.add("audio-in", problem)
+
+
+class _Leaving(Exception):
+    pass
+
+
+def run_audio_in_cancelled(url: str, rng: random.Random, tally: SoakTally) -> None:
+    """An audio-in session its client leaves after 1-3 chunks, its input still coming at real time."""
+    from clients.audio_stream import stream_audio_in
+    samples = noise(6.0, rng)
+    pieces = [samples[i:i + SAMPLES_PER_FRAME] for i in range(0, samples.size, SAMPLES_PER_FRAME)]
+    num_chunks, heard = rng.randint(1, 3), []
+
+    def listen(chunk) -> None:
+        heard.append(chunk.index)
+        if len(heard) == num_chunks:
+            raise _Leaving
+    try:
+        stream_audio_in(url, pieces, 24000, noise(1.0, rng), 24000, timeout_s=120,
+                        piece_gap_s=SAMPLES_PER_FRAME / 24000, on_chunk=listen)
+        problem = f"the stream ended before its client left (chunks {heard})"
+    except _Leaving:
+        problem = None if heard == list(range(num_chunks)) else f"chunks {heard} before leaving"
+    tally.add("audio-in-cancelled", problem)
+
+
+def noise(seconds: float, rng: random.Random) -> np.ndarray:
+    return np.random.default_rng(rng.randrange(1 << 30)).uniform(-0.3, 0.3, int(seconds * 24000)).astype(np.float32)
+
+
+# The mix for a model that takes input audio (`tse-*`): sessions streamed in at real time, some left mid-input.
+AUDIO_IN_KINDS = [(run_audio_in, 0.8), (run_audio_in_cancelled, 0.2)]
 
 
 def register_soak_voice(url: str) -> None:
@@ -230,7 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clone", action="store_true",
                         help=f"a fifth of the requests clone a reference's voice (the server's model must clone; "
                              f"without --url: {CLONING_PRESET})")
+    parser.add_argument("--audio-in", action="store_true",
+                        help=f"audio-in sessions streamed at real time, a fifth left mid-input (the server's model "
+                             f"must take input audio; without --url: {AUDIO_IN_PRESET})")
     args = parser.parse_args(argv)
+    if args.clone and args.audio_in:
+        parser.error("--clone and --audio-in are different models' mixes: choose one")
     if (args.url is None) != (args.server_pid is None):
         parser.error("--url and --server-pid go together")
     if args.url:
@@ -242,8 +301,8 @@ def _soak_server(url: str, server_pid: int, args) -> int:
     """The exit status of a soak of a running server; with --clone, its voice registered first."""
     if args.clone:
         register_soak_voice(url)
-    tally = soak(url, server_pid, args.minutes, args.warm_up, args.workers, args.seed,
-                 kinds=CLONING_KINDS if args.clone else PLAIN_KINDS)[2]
+    kinds = CLONING_KINDS if args.clone else AUDIO_IN_KINDS if args.audio_in else PLAIN_KINDS
+    tally = soak(url, server_pid, args.minutes, args.warm_up, args.workers, args.seed, kinds=kinds)[2]
     return 1 if tally.problems else 0
 
 
@@ -254,8 +313,8 @@ def _soak_own_server(args) -> int:
     http, grpc, metrics = free_ports(3)
     log_path = Path(tempfile.mkstemp(prefix="voxlane-soak-", suffix=".log")[1])
     config = ServeConfig(ports=Ports(http, grpc, metrics))
-    if args.clone:
-        config = replace(config, model=CLONING_PRESET)
+    if args.clone or args.audio_in:
+        config = replace(config, model=CLONING_PRESET if args.clone else AUDIO_IN_PRESET)
     with Server(config, log_path=log_path) as server:
         print(f"server ready on {server.grpc_url}; its log: {log_path}", flush=True)
         return _soak_server(server.grpc_url, server.process.process.pid, args)

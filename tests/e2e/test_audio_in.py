@@ -5,6 +5,9 @@ a code and the stream goes on; a model that speaks text refuses input audio by n
 from __future__ import annotations
 
 import random
+import re
+import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -12,15 +15,39 @@ import pytest
 from clients.audio_stream import stream_audio_in
 from clients.stream import StreamError
 from tests.e2e.conftest import start_server
+from tests.e2e.test_metrics import scrape
+from tests.waiting import wait_for
 
 RATE = 24000
 
 
 @pytest.fixture(scope="module")
-def tse_url(model_cache, tmp_path_factory):
+def tse_server(model_cache, tmp_path_factory):
     server = start_server("tse-tiny", tmp_path_factory)
-    yield server.grpc_url
+    yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def tse_url(tse_server):
+    return tse_server.grpc_url
+
+
+def encoder_calls(server) -> float:
+    """How many requests the voice encoder lane has served (Triton's own count: the router's BLS calls)."""
+    text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+    match = re.search(r'^nv_inference_request_success\{model="voice_encoder",version="1"\} ([0-9.e+]+)$', text, re.M)
+    assert match, "no count of the voice encoder's requests"
+    return float(match.group(1))
+
+
+def assert_freed(server) -> None:
+    """No stream holds a router stream or an LM row, and the encoder lane gets no more of its chunks."""
+    assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == 0
+                    and scrape(server)["voxlane_lm_live_streams"] == 0, timeout_s=15), scrape(server)
+    calls = encoder_calls(server)
+    time.sleep(1.0)  # an input still being coded would take a chunk every 0.32 s
+    assert encoder_calls(server) == calls
 
 
 def noise(seconds: float, seed: int, level: float = 0.3) -> np.ndarray:
@@ -83,12 +110,36 @@ def test_a_rate_off_the_frame_grid_is_refused(tse_url):
     assert raised.value.ended.code == "unsupported_input_sample_rate"
 
 
-def test_an_input_that_stops_coming_times_out(tse_url):
-    """`text_idle_timeout_s` bounds the wait for an audio-in session's next piece as it does a text session's."""
+def test_an_input_that_stops_coming_times_out_and_frees_its_row(tse_server):
+    """`text_idle_timeout_s` bounds the wait for an audio-in session's next piece as it does a text session's;
+    the server's end of the stream frees its LM row and its encoder work."""
     with pytest.raises(StreamError) as raised:
-        stream_audio_in(tse_url, [INPUT[:8000], INPUT[8000:]], RATE, ENROLL, RATE, timeout_s=30, piece_gap_s=2.5,
-                        text_idle_timeout_s=1.0)
+        stream_audio_in(tse_server.grpc_url, [INPUT[:8000], INPUT[8000:]], RATE, ENROLL, RATE, timeout_s=30,
+                        piece_gap_s=2.5, text_idle_timeout_s=1.0)
     assert raised.value.ended.code == "input_idle_timeout"
+    assert_freed(tse_server)
+
+
+class LeftTheCall(Exception):
+    pass
+
+
+def test_a_client_that_leaves_mid_input_frees_its_row_and_its_encoder_work(tse_server):
+    """The client's end: it cancels after its first chunk, its input still coming at real time."""
+    long_input = noise(8.0, 4)
+    pieces = [long_input[i:i + 1920] for i in range(0, long_input.size, 1920)]
+    heard = []
+
+    def leave(chunk):
+        heard.append(chunk.index)
+        raise LeftTheCall
+    with pytest.raises(LeftTheCall):
+        stream_audio_in(tse_server.grpc_url, pieces, RATE, ENROLL, RATE, timeout_s=60, piece_gap_s=0.08,
+                        on_chunk=leave)
+    assert heard == [0]
+    assert_freed(tse_server)
+    again = extract(tse_server.grpc_url, [INPUT])  # and the server serves the next session in full
+    assert again.audio.shape == (-(-INPUT.size // 1920) * 1920,)
 
 
 def test_voxlane_say_streams_a_file_in_at_real_time(tse_url, tmp_path):
