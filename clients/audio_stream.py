@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from clients.stream import _input, build_inputs
-from clients.text_stream import TextStreamResult, _collect
+from clients.text_stream import TextStreamResult, _collect, run_session
 from protocol.models import ROUTER
 
 
@@ -42,12 +42,8 @@ def stream_audio_in(url: str, pieces: Iterable[np.ndarray], input_sample_rate: i
                          **params)[1:]  # no `text`: the session speaks what it hears
     sender = threading.Thread(target=_send_pieces, daemon=True, name="voxlane-audio-pieces",
                               args=(client, iter(pieces), session, request_id, result, started, first, piece_gap_s))
-    try:
-        sender.start()
-        return _collect(responses, result, started, timeout_s, url, request_id, client, acks, on_chunk)
-    finally:
-        client.stop_stream(cancel_requests=True)
-        client.close()
+    return run_session(client, sender, lambda: _collect(responses, result, started, timeout_s, url, request_id,
+                                                        client, acks, on_chunk))
 
 
 def _piece(samples: np.ndarray) -> list[grpcclient.InferInput]:

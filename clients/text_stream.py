@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from clients.stream import (AudioChunk, StreamError, StreamResult, _UNREACHABLE, ServerUnreachable, _chunk,
-                            build_inputs, next_response, send_ack)
+                            build_inputs, close_stream, next_response, send_ack)
 from protocol.models import ROUTER
 from protocol.tensors import PIECE_ERROR_CODES
 from protocol.wire import decode_error
@@ -48,12 +48,25 @@ def speak_streaming_text(url: str, pieces: Iterable[str | bytes], voice: str | N
     sender = threading.Thread(target=_send_pieces, daemon=True, name="voxlane-text-pieces",
                               args=(client, iter(pieces), session, request_id, result, started,
                                     build_inputs("", voice, client_acks=True if acks else None, **params)))
+    return run_session(client, sender, lambda: _collect(responses, result, started, timeout_s, url, request_id,
+                                                        client, acks, on_chunk))
+
+
+def run_session(client, sender: threading.Thread, collect: Callable[[], TextStreamResult]) -> TextStreamResult:
+    """Start a session's piece sender and collect its stream; then close the stream as `close_stream` does:
+    half-closed once the session's final response came (a cancel after it would leave the stream's state in
+    tritonserver 2.51 for good: tens of kB a session), cancelled while the session may still be live."""
+    is_ended = False
     try:
         sender.start()
-        return _collect(responses, result, started, timeout_s, url, request_id, client, acks, on_chunk)
+        result = collect()
+        is_ended = True
+        return result
+    except StreamError:  # the stream's own final response: an error
+        is_ended = True
+        raise
     finally:
-        client.stop_stream(cancel_requests=True)
-        client.close()
+        close_stream(client, is_ended)
 
 
 def _send_pieces(client, pieces, session: int, request_id: str, result: TextStreamResult, started: float,
