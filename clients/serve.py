@@ -448,12 +448,14 @@ class Server:
         self.mps.start()
         return self.mps.env
 
-    def stop(self) -> int | None:
+    def stop(self, grace_s: float = 20.0) -> int | None:
+        """SIGTERM (in-flight streams end with a reason, models unload cleanly), SIGKILL after `grace_s`.
+        `grace_s=0`: kill at once, for a throwaway server whose clean unload nobody waits for (a test's)."""
         with self._starting:  # no revival starts a tritonserver after this
             self._stopping.set()
         if self.watch is not None:
             self.watch.stop()
-        code = self.process.stop() if self.process else None  # also one a revival is starting
+        code = self.process.stop(grace_s) if self.process else None  # also one a revival is starting
         if self._keeper is not None:
             self._keeper.join(timeout=30)
         if self.mps is not None:

@@ -234,10 +234,11 @@ class TritonProcess:
         raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s")
 
     def stop(self, grace_s: float = 20.0) -> int:
-        """SIGTERM; tritonserver exits within its exit timeout (EXIT_TIMEOUT_S), SIGKILL is the backstop."""
+        """SIGTERM; tritonserver exits within its exit timeout (EXIT_TIMEOUT_S), SIGKILL is the backstop
+        (`grace_s` = 0: SIGKILL at once; the stubs' shared memory is removed all the same)."""
         regions = stub_shm_regions(self.process.pid)
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            os.killpg(self.process.pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
             try:
                 self.process.wait(grace_s)
             except subprocess.TimeoutExpired:

@@ -50,7 +50,9 @@ def model_cache(tmp_path_factory) -> Path:
 
 
 def start_server(preset: str, tmp_path_factory, **settings) -> Server:
-    """A server of `preset` on free ports; `settings` are other ServeConfig fields."""
+    """A server of `preset` on free ports; `settings` are other ServeConfig fields. The fixtures kill theirs at
+    teardown (`stop(grace_s=0)`): a clean unload costs 3-4 s of a 2-core machine per server and is tested where it
+    is the point (test_faults.py's stop with streams in flight, test_launch.py)."""
     http, grpc, metrics = free_ports(3)
     log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
     srv = Server(ServeConfig(model=preset, ports=Ports(http=http, grpc=grpc, metrics=metrics), **settings),
@@ -67,7 +69,7 @@ def start_server(preset: str, tmp_path_factory, **settings) -> Server:
 def server(model_cache, tmp_path_factory) -> Server:
     srv = start_server(DEFAULT_PRESET, tmp_path_factory)
     yield srv
-    srv.stop()
+    srv.stop(grace_s=0)
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +88,7 @@ def family(request, model_cache, tmp_path_factory) -> FamilyServer:
     try:
         yield family_facts(preset, srv.grpc_url)
     finally:
-        srv.stop()
+        srv.stop(grace_s=0)
 
 
 def family_facts(preset: str, url: str) -> FamilyServer:
@@ -115,7 +117,7 @@ def server_and_gateway(tmp_path_factory, server_settings: dict | None = None, **
     finally:
         if process is not None:
             process.stop()
-        srv.stop()
+        srv.stop(grace_s=0)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ RATE = 24000
 def tse_server(model_cache, tmp_path_factory):
     server = start_server("tse-tiny", tmp_path_factory)
     yield server
-    server.stop()
+    server.stop(grace_s=0)
 
 
 @pytest.fixture(scope="module")

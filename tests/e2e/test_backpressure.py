@@ -52,7 +52,7 @@ HOLDERS = ("tritonserver", "vox_ensemble", "speechlm_lm")
 def paced(model_cache, tmp_path_factory):
     srv = start_server(DEFAULT_PRESET, tmp_path_factory, flow=FlowConfig(BOUND_S, STALL_S))
     yield srv
-    srv.stop()
+    srv.stop(grace_s=0)
 
 
 class SilentClient:

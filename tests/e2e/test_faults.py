@@ -53,7 +53,7 @@ def faulty_server(model_cache, tmp_path_factory):
         for key, value in saved.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
     yield server
-    server.stop()
+    server.stop(grace_s=0)
 
 
 def is_ready(server, path: str = "/v2/health/ready") -> bool:

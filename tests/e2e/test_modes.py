@@ -20,7 +20,7 @@ def mode_server(request, model_cache, tmp_path_factory):
     server = Server(ServeConfig(mode=request.param, ports=Ports(http, grpc, metrics)), log_path=log)
     server.start(timeout_s=240)
     yield request.param, server
-    server.stop()
+    server.stop(grace_s=0)
 
 
 def test_mode_decides_the_lane_and_keeps_the_audio(mode_server, url):

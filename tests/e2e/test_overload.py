@@ -22,7 +22,7 @@ def small_server(model_cache, tmp_path_factory):
     server = Server(config, log_path=tmp_path_factory.mktemp("triton-small") / "tritonserver.log")
     server.start(timeout_s=240)
     yield server
-    server.stop()
+    server.stop(grace_s=0)
 
 
 def attempt(url: str, i: int):

@@ -19,7 +19,7 @@ MAX_BATCH = 8  # a bucket of the step histogram
 def resident(model_cache, tmp_path_factory):
     srv = start_server(DEFAULT_PRESET, tmp_path_factory, max_slots=64, max_batch=MAX_BATCH)
     yield srv
-    srv.stop()
+    srv.stop(grace_s=0)
 
 
 def step_batches(metrics: dict[str, float]) -> tuple[float, float]:

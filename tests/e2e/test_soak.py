@@ -40,7 +40,7 @@ def rss_tolerance_kb(name: str, num_valid: int) -> int:
 def cloning_server(model_cache, tmp_path_factory):
     server = start_server(CLONING_PRESET, tmp_path_factory)
     yield server
-    server.stop()
+    server.stop(grace_s=0)
 
 
 @pytest.mark.soak

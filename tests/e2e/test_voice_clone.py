@@ -39,7 +39,7 @@ def base_url(model_cache, tmp_path_factory) -> str:
         pytest.skip(f"the {BASE_PRESET} preset (a Qwen3-TTS Base model with a voice encoder) is not in the registry")
     server = start_server(BASE_PRESET, tmp_path_factory)
     yield server.grpc_url
-    server.stop()
+    server.stop(grace_s=0)
 
 
 def clone(url: str, seconds: float = 0.8, seed: int = 1, reference: np.ndarray = REFERENCE, rate: int = RATE,

@@ -61,7 +61,7 @@ def servers(model_cache, tmp_path_factory, data_dirs):
         yield started
     finally:
         for server in started:
-            server.stop()
+            server.stop(grace_s=0)
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +279,7 @@ def test_a_server_started_afresh_on_the_same_data_directory_has_the_voices(url, 
         assert "kept" in [v["name"] for v in registry(restarted.grpc_url, "list")["data"]]
         assert_same_audio(synthesize(restarted.grpc_url, TEXT, voice="kept", **SPEECH), before)
     finally:
-        restarted.stop()
+        restarted.stop(grace_s=0)
 
 
 def test_voxlane_voices_registers_lists_and_deletes_through_triton(url, tmp_path):
