@@ -59,6 +59,7 @@ INPUT = noise(2.3, 2)  # 29 frames of 1920 samples (the last partial): 7 chunks 
 
 
 def cut(audio: np.ndarray, rng: random.Random) -> list[np.ndarray]:
+    """`audio` in pieces of random sizes (empty ones, and ones across frame and chunk edges, among them)."""
     pieces, start = [], 0
     while start < audio.size:
         size = rng.choice([0, 100, 1919, 5000, 7680, 13000])

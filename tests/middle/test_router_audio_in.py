@@ -15,6 +15,7 @@ from protocol.reasons import Ended, EndReason
 from protocol.tensors import INPUT_CHUNK_PARAMETER, PIECE_ERROR_CODES, SEQUENCE_END, SEQUENCE_START
 from tests.middle.conftest import STUB_DIED, chunk
 from tests.middle.test_router_relay import outcome
+from tests.e2e.test_audio_in import cut
 from tests.middle.test_router_text_sessions import answer
 from tests.waiting import wait_for
 
@@ -86,15 +87,6 @@ def input_frames(lanes, request_id: str) -> tuple[np.ndarray, bool]:
     got = lanes.engine.inputs.get(request_id, [])
     frames = np.concatenate([f for f, _ in got]) if got else np.zeros((0, NUM_CODEBOOKS), np.int64)
     return frames, bool(got) and got[-1][1]
-
-
-def cut(audio: np.ndarray, rng: random.Random) -> list[np.ndarray]:
-    pieces, start = [], 0
-    while start < audio.size:
-        size = rng.choice([0, 100, 1919, 5000, 7680, 13000])
-        pieces.append(audio[start:start + size])
-        start += size
-    return pieces
 
 
 def test_input_chunks_reach_the_lm_as_codes_in_order_the_same_however_the_input_is_cut(lanes, encoder):
