@@ -157,6 +157,13 @@ class VoiceEncoder(nn.Module, ABC):
         """audio[i]: [N_i] float32 mono in [-1, 1] at `sample_rate` -> each request's tensors (on the CPU);
         x_vector_only[i] leaves out what only in-context cloning needs (the reference's codes)."""
 
+    def encode_codes(self, audio: list[torch.Tensor]) -> list[torch.Tensor]:
+        """audio[i]: [N_i] float32 at `sample_rate`, a chunk of a stream's input audio (an interleaved model's:
+        audio in while audio goes out) -> its codes [T_i, K] (on the CPU), nothing of the speaker. This default
+        encodes each in context and keeps its `ref_codes`; an encoder whose codes need not the speaker network
+        codes them alone, batched (Qwen3TTSVoiceEncoder)."""
+        return [result["ref_codes"] for result in self.encode(audio, [False] * len(audio))]
+
 
 class SpeechLM(nn.Module, ABC):
     """An autoregressive backbone that emits one frame of `num_codebooks` tokens per step.

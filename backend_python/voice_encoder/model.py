@@ -53,8 +53,11 @@ class VoiceEncoderModel:
         if self.unsupported is not None:
             return [_error_response(self.unsupported) for _ in requests]
         parsed = [self._reference(request) for request in requests]
-        valid = [i for i, item in enumerate(parsed) if isinstance(item, ReferenceAudio)]
+        chunks = {i for i, request in enumerate(requests) if is_input_chunk(request.parameters())}
+        valid = [i for i, item in enumerate(parsed) if isinstance(item, ReferenceAudio) and i not in chunks]
         encoded = dict(zip(valid, self._encode_isolated([parsed[i] for i in valid])))
+        coded = [i for i in sorted(chunks) if isinstance(parsed[i], ReferenceAudio)]
+        encoded.update(zip(coded, self._code_isolated([parsed[i] for i in coded])))
         self._heap.on_batch()
         return [_response(encoded.get(i, item)) for i, item in enumerate(parsed)]
 
@@ -86,6 +89,26 @@ class VoiceEncoderModel:
             if len(references) == 1:
                 return [_encode_failure(exc)]
         return [self._encode_isolated([reference])[0] for reference in references]
+
+    def _code_isolated(self, chunks: list[ReferenceAudio]) -> list:
+        """Input chunks' codes (`ref_codes` alone: no speaker embedding), batched; a failing batch is coded chunk
+        by chunk, so one bad chunk fails only its own stream."""
+        try:
+            return self._code(chunks)
+        except Exception as exc:
+            if len(chunks) == 1:
+                return [_encode_failure(exc)]
+        return [self._code_isolated([chunk])[0] for chunk in chunks]
+
+    def _code(self, chunks: list[ReferenceAudio]) -> list[dict[str, np.ndarray]]:
+        import torch
+        if not chunks:
+            return []
+        rate = self.encoder.sample_rate
+        audio = [torch.from_numpy(np.ascontiguousarray(resample(c.audio, c.sample_rate, rate))) for c in chunks]
+        with torch.inference_mode():
+            codes = self.encoder.encode_codes(audio)
+        return [{"ref_codes": _as_output("ref_codes", c)} for c in codes]
 
     def _encode(self, references: list[ReferenceAudio]) -> list[dict[str, np.ndarray]]:
         import torch

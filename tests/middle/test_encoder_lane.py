@@ -32,6 +32,11 @@ def lane(pb):
             self.batches = []  # (lengths, x_vector_only) of each encode call
             self.fails_on_length = None
             self.refuses_x_vector_at = None
+            self.code_batches = []  # the lengths of each encode_codes call
+
+        def encode_codes(self, audio):
+            self.code_batches.append([a.numel() for a in audio])
+            return [torch.full((a.numel() // 1920, 2), 3, dtype=torch.int64) for a in audio]
 
         @property
         def sample_rate(self) -> int:
@@ -39,6 +44,8 @@ def lane(pb):
 
         def encode(self, audio, x_vector_only):
             self.batches.append(([a.numel() for a in audio], list(x_vector_only)))
+            if self.fails_on_length == "encode":
+                raise RuntimeError("encoder blew up")
             if any(a.numel() == self.fails_on_length for a in audio):
                 raise RuntimeError("encoder blew up")
             if any(x and a.numel() == self.refuses_x_vector_at for a, x in zip(audio, x_vector_only)):
@@ -54,11 +61,12 @@ def lane(pb):
     return model
 
 
-def reference_request(pb, audio: np.ndarray, rate: int, x_vector_only: bool | None = None):
+def reference_request(pb, audio: np.ndarray, rate: int, x_vector_only: bool | None = None,
+                      is_input_chunk: bool = False):
     tensors = [pb.Tensor("ref_audio", audio[None]), pb.Tensor("ref_sample_rate", np.array([[rate]], np.int32))]
     if x_vector_only is not None:
         tensors.append(pb.Tensor("x_vector_only", np.array([[x_vector_only]])))
-    return pb.Request(tensors)
+    return pb.Request(tensors, parameters={"input_chunk": True} if is_input_chunk else None)
 
 
 def outputs(response) -> dict[str, np.ndarray]:
@@ -123,3 +131,22 @@ def test_an_encoder_with_undeclared_tensors_fails_at_load():
     check_declared({"speaker_embedding": ("FP32", [4]), "ref_codes": ("INT64", [-1, 16])})
     with pytest.raises(ValueError, match="'prosody'"):
         check_declared({"speaker_embedding": ("FP32", [4]), "prosody": ("FP32", [8])})
+
+
+def test_input_chunks_are_coded_in_one_call_without_the_speaker_and_a_reference_beside_them_still_encodes(pb, lane):
+    """An audio-in stream's input chunks (the router's `input_chunk` parameter) need only their codes: they go to
+    `encode_codes` as one list, never to `encode`; a reference in the same dynamic batch is encoded as always."""
+    lane.encoder.fails_on_length = "encode"  # the default encode_codes would go through encode: it must not
+    chunk = (np.random.default_rng(0).uniform(-0.5, 0.5, 16 * 1920)).astype(np.float32)
+    responses = lane.execute([reference_request(pb, chunk, ENCODER_RATE, is_input_chunk=True),
+                              reference_request(pb, chunk[:4 * 1920], ENCODER_RATE, is_input_chunk=True),
+                              reference_request(pb, chunk, ENCODER_RATE, is_input_chunk=True)])
+    assert lane.encoder.batches == [] and lane.encoder.code_batches == [[16 * 1920, 4 * 1920, 16 * 1920]]
+    codes = [outputs(r) for r in responses]
+    assert [set(c) for c in codes] == [{"ref_codes"}] * 3  # no speaker embedding
+    assert [c["ref_codes"].shape for c in codes] == [(1, 16, 2), (1, 4, 2), (1, 16, 2)]
+    lane.encoder.fails_on_length = None
+    reference, chunk_codes = lane.execute([reference_request(pb, voiced(1.0, 24000), 24000),
+                                           reference_request(pb, chunk, ENCODER_RATE, is_input_chunk=True)])
+    assert set(outputs(reference)) == {"speaker_embedding", "ref_codes"} and set(outputs(chunk_codes)) == {"ref_codes"}
+    assert lane.encoder.batches == [([24000], [False])] and lane.encoder.code_batches[-1] == [16 * 1920]

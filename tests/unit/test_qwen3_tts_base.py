@@ -70,6 +70,25 @@ def test_a_batch_encodes_each_request_as_alone(voice_encoder, golden):
     assert torch.equal(batch[1]["ref_codes"], golden["ref_codes"])
 
 
+def test_input_chunks_are_coded_batched_as_each_alone_without_the_speaker_encoder(voice_encoder, golden, monkeypatch):
+    """`encode_codes` (an audio-in stream's input chunks) runs the codec encoder once per length, batched, with
+    the codes `encode` gives each chunk alone, and never the speaker network."""
+    wav = golden["waveform"]
+    rng = torch.Generator().manual_seed(0)
+    noise = (torch.rand(3 * 7680, generator=rng) - 0.5) * 0.6
+    chunks = [wav[:7680], noise[:7680], wav[:3000], noise[7680:15360], noise[-5000:]]
+    alone = [voice_encoder.encode([c], [False])[0]["ref_codes"] for c in chunks]
+    calls = []
+    codec_forward = voice_encoder.encoder.forward
+    monkeypatch.setattr(voice_encoder.encoder, "forward", lambda audio: calls.append(tuple(audio.shape)) or
+                        codec_forward(audio))
+    monkeypatch.setattr(voice_encoder, "speaker_embedding", lambda audio: pytest.fail("the speaker encoder ran"))
+    coded = voice_encoder.encode_codes(chunks)
+    assert sorted(calls) == [(1, 3000), (1, 5000), (3, 7680)]  # one call per length: the three 4-frame chunks at once
+    for got, expected in zip(coded, alone):
+        assert got.dtype == torch.int64 and torch.equal(got, expected)
+
+
 def test_reference_tensors_declare_what_encode_returns(voice_encoder, golden):
     [out] = voice_encoder.encode([golden["waveform"]], [False])
     assert voice_encoder.sample_rate == 24000

@@ -56,6 +56,23 @@ class Qwen3TTSVoiceEncoder(VoiceEncoder):
             out[REF_CODES] = self.encoder(audio[None].to(self.dtype))[0].cpu()
         return out
 
+    @torch.inference_mode()
+    def encode_codes(self, audio: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Input chunks -> their codes, without the speaker encoder; chunks of one length (a stream's windows on
+        the fixed grid mostly are) go through the codec encoder as one batch."""
+        codes: list[torch.Tensor | None] = [None] * len(audio)
+        by_length: dict[int, list[int]] = {}
+        for i, a in enumerate(audio):
+            if a.dim() != 1 or a.numel() < self.min_samples:
+                raise ValueError(f"input audio chunks must be mono [N] with N >= {self.min_samples}, got "
+                                 f"{tuple(a.shape)}")
+            by_length.setdefault(a.numel(), []).append(i)
+        for indexes in by_length.values():
+            batch = torch.stack([audio[i] for i in indexes]).to(self.mel_filters.device, self.dtype)
+            for i, row in zip(indexes, self.encoder(batch).cpu()):
+                codes[i] = row
+        return codes
+
     def speaker_embedding(self, audio: torch.Tensor) -> torch.Tensor:
         """audio: [N] float32 -> x-vector [enc_dim] (the mel is computed in float32, as the reference does)."""
         mels = mel_spectrogram(audio, self.mel_filters)[None]  # [1, T, mel_dim]
