@@ -7,6 +7,10 @@
 # about R × CAP_S streams live. Reports per rate the algorithmic latency (input chunk in -> its output chunk out)
 # p50/p95, TTFA from the first piece, and stalls split into the input's and the server's. About 6 minutes.
 source tools/device_env.sh "$@" || exit 1
+# the encoder lane's cost of input chunks, as references (speaker network + codec encoder, one at a time) against
+# encode_codes (codec encoder alone, batched), side by side
+python3 -m tools.input_coding --preset tse-1.7b --device cuda --dtype bfloat16 --streams 1 8 32 \
+  > "$out/input_coding.txt" 2>&1; cat "$out/input_coding.txt"
 rates=${RATES:-"1 2 4 6 8"}
 cap=${CAP_S:-6}
 log="$out/tritonserver.log"
