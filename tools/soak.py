@@ -138,7 +138,8 @@ def run_audio_in(url: str, rng: random.Random, tally: SoakTally) -> None:
     problem = None
     if [e.code for e in result.piece_errors] != (["bad_piece"] if has_bad else []):
         problem = f"piece errors {[e.code for e in result.piece_errors]}, one bad piece: {has_bad}"
-    elif [c.index for c in result.chunks] != list(range(len(result.chunks))) or result.audio.size != frames * SAMPLES_PER_FRAME:
+    elif ([c.index for c in result.chunks] != list(range(len(result.chunks)))
+          or result.audio.size != frames * SAMPLES_PER_FRAME):
         problem = f"chunks {[c.index for c in result.chunks]}, {result.audio.size} samples for {frames} frames"
     tally.add("audio-in", problem)
 
