@@ -14,7 +14,9 @@ import time
 
 import numpy as np
 
-WINDOW_FRAMES = 16  # AudioInLimits: a 4-frame chunk with 12 frames of left context
+from backend_python.vox_ensemble.audio_sessions import AudioInLimits
+
+WINDOW_FRAMES = AudioInLimits().chunk_frames + AudioInLimits().context_frames  # a chunk and its left context
 SAMPLES_PER_FRAME = 1920  # 24 kHz, 12.5 Hz frames
 
 

@@ -39,6 +39,7 @@ CLONING_PRESET = "qwen3-tts-tiny-base"  # a tiny Qwen3-TTS Base model with its v
 AUDIO_IN_PRESET = "tse-tiny"  # a tiny interleaved model: audio in, audio out (target-speaker extraction)
 FRAME_RATE = 12.5  # the Qwen3-TTS 12 Hz codec: 80 ms frames of 1920 samples at 24 kHz
 SAMPLES_PER_FRAME = 1920
+RATE = 24000
 INVALID = [  # (inputs, a word the error must contain)
     (lambda: build_inputs(""), "empty"),
     (lambda: build_inputs(b"caf\xc3\x28"), "UTF-8"),
@@ -128,12 +129,12 @@ def run_audio_in(url: str, rng: random.Random, tally: SoakTally) -> None:
     piece among them (refused, the stream goes on): its output is exactly as long as its input."""
     from clients.audio_stream import stream_audio_in
     samples = noise(rng.uniform(2.0, 6.0), rng)
-    pieces = [samples[i:i + SAMPLES_PER_FRAME] for i in range(0, samples.size, SAMPLES_PER_FRAME)]
+    pieces = frame_pieces(samples)
     has_bad = rng.random() < 1 / 3
     if has_bad:
         pieces.insert(rng.randrange(1, len(pieces)), np.full(64, np.nan, np.float32))
-    result = stream_audio_in(url, pieces, 24000, noise(1.0, rng), 24000, timeout_s=120,
-                             piece_gap_s=SAMPLES_PER_FRAME / 24000, seed=rng.randrange(1 << 30))
+    result = stream_audio_in(url, pieces, RATE, noise(1.0, rng), RATE, timeout_s=120, piece_gap_s=1 / FRAME_RATE,
+                             seed=rng.randrange(1 << 30))
     frames = -(-samples.size // SAMPLES_PER_FRAME)
     problem = None
     if [e.code for e in result.piece_errors] != (["bad_piece"] if has_bad else []):
@@ -151,8 +152,7 @@ class _Leaving(Exception):
 def run_audio_in_cancelled(url: str, rng: random.Random, tally: SoakTally) -> None:
     """An audio-in session its client leaves after 1-3 chunks, its input still coming at real time."""
     from clients.audio_stream import stream_audio_in
-    samples = noise(6.0, rng)
-    pieces = [samples[i:i + SAMPLES_PER_FRAME] for i in range(0, samples.size, SAMPLES_PER_FRAME)]
+    pieces = frame_pieces(noise(6.0, rng))
     num_chunks, heard = rng.randint(1, 3), []
 
     def listen(chunk) -> None:
@@ -160,8 +160,8 @@ def run_audio_in_cancelled(url: str, rng: random.Random, tally: SoakTally) -> No
         if len(heard) == num_chunks:
             raise _Leaving
     try:
-        stream_audio_in(url, pieces, 24000, noise(1.0, rng), 24000, timeout_s=120,
-                        piece_gap_s=SAMPLES_PER_FRAME / 24000, on_chunk=listen)
+        stream_audio_in(url, pieces, RATE, noise(1.0, rng), RATE, timeout_s=120, piece_gap_s=1 / FRAME_RATE,
+                        on_chunk=listen)
         problem = f"the stream ended before its client left (chunks {heard})"
     except _Leaving:
         problem = None if heard == list(range(num_chunks)) else f"chunks {heard} before leaving"
@@ -169,7 +169,12 @@ def run_audio_in_cancelled(url: str, rng: random.Random, tally: SoakTally) -> No
 
 
 def noise(seconds: float, rng: random.Random) -> np.ndarray:
-    return np.random.default_rng(rng.randrange(1 << 30)).uniform(-0.3, 0.3, int(seconds * 24000)).astype(np.float32)
+    return np.random.default_rng(rng.randrange(1 << 30)).uniform(-0.3, 0.3, int(seconds * RATE)).astype(np.float32)
+
+
+def frame_pieces(samples: np.ndarray) -> list[np.ndarray]:
+    """`samples` in 80-ms pieces (one codec frame each), as a real-time client sends them."""
+    return [samples[i:i + SAMPLES_PER_FRAME] for i in range(0, samples.size, SAMPLES_PER_FRAME)]
 
 
 # The mix for a model that takes input audio (`tse-*`): sessions streamed in at real time, some left mid-input.

@@ -52,12 +52,12 @@ class VoiceEncoderModel:
     def execute(self, requests: list) -> list:
         if self.unsupported is not None:
             return [_error_response(self.unsupported) for _ in requests]
-        parsed = [self._reference(request) for request in requests]
-        chunks = {i for i, request in enumerate(requests) if is_input_chunk(request.parameters())}
-        valid = [i for i, item in enumerate(parsed) if isinstance(item, ReferenceAudio) and i not in chunks]
-        encoded = dict(zip(valid, self._encode_isolated([parsed[i] for i in valid])))
-        coded = [i for i in sorted(chunks) if isinstance(parsed[i], ReferenceAudio)]
-        encoded.update(zip(coded, self._code_isolated([parsed[i] for i in coded])))
+        is_chunk = [is_input_chunk(request.parameters()) for request in requests]
+        parsed = [self._reference(request, chunk) for request, chunk in zip(requests, is_chunk)]
+        encoded = {}
+        for chunks, run in ((False, self._encode), (True, self._code)):  # references, then input chunks
+            indexes = [i for i, item in enumerate(parsed) if isinstance(item, ReferenceAudio) and is_chunk[i] == chunks]
+            encoded.update(zip(indexes, _isolated([parsed[i] for i in indexes], run)))
         self._heap.on_batch()
         return [_response(encoded.get(i, item)) for i, item in enumerate(parsed)]
 
@@ -65,11 +65,11 @@ class VoiceEncoderModel:
         if self.unsupported is None:
             self._heap.stop()
 
-    def _reference(self, request) -> ReferenceAudio | Ended:
+    def _reference(self, request, is_chunk: bool) -> ReferenceAudio | Ended:
         def get(name: str):
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
-        if is_input_chunk(request.parameters()):  # the router checked it as pieces came: short, maybe silent
+        if is_chunk:  # the router checked it as pieces came: short, maybe silent
             return input_chunk(get)
         try:
             reference = parse_reference(get, self.limits, needs_text=False)
@@ -79,47 +79,40 @@ class VoiceEncoderModel:
             return Ended(EndReason.REFUSED_BAD_INPUT, "missing input 'ref_audio'", param="ref_audio")
         return reference
 
-    def _encode_isolated(self, references: list[ReferenceAudio]) -> list:
-        """Each reference's tensors by name, or the Ended of one whose encode raises (the others still encode):
-        a ValueError is the encoder refusing that reference (bad input, e.g. x-vector only where the family
-        clones in context only), anything else its failure."""
-        try:
-            return self._encode(references)
-        except Exception as exc:  # one bad reference must not fail the batch: encode each alone
-            if len(references) == 1:
-                return [_encode_failure(exc)]
-        return [self._encode_isolated([reference])[0] for reference in references]
-
-    def _code_isolated(self, chunks: list[ReferenceAudio]) -> list:
-        """Input chunks' codes (`ref_codes` alone: no speaker embedding), batched; a failing batch is coded chunk
-        by chunk, so one bad chunk fails only its own stream."""
-        try:
-            return self._code(chunks)
-        except Exception as exc:
-            if len(chunks) == 1:
-                return [_encode_failure(exc)]
-        return [self._code_isolated([chunk])[0] for chunk in chunks]
+    def _encode(self, references: list[ReferenceAudio]) -> list[dict[str, np.ndarray]]:
+        import torch
+        audio = self._at_encoder_rate(references)
+        with torch.inference_mode():
+            results = self.encoder.encode(audio, [r.x_vector_only for r in references])
+        return [{name: _as_output(name, tensor) for name, tensor in result.items()} for result in results]
 
     def _code(self, chunks: list[ReferenceAudio]) -> list[dict[str, np.ndarray]]:
+        """Input chunks' codes (`ref_codes` alone: no speaker embedding), batched by the encoder."""
         import torch
-        if not chunks:
-            return []
-        rate = self.encoder.sample_rate
-        audio = [torch.from_numpy(np.ascontiguousarray(resample(c.audio, c.sample_rate, rate))) for c in chunks]
+        audio = self._at_encoder_rate(chunks)
         with torch.inference_mode():
             codes = self.encoder.encode_codes(audio)
         return [{"ref_codes": _as_output("ref_codes", c)} for c in codes]
 
-    def _encode(self, references: list[ReferenceAudio]) -> list[dict[str, np.ndarray]]:
+    def _at_encoder_rate(self, items: list[ReferenceAudio]) -> list:
         import torch
-        if not references:
-            return []
         rate = self.encoder.sample_rate
-        audio = [torch.from_numpy(np.ascontiguousarray(resample(r.audio, r.sample_rate, rate))).to(self.encoder.device)
-                 for r in references]  # [n_i] float32 at the encoder's rate
-        with torch.inference_mode():
-            results = self.encoder.encode(audio, [r.x_vector_only for r in references])
-        return [{name: _as_output(name, tensor) for name, tensor in result.items()} for result in results]
+        return [torch.from_numpy(np.ascontiguousarray(resample(r.audio, r.sample_rate, rate))).to(self.encoder.device)
+                for r in items]  # [n_i] float32 at the encoder's rate
+
+
+def _isolated(items: list[ReferenceAudio], run) -> list:
+    """`run(items)`'s results, or each item's Ended where its encode raises (the others still encode): one bad
+    reference or chunk must not fail the batch. A ValueError is the encoder refusing that item (bad input, e.g.
+    x-vector only where the family clones in context only), anything else its failure."""
+    if not items:
+        return []
+    try:
+        return run(items)
+    except Exception as exc:
+        if len(items) == 1:
+            return [_encode_failure(exc)]
+    return [_isolated([item], run)[0] for item in items]
 
 
 def is_input_chunk(parameters: str | None) -> bool:
