@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import threading
@@ -238,7 +239,9 @@ def _add_say(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice", default=None)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--temperature", type=float, default=None)
-    parser.add_argument("--max-audio-seconds", type=float, default=None)
+    parser.add_argument("--max-audio-seconds", type=float, default=None,
+                        help="the audio cap (the server's default: 60 s, or more for a long text; with --audio-in: "
+                             "the file's length and a second)")
     parser.add_argument("--language", default=None,
                         help="the model's language to speak in (Qwen3-TTS: e.g. English, Chinese; default: auto)")
     parser.add_argument("--instructions", default=None,
@@ -289,8 +292,9 @@ def _say(args: argparse.Namespace) -> int:
     return 0
 
 
-def _streamed(stream):
-    """`stream()`'s result, or None once the reason it failed is printed (the server unreachable, or its error)."""
+def _streamed(stream, partial_output: str | None = None):
+    """`stream()`'s result, or None once the reason it failed is printed (the server unreachable, or its error).
+    With `partial_output`, the audio that came before a server error is written there (a session's)."""
     from clients.stream import ServerUnreachable, StreamError
     try:
         return stream()
@@ -298,6 +302,8 @@ def _streamed(stream):
         print(f"voxlane: {exc} (is `voxlane serve` running there? --url picks the server)", file=sys.stderr)
     except StreamError as exc:
         print(f"voxlane: server error: {exc}", file=sys.stderr)
+        if partial_output is not None and exc.partial is not None and exc.partial.chunks:
+            _report(exc.partial, partial_output, what="the audio before the error: ")
     return None
 
 
@@ -314,15 +320,23 @@ def _say_audio_in(args: argparse.Namespace) -> int:
         raise ValueError(f"--audio-in / --enroll: not a readable PCM WAV file ({exc})") from None
     piece = max(1, round(rate * args.piece_ms / 1000))
     pieces = [audio[start:start + piece] for start in range(0, audio.size, piece)]
+    cap = args.max_audio_seconds if args.max_audio_seconds is not None else audio_in_cap_s(audio.size / rate)
     result = _streamed(lambda: stream_audio_in(
         args.url, pieces, rate, enroll, enroll_rate, piece_gap_s=args.piece_ms / 1000, seed=args.seed,
-        temperature=args.temperature, max_audio_seconds=args.max_audio_seconds, timeout_s=120 + audio.size / rate))
+        temperature=args.temperature, max_audio_seconds=cap, timeout_s=120 + audio.size / rate),
+        partial_output=args.output)
     if result is None:
         return 1
     for ended in result.piece_errors:
         print(f"voxlane: a piece was refused: {ended.message}", file=sys.stderr)
     _report(result, args.output)
     return 0
+
+
+def audio_in_cap_s(input_s: float) -> float:
+    """`say --audio-in`'s `max_audio_seconds` when none is given: the file's length and a second more (the
+    output answers the input frame for frame), so that no input is cut by the server's default cap."""
+    return float(math.ceil(input_s)) + 1.0
 
 
 def _reference(args: argparse.Namespace) -> dict:
@@ -349,14 +363,14 @@ def _paced_words(text: str, words_per_s: float):
         yield word if i == 0 else " " + word
 
 
-def _report(result, output: str) -> None:
+def _report(result, output: str, what: str = "") -> None:
     if not result.chunks:
         print("voxlane: the model stopped before producing audio", file=sys.stderr)
         return
     result.write_wav(output)
     wall = result.chunks[-1].arrival_s
     lanes = ",".join(sorted({c.lane for c in result.chunks}))
-    print(f"wrote {output}: ttfa {result.ttfa_s * 1e3:.1f} ms, {len(result.chunks)} chunks, "
+    print(f"wrote {what}{output}: ttfa {result.ttfa_s * 1e3:.1f} ms, {len(result.chunks)} chunks, "
           f"{result.audio_seconds:.2f} s of audio at {result.sample_rate} Hz, "
           f"real-time factor {wall / max(result.audio_seconds, 1e-9):.3f}, lanes {lanes}")
 

@@ -23,9 +23,10 @@ from protocol.wire import decode_error
 class StreamError(RuntimeError):
     """The server ended the stream with an error: `ended` holds its reason; the message is the server's."""
 
-    def __init__(self, ended: Ended) -> None:
+    def __init__(self, ended: Ended, partial: "StreamResult | None" = None) -> None:
         super().__init__(ended.message)
         self.ended = ended
+        self.partial = partial  # what came before the error, where the caller kept it (a session's chunks)
 
 
 class RouterLost(StreamError):

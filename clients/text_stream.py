@@ -98,7 +98,7 @@ def _collect(responses: queue.Queue, result: TextStreamResult, started: float, t
             if ended.code in PIECE_ERROR_CODES:
                 result.piece_errors.append(ended)
                 continue
-            raise StreamError(ended)
+            raise StreamError(ended, partial=result)
         if item.get_response().id != request_id:
             continue  # a piece's own final flag
         if item.as_numpy("audio") is not None:

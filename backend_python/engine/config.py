@@ -64,11 +64,12 @@ class EngineConfig:
         if self.num_delay_steps < 0:
             raise ValueError(f"num_delay_steps must be >= 0, got {self.num_delay_steps}")
 
-    def length_error(self, num_prompt_tokens: int, num_frames: int, what: str = "request") -> str | None:
+    def length_error(self, needed: int, num_prompt_tokens: int, num_frames: int, what: str = "request") -> str | None:
         """Why a prompt and its frames would not fit one stream's `max_seq_len` (`what`: the request, or its
-        text segment), or None when they fit. One check for the LM lane, which refuses such a request as bad
-        input before it queues, and the engine, which ends it at admission if one reaches it."""
-        needed = num_prompt_tokens + num_frames + 1 + self.num_delay_steps  # as SpeechLM.kv_positions_for
+        text segment), or None when they fit; `needed`: the KV positions they write, as the model counts them
+        (`SpeechLM.kv_positions_for`: an interleaved model writes its input's frames too, a delayed one its delay
+        steps). One check for the LM lane, which refuses such a request as bad input before it queues, and the
+        engine, which ends it at admission if one reaches it."""
         if needed <= self.max_seq_len:
             return None
         delay = f" + {self.num_delay_steps} codebook delay steps" if self.num_delay_steps else ""

@@ -40,7 +40,7 @@ from backend_python.engine.segments import Progress
 from backend_python.engine.chunk_cutter import ChunkCutter
 from backend_python.engine.launched_step import LaunchedStep
 from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
-from backend_python.engine.input_pieces import InputPieces, input_idle_endings
+from backend_python.engine.input_pieces import InputPieces, input_idle_endings, past_cap_ending
 from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, Occupancy, PhaseClock, StepTiming
 from backend_python.models.base import Codec, CodecWindowing, DecodeBatch, SpeechLM
@@ -319,11 +319,12 @@ class LMEngine:
     def _kv_need(self, seq: Sequence) -> int:
         """The KV positions `seq`'s prompt and frames (its current segment's) write; ValueError past max_seq_len."""
         num_frames = segments.frames_needed(seq) if seq.is_segmented else seq.max_frames
-        error = self.config.length_error(seq.prompt.num_tokens, num_frames,
+        need = self.model.kv_positions_for(seq.prompt.num_tokens, num_frames)
+        error = self.config.length_error(need, seq.prompt.num_tokens, num_frames,
                                          "its text segment" if seq.is_segmented else "request")
         if error is not None:
             raise ValueError(error)
-        return self.model.kv_positions_for(seq.prompt.num_tokens, num_frames)
+        return need
 
     def _prefill_segments(self) -> None:
         """Prefill the next segment of each segmented request whose segment was spoken, into its own slot."""
@@ -448,7 +449,7 @@ class LMEngine:
             elif p is Progress.WAITING:
                 segments.chunks_sent(seq)
             elif p is Progress.DONE:
-                self._finish(seq, None)
+                self._finish(seq, past_cap_ending(seq, self.model.frame_rate))
 
     def _deliver(self, ready: list[tuple[Sequence, Chunk]]) -> None:
         """Hand chunks to their sinks; with an inline codec, decode them first in one batch."""

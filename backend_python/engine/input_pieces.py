@@ -4,7 +4,9 @@ timeout (as text_pieces.py does for streamed text).
 Pieces come from other threads (the LM lane's control requests) and wait here, in order, until the loop appends
 them to their request's `InputFeed`. A request whose next frame needs input that has not arrived is not decoded
 (the engine asks the model) and keeps its slot; one whose open input gets no piece for its idle timeout ends with
-an error, and so does one sent a bad piece (wrong shape, codes out of range, a piece after the close).
+an error, and so does one sent a bad piece (wrong shape, codes out of range, a piece after the close), and one
+whose output reached its `max_audio_seconds` while its input went on (the input past the cap is never heard: the
+client is told, not left to find its output short).
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from backend_python.engine.text_pieces import PieceQueue
 from protocol.reasons import Ended, EndReason
 
 INPUT_IDLE_CODE = "input_idle_timeout"  # the `code` of the ending of a request whose input stopped coming
+# the `code` of the ending of a request whose output reached its audio cap with input still to answer
+INPUT_PAST_CAP_CODE = "input_past_max_audio_seconds"
 
 
 class InputPieces(PieceQueue):
@@ -42,3 +46,18 @@ def input_idle_endings(live: list[Sequence], now: float) -> list[tuple[Sequence,
                                              f"{seq.text_idle_timeout_s:g} s and was not closed (input idle timeout)",
                         code=INPUT_IDLE_CODE))
             for seq in live if seq.is_input_open and now >= seq.text_at + seq.text_idle_timeout_s]
+
+
+def past_cap_ending(seq: Sequence, frame_rate: float) -> Ended | None:
+    """How a stream that is done ends: None (as usual), or, for an interleaved stream whose output stopped at
+    its `max_audio_seconds` with input it had not answered (more frames came, or its input is still open), an
+    error that says how much input went unheard and what to send instead."""
+    feed = seq.prompt.input if seq.prompt is not None else None
+    if feed is None or not seq.is_length_capped or (feed.is_closed and feed.num_frames <= seq.num_frames):
+        return None
+    cap_s, heard_s = seq.max_frames / frame_rate, feed.num_frames / frame_rate
+    still = "and more was coming" if not feed.is_closed else "in all"
+    return Ended(EndReason.REFUSED_BAD_INPUT,
+                 f"the output reached the session's max_audio_seconds ({cap_s:g} s) while its input went on "
+                 f"({heard_s:.2f} s had come {still}): input past {cap_s:g} s is not answered; open the session "
+                 f"with a max_audio_seconds as long as its input", param="max_audio_seconds", code=INPUT_PAST_CAP_CODE)

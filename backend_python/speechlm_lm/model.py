@@ -291,13 +291,29 @@ class LMModel:
             self._check_fits(text.num_prompt_tokens, max_frames - text.frames_before_last())
 
     def _fits(self, num_prompt_tokens: int, max_frames: int) -> bool:
-        return self.engine.config.length_error(num_prompt_tokens, max_frames) is None
+        return self._length_error(num_prompt_tokens, max_frames) is None
 
     def _check_fits(self, num_prompt_tokens: int, max_frames: int) -> None:
         """Refuse at once what the engine would fail at prefill (its own check stays): it is bad input."""
-        error = self.engine.config.length_error(num_prompt_tokens, max_frames)
+        error = self._length_error(num_prompt_tokens, max_frames)
+        if error is not None and self.model.takes_input:  # a session's cap: say the longest that fits
+            fit_s = self._most_frames(num_prompt_tokens) / self.model.frame_rate
+            raise RequestError(f"{error}: an audio-in session's max_audio_seconds may be at most {fit_s:.2f} s on "
+                               "this server", param="max_audio_seconds")
         if error is not None:
             raise RequestError(error)
+
+    def _most_frames(self, num_prompt_tokens: int) -> int:
+        """The most frames a stream of this prompt fits (kv_positions_for grows with the frames)."""
+        low, high = 0, self.engine.config.max_seq_len
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if self._length_error(num_prompt_tokens, mid) is None else (low, mid - 1)
+        return low
+
+    def _length_error(self, num_prompt_tokens: int, max_frames: int) -> str | None:
+        needed = self.model.kv_positions_for(num_prompt_tokens, max_frames)
+        return self.engine.config.length_error(needed, num_prompt_tokens, max_frames)
 
     def finalize(self) -> None:
         unloads.mark_unloaded()  # an unload, not a death, for the router's watch of this lane

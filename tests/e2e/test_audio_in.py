@@ -99,6 +99,29 @@ def test_a_bad_piece_is_refused_and_the_stream_goes_on(tse_url, bad, code):
     assert result.audio.shape == (-(-INPUT.size // 1920) * 1920,)  # the refused piece changed nothing
 
 
+def test_an_output_capped_before_its_input_ends_says_so_after_the_audio_up_to_the_cap(tse_url):
+    """Input past the session's `max_audio_seconds` is never answered: the stream ends with an error that names
+    the cap, and what came before it is the whole stream's beginning (the same codes; the last chunk decoded in
+    another batch shape, so equal to float rounding)."""
+    whole = extract(tse_url, [INPUT])
+    with pytest.raises(StreamError) as raised:
+        stream_audio_in(tse_url, [INPUT], RATE, ENROLL, RATE, seed=7, timeout_s=60, max_audio_seconds=0.64)
+    ended, partial = raised.value.ended, raised.value.partial
+    assert ended.code == "input_past_max_audio_seconds" and ended.param == "max_audio_seconds", ended
+    assert partial is not None and partial.audio.shape == (8 * 1920,)  # 0.64 s: 8 frames of 1920 samples
+    np.testing.assert_allclose(partial.audio, whole.audio[:8 * 1920], atol=1e-5)  # its last chunk: one decode
+
+
+def test_a_cap_longer_than_the_server_fits_is_refused_at_once_with_the_longest_that_fits(tse_url):
+    """An interleaved stream writes its input's frames too: 1000 s of it cannot fit a 2048-position row."""
+    with pytest.raises(StreamError) as raised:
+        stream_audio_in(tse_url, [INPUT], RATE, ENROLL, RATE, timeout_s=30, max_audio_seconds=1000.0)
+    ended = raised.value.ended
+    assert ended.param == "max_audio_seconds" and "max_seq_len is 2048" in ended.message, ended
+    assert re.search(r"may be at most 81\.\d\d s", ended.message), ended.message
+    assert not raised.value.partial.chunks
+
+
 def test_a_model_that_speaks_text_refuses_input_audio(url):
     with pytest.raises(StreamError) as raised:
         stream_audio_in(url, [INPUT[:5000]], RATE, ENROLL, RATE, timeout_s=30)
@@ -143,7 +166,7 @@ def test_a_client_that_leaves_mid_input_frees_its_row_and_its_encoder_work(tse_s
     assert again.audio.shape == (-(-INPUT.size // 1920) * 1920,)
 
 
-def test_voxlane_say_streams_a_file_in_at_real_time(tse_url, tmp_path):
+def test_voxlane_say_streams_a_file_in_at_real_time_and_keeps_the_audio_before_an_error(tse_url, tmp_path):
     import subprocess
     import sys
     import wave
@@ -160,6 +183,13 @@ def test_voxlane_say_streams_a_file_in_at_real_time(tse_url, tmp_path):
     assert done.returncode == 0, done.stderr
     with wave.open(str(tmp_path / "out.wav")) as f:
         assert f.getnframes() == -(-24000 // 1920) * 1920 and f.getframerate() == RATE
+    capped = subprocess.run([sys.executable, "-m", "clients.cli", "say", "--url", tse_url, "--audio-in",
+                             str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav"), "--seed", "1",
+                             "--max-audio-seconds", "0.64", "-o", str(tmp_path / "capped.wav")],
+                            capture_output=True, text=True, timeout=120)
+    assert capped.returncode == 1 and "max_audio_seconds (0.64 s)" in capped.stderr, capped.stderr
+    with wave.open(str(tmp_path / "capped.wav")) as f:  # the audio up to the cap is kept
+        assert f.getnframes() == 8 * 1920
     refused = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hello.", "--url", tse_url, "--audio-in",
                               str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav")],
                              capture_output=True, text=True, timeout=60)

@@ -133,6 +133,10 @@ class FakeSpeechLM:
         self.references.append(reference)
         return SimpleNamespace(num_tokens=4)
 
+    def kv_positions_for(self, num_prompt_tokens: int, num_frames: int) -> int:
+        """SpeechLM's count; an interleaved model's holds its input's frames too (models/tse/)."""
+        return num_prompt_tokens + (2 if self.takes_input else 1) * num_frames + 1
+
     def codec_prefix(self, prompt):
         return None
 

@@ -103,11 +103,12 @@ def test_request_too_long_for_the_cache_fails_alone(lm):
     assert ok_sink.error is None and sum(c.num_new_frames for c in ok_sink.chunks) == 3
 
 
-def test_the_length_check_counts_the_prompt_the_frames_and_one_and_names_what_asked():
-    """The one check behind the LM lane's refusal and the engine's admission (EngineConfig.length_error)."""
+def test_the_length_check_takes_the_models_count_of_positions_and_names_what_asked(lm):
+    """The one check behind the LM lane's refusal and the engine's admission (EngineConfig.length_error), over
+    the positions the model says a stream writes (SpeechLM.kv_positions_for: the prompt, the frames and one)."""
     config = EngineConfig(max_seq_len=64)
-    assert config.length_error(40, 23) is None
-    assert config.length_error(40, 24, "its text segment") == (
+    assert lm.kv_positions_for(40, 23) == 64 and config.length_error(64, 40, 23) is None
+    assert config.length_error(lm.kv_positions_for(40, 24), 40, 24, "its text segment") == (
         "its text segment needs 65 positions (prompt 40 tokens + 24 frames) but the server's max_seq_len is 64")
 
 

@@ -229,8 +229,8 @@ def test_the_engine_refuses_a_config_that_does_not_count_the_models_delay_steps(
 
 def test_the_length_check_and_the_kv_extent_count_the_delay_steps():
     config = EngineConfig(max_seq_len=64, num_delay_steps=3)
-    assert config.length_error(40, 20) is None
-    assert config.length_error(40, 21) == ("request needs 65 positions (prompt 40 tokens + 21 frames + 3 codebook "
+    assert config.length_error(TwinLM((0, 1, 2, 3)).kv_positions_for(40, 20), 40, 20) is None
+    assert config.length_error(TwinLM((0, 1, 2, 3)).kv_positions_for(40, 21), 40, 21) == ("request needs 65 positions (prompt 40 tokens + 21 frames + 3 codebook "
                                            "delay steps) but the server's max_seq_len is 64")
     assert TwinLM((0, 1, 2, 3)).kv_positions_for(40, 20) == TwinLM().kv_positions_for(40, 20) + 3
 

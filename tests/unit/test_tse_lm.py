@@ -11,7 +11,7 @@ import torch
 
 from backend_python.engine.config import EngineConfig
 from backend_python.engine.engine import LMEngine
-from backend_python.engine.input_pieces import INPUT_IDLE_CODE
+from backend_python.engine.input_pieces import INPUT_IDLE_CODE, INPUT_PAST_CAP_CODE
 from backend_python.engine.sequence import Sequence
 from backend_python.models.base import SamplingParams, VoiceReference
 from backend_python.models.tse import family, tiny
@@ -45,10 +45,11 @@ def make_engine(lm: TSELM, clock=None, **overrides) -> LMEngine:
     return LMEngine(lm, config, **({"clock": clock} if clock else {}))
 
 
-def stream(lm: TSELM, name: str, seed: int = 5) -> tuple[Sequence, ListSink]:
+def stream(lm: TSELM, name: str, seed: int = 5, max_frames: int = 120) -> tuple[Sequence, ListSink]:
+    """A stream of `max_frames` at most (120 fit make_engine's 256 positions: 2 + 2 × 120 + 4 + 1)."""
     sink = ListSink()
     return Sequence(request_id=name, prompt=lm.open_input(enrollment()), sampling=SamplingParams(), ignore_eos=False,
-                    max_frames=200, sink=sink, generator=torch.Generator().manual_seed(seed)), sink
+                    max_frames=max_frames, sink=sink, generator=torch.Generator().manual_seed(seed)), sink
 
 
 def steps(engine: LMEngine, n: int) -> None:
@@ -185,6 +186,34 @@ def test_an_input_that_stops_coming_times_out(lm):
     now[0] = 6.0
     steps(engine, 2)
     assert isinstance(sink.error, Ended) and sink.error.code == INPUT_IDLE_CODE
+
+
+@pytest.mark.parametrize("is_closed", [True, False])
+def test_an_output_that_reaches_its_cap_before_its_input_ends_says_so_after_its_audio(lm, is_closed):
+    """The input past `max_audio_seconds` is never answered: the stream ends with an error naming the cap (not
+    as if it were done), after every frame up to the cap was sent."""
+    engine = make_engine(lm)
+    seq, sink = stream(lm, "capped", max_frames=8)
+    engine.add(seq)
+    engine.add_input("capped", input_frames(12), is_final=is_closed)
+    steps(engine, 40)
+    assert isinstance(sink.error, Ended) and sink.error.code == INPUT_PAST_CAP_CODE
+    assert sink.error.param == "max_audio_seconds" and "0.64 s" in sink.error.message
+    assert frames_of(sink).shape[0] == 8
+    fits, fits_sink = stream(lm, "fits", max_frames=12)  # an input as long as the cap ends as usual
+    engine.add(fits)
+    engine.add_input("fits", input_frames(12), is_final=True)
+    steps(engine, 40)
+    assert fits_sink.done.is_set() and fits_sink.error is None and frames_of(fits_sink).shape[0] == 12
+
+
+def test_a_stream_whose_cap_does_not_fit_counts_the_input_s_positions_too(lm):
+    """An interleaved stream writes its input's frames as well as its own: the length check asks the model."""
+    engine = make_engine(lm)
+    seq, sink = stream(lm, "long", max_frames=126)  # 2 + 2 × 126 + 4 + 1 = 259 > 256 (126 frames alone fit)
+    engine.add(seq)
+    steps(engine, 3)
+    assert isinstance(sink.error, str) and "259 positions" in sink.error and "max_seq_len is 256" in sink.error
 
 
 def test_the_prompt_needs_an_enrollment_and_no_text(lm):
