@@ -1,6 +1,8 @@
 """`SpeechTokenLM`: a Qwen2 backbone that speaks one speech token per step (one codebook) from a speech-token
 table and head of its own: the LM of CosyVoice 2 and 3, shared by the families built on it (a family may not
-import another, so the common part lives here).
+import another, so the common part lives here). Its mechanics (slots, sampling, graphs, the feedback of a step's
+tokens) are `TokenStepLM`'s, which a family with another weight layout subclasses directly (TontaubeV1's semantic
+model: models/tontaube/lm.py).
 
 Parameter names are the reference's `llm.pt` names: the Qwen2 backbone under `llm.model.*` (the reference's
 `Qwen2Encoder` holds transformers' `Qwen2ForCausalLM` as `model`: `llm.model.model.layers.N...`),
@@ -92,66 +94,44 @@ class Qwen2Encoder(nn.Module):
         self.model = Qwen2Backbone(cfg)
 
 
-class SpeechTokenLM(SlotSpeechLM):
-    """A Qwen2 backbone with `speech_embedding` and `llm_decoder`, one speech token per frame (K = 1)."""
+class TokenStepLM(SlotSpeechLM):
+    """The mechanics of an LM that speaks one speech token per step (K = 1): slots, sampling, CUDA graphs, the
+    feedback of a step's tokens. A layout supplies its weights through the hooks below (`SpeechTokenLM`:
+    CosyVoice's Qwen2 layout; another family's own layout subclasses this directly)."""
 
     frames_per_step = 1
+    vocab: SpeechVocab
 
-    def __init__(self, backbone: Qwen2Config, vocab: SpeechVocab, tokenizer) -> None:
-        super().__init__()
-        self.vocab = vocab
-        self.tokenizer = tokenizer
-        self.llm = Qwen2Encoder(backbone)
-        self.speech_embedding = nn.Embedding(vocab.num_embeddings, backbone.hidden_size)
-        self.llm_decoder = nn.Linear(backbone.hidden_size, vocab.num_head_rows, bias=vocab.head_bias)
-
+    # ---- what a layout supplies ----------------------------------------------------------------
     @property
-    def backbone(self) -> Qwen2Backbone:
-        return self.llm.model
+    @abstractmethod
+    def hidden_size(self) -> int: ...
 
-    # ---- building a family's LM: `cls(config, tokenizer, voices)`, `config` with `frame_rate` and `voices` ----
-    @classmethod
-    def build_loaded(cls, config, tokenizer, voices: dict, state_dict: dict, device, dtype: torch.dtype):
-        """A family's LM with the checkpoint's weights (built on `meta`, strict on every key)."""
-        with torch.device("meta"):
-            lm = cls(config, tokenizer, voices)
-        lm.load_state_dict(state_dict, strict=True, assign=True)
-        return lm.to(device=device, dtype=dtype).eval()
+    @abstractmethod
+    def embed_step_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Fed-back ids [B, M] (`step_ids`) -> their input embeddings [B, M, hidden]."""
 
-    @classmethod
-    def build_random(cls, config, tokenizer, voices: dict, device, dtype: torch.dtype, seed: int):
-        """A family's LM with deterministic random weights (built on `meta`, materialised on `device`)."""
-        with torch.device("meta"):
-            lm = cls(config, tokenizer, voices).to(dtype=dtype)
-        lm.to_empty(device=device)
-        lm.init_weights(seed)
-        return lm.eval()
+    def step_ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        """A step's sampled columns [B, M] (num_codes = end of speech) -> the ids fed back."""
+        return torch.where(tokens == self.vocab.num_codes, self.vocab.eos, tokens)
 
-    @property
-    def frame_rate(self) -> float:
-        return self.config.frame_rate
+    @abstractmethod
+    def head_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden [B, H] -> (the codes' logits [B, num_codes], end of speech's [B, 1]), float32."""
 
-    @property
-    def voices(self) -> tuple[str, ...]:
-        return self.config.voices
+    @abstractmethod
+    def allocate_kv(self, num_rows: int, layout: SlotLayout) -> KVCache: ...
 
-    def init_weights(self, seed: int) -> None:
-        """Deterministic random weights (`layers.random_init`), with non-zero biases."""
-        init_random_weights(self, seed)
-        generator = torch.Generator(device=self.device).manual_seed(seed + 1)
-        with torch.no_grad():
-            for module in self.modules():
-                if isinstance(module, nn.Linear) and module.bias is not None:
-                    module.bias.normal_(0.0, BIAS_STD, generator=generator)
+    def prefill_hidden(self, prompt: Prompt, embeds: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+                       cache: KVCache) -> torch.Tensor:
+        """The prefill's hidden states (a layout whose RoPE positions are not the tokens' places overrides it)."""
+        return self.hidden_states(embeds, rows, positions, cache)
+
 
     # ---- SpeechLM properties -------------------------------------------------------------------
     @property
     def num_codebooks(self) -> int:
         return 1
-
-    @property
-    def device(self) -> torch.device:
-        return self.speech_embedding.weight.device
 
     @property
     def positions_per_frame(self) -> int:
@@ -174,28 +154,24 @@ class SpeechTokenLM(SlotSpeechLM):
         return 0, None
 
     # ---- the hidden-state hook -----------------------------------------------------------------
+    @abstractmethod
     def hidden_states(self, embeds: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
                       cache: KVCache) -> torch.Tensor:
         """embeds [B, T, hidden] at positions [B, T] of cache rows [B] -> every token's final-normed hidden
         state [B, T, hidden] (what the head, and a multi-token-prediction head, read). Writes the KV cache."""
-        return self.backbone(embeds, rows, positions, cache)
 
     def step_hidden(self, tokens: torch.Tensor, inputs: FrameInputs, cache: KVCache) -> torch.Tensor:
         """Feed a step's sampled tokens [B, M] (column num_codes = end of speech) back at the rows' next M
         positions -> the last hidden state [B, hidden], which the head reads to sample the next step."""
-        ids = torch.where(tokens == self.vocab.num_codes, self.vocab.eos, tokens)
         positions = inputs.positions[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
-        return self.hidden_states(self.speech_embedding(ids), inputs.rows, positions, cache)[:, -1]
+        return self.hidden_states(self.embed_step_ids(self.step_ids(tokens)), inputs.rows, positions, cache)[:, -1]
 
     def speech_logits(self, hidden: torch.Tensor, inputs: FrameInputs) -> torch.Tensor:
         """hidden [B, H] -> [B, num_codes + 1] float32: the codes (repetition-penalised), then end of speech
         (-inf where blocked). Only these rows of the head are computed: other special ids are never sampled."""
-        weight, bias, vocab = self.llm_decoder.weight, self.llm_decoder.bias, self.vocab
-        codes = F.linear(hidden, weight[:vocab.num_codes], None if bias is None else bias[:vocab.num_codes]).float()
+        codes, end = self.head_logits(hidden)
         seen = self._require_memory().seen[inputs.rows]
         codes = apply_repetition_penalty(codes, seen, inputs.sampling.repetition_penalty)
-        eos = slice(vocab.eos, vocab.eos + 1)
-        end = F.linear(hidden, weight[eos], None if bias is None else bias[eos]).float()  # [B, 1]
         return torch.cat((codes, end.masked_fill(inputs.is_eos_blocked[:, None], float("-inf"))), dim=1)
 
     def sample_frames(self, hidden: torch.Tensor, inputs: FrameInputs, noise: torch.Tensor) -> torch.Tensor:
@@ -204,13 +180,11 @@ class SpeechTokenLM(SlotSpeechLM):
         return sample(self.speech_logits(hidden, inputs), inputs.sampling, noise)[:, None]
 
     # ---- phases --------------------------------------------------------------------------------
-    def _fuse_projections(self) -> None:
-        self.backbone.fuse_projections()
-
     def _allocate_memory(self, layout: SlotLayout) -> SlotMemory:
-        device, dtype, rows = self.device, self.speech_embedding.weight.dtype, layout.num_slots + 1
-        return SlotMemory(kv=self.backbone.allocate_cache(rows, layout.max_seq_len, device, dtype, layout.kv_positions),
-                          hidden=torch.zeros(rows, self.backbone.cfg.hidden_size, device=device, dtype=dtype),
+        rows = layout.num_slots + 1
+        kv = self.allocate_kv(rows, layout)
+        device, dtype = self.device, kv.k.dtype
+        return SlotMemory(kv=kv, hidden=torch.zeros(rows, self.hidden_size, device=device, dtype=dtype),
                           seen=torch.zeros(rows, self.vocab.num_codes, device=device, dtype=torch.bool))
 
     def _build_graphs(self, layout: SlotLayout) -> FrameGraphs:
@@ -228,7 +202,7 @@ class SpeechTokenLM(SlotSpeechLM):
         embeds = self.prompt_embeddings(prompt)[None]  # [1, L, H]
         length = embeds.shape[1]
         rows, positions = to_device([slot], self.device), torch.arange(length, device=self.device)[None]
-        mem.hidden[slot] = self.hidden_states(embeds, rows, positions, self._require_memory().kv.upto(length))[0, -1]
+        mem.hidden[slot] = self.prefill_hidden(prompt, embeds, rows, positions, mem.kv.upto(length))[0, -1]
         mem.seen[slot].fill_(False)  # a fill: an item assignment would wait for the step in flight
         min_frames, max_frames = self.frame_limits(prompt)
         self._states[slot] = TokenSlotState(position=length, min_frames=min_frames, max_frames=max_frames)
@@ -287,3 +261,85 @@ class SpeechTokenLM(SlotSpeechLM):
         mem.seen.index_put_((rows[:, None].expand_as(tokens), seen_index), torch.ones_like(tokens, dtype=torch.bool))
         mem.hidden[rows] = self.step_hidden(tokens, inputs, cache)
         return tokens
+
+
+class SpeechTokenLM(TokenStepLM):
+    """A Qwen2 backbone with `speech_embedding` and `llm_decoder`, one speech token per frame (K = 1)."""
+
+    def __init__(self, backbone: Qwen2Config, vocab: SpeechVocab, tokenizer) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.tokenizer = tokenizer
+        self.llm = Qwen2Encoder(backbone)
+        self.speech_embedding = nn.Embedding(vocab.num_embeddings, backbone.hidden_size)
+        self.llm_decoder = nn.Linear(backbone.hidden_size, vocab.num_head_rows, bias=vocab.head_bias)
+
+    @property
+    def backbone(self) -> Qwen2Backbone:
+        return self.llm.model
+
+    # ---- building a family's LM: `cls(config, tokenizer, voices)`, `config` with `frame_rate` and `voices` ----
+    @classmethod
+    def build_loaded(cls, config, tokenizer, voices: dict, state_dict: dict, device, dtype: torch.dtype):
+        """A family's LM with the checkpoint's weights (built on `meta`, strict on every key)."""
+        with torch.device("meta"):
+            lm = cls(config, tokenizer, voices)
+        lm.load_state_dict(state_dict, strict=True, assign=True)
+        return lm.to(device=device, dtype=dtype).eval()
+
+    @classmethod
+    def build_random(cls, config, tokenizer, voices: dict, device, dtype: torch.dtype, seed: int):
+        """A family's LM with deterministic random weights (built on `meta`, materialised on `device`)."""
+        with torch.device("meta"):
+            lm = cls(config, tokenizer, voices).to(dtype=dtype)
+        lm.to_empty(device=device)
+        lm.init_weights(seed)
+        return lm.eval()
+
+    @property
+    def frame_rate(self) -> float:
+        return self.config.frame_rate
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return self.config.voices
+
+    def init_weights(self, seed: int) -> None:
+        """Deterministic random weights (`layers.random_init`), with non-zero biases."""
+        init_random_weights(self, seed)
+        generator = torch.Generator(device=self.device).manual_seed(seed + 1)
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    module.bias.normal_(0.0, BIAS_STD, generator=generator)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.backbone.cfg.hidden_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.speech_embedding.weight.device
+
+    def embed_step_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.speech_embedding(ids)
+
+    def head_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Only the codes' rows and end of speech's of the head: other special ids are never sampled."""
+        weight, bias, vocab = self.llm_decoder.weight, self.llm_decoder.bias, self.vocab
+        codes = F.linear(hidden, weight[:vocab.num_codes], None if bias is None else bias[:vocab.num_codes]).float()
+        eos = slice(vocab.eos, vocab.eos + 1)
+        return codes, F.linear(hidden, weight[eos], None if bias is None else bias[eos]).float()
+
+    def allocate_kv(self, num_rows: int, layout: SlotLayout) -> KVCache:
+        return self.backbone.allocate_cache(num_rows, layout.max_seq_len, self.device,
+                                            self.speech_embedding.weight.dtype, layout.kv_positions)
+
+    def hidden_states(self, embeds: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+                      cache: KVCache) -> torch.Tensor:
+        """embeds [B, T, hidden] at positions [B, T] of cache rows [B] -> every token's final-normed hidden
+        state [B, T, hidden] (what the head, and a multi-token-prediction head, read). Writes the KV cache."""
+        return self.backbone(embeds, rows, positions, cache)
+
+    def _fuse_projections(self) -> None:
+        self.backbone.fuse_projections()
