@@ -441,8 +441,10 @@ class LMEngine:
 
     def _progress(self, progress: list[tuple[Sequence, Progress]]) -> None:
         """Cut and deliver the chunks that are ready; move spoken segments on; finish what is done."""
-        self._deliver([(seq, chunk) for seq, p in progress for chunk in _timed(seq, p, self._chunks.cut(
-            seq, is_finished=p is not Progress.GOING, is_done=p is Progress.DONE, condition=self._condition(seq)))])
+        self._deliver([(seq, self._for_refinement(seq, chunk)) for seq, p in progress
+                       for chunk in _timed(seq, p, self._chunks.cut(seq, is_finished=p is not Progress.GOING,
+                                                                    is_done=p is Progress.DONE,
+                                                                    condition=self._condition(seq)))])
         for seq, p in progress:
             if p is Progress.SEGMENT_SPOKEN:
                 segments.end_segment(seq)
@@ -450,6 +452,11 @@ class LMEngine:
                 segments.chunks_sent(seq)
             elif p is Progress.DONE:
                 self._finish(seq, past_cap_ending(seq, self.model.frame_rate))
+
+    def _for_refinement(self, seq: Sequence, chunk: Chunk) -> Chunk:
+        """A cascade's chunk carries its stream's context for the refinement lane (SpeechLM.refine_context)."""
+        context = self.model.refine_context(seq.prompt) if seq.prompt is not None else None
+        return chunk if context is None else replace(chunk, refine_context=context)
 
     def _deliver(self, ready: list[tuple[Sequence, Chunk]]) -> None:
         """Hand chunks to their sinks; with an inline codec, decode them first in one batch."""

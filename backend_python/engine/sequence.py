@@ -37,6 +37,8 @@ class Chunk:
     overlap_frames: int = 0
     condition: torch.Tensor | None = None  # [D] float32, cpu: the stream's codec condition (SpeechLM.codec_condition)
     words: tuple[WordTime, ...] | None = None  # the words it speaks (word_clock.py); None: not asked for
+    # a cascade's stream context for its refinement lane ([n] int32, cpu: SpeechLM.refine_context); None: none
+    refine_context: torch.Tensor | None = None
 
     @property
     def num_new_frames(self) -> int:

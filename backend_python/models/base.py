@@ -228,6 +228,12 @@ class SpeechLM(nn.Module, ABC):
         decoder's speaker embedding (a preset voice's, or the reference's). None: the codec's default."""
         return None
 
+    def refine_context(self, prompt: Prompt) -> torch.Tensor | None:
+        """A cascade's stream context for its refinement lane ([n] int32, cpu: what its refiners read besides
+        the chunk's codes; its layout is the family's), or None: the family's chunks go to the codec as they are
+        (every family but a cascade: TontaubeV1)."""
+        return None
+
     def codec_prefix(self, prompt: Prompt) -> torch.Tensor | None:
         """Frames the codec decodes before the stream's first as its left context, or None: an in-context
         clone's reference codes, where the family's reference decodes the answer after them (Qwen3-TTS)."""
