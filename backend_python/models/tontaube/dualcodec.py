@@ -234,7 +234,7 @@ class DualCodecDecoder(nn.Module):
 
     def latent(self, semantic: torch.Tensor, acoustic: torch.Tensor) -> torch.Tensor:
         """semantic [B, T], acoustic [B, n, T] -> the DAC latent [B, 1024, T]."""
-        return self.semantic_vq(semantic[:, None]).repeat(1, 256, 1)[:, :1024] + self.dac.quantizer(acoustic)
+        return self.convnext_decoder(self.semantic_vq(semantic[:, None])) + self.dac.quantizer(acoustic)
 
     @torch.inference_mode()
     def decode(self, semantic: torch.Tensor, acoustic: torch.Tensor) -> torch.Tensor:
