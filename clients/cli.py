@@ -113,6 +113,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                              "FlashTTS: 1 or 2); 0: the model's own")
     parser.add_argument("--encoder-sm-pct", type=int, default=defaults.encoder_sm_pct,
                         help="MPS active-thread %% of the voice encoder lane (reference audio of cloning requests)")
+    parser.add_argument("--refiner-sm-pct", type=int, default=defaults.refiner_sm_pct,
+                        help="MPS active-thread %% of a cascade's background refinement lane (TontaubeV1's refiners)")
     parser.add_argument("--admission", choices=ADMISSION_POLICIES, default=defaults.admission,
                         help="how new requests join the LM's running batch")
     parser.add_argument("--max-unread-audio-s", type=float, default=defaults.flow.max_unread_audio_s,
@@ -160,7 +162,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        first_chunk_frames_idle=args.first_chunk_frames_idle,
                        first_chunk_frames_busy=args.first_chunk_frames_busy, busy_streams=args.busy_streams,
                        codec_lookahead_frames=args.codec_lookahead_frames, lm_sm_pct=args.lm_sm_pct,
-                       codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct, codec_steps=args.codec_steps,
+                       codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct,
+                       refiner_sm_pct=args.refiner_sm_pct, codec_steps=args.codec_steps,
                        codec_max_batch=args.codec_max_batch, codec_queue_delay_us=args.codec_queue_delay_us,
                        codec_compile=args.codec_compile, fused_predictor=args.fused_predictor,
                        admission=args.admission,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend_python.engine.config import LOOKAHEAD_OVERRIDE, EngineConfig, KVLayout
-from scheduler.family_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max_seq_len, sm_shares,
+from scheduler.family_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max_seq_len, refines, sm_shares,
                                                takes_default_plan, takes_input_audio)
 from backend_python.stub_common.params import LaneSettings
 from backend_python.stub_common.reference_inputs import ReferenceLimits
@@ -82,6 +82,9 @@ class ServeConfig:
     codec_sm_pct: int | None = None  # of the background codec lane: 40 is ~53 of an H200's 132 SMs
     # of the voice encoder lane: it runs once per cloning request, before its LM prefill, beside the other lanes
     encoder_sm_pct: int = 25
+    # of a cascade's background refinement lane (TontaubeV1's refiners: a chunk's other codebooks); its urgent
+    # refinement lane, like the urgent codec lane, takes the whole GPU
+    refiner_sm_pct: int = 25
     # a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps, 10 by default; FlashTTS:
     # mean-flow evaluations, 1 or 2); 0: the model's own. The codec lanes and, in timeshare, the LM lane read it
     codec_steps: int = _LANE.codec_steps
@@ -125,12 +128,15 @@ class ServeConfig:
             raise ValueError(f"--partition must be mps or none, got {self.partition!r}")
         if self.device == "cpu" and self.partition == "mps":
             raise ValueError("--partition mps needs --device cuda (MPS partitions GPU SMs)")
+        if refines(self.model) and self.mode is ServingMode.TIMESHARE:
+            raise ValueError(f"--mode timeshare: {self.model} is a cascade whose refiners run on their own lanes, "
+                             "which timeshare (one process for everything) does not have; use voxlane or partition")
         lm_share, codec_share = sm_shares(self.model)
         if self.lm_sm_pct is None:
             object.__setattr__(self, "lm_sm_pct", lm_share)
         if self.codec_sm_pct is None:
             object.__setattr__(self, "codec_sm_pct", codec_share)
-        for name in ("lm_sm_pct", "codec_sm_pct", "encoder_sm_pct"):
+        for name in ("lm_sm_pct", "codec_sm_pct", "encoder_sm_pct", "refiner_sm_pct"):
             if not 1 <= getattr(self, name) <= 100:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [1, 100], got {getattr(self, name)}")
         if not 1 <= self.codec_max_batch <= MAX_CODEC_BATCH:
@@ -187,7 +193,7 @@ class ServeConfig:
         if not self.is_partitioned or (self.is_disaggregated and model_name == models.LM):
             return 100
         return {models.LM: self.lm_sm_pct, models.CODEC: self.codec_sm_pct,
-                models.VOICE_ENCODER: self.encoder_sm_pct}.get(model_name, 100)
+                models.VOICE_ENCODER: self.encoder_sm_pct, models.REFINER: self.refiner_sm_pct}.get(model_name, 100)
 
     def mps_priority(self, model_name: str) -> int:
         """The MPS client priority of one lane: the background codec's setting in voxlane mode under MPS, else
@@ -277,9 +283,10 @@ class ServeConfig:
         reference = ReferenceLimits().to_parameters()  # the router checks a reference, the encoder lane again
         voices = self.voice_store_settings().to_parameters()
         if model_name == ROUTER_MODEL:
-            audio_in = {"takes_input_audio": str(takes_input_audio(self.model)).lower()}
+            family = {"takes_input_audio": str(takes_input_audio(self.model)).lower(),
+                      "refines": str(refines(self.model)).lower()}
             return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text, **reference,
-                    **voices, **audio_in}
+                    **voices, **family}
         if model_name == models.VOICE_REGISTRY:
             keys = self.admin_keys or tuple(k for k in (self.exposure.admin_key,) if k)
             return {**voices, **reference, **({"admin_key_sha256": ",".join(map(key_hash, keys))} if keys else {})}
@@ -338,6 +345,9 @@ def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITO
         shutil.rmtree(target)
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
     for model_dir in sorted(p for p in target.iterdir() if (p / "config.pbtxt").exists()):
+        if model_dir.name in models.REFINER_MODELS and not refines(config.model):
+            shutil.rmtree(model_dir)  # a cascade's lanes: no other family loads them
+            continue
         path = model_dir / "config.pbtxt"
         path.write_text(config.render_config(model_dir.name, path.read_text()))
     return target

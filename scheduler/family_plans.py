@@ -41,12 +41,18 @@ PLANS = {
     # growth 1 / 2 -> 2.0 req/s, 8 / 2 5.3, 4 / 1.25 5.5, 6 / 1.5 5.6, 8 / 1.5 >= 6.0 (TTFA 5 ms more); steady chunk
     # 22 / 43 / 86 frames 5.6 / 5.6 / >= 6.0, within one rate step of each other
     "zonos": {"first_chunk_frames": 6, "chunk_frames": 43, "chunk_growth": 1.5},
+    # TontaubeV1: DualCodec's non-causal decoder takes 5 frames of lookahead after each chunk, and the refiners
+    # re-read a stream's semantic codes for every chunk: 5 frames first (0.4 s, the reference's quantum), then 25
+    "tontaube": {"first_chunk_frames": 5, "chunk_frames": 25},
 }
 # preset names and checkpoint `model_type`s that name a family otherwise than by its own name
 ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3", "voxlane_tse": "tse"}
 # families that listen while they speak: a request streams input audio in an audio-in session, and sends no text
 # (the router refuses input audio for every other family by name, before any lane is called)
 INPUT_AUDIO_FAMILIES = ("tse",)
+# cascades: the LM lane writes a first codebook, the refinement lanes (`refiner`, `refiner_urgent`) the others, per
+# chunk, before the codec lanes; `voxlane serve` loads those lanes for these families only
+REFINING_FAMILIES = ("tontaube",)
 # On a GPU, a request that starts with no other stream running sends its first chunk after one frame where the
 # family takes the engine's ramp: one LM frame sooner (Qwen3-TTS 1.7B on an H200: idle TTFA 23.3 vs 28.8 ms), and,
 # acting only on a lone request, it cannot cost capacity (BENCHMARKS.md, "Lever: the first chunk from the LM's
@@ -63,9 +69,11 @@ MAX_SEQ_LENS = {"zonos": 8192}
 def family_of_model(model: str) -> str | None:
     """The family a `--model` value names, where it can be told without loading anything: a preset's name
     starts with it, or a checkpoint directory's config.json names it as `model_type`."""
-    for family in (*PLANS, *ALIASES, *INPUT_AUDIO_FAMILIES):
+    for family in (*PLANS, *ALIASES, *INPUT_AUDIO_FAMILIES, *REFINING_FAMILIES):
         if model == family or model.startswith(family + "-"):
             return ALIASES.get(family, family)
+    if (Path(model).expanduser() / "cb0" / "config.json").is_file():  # TontaubeV1's bundle: one folder a codebook
+        return "tontaube"
     config = Path(model).expanduser() / "config.json"
     try:
         fields = json.loads(config.read_text()) if config.is_file() else {}
@@ -97,6 +105,11 @@ def sm_shares(model: str) -> tuple[int, int]:
 def takes_input_audio(model: str) -> bool:
     """Whether the model's family takes streamed input audio (INPUT_AUDIO_FAMILIES)."""
     return family_of_model(model) in INPUT_AUDIO_FAMILIES
+
+
+def refines(model: str) -> bool:
+    """Whether the model's family is a cascade with refinement lanes (REFINING_FAMILIES)."""
+    return family_of_model(model) in REFINING_FAMILIES
 
 
 def max_seq_len(model: str) -> int | None:

@@ -59,7 +59,8 @@ class Family(Protocol):
     def codec_left_context_frames(self, spec: ModelSpec) -> int: ...
 
     # optional: `codec_windowing(spec) -> CodecWindowing` where the codec needs lookahead (see `codec_windowing`);
-    # `codec_model_of(spec) -> str` for a model over another model's codec and voice encoder (see `codec_owner`)
+    # `codec_model_of(spec) -> str` for a model over another model's codec and voice encoder (see `codec_owner`);
+    # `load_refiner(spec, device, dtype)` for a cascade whose chunks are refined before the codec (`load_refiner`)
 
 
 def families() -> list[Family]:
@@ -72,7 +73,8 @@ def families() -> list[Family]:
     from backend_python.models.zonos import family as zonos
     from backend_python.models.voxtral import family as voxtral
     from backend_python.models.tse import family as tse
-    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts, higgs_v3, zonos, voxtral, tse]
+    from backend_python.models.tontaube import family as tontaube
+    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts, higgs_v3, zonos, voxtral, tse, tontaube]
 
 
 def preset_names() -> list[str]:
@@ -150,6 +152,13 @@ def load_voice_encoder(spec: ModelSpec, device: str, dtype: str) -> VoiceEncoder
     """The model's reference-audio encoder; None where the model cannot clone a voice."""
     family, spec = codec_owner(spec)
     return family.load_voice_encoder(spec, device, DTYPES[dtype])
+
+
+def load_refiner(spec: ModelSpec, device: str, dtype: str):
+    """A cascade's refiners (the refinement lane's model: TontaubeV1's), or None: the family has no refinement
+    stage and its chunks go to the codec lanes as they are."""
+    family = family_of(spec)
+    return family.load_refiner(spec, device, DTYPES[dtype]) if hasattr(family, "load_refiner") else None
 
 
 def preset_voices(spec: ModelSpec) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ import triton_python_backend_utils as pb_utils
 from backend_python.vox_ensemble.acks import ACK, AckRoutes, parse_ack
 from backend_python.vox_ensemble.relay import INPUT_AUDIO, TEXT
 from backend_python.vox_ensemble.cancel_watch import CancelWatch
+from backend_python.vox_ensemble.refiner_lanes import RefinerLanes
 from backend_python.vox_ensemble.codec_lanes import CodecLanes
 from backend_python.stub_common.lane_health import HealPolicy, LaneHealth, ModelControl
 from backend_python.vox_ensemble.lm_client import LMClient
@@ -44,7 +45,7 @@ from backend_python.stub_common.request_inputs import (RequestError, RequestLimi
                                                   check_request_parameters, parse_audio_options,
                                                   parse_speech_request, with_start_text)
 from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings
-from protocol.models import CODEC, CODEC_URGENT, LM
+from protocol.models import CODEC, CODEC_URGENT, LM, REFINER_MODELS
 from protocol.quoting import quoted
 from protocol.reasons import ROUTER_STOPPING, Ended, EndReason
 from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SEQUENCE_END, SEQUENCE_START
@@ -72,8 +73,10 @@ class RouterModel:
         self.sessions = TextSessions(self.limits.max_text_chars)
         self.audio_sessions = AudioSessions(AudioInLimits.from_parameters(params))
         self.takes_input_audio = params.get("takes_input_audio", "false") == "true"  # the served family's (serve)
+        self.refines = params.get("refines", "false") == "true"  # the served family is a cascade (serve)
         self.relay = Relay(self.channel, self.lm, ChunkRouter(self.config, self.codecs.estimator), self.codecs,
-                           self.flow, VoiceEncoderClient(self.lane_health))
+                           self.flow, VoiceEncoderClient(self.lane_health),
+                           RefinerLanes(self.lane_health) if self.refines else None)
         self.cancel_watch = CancelWatch(self.lm.cancel)
         self.cancel_watch.start()
         self.outlet = Outlet(self.metrics, self.cancel_watch)
@@ -86,7 +89,7 @@ class RouterModel:
         self.codec_watches = [LaneWatch(StubWatch(model).is_dead, functools.partial(self._on_codec_dead, model),
                                         has_streams=lambda: True,
                                         is_lane_available=functools.partial(self._is_in_service, model), name=model)
-                              for model in (CODEC, CODEC_URGENT)]
+                              for model in (CODEC, CODEC_URGENT, *(REFINER_MODELS if self.refines else ()))]
         for watch in self.codec_watches:
             watch.start()
 
@@ -294,7 +297,8 @@ class RouterModel:
         self.outlet.end(job, ended)
 
     def _on_codec_dead(self, model: str) -> None:
-        """A codec lane's process died: out of service and reloaded (its chunks go to the other lane meanwhile)."""
+        """A codec (or refinement) lane's process died: out of service and reloaded (its chunks go to the other
+        lane meanwhile)."""
         self.lane_health.on_dead(model, "its stub process exited")
 
     def _is_in_service(self, model: str) -> bool:

@@ -13,6 +13,7 @@ from backend_python.vox_ensemble.acks import ACK
 from backend_python.vox_ensemble.codec_lanes import CodecLanes, StreamPlace
 from backend_python.vox_ensemble.lm_client import LMClient
 from backend_python.vox_ensemble.overlap_join import OverlapJoin
+from backend_python.vox_ensemble.refiner_lanes import RefinerLanes, RefineTrack
 from backend_python.vox_ensemble.stream import DecodedChunk, Job
 from backend_python.stub_common.encoder_client import VoiceEncoderClient
 from backend_python.stub_common.reference_inputs import ReferenceAudio
@@ -31,8 +32,9 @@ ENDED_ELSEWHERE = Ended(EndReason.LANE_DOWN, "the stream was ended by the router
 
 class Relay:
     def __init__(self, channel: ChunkChannel, lm: LMClient, router: ChunkRouter, codecs: CodecLanes,
-                 flow: FlowConfig, encoder: VoiceEncoderClient) -> None:
+                 flow: FlowConfig, encoder: VoiceEncoderClient, refiners: RefinerLanes | None = None) -> None:
         self._channel, self._lm, self._router, self._codecs, self._flow = channel, lm, router, codecs, flow
+        self._refiners = refiners
         self._encoder = encoder
 
     def run(self, job: Job, clock: PlaybackClock, send: Callable[[DecodedChunk], bool],
@@ -57,7 +59,7 @@ class Relay:
 
     def _pump(self, job: Job, clock: PlaybackClock, send, is_cancelled, messages) -> Ended:
         flow = AckedFlow(self._flow.max_unread_audio_s, self._flow.stall_timeout_s) if job.acks else None
-        seams = OverlapJoin()
+        seams, track = OverlapJoin(), RefineTrack()
         while True:
             try:  # the LM's death wakes it too (the channel's end_all)
                 kind, payload = messages.get(timeout=_STALL_POLL_S) if flow is not None else messages.get()
@@ -77,7 +79,7 @@ class Relay:
                 return stalled
             if kind is not ChannelKind.CHUNK:
                 continue
-            chunk = self._decoded(payload, clock, job, seams)
+            chunk = self._decoded(payload, clock, job, seams, track)
             if isinstance(chunk, Ended):  # this stream cannot go on: free its LM slot too
                 self._lm.cancel(job.stream_id)
                 return chunk
@@ -117,16 +119,20 @@ class Relay:
                                               f"{flow.stall_timeout_s:g} s (the server's stall_timeout_s)")
         return None
 
-    def _decoded(self, arrays: dict, clock: PlaybackClock, job: Job, seams: OverlapJoin) -> DecodedChunk | Ended:
-        """Route and decode one LM chunk (its arrays by output name); its seam with the chunk before is
-        cross-faded where the codec returned an overlap."""
+    def _decoded(self, arrays: dict, clock: PlaybackClock, job: Job, seams: OverlapJoin,
+                 track: RefineTrack) -> DecodedChunk | Ended:
+        """Route and decode one LM chunk (its arrays by output name), a cascade's refined first on the lane it
+        was routed to; its seam with the chunk before is cross-faded where the codec returned an overlap."""
         index = int(arrays["chunk_index"][0])
         now = time.monotonic()
         route = self._router.route(clock, index, now, self._codecs.batch_size_if_joined(Lane.BACKGROUND),
                                    self._codecs.in_flight(Lane.URGENT))
         lane = route.lane
+        tokens = self._refined(arrays, lane, job, track)
+        if isinstance(tokens, Ended):
+            return tokens
         decoded = (_inline_audio(arrays) if lane is Lane.INLINE
-                   else self._codecs.decode(lane, arrays["tokens"], int(arrays["context_frames"][0]),
+                   else self._codecs.decode(lane, tokens, int(arrays["context_frames"][0]),
                                             job.codec_parameters, _place(job.stream_id, arrays),
                                             _scalar(arrays, "lookahead_frames"), arrays.get("codec_condition")))
         if isinstance(decoded, Ended):
@@ -137,6 +143,15 @@ class Relay:
                              reason=route.reason, words=_words(arrays, job.audio.speed), speed=job.audio.speed)
         clock.on_emitted(index, chunk.duration_s)
         return chunk
+
+    def _refined(self, arrays: dict, lane: Lane, job: Job, track: RefineTrack) -> np.ndarray | Ended:
+        """The chunk's window as the codec takes it: as the LM sent it, or a cascade's refined to whole frames."""
+        if "refine_context" not in arrays:
+            return arrays["tokens"]
+        if self._refiners is None or lane is Lane.INLINE:
+            return Ended(EndReason.INTERNAL, "a cascade's chunk reached a router without refinement lanes "
+                                             "(serve it with `voxlane serve`, in voxlane or partition mode)")
+        return track.window(arrays, self._refiners, lane, job.codec_parameters)
 
 
 def _words(arrays: dict, speed: float) -> bytes | None:

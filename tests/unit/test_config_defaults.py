@@ -12,6 +12,7 @@ from backend_python.engine.config import EngineConfig
 from backend_python.stub_common.params import LaneSettings
 from clients.cli import _add_server_flags, _serve_config
 from clients.serve import LANE_MODELS, REPOSITORY, ROUTER_MODEL, ServeConfig, render_repository
+from protocol.models import REFINER_MODELS
 from scheduler import ChunkingConfig, ChunkPlan, SchedulerConfig, ServingMode
 
 CONTEXT = 25  # the codec context the LM lane takes from its model family
@@ -29,6 +30,11 @@ def test_the_committed_repository_is_the_default_rendering(tmp_path):
     assert {ROUTER_MODEL, *LANE_MODELS, "voice_registry"} <= set(models)
     for model in models:
         committed = (REPOSITORY / model / "config.pbtxt").read_text()
+        if model in REFINER_MODELS:  # a cascade's lanes: left out for the default model, committed as it would be
+            assert not (rendered / model).exists()
+            rendered_refiner = ServeConfig().render_config(model, committed)
+            assert rendered_refiner == committed, model
+            continue
         assert (rendered / model / "config.pbtxt").read_text() == committed, model
 
 
@@ -68,7 +74,19 @@ def test_a_rendered_run_parses_back_into_its_typed_configs(tmp_path, serve):
     assert SchedulerConfig.from_dict(parameters(repo, ROUTER_MODEL), ignore_unknown=True) == serve.scheduler_config()
     assert EngineConfig.from_parameters(parameters(repo, "speechlm_lm"), CONTEXT) == serve.engine_config()
     for model in LANE_MODELS:
+        if model in REFINER_MODELS:
+            assert not (repo / model).exists()  # a cascade's lanes only
+            continue
         assert LaneSettings.from_parameters(parameters(repo, model)) == serve.lane_settings(model), model
+
+
+def test_a_cascade_s_run_loads_its_refinement_lanes_on_their_own_shares(tmp_path):
+    serve = ServeConfig(model="tontaube-tiny", device="cuda", refiner_sm_pct=30)
+    repo = render_repository(serve, tmp_path / "repo")
+    assert parameters(repo, ROUTER_MODEL)["refines"] == "true"
+    shares = {model: LaneSettings.from_parameters(parameters(repo, model)).mps_active_thread_percentage
+              for model in REFINER_MODELS}
+    assert shares == {"refiner": 30, "refiner_urgent": 100}
 
 
 def test_no_chunk_growth_reaches_the_lm_lane(tmp_path):

@@ -39,6 +39,11 @@ class TontaubeRefiner:
     def device(self) -> torch.device:
         return self.refiners[0].device
 
+    @staticmethod
+    def request(semantic, refined, context) -> RefineRequest:
+        """A request from the lane's tensors (build_request)."""
+        return build_request(semantic, refined, context)
+
     def check(self, request: RefineRequest) -> None:
         """ValueError naming what is wrong with one request (the others in its batch go on)."""
         if not request.semantic or any(not 0 <= c < SEMANTIC_CODES for c in request.semantic):
@@ -113,6 +118,8 @@ class TontaubeRefiner:
 
 def build_request(semantic, refined, context) -> RefineRequest:
     """From the lane's tensors: semantic [n], refined [m, 3], context [c] (any int arrays)."""
+    if np.asarray(refined).size % (NUM_CODEBOOKS - 1):
+        raise ValueError(f"refined codes must be frames of {NUM_CODEBOOKS - 1} codes")
     return RefineRequest([int(v) for v in np.asarray(semantic).reshape(-1)],
                          [[int(v) for v in frame] for frame in np.asarray(refined).reshape(-1, NUM_CODEBOOKS - 1)],
                          np.asarray(context).reshape(-1))

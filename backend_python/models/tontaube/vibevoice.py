@@ -49,10 +49,12 @@ VIBEVOICE_1P5B_ACOUSTIC = {
     "decoder_n_filters": 32, "decoder_ratios": [8, 5, 5, 4, 2, 2], "decoder_depths": None,
 }
 # The tests' tiny size: one filter doubling through six stages, the ratios (product 3,200) in the other order
-# than VibeVoice's so that the narrow stages carry the long kernels, latents of 8 (no frame count tested is 8).
+# than VibeVoice's so that the narrow stages carry the long kernels, blocks only at 2 to 16 channels (a
+# one-channel RMSNorm is about sign(x): it magnifies rounding), latents of 8 (a frame count the tests avoid but
+# for the test of the reference's 64-frame quirk).
 TINY_REFERENCE = {**VIBEVOICE_1P5B_ACOUSTIC, "vae_dim": 8, "encoder_n_filters": 1, "decoder_n_filters": 1,
                   "encoder_ratios": [2, 2, 4, 5, 5, 8], "decoder_ratios": [2, 2, 4, 5, 5, 8],
-                  "encoder_depths": "1-2-1-1-1-0-0"}
+                  "encoder_depths": "0-2-1-1-1-0-0"}
 # what transformers' port always builds: the reference's options it has no switch for
 FIXED_OPTIONS = {"causal": True, "mixer_layer": "depthwise_conv", "conv_norm": "none", "pad_mode": "constant",
                  "disable_last_norm": True, "layernorm": "RMSNorm", "layernorm_elementwise_affine": True,

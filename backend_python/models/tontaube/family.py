@@ -1,0 +1,88 @@
+"""TontaubeV1 as the registry sees it: presets, checkpoint detection, loaders.
+
+Checkpoint layout (checkpoint.py): the official bundle's `cb0/` … `cb3/` (a Qwen3 config.json with TontaubeV1's
+fields, model.safetensors, tokenizer.json each), our `voices.safetensors` (preset voices as codes), and
+`dualcodec/` (the official `dualcodec_12hz_16384_4096.safetensors`). Its LM lane runs the semantic model, its
+refinement lane the three refiners, its codec lanes DualCodec's decoder. No voice is cloned from audio yet: that
+needs DualCodec's encoder and w2v-BERT 2.0 features, which are not built.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from . import checkpoint
+from .codec import WINDOWING, TontaubeCodec
+from .dualcodec import full_config
+from .lm import TontaubeLM
+from .predictor import Predictor
+from .presets import preset_config
+from .refiner import TontaubeRefiner
+
+name = "tontaube"
+tiny_presets = ("tontaube-tiny",)
+random_presets = ("tontaube-2.9b",)
+RANDOM_SEED = 0
+FULL_VOICE_FRAMES = 100  # the random full shape's one preset voice: 8 s of random codes
+
+
+def is_checkpoint(path: Path) -> bool:
+    return checkpoint.is_checkpoint(path)
+
+
+def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
+    from .tiny import build_tiny_checkpoint as build
+    build(out_dir, seed=RANDOM_SEED)
+
+
+def load_lm(spec, device: str, dtype: torch.dtype) -> TontaubeLM:
+    if spec.checkpoint is not None:
+        return TontaubeLM.from_pretrained(spec.checkpoint, device=device, dtype=dtype)
+    from .tiny import random_voice, text_tokenizer
+    config = preset_config(spec.preset)
+    voices = {"default": random_voice(FULL_VOICE_FRAMES, RANDOM_SEED)}
+    return TontaubeLM.from_config(config, text_tokenizer(), voices, device=device, dtype=dtype, seed=RANDOM_SEED)
+
+
+def load_refiner(spec, device: str, dtype: torch.dtype) -> TontaubeRefiner:
+    config = checkpoint.read_config(spec.checkpoint) if spec.checkpoint is not None else preset_config(spec.preset)
+    refiners = []
+    for k in range(1, len(config.predictors)):
+        with torch.device("meta"):
+            model = Predictor(config.predictors[k])
+        if spec.checkpoint is not None:
+            model.load_state_dict(checkpoint.read_weights(spec.checkpoint, k), strict=True, assign=True)
+        else:
+            from ..layers.random_init import init_random_weights
+            model.to_empty(device="cpu")
+            init_random_weights(model, RANDOM_SEED + k)
+        refiners.append(model.to(device=device, dtype=dtype).eval())
+    return TontaubeRefiner(config, refiners)
+
+
+def load_codec(spec, device: str, dtype: torch.dtype) -> TontaubeCodec:
+    """In float32, as the reference decodes on the CPU (fp16 on CUDA: the lane's dtype there)."""
+    if spec.checkpoint is not None:
+        codec = TontaubeCodec.from_dir(spec.checkpoint, device=device)
+    else:
+        codec = TontaubeCodec.random(full_config(), device=device, seed=RANDOM_SEED)
+    return codec.to(dtype=dtype if device != "cpu" else torch.float32)
+
+
+def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
+    return None
+
+
+def preset_voices(spec) -> tuple[str, ...]:
+    if spec.checkpoint is not None:
+        return tuple(checkpoint.read_voices(spec.checkpoint))
+    return ("default",)
+
+
+def codec_left_context_frames(spec) -> int:
+    return WINDOWING.left_context_frames
+
+
+def codec_windowing(spec):
+    return WINDOWING

@@ -1,0 +1,94 @@
+"""The router's calls to a cascade's refinement lanes, and each stream's codes as its chunks are refined.
+
+A cascade's LM lane (TontaubeV1's semantic model) sends chunks of its first codebook with the stream's
+`refine_context`; before a chunk is decoded its other codebooks come from a refinement lane, routed as its decode
+is (a first or late chunk urgent, the rest background), over every frame the stream has so far: the refiner
+reads its first-codebook row whole and continues the codes it wrote for the earlier frames (`RefineTrack`). Both
+lanes run the same refiners and take any chunk alone (its context travels with it), so while one lane is down
+its chunks go to the other at once, as the codec lanes do.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend_python.stub_common import bls
+from backend_python.stub_common.lane_health import LaneHealth
+from protocol.models import REFINER, REFINER_URGENT
+from protocol.reasons import Ended, EndReason
+from scheduler import Lane
+
+REFINER_LANES = {Lane.URGENT: REFINER_URGENT, Lane.BACKGROUND: REFINER}
+OTHER_LANE = {Lane.URGENT: Lane.BACKGROUND, Lane.BACKGROUND: Lane.URGENT}
+
+
+class RefinerLanes:
+    def __init__(self, lane_health: LaneHealth) -> None:
+        self._lane_health = lane_health
+        self.last_call_s = 0.0  # the latest call's time (the router's latency view of a chunk)
+
+    def refine(self, lane: Lane, semantic: np.ndarray, refined: np.ndarray, context: np.ndarray,
+               parameters: dict) -> np.ndarray | Ended:
+        """The other codebooks [n - m, K - 1] of frames m..n-1, on `lane` or, while it is down, the other."""
+        ended = None
+        for serving in (lane, OTHER_LANE[lane]):
+            model = REFINER_LANES[serving]
+            if (down := self._lane_health.unavailable(model)) is not None:
+                ended = ended or down
+                continue
+            codes = self._call(model, semantic, refined, context, parameters)
+            if not (isinstance(codes, Ended) and codes.reason is EndReason.LANE_DOWN):
+                return codes
+            ended = ended or codes
+        return ended
+
+    def _call(self, model: str, semantic, refined, context, parameters: dict) -> np.ndarray | Ended:
+        request = pb_utils.InferenceRequest(
+            model_name=model, requested_output_names=["codes", "batch_size", "run_ms"],
+            inputs=[pb_utils.Tensor("semantic", semantic[None].astype(np.int32)),
+                    pb_utils.Tensor("refined", refined[None].astype(np.int32)),
+                    pb_utils.Tensor("refine_context", context[None].astype(np.int32))],
+            parameters=parameters)
+        started = time.monotonic()
+        response = request.exec()
+        self.last_call_s = time.monotonic() - started
+        if response.has_error():
+            message = response.error().message()
+            if (stopping := bls.stopping(model, message)) is not None:
+                return stopping
+            if bls.triton_failure(message) is EndReason.LANE_DOWN:
+                return self._lane_health.on_dead(model, message)
+            return Ended(EndReason.INTERNAL, f"{model} failed: {message}")
+        codes = pb_utils.get_output_tensor_by_name(response, "codes").as_numpy()
+        return np.array(codes[0], dtype=np.int32)  # a copy: the response's memory goes with it
+
+
+class RefineTrack:
+    """One stream's frames as its chunks come: the first codebook as the LM sent it, the others as refined."""
+
+    def __init__(self, num_other: int = 3) -> None:
+        self.semantic = np.zeros(0, np.int32)
+        self.refined = np.zeros((0, num_other), np.int32)
+
+    def window(self, arrays: dict, lanes: RefinerLanes, lane: Lane, parameters: dict) -> np.ndarray | Ended:
+        """The chunk's window (its LM tokens [T, 1]) as whole frames [T, K], refining the frames it is the first
+        to reach."""
+        tokens = np.asarray(arrays["tokens"], np.int32)[:, 0]
+        start = int(arrays["start_frame"][0]) - int(arrays["context_frames"][0])
+        end = start + tokens.shape[0]
+        if start < 0 or start > self.semantic.shape[0]:
+            return Ended(EndReason.INTERNAL, f"a refined stream's chunk starts at frame {start} with "
+                                             f"{self.semantic.shape[0]} frames known")
+        self.semantic = np.concatenate((self.semantic[:start], tokens))
+        if end > self.refined.shape[0]:
+            codes = lanes.refine(lane, self.semantic[:end], self.refined, np.asarray(arrays["refine_context"]),
+                                 parameters)
+            if isinstance(codes, Ended):
+                return codes
+            if codes.shape != (end - self.refined.shape[0], self.refined.shape[1]):
+                return Ended(EndReason.INTERNAL, f"the refinement lane answered codes of shape {codes.shape} for "
+                                                 f"{end - self.refined.shape[0]} frames")
+            self.refined = np.concatenate((self.refined, codes))
+        return np.concatenate((self.semantic[start:end, None], self.refined[start:end]), axis=1)
