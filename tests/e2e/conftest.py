@@ -22,7 +22,7 @@ from clients.triton_launch import Ports
 
 DEFAULT_PRESET = "qwen3-tts-tiny"
 FAMILY_PRESETS = ["qwen3-tts-tiny", "csm-tiny", "orpheus-tiny", "cosyvoice3-tiny", "flashtts-tiny",
-                  "higgs-v3-tiny", "zonos-tiny", "voxtral-tiny"]
+                  "higgs-v3-tiny", "zonos-tiny", "voxtral-tiny", "tontaube-tiny"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class FamilyServer:
 
     preset: str
     url: str
-    num_codebooks: int
+    num_codebooks: int  # codes per frame the LM lane sends (a cascade's: its first codebook's, before refinement)
     frame_rate: float  # frames per second
     sample_rate: int
     samples_per_frame: int
@@ -39,6 +39,7 @@ class FamilyServer:
     languages: tuple[str, ...]  # what `language` may name besides "auto"
     supports_instructions: bool
     supports_text_first: bool  # `non_streaming_mode` true
+    metrics_url: str = ""  # its Prometheus endpoint
 
 
 @pytest.fixture(scope="session")
@@ -82,25 +83,25 @@ def family(request, model_cache, tmp_path_factory) -> FamilyServer:
     """Session-scoped per preset: pytest groups the tests by preset, so one family server runs at a time."""
     preset = request.param
     if preset == DEFAULT_PRESET:
-        yield family_facts(preset, request.getfixturevalue("server").grpc_url)
+        yield family_facts(preset, request.getfixturevalue("server"))
         return
     srv = start_server(preset, tmp_path_factory)
     try:
-        yield family_facts(preset, srv.grpc_url)
+        yield family_facts(preset, srv)
     finally:
         srv.stop(grace_s=0)
 
 
-def family_facts(preset: str, url: str) -> FamilyServer:
+def family_facts(preset: str, server: Server) -> FamilyServer:
     """Read the shapes off the preset's own LM and codec (tiny: a moment on the CPU)."""
     from backend_python.models import registry
 
     spec = registry.resolve(preset)
     lm = registry.load_lm(spec, device="cpu", dtype="float32")
     codec = registry.load_codec(spec, device="cpu", dtype="float32")
-    return FamilyServer(preset, url, codec.num_codebooks, lm.frame_rate, codec.sample_rate,
+    return FamilyServer(preset, server.grpc_url, lm.num_codebooks, lm.frame_rate, codec.sample_rate,
                         codec.samples_per_frame, lm.voices, lm.languages, lm.supports_instructions,
-                        lm.supports_text_first)
+                        lm.supports_text_first, f"http://127.0.0.1:{server.config.ports.metrics}/metrics")
 
 
 @contextmanager
