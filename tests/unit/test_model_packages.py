@@ -1,6 +1,6 @@
 """Each Triton model in `model_repository/` is a thin `model.py` over the package of its own name in
-`backend_python/` (docs/ARCHITECTURE.md): a reader names a model's code from its name alone. `codec_urgent`
-is the one second model of a package: the urgent codec lane runs the code of `codec`."""
+`backend_python/` (docs/ARCHITECTURE.md): a reader names a model's code from its name alone. The urgent lanes
+are the second models of a package: `codec_urgent` runs the code of `codec`, `refiner_urgent` that of `refiner`."""
 from __future__ import annotations
 
 import ast
@@ -8,7 +8,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = REPO_ROOT / "model_repository"
-SAME_CODE_AS = {"codec_urgent": "codec"}  # model -> the model whose package it runs
+SAME_CODE_AS = {"codec_urgent": "codec", "refiner_urgent": "refiner"}  # model -> the model whose package it runs
 
 
 def imported_package(model_py: Path) -> str:
