@@ -128,9 +128,6 @@ class ServeConfig:
             raise ValueError(f"--partition must be mps or none, got {self.partition!r}")
         if self.device == "cpu" and self.partition == "mps":
             raise ValueError("--partition mps needs --device cuda (MPS partitions GPU SMs)")
-        if refines(self.model) and self.mode is ServingMode.TIMESHARE:
-            raise ValueError(f"--mode timeshare: {self.model} is a cascade whose refiners run on their own lanes, "
-                             "which timeshare (one process for everything) does not have; use voxlane or partition")
         lm_share, codec_share = sm_shares(self.model)
         if self.lm_sm_pct is None:
             object.__setattr__(self, "lm_sm_pct", lm_share)
@@ -160,6 +157,11 @@ class ServeConfig:
     def uses_mps(self) -> bool:
         """The MPS daemon runs for every mode on cuda unless --partition none."""
         return self.device == "cuda" and self.partition != "none"
+
+    @property
+    def runs_refiner_lanes(self) -> bool:
+        """A cascade's refinement lanes run beside the codec lanes; in timeshare its LM lane refines inline."""
+        return refines(self.model) and self.mode is not ServingMode.TIMESHARE
 
     @property
     def is_partitioned(self) -> bool:
@@ -284,7 +286,7 @@ class ServeConfig:
         voices = self.voice_store_settings().to_parameters()
         if model_name == ROUTER_MODEL:
             family = {"takes_input_audio": str(takes_input_audio(self.model)).lower(),
-                      "refines": str(refines(self.model)).lower()}
+                      "refines": str(self.runs_refiner_lanes).lower()}
             return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text, **reference,
                     **voices, **family}
         if model_name == models.VOICE_REGISTRY:
@@ -345,7 +347,7 @@ def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITO
         shutil.rmtree(target)
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
     for model_dir in sorted(p for p in target.iterdir() if (p / "config.pbtxt").exists()):
-        if model_dir.name in models.REFINER_MODELS and not refines(config.model):
+        if model_dir.name in models.REFINER_MODELS and not config.runs_refiner_lanes:
             shutil.rmtree(model_dir)  # a cascade's lanes: no other family loads them
             continue
         path = model_dir / "config.pbtxt"

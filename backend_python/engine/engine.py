@@ -54,14 +54,15 @@ log = logging.getLogger("voxlane.engine")
 class LMEngine:
     def __init__(self, model: SpeechLM, config: EngineConfig, codec: Codec | CodecRunner | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 on_step: Callable[[int], None] | None = None) -> None:
+                 on_step: Callable[[int], None] | None = None, refiner=None) -> None:
         """`codec` set (anything with `decode_windows`): the time-sharing baseline, chunks are decoded
-        inline in this loop.
+        inline in this loop; a cascade's `refiner` (registry.load_refiner) then refines them first, inline too.
 
         `on_step(num_running)` is called after every step (metrics): the streams holding a slot."""
         _check_delays(model, config)
         self.model = model
         self.codec = codec
+        self.refiner = refiner
         self.config = config
         self._clock = clock
         self._on_step = on_step
@@ -474,6 +475,8 @@ class LMEngine:
 
     def _decode_inline(self, ready: list[tuple[Sequence, Chunk]]) -> list[tuple[Sequence, Chunk]]:
         try:
+            if self.refiner is not None:
+                ready = self._refine_inline(ready)
             audio = self._inline_audio(ready)
         except (RuntimeError, ValueError) as exc:
             log.exception("inline codec decode failed")
@@ -481,6 +484,31 @@ class LMEngine:
                 self._finish(seq, f"codec failed: {exc}")
             return []
         return [(seq, replace(chunk, audio=pcm.float().cpu())) for (seq, chunk), pcm in zip(ready, audio)]
+
+    def _refine_inline(self, ready: list[tuple[Sequence, Chunk]]) -> list[tuple[Sequence, Chunk]]:
+        """A cascade's chunks as whole frames, their other codebooks refined in one batch: each reads its stream's
+        first codebook so far and continues the codes refined for its earlier frames (as the refinement lanes
+        do for the router: vox_ensemble/refiner_lanes.py)."""
+        asks = []
+        for seq, chunk in ready:
+            end = chunk.start_frame - chunk.context_frames + chunk.tokens.shape[0]
+            done = 0 if seq.refined is None else seq.refined.shape[0]
+            if chunk.refine_context is not None and end > done:
+                semantic = torch.cat([f.reshape(-1)[:1] for f in seq.frames[:end]]).cpu()
+                refined = seq.refined if seq.refined is not None else torch.zeros(0, self.refiner.width,
+                                                                                     dtype=torch.long)
+                asks.append((seq, self.refiner.request(semantic.numpy(), refined.numpy(),
+                                                       chunk.refine_context.numpy())))
+        for (seq, _), codes in zip(asks, self.refiner.refine([ask for _, ask in asks]) if asks else []):
+            new = torch.from_numpy(codes).long()
+            seq.refined = new if seq.refined is None else torch.cat((seq.refined, new))
+        whole = []
+        for seq, chunk in ready:
+            start = chunk.start_frame - chunk.context_frames
+            others = seq.refined[start:start + chunk.tokens.shape[0]] if chunk.refine_context is not None else None
+            whole.append((seq, chunk if others is None
+                          else replace(chunk, tokens=torch.cat((chunk.tokens, others.to(chunk.tokens.dtype)), 1))))
+        return whole
 
     def _inline_audio(self, ready: list[tuple[Sequence, Chunk]]) -> list[torch.Tensor]:
         """The chunks' new samples (and their overlap): through the runner's stream states where it keeps them,

@@ -93,6 +93,8 @@ class Sequence:
     # for the first chunks (an in-context clone's reference codes: SpeechLM.codec_prefix)
     first_chunk_frames: int | None = None  # its chunk plan's first chunk, chosen from the load when admitted
     codec_condition: torch.Tensor | None = None  # [D] float32, cpu: its codec's condition (SpeechLM.codec_condition)
+    # a cascade's refined codebooks of its first frames, in timeshare (the refiner runs inline): [frames, K - 1]
+    refined: torch.Tensor | None = None
     kv_extent: Extent | None = None  # its positions in a pooled KV cache while it holds a slot
     words: WordClock | None = None  # its word timestamps, when the client asked for them (`timestamps`)
     assembler: FrameAssembler | None = None  # a delayed family's partial frames since its (segment's) prefill

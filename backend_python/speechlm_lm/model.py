@@ -94,8 +94,10 @@ class LMModel:
         if self.codec is not None:
             self.codec.use_torch_compile = setup.lane.codec_compile  # as the codec lanes (Codec.capture_graphs)
         self.metrics = LMMetrics()
+        # a cascade in timeshare refines inline too (its refinement lanes are not loaded)
+        refiner = registry.load_refiner(spec, device=device, dtype=dtype) if self.codec is not None else None
         self.engine = LMEngine(self.model, config, self._inline_codec(setup.lane.cuda_graphs, setup.lane.stream_states),
-                               on_step=self.metrics.on_step)
+                               on_step=self.metrics.on_step, refiner=refiner)
         self.device = device
         self.channels = ChannelClients()
         self.phase_metrics = LMPhaseMetrics(self.engine.phases.drain)

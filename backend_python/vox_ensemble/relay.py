@@ -146,11 +146,11 @@ class Relay:
 
     def _refined(self, arrays: dict, lane: Lane, job: Job, track: RefineTrack) -> np.ndarray | Ended:
         """The chunk's window as the codec takes it: as the LM sent it, or a cascade's refined to whole frames."""
-        if "refine_context" not in arrays:
+        if "refine_context" not in arrays or lane is Lane.INLINE:  # inline: the LM lane refined and decoded it
             return arrays["tokens"]
-        if self._refiners is None or lane is Lane.INLINE:
+        if self._refiners is None:
             return Ended(EndReason.INTERNAL, "a cascade's chunk reached a router without refinement lanes "
-                                             "(serve it with `voxlane serve`, in voxlane or partition mode)")
+                                             "(its server runs no refiner: serve the model with `voxlane serve`)")
         return track.window(arrays, self._refiners, lane, job.codec_parameters)
 
 

@@ -73,3 +73,20 @@ def test_a_family_that_is_not_a_cascade_loads_no_refinement_lane(family):
     if family.preset == PRESET:
         pytest.skip("a plain family's server")
     assert served(family.metrics_url, "refiner") is None and served(family.metrics_url, "refiner_urgent") is None
+
+
+def test_timeshare_refines_inline_and_speaks_the_same_audio(family, tmp_path_factory):
+    """The baseline: one process refines and decodes inline (no refinement lanes), the same frames' audio."""
+    if family.preset != PRESET:
+        pytest.skip(f"TontaubeV1 only ({family.preset})")
+    from tests.e2e.conftest import start_server
+    seed, seconds = 21, 2.0
+    lanes = synthesize(family.url, TEXT, seed=seed, max_audio_seconds=seconds, ignore_eos=True)
+    server = start_server(PRESET, tmp_path_factory, mode="timeshare")
+    try:
+        inline = synthesize(server.grpc_url, TEXT, seed=seed, max_audio_seconds=seconds, ignore_eos=True)
+        assert served(f"http://127.0.0.1:{server.config.ports.metrics}/metrics", "refiner") is None
+    finally:
+        server.stop(grace_s=0)
+    assert {c.lane for c in inline.chunks} == {"inline"}
+    np.testing.assert_allclose(inline.audio, lanes.audio, rtol=0, atol=TOLERANCE)

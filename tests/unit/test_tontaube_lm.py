@@ -80,3 +80,44 @@ def test_an_unknown_voice_and_a_reference_are_refused(lm):
         lm.encode_prompt("Hi.", "nobody")
     with pytest.raises(ValueError, match="cannot clone"):
         lm.encode_prompt("Hi.", None, reference=object())
+
+
+def test_timeshare_refines_inline_as_the_lanes_would(lm):
+    """In timeshare the LM lane refines and decodes a cascade's chunks itself: whole frames whose other codebooks
+    are the refiner's, each chunk continuing the codes of the frames before it."""
+    from backend_python.models.tontaube.codec import TontaubeCodec
+    from backend_python.models.tontaube.refiner import RefineRequest, TontaubeRefiner
+    from backend_python.models.tontaube.tiny import codec_config
+
+    cascade = cascade_of(lm)
+    refiner = TontaubeRefiner(tiny(), cascade.predictors[1:])
+    decoded: list = []
+
+    class Recording(TontaubeCodec):
+        def decode_windows(self, windows, conditions=None):
+            decoded.extend(codes.clone() for codes, _ in windows)
+            return super().decode_windows(windows, conditions)
+
+    codec = Recording.random(codec_config())
+    engine = make_engine(lm, max_seq_len=512)
+    engine.codec, engine.refiner = codec, refiner
+    sink = ListSink()
+    engine.add(Sequence(request_id="t", prompt=lm.encode_prompt("Hi there.", "tiny"),
+                        sampling=SamplingParams(temperature=0.0), ignore_eos=True, max_frames=9, sink=sink,
+                        generator=torch.Generator().manual_seed(0)))
+    run_until_done(engine, [sink])
+    assert sink.error is None and all(c.audio is not None for c in sink.chunks)
+    semantic = codes_of(sink)
+    context = sink.chunks[0].refine_context.numpy()
+    assert len(decoded) == len(sink.chunks) and all(w.shape[1] == 4 for w in decoded)  # whole frames, each chunk
+    # the stream refined chunk by chunk as the lanes do: the last window holds what the engine refined
+    refined, done = [], 0
+    for chunk in sink.chunks:
+        end = chunk.start_frame - chunk.context_frames + chunk.tokens.shape[0]
+        if end > done:
+            refined += refiner.refine([RefineRequest(semantic[:end], refined, context)])[0].tolist()
+            done = end
+    last = decoded[-1]
+    start = sink.chunks[-1].start_frame - sink.chunks[-1].context_frames
+    assert last[:, 1:].tolist() == refined[start:start + last.shape[0]]
+    assert last[:, 0].tolist() == semantic[start:start + last.shape[0]]

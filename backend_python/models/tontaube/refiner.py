@@ -35,6 +35,8 @@ class TontaubeRefiner:
             raise ValueError("the refiners of codebooks 1..3, in order")
         self.config, self.refiners = config, refiners
 
+    width = NUM_CODEBOOKS - 1  # the codebooks it writes per frame
+
     @property
     def device(self) -> torch.device:
         return self.refiners[0].device
