@@ -457,7 +457,8 @@ class LMEngine:
     def _for_refinement(self, seq: Sequence, chunk: Chunk) -> Chunk:
         """A cascade's chunk carries its stream's context for the refinement lane (SpeechLM.refine_context)."""
         context = self.model.refine_context(seq.prompt) if seq.prompt is not None else None
-        return chunk if context is None else replace(chunk, refine_context=context)
+        return chunk if context is None else replace(chunk, refine_context=context,
+                                                     segment_start=seq.segment.first_frame)
 
     def _deliver(self, ready: list[tuple[Sequence, Chunk]]) -> None:
         """Hand chunks to their sinks; with an inline codec, decode them first in one batch."""
@@ -492,16 +493,15 @@ class LMEngine:
         asks = []
         for seq, chunk in ready:
             end = chunk.start_frame - chunk.context_frames + chunk.tokens.shape[0]
-            done = 0 if seq.refined is None else seq.refined.shape[0]
-            if chunk.refine_context is not None and end > done:
-                semantic = torch.cat([f.reshape(-1)[:1] for f in seq.frames[:end]]).cpu()
-                refined = seq.refined if seq.refined is not None else torch.zeros(0, self.refiner.width,
-                                                                                     dtype=torch.long)
-                asks.append((seq, self.refiner.request(semantic.numpy(), refined.numpy(),
+            if seq.refined is None:
+                seq.refined = torch.zeros(0, self.refiner.width, dtype=torch.long)
+            if chunk.refine_context is not None and end > seq.refined.shape[0]:
+                start = chunk.segment_start  # a segment is refined alone: its own text, its own codes
+                semantic = torch.cat([f.reshape(-1)[:1] for f in seq.frames[start:end]]).cpu()
+                asks.append((seq, self.refiner.request(semantic.numpy(), seq.refined[start:].numpy(),
                                                        chunk.refine_context.numpy())))
         for (seq, _), codes in zip(asks, self.refiner.refine([ask for _, ask in asks]) if asks else []):
-            new = torch.from_numpy(codes).long()
-            seq.refined = new if seq.refined is None else torch.cat((seq.refined, new))
+            seq.refined = torch.cat((seq.refined, torch.from_numpy(codes).long()))
         whole = []
         for seq, chunk in ready:
             start = chunk.start_frame - chunk.context_frames

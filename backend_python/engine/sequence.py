@@ -39,6 +39,7 @@ class Chunk:
     words: tuple[WordTime, ...] | None = None  # the words it speaks (word_clock.py); None: not asked for
     # a cascade's stream context for its refinement lane ([n] int32, cpu: SpeechLM.refine_context); None: none
     refine_context: torch.Tensor | None = None
+    segment_start: int = 0  # a cascade's chunk: the stream's index of its segment's first frame (refined alone)
 
     @property
     def num_new_frames(self) -> int:

@@ -89,6 +89,7 @@ def chunk_arrays(chunk: Chunk, sample_rate: int | None) -> dict:
         arrays["codec_condition"] = chunk.condition.numpy().astype(np.float32, copy=False).reshape(-1)
     if chunk.refine_context is not None:  # a cascade's chunk: the refinement lane reads it (models/base.py)
         arrays["refine_context"] = chunk.refine_context.numpy().astype(np.int32, copy=False).reshape(-1)
+        arrays["segment_start"] = np.array([chunk.segment_start], dtype=np.int32)
     if chunk.words is not None:  # the client asked for word timestamps (`timestamps`)
         words = json.dumps([word.to_json() for word in chunk.words], ensure_ascii=False)
         arrays["words"] = np.array([words.encode("utf-8")], dtype=np.object_)

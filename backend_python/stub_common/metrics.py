@@ -51,7 +51,8 @@ class RouterMetrics:
     """Thread-safe: every update holds one lock. Concurrent metric calls from several
     threads crashed the stub (they share its message queue to the server)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lanes: tuple[str, ...] = LANE_MODELS) -> None:
+        """`lanes`: the lane models this server runs (a cascade's refinement lanes only where it serves one)."""
         self._lock = threading.Lock()
         self._num_live = 0
         chunks = pb_utils.MetricFamily("voxlane_chunks_total", "Audio chunks sent, by the lane that decoded them",
@@ -79,8 +80,8 @@ class RouterMetrics:
                                       pb_utils.MetricFamily.HISTOGRAM)
         self._families = (chunks, ttfa, stalls, live, codec, up, restarts,
                           run, queue, routed, slack)  # a family must outlive its metrics
-        self._lane_up = {model: up.Metric(labels={"lane": model}) for model in LANE_MODELS}
-        self._lane_restarts = {model: restarts.Metric(labels={"lane": model}) for model in LANE_MODELS}
+        self._lane_up = {model: up.Metric(labels={"lane": model}) for model in lanes}
+        self._lane_restarts = {model: restarts.Metric(labels={"lane": model}) for model in lanes}
         for gauge in self._lane_up.values():
             gauge.set(1)
         self._codec = {lane: codec.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)

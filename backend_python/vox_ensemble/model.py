@@ -45,7 +45,7 @@ from backend_python.stub_common.request_inputs import (RequestError, RequestLimi
                                                   check_request_parameters, parse_audio_options,
                                                   parse_speech_request, with_start_text)
 from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings
-from protocol.models import CODEC, CODEC_URGENT, LM, REFINER_MODELS
+from protocol.models import CODEC, CODEC_URGENT, LANE_MODELS, LM, REFINER_MODELS
 from protocol.quoting import quoted
 from protocol.reasons import ROUTER_STOPPING, Ended, EndReason
 from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SEQUENCE_END, SEQUENCE_START
@@ -61,7 +61,8 @@ class RouterModel:
         self.limits = RequestLimits.from_parameters(params)
         self.reference_limits = ReferenceLimits.from_parameters(params)
         self.voices = VoiceStore.from_settings(VoiceStoreSettings.from_parameters(params))  # registered voices
-        self.metrics = RouterMetrics()
+        self.refines = params.get("refines", "false") == "true"  # the served family is a cascade (serve)
+        self.metrics = RouterMetrics(tuple(m for m in LANE_MODELS if self.refines or m not in REFINER_MODELS))
         control = ModelControl(pb_utils.unload_model, pb_utils.load_model, pb_utils.is_model_ready, stub_is_running)
         self.lane_health = LaneHealth(control, HealPolicy.from_parameters(params), self.metrics.on_lane_change)
         self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
@@ -73,7 +74,6 @@ class RouterModel:
         self.sessions = TextSessions(self.limits.max_text_chars)
         self.audio_sessions = AudioSessions(AudioInLimits.from_parameters(params))
         self.takes_input_audio = params.get("takes_input_audio", "false") == "true"  # the served family's (serve)
-        self.refines = params.get("refines", "false") == "true"  # the served family is a cascade (serve)
         self.relay = Relay(self.channel, self.lm, ChunkRouter(self.config, self.codecs.estimator), self.codecs,
                            self.flow, VoiceEncoderClient(self.lane_health),
                            RefinerLanes(self.lane_health) if self.refines else None)

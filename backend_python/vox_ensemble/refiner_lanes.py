@@ -9,8 +9,6 @@ its chunks go to the other at once, as the codec lanes do.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -27,7 +25,6 @@ OTHER_LANE = {Lane.URGENT: Lane.BACKGROUND, Lane.BACKGROUND: Lane.URGENT}
 class RefinerLanes:
     def __init__(self, lane_health: LaneHealth) -> None:
         self._lane_health = lane_health
-        self.last_call_s = 0.0  # the latest call's time (the router's latency view of a chunk)
 
     def refine(self, lane: Lane, semantic: np.ndarray, refined: np.ndarray, context: np.ndarray,
                parameters: dict) -> np.ndarray | Ended:
@@ -51,9 +48,7 @@ class RefinerLanes:
                     pb_utils.Tensor("refined", refined[None].astype(np.int32)),
                     pb_utils.Tensor("refine_context", context[None].astype(np.int32))],
             parameters=parameters)
-        started = time.monotonic()
         response = request.exec()
-        self.last_call_s = time.monotonic() - started
         if response.has_error():
             message = response.error().message()
             if (stopping := bls.stopping(model, message)) is not None:
@@ -74,17 +69,20 @@ class RefineTrack:
 
     def window(self, arrays: dict, lanes: RefinerLanes, lane: Lane, parameters: dict) -> np.ndarray | Ended:
         """The chunk's window (its LM tokens [T, 1]) as whole frames [T, K], refining the frames it is the first
-        to reach."""
+        to reach. A stream spoken in segments (a streamed text, a long one) refines each alone: the refiner reads
+        the chunk's segment's codes from its first frame (`segment_start`), with that segment's text."""
         tokens = np.asarray(arrays["tokens"], np.int32)[:, 0]
         start = int(arrays["start_frame"][0]) - int(arrays["context_frames"][0])
         end = start + tokens.shape[0]
-        if start < 0 or start > self.semantic.shape[0]:
-            return Ended(EndReason.INTERNAL, f"a refined stream's chunk starts at frame {start} with "
-                                             f"{self.semantic.shape[0]} frames known")
+        segment = int(arrays["segment_start"][0]) if "segment_start" in arrays else 0
+        if start < 0 or start > self.semantic.shape[0] or not 0 <= segment <= self.refined.shape[0]:
+            return Ended(EndReason.INTERNAL, f"a refined stream's chunk starts at frame {start} (its segment at "
+                                             f"{segment}) with {self.semantic.shape[0]} frames known, "
+                                             f"{self.refined.shape[0]} refined")
         self.semantic = np.concatenate((self.semantic[:start], tokens))
         if end > self.refined.shape[0]:
-            codes = lanes.refine(lane, self.semantic[:end], self.refined, np.asarray(arrays["refine_context"]),
-                                 parameters)
+            codes = lanes.refine(lane, self.semantic[segment:end], self.refined[segment:],
+                                 np.asarray(arrays["refine_context"]), parameters)
             if isinstance(codes, Ended):
                 return codes
             if codes.shape != (end - self.refined.shape[0], self.refined.shape[1]):

@@ -121,3 +121,58 @@ def test_timeshare_refines_inline_as_the_lanes_would(lm):
     start = sink.chunks[-1].start_frame - sink.chunks[-1].context_frames
     assert last[:, 1:].tolist() == refined[start:start + last.shape[0]]
     assert last[:, 0].tolist() == semantic[start:start + last.shape[0]]
+
+
+def test_a_stream_spoken_in_segments_refines_each_segment_alone(lm):
+    """A streamed text is spoken segment by segment, each its own prompt: every chunk names its segment's first
+    frame, and the inline refiner (as the router's track: vox_ensemble/refiner_lanes.py) reads that segment's codes
+    and text only, its earlier frames' codes forced."""
+    from backend_python.engine.config import EngineConfig
+    from backend_python.engine.engine import LMEngine
+    from backend_python.models.tontaube.refiner import TontaubeRefiner
+    from backend_python.models.text_segments import SegmentedText, SegmentRules
+    from scheduler import AdmissionPolicyName, ChunkingConfig, SchedulerConfig
+
+    cascade = cascade_of(lm)
+    seen: list = []
+
+    class Recording(TontaubeRefiner):
+        def refine(self, requests):
+            seen.extend(requests)
+            return super().refine(requests)
+
+    refiner = Recording(tiny(), cascade.predictors[1:])
+    chunking = ChunkingConfig(first_chunk_frames=2, chunk_frames=4, chunk_growth=None)
+    engine = LMEngine(lm, EngineConfig(max_slots=2, max_seq_len=512, codec_left_context_frames=2,
+                                       scheduler=SchedulerConfig(chunking=chunking,
+                                                                 admission_policy=AdmissionPolicyName.PREFILL_FIRST)),
+                      codec=_PassThroughCodec(), refiner=refiner)
+    sink = ListSink()
+    feed = SegmentedText(lambda text, context: lm.encode_segment(text, "tiny", context), lm.frame_rate,
+                         SegmentRules(chars_per_s=60.0))
+    engine.add(Sequence(request_id="s", prompt=None, sampling=SamplingParams(temperature=0.0), ignore_eos=True,
+                        max_frames=30, sink=sink, generator=torch.Generator().manual_seed(0), text=feed))
+    for piece in ("Get the trust fund to the bank early.", " Then wait for it."):
+        engine.add_text("s", piece, is_final=False)
+        for _ in range(20):
+            engine._collect(0)
+            engine.step()
+    engine.add_text("s", "", is_final=True)
+    run_until_done(engine, [sink])
+    starts = sorted({c.segment_start for c in sink.chunks})
+    assert len(starts) >= 2 and starts[0] == 0  # spoken in segments, each chunk naming its own
+    second = [r for r in seen if r.context.tolist() != seen[0].context.tolist()]
+    assert second, "no refinement read the second segment's text"
+    semantic = codes_of(sink)
+    for request in second:  # the second segment's codes from its first frame, never the first segment's
+        assert request.semantic == semantic[starts[1]:starts[1] + len(request.semantic)]
+
+
+class _PassThroughCodec:
+    """An inline codec that returns silence of the window's length (the test reads the refiner's inputs)."""
+
+    num_codebooks, samples_per_frame, sample_rate, lookahead_frames, overlap_frames = 4, 1920, 24000, 0, 0
+    uses_stream_position = False
+
+    def decode_windows(self, windows, conditions=None):
+        return [torch.zeros((codes.shape[0] - context) * 1920) for codes, context in windows]
