@@ -75,11 +75,17 @@ def test_every_chunk_carries_the_refiners_text_and_the_voice_rows(lm):
     assert all(torch.equal(c.refine_context, sink.chunks[0].refine_context) for c in sink.chunks)
 
 
-def test_an_unknown_voice_and_a_reference_are_refused(lm):
+def test_an_unknown_voice_is_refused_and_a_reference_s_codes_are_the_voice_prompt(lm):
+    from backend_python.models.base import VoiceReference
     with pytest.raises(ValueError, match="unknown voice"):
         lm.encode_prompt("Hi.", "nobody")
-    with pytest.raises(ValueError, match="cannot clone"):
-        lm.encode_prompt("Hi.", None, reference=object())
+    with pytest.raises(ValueError, match="ref_codes"):
+        lm.encode_prompt("Hi.", None, reference=VoiceReference({}))
+    codes = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]])
+    cloned = lm.encode_prompt("Hi.", None, reference=VoiceReference({"ref_codes": codes}))
+    _, voice = decode_refine_context(cloned.tensors["refine_context"].numpy())
+    assert voice.rows == ((1, 5, 9), (2, 6, 10), (3, 7, 11), (4, 8, 12))
+    assert cloned.tensors["ids"][:3].tolist() == [TINY_IDS.code(0, c) for c in (1, 5, 9)]  # the prompt's row
 
 
 def test_timeshare_refines_inline_as_the_lanes_would(lm):

@@ -106,9 +106,10 @@ class TontaubeLM(TokenStepLM):
     def hidden_size(self) -> int:
         return self.config.predictors[0].hidden_size
 
+    supports_reference = True  # a reference's codes (TontaubeVoiceEncoder) are the voice prompt
+
     def encode_prompt(self, text: str, voice: str | None, reference=None) -> Prompt:
-        self.check_no_reference(reference)
-        prompt = self._voice(voice)
+        prompt = self._reference_voice(reference) if reference is not None else self._voice(voice)
         tag = system_tag()
         semantic_text = self.text.ids(window([text], 0, with_neighbours=True, tag=tag))
         ids = semantic_sequence(self.config.ids, prompt, self.config.prompt_caps[0], semantic_text,
@@ -116,6 +117,14 @@ class TontaubeLM(TokenStepLM):
         refine_text = self.text.ids(window([text], 0, with_neighbours=False, tag=tag))
         context = torch.from_numpy(encode_refine_context(refine_text, prompt, max(self.config.prompt_caps[1:])))
         return Prompt(num_tokens=len(ids), tensors={"ids": torch.tensor(ids), "refine_context": context})
+
+    def _reference_voice(self, reference) -> VoicePrompt:
+        """A cloned voice: its reference's codes [frames, 4] (up to 750: 60 s), as the voice prompt's rows."""
+        codes = reference.tensors.get("ref_codes")
+        if codes is None or codes.dim() != 2 or codes.shape[1] != 4 or codes.shape[0] < 1:
+            raise ValueError("TontaubeV1 clones a voice from its reference's codes: a 'ref_codes' of [frames, 4]")
+        rows = codes[:self.config.prompt_caps[0]].T.tolist()
+        return VoicePrompt(tuple(tuple(int(c) for c in row) for row in rows))
 
     def _voice(self, voice: str | None) -> VoicePrompt | None:
         if voice is None:
