@@ -42,8 +42,11 @@ PLANS = {
     # 22 / 43 / 86 frames 5.6 / 5.6 / >= 6.0, within one rate step of each other
     "zonos": {"first_chunk_frames": 6, "chunk_frames": 43, "chunk_growth": 1.5},
     # TontaubeV1: DualCodec's non-causal decoder takes 5 frames of lookahead after each chunk, and the refiners
-    # re-read a stream's semantic codes for every chunk: 5 frames first (0.4 s, the reference's quantum), then 25
-    "tontaube": {"first_chunk_frames": 5, "chunk_frames": 25},
+    # re-read a stream's semantic codes for every chunk: 5 frames first (0.4 s, the reference's quantum), then 25.
+    # Every chunk ends on the 5-frame grid (5, 10, 20, then 25: growth 2 from 5, capped at 25), where VibeVoice's
+    # 7.5 Hz frames meet DualCodec's (3 to 5), so the re-synthesis needs no audio past a chunk's own frames
+    # (models/tontaube/codec.py); a plan whose sizes leave the grid decodes near the full stream, not equal to it
+    "tontaube": {"first_chunk_frames": 5, "chunk_frames": 25, "chunk_growth": 2.0},
 }
 # preset names and checkpoint `model_type`s that name a family otherwise than by its own name
 ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3", "voxlane_tse": "tse"}

@@ -90,3 +90,19 @@ def test_timeshare_refines_inline_and_speaks_the_same_audio(family, tmp_path_fac
         server.stop(grace_s=0)
     assert {c.lane for c in inline.chunks} == {"inline"}
     np.testing.assert_allclose(inline.audio, lanes.audio, rtol=0, atol=TOLERANCE)
+
+
+def test_a_cloned_voice_is_its_reference_s_codes_and_changes_the_audio(family):
+    """Reference audio (up to 60 s) is coded on the voice encoder lane (w2v-BERT features and DualCodec's encoder)
+    and becomes the voice prompt: another reference, other audio; the same one, the same audio."""
+    if family.preset != PRESET:
+        pytest.skip(f"TontaubeV1 only ({family.preset})")
+    rng = np.random.default_rng(4)
+    one, two = ((rng.uniform(-1, 1, 48000) * 0.3).astype(np.float32) for _ in range(2))
+    settings = dict(seed=5, max_audio_seconds=1.2, ignore_eos=True, ref_sample_rate=24000, x_vector_only=True)
+    first = synthesize(family.url, TEXT, ref_audio=one, **settings)
+    again = synthesize(family.url, TEXT, ref_audio=one, **settings)
+    other = synthesize(family.url, TEXT, ref_audio=two, **settings)
+    preset = synthesize(family.url, TEXT, seed=5, max_audio_seconds=1.2, ignore_eos=True)
+    np.testing.assert_array_equal(first.audio, again.audio)
+    assert not np.array_equal(first.audio, other.audio) and not np.array_equal(first.audio, preset.audio)

@@ -1,10 +1,15 @@
 """TontaubeV1 as the registry sees it: presets, checkpoint detection, loaders.
 
 Checkpoint layout (checkpoint.py): the official bundle's `cb0/` … `cb3/` (a Qwen3 config.json with TontaubeV1's
-fields, model.safetensors, tokenizer.json each), our `voices.safetensors` (preset voices as codes), and
-`dualcodec/` (the official `dualcodec_12hz_16384_4096.safetensors`). Its LM lane runs the semantic model, its
-refinement lane the three refiners, its codec lanes DualCodec's decoder. No voice is cloned from audio yet: that
-needs DualCodec's encoder and w2v-BERT 2.0 features, which are not built.
+fields, model.safetensors, tokenizer.json each), our `voices.safetensors` (preset voices as codes), `dualcodec/`
+(the official `dualcodec_12hz_16384_4096.safetensors`) and, optionally, `vibevoice/` (VibeVoice-1.5B's acoustic
+tokenizer: the reference's extracted config.json + model.safetensors, or transformers' save_pretrained layout).
+Its LM lane runs the semantic model, its refinement lane the three refiners, its codec lanes DualCodec's decoder
+and, where `vibevoice/` is there, the reference's VibeVoice re-synthesis after it, whose reach makes a window's
+left context 222 frames instead of 27 (codec.py; `codec_windowing` reads it from the folder's config, no weights).
+The random `tontaube-2.9b` re-synthesises too (random VibeVoice-1.5B-sized weights). A voice is cloned from reference
+audio (up to 60 s) on the voice encoder lane: w2v-BERT 2.0 (`w2v-bert-2.0/`) and DualCodec's encoder code it
+(voice_encoder.py); the random full shape has no voice encoder (no w2v-BERT weights).
 """
 from __future__ import annotations
 
@@ -12,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint
-from .codec import WINDOWING, TontaubeCodec
+from . import checkpoint, vibevoice
+from .codec import TontaubeCodec, checkpoint_vibevoice_config, windowing
 from .dualcodec import full_config
 from .lm import TontaubeLM
 from .predictor import Predictor
@@ -66,12 +71,20 @@ def load_codec(spec, device: str, dtype: torch.dtype) -> TontaubeCodec:
     if spec.checkpoint is not None:
         codec = TontaubeCodec.from_dir(spec.checkpoint, device=device)
     else:
-        codec = TontaubeCodec.random(full_config(), device=device, seed=RANDOM_SEED)
+        codec = TontaubeCodec.random(full_config(), device=device, seed=RANDOM_SEED,
+                                     vibevoice_config=vibevoice.full_config())
     return codec.to(dtype=dtype if device != "cpu" else torch.float32)
 
 
-def load_voice_encoder(spec, device: str, dtype: torch.dtype) -> None:
-    return None
+def load_voice_encoder(spec, device: str, dtype: torch.dtype):
+    """Reference audio -> its codes (voice_encoder.py), in float32 (the reference encodes under fp16 autocast on
+    CUDA); None for the random full shape (its w2v-BERT 2.0 is 600 M parameters of random weights: a real bundle
+    brings it)."""
+    if spec.checkpoint is None:
+        return None
+    from .codec import DUALCODEC_DIR, DUALCODEC_WEIGHTS
+    from .voice_encoder import load
+    return load(spec.checkpoint, DUALCODEC_DIR, DUALCODEC_WEIGHTS, device=device)
 
 
 def preset_voices(spec) -> tuple[str, ...]:
@@ -80,9 +93,15 @@ def preset_voices(spec) -> tuple[str, ...]:
     return ("default",)
 
 
+def vibevoice_config(spec):
+    """The VibeVoice acoustic tokenizer's config the model's codec re-synthesises with, or None: DualCodec alone
+    (a checkpoint without `vibevoice/`). Read without weights."""
+    return checkpoint_vibevoice_config(spec.checkpoint) if spec.checkpoint is not None else vibevoice.full_config()
+
+
 def codec_left_context_frames(spec) -> int:
-    return WINDOWING.left_context_frames
+    return codec_windowing(spec).left_context_frames
 
 
 def codec_windowing(spec):
-    return WINDOWING
+    return windowing(vibevoice_config(spec))

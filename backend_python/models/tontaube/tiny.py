@@ -1,5 +1,7 @@
 """The `tontaube-tiny` checkpoint: random weights in the official bundle's layout (checkpoint.py), materialised
-once so it loads through the same code as a real bundle."""
+once so it loads through the same code as a real bundle: the four models, the preset voice, DualCodec's decoder
+(`dualcodec/`) and a tiny VibeVoice acoustic tokenizer (`vibevoice/`, transformers' layout), so its codec
+re-synthesises as the reference does (codec.py)."""
 from __future__ import annotations
 
 import json
@@ -7,14 +9,15 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from ..layers.random_init import init_random_weights
-from . import checkpoint
+from . import checkpoint, vibevoice
 from .cascade import VoicePrompt
-from .codec import DUALCODEC_CONFIG, DUALCODEC_DIR, DUALCODEC_WEIGHTS, TontaubeCodec
+from .codec import DUALCODEC_CONFIG, DUALCODEC_DIR, DUALCODEC_WEIGHTS, VIBEVOICE_DIR, TontaubeCodec
 from .config import ACOUSTIC_CODES, NUM_CODEBOOKS, SEMANTIC_CODES
 from .dualcodec import tiny_config
+from .dualcodec_encoder import DualCodecEncoderConfig, tiny_encoder_config
+from .voice_encoder import save_tiny
 from .predictor import Predictor
 from .presets import tiny
 from .text import TextTokenizer, tiny_tokenizer
@@ -25,6 +28,11 @@ VOICE_FRAMES = 12
 def codec_config():
     """The golden test's tiny DualCodec widths over the model's real codebooks (16,384 and 4,096 codes)."""
     return replace(tiny_config(), semantic_codebook_size=SEMANTIC_CODES, codebook_size=ACOUSTIC_CODES)
+
+
+def encoder_config() -> DualCodecEncoderConfig:
+    """`codec_config()`'s decoder with the tiny encoder (dualcodec_encoder.py) at the same hop."""
+    return replace(tiny_encoder_config(), semantic_codebook_size=SEMANTIC_CODES, codebook_size=ACOUSTIC_CODES)
 
 
 def text_tokenizer() -> TextTokenizer:
@@ -47,9 +55,9 @@ def build_tiny_checkpoint(out_dir: Path, seed: int = 0) -> None:
         states.append(model.state_dict())
     voices = {"tiny": torch.tensor(random_voice(VOICE_FRAMES, seed).rows)}
     checkpoint.write(out_dir, config, states, tiny_tokenizer(), voices)
-    codec = TontaubeCodec.random(codec_config(), seed=seed)
+    codec = TontaubeCodec.random(codec_config(), seed=seed, vibevoice_config=vibevoice.tiny_config())
+    codec.resynth.save_dir(out_dir / VIBEVOICE_DIR)
     (out_dir / DUALCODEC_DIR).mkdir(exist_ok=True)
-    save_file({k: v.contiguous() for k, v in codec.dualcodec.state_dict().items()},
-              str(out_dir / DUALCODEC_DIR / DUALCODEC_WEIGHTS))
     (out_dir / DUALCODEC_DIR / DUALCODEC_CONFIG).write_text(json.dumps(asdict(codec_config())))
+    save_tiny(out_dir, DUALCODEC_DIR, DUALCODEC_WEIGHTS, encoder_config(), codec.dualcodec.state_dict(), seed)
     (out_dir / "config.json").write_text(json.dumps({"model_type": "tontaube", "bundle": list(checkpoint.FOLDERS)}))

@@ -38,6 +38,7 @@ SAMPLE_RATE = 24000
 HOP_LENGTH = 3200  # samples a latent frame (7.5 Hz)
 LATENT_DIM = 64
 REFERENCE_PREFIX = "model.acoustic_tokenizer."  # the acoustic tokenizer's names inside VibeVoice-1.5B
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"  # a tokenizer folder (`AcousticResynth.from_dir`)
 
 # VibeVoice-1.5B's `acoustic_tokenizer_config` (its config.json), in the reference's fields
 VIBEVOICE_1P5B_ACOUSTIC = {
@@ -120,6 +121,45 @@ def tiny_config():
     return config_from_reference(TINY_REFERENCE)
 
 
+def encoder_lookback(config) -> int:
+    """Samples before a latent frame's first sample that its mean reads (the encoder's receptive field reaches
+    back this far; it reads forward to its frame's last sample): 31,390 for `tiny_config`, 185,562 (58 frames)
+    for VibeVoice-1.5B's.
+
+    Exact index arithmetic over the causal stack: a k-tap convolution (the stem, each ConvNeXt block's depthwise
+    mixer, the head) reads k - 1 elements back at its rate; a strided convolution of kernel 2r, stride r, left
+    padding r makes output t from inputs r·t - r … r·t + r - 1 (its own block and the one before)."""
+    k, depths, ratios = config.kernel_size, list(config.depths), list(config.downsampling_ratios)
+    index = -(k - 1)  # latent 0's first input to the head
+    for stage in reversed(range(len(ratios))):
+        index -= depths[stage + 1] * (k - 1)
+        index = index * ratios[stage] - ratios[stage]
+    return -(index - (k - 1) * (1 + depths[0]))
+
+
+def _decoder_first_latent(config, sample: int) -> int:
+    """The first latent frame output `sample` reads: a causal transposed convolution of kernel 2r, stride r
+    (its last r outputs trimmed) makes output m from inputs floor(m / r) - 1 and floor(m / r)."""
+    k, depths, ratios = config.kernel_size, list(reversed(config.depths)), list(reversed(config.downsampling_ratios))
+    index = sample - (k - 1)  # the head
+    for stage in reversed(range(len(ratios))):
+        index -= depths[stage + 1] * (k - 1)
+        index = index // ratios[stage] - 1
+    return index - (k - 1) * (1 + depths[0])  # the stem's convolution and blocks
+
+
+def lookback_samples(config) -> int:
+    """Samples before an output sample that decoding the encoded waveform reads: max over a frame's 3,200 phases
+    of sample - (the first waveform sample it depends on). Both halves are causal stacks, so a waveform whose
+    first sample is a frame boundary of the stream reproduces the streamed output for every sample at least this
+    far after its start (up to rounding). 65,979 samples (20.6 frames) for `tiny_config` (the autograd measure:
+    tests/unit/test_tontaube_codec.py); 374,323 (117.0 frames, 15.6 s: the encoder's 185,562 plus the decoder's
+    188,761) for VibeVoice-1.5B's, mostly at 7.5 Hz: the encoder's last stage (8 blocks) and head, and the decoder's
+    stem convolution and 8 blocks, each read 9 × 6 frames back. The maximum is at phase 3,161 (tiny: 2,589)."""
+    hop = config.hop_length  # the stack repeats every frame (a shift by one frame shifts every index with it)
+    return encoder_lookback(config) + max(sample - hop * _decoder_first_latent(config, sample) for sample in range(hop))
+
+
 def _stage(side: str, index: int) -> str:
     """The reference's stage `index` (0: the stem) in transformers' names."""
     return f"{side}.stem" if index == 0 else f"{side}.conv_layers.{index - 1}"
@@ -172,6 +212,23 @@ def _pad_to_stride(conv: nn.Module, args: tuple, kwargs: dict):
     return (nn.functional.pad(hidden, (0, extra)), *args[1:]), kwargs
 
 
+def is_reference_dir(path: Path) -> bool:
+    """Whether a folder's config.json is the reference's `acoustic_tokenizer_config` (TontaubeV1's extraction)
+    rather than transformers' config."""
+    return "encoder_ratios" in json.loads((Path(path) / CONFIG_FILE).read_text(encoding="utf-8"))
+
+
+def read_dir_config(path: str | Path):
+    """The transformers config of a VibeVoice acoustic tokenizer folder, its weights unread: config.json in the
+    reference's fields (`config_from_reference`) or in transformers' (`save_pretrained`)."""
+    fields = json.loads((Path(path) / CONFIG_FILE).read_text(encoding="utf-8"))
+    if "encoder_ratios" in fields:
+        return config_from_reference(fields)
+    from transformers import VibeVoiceAcousticTokenizerConfig
+
+    return VibeVoiceAcousticTokenizerConfig.from_dict(fields)
+
+
 @dataclass
 class DecodeStream:
     """One stream's causal decoder state: transformers' per-convolution padding cache (the last inputs each
@@ -202,6 +259,46 @@ class AcousticResynth:
         return cls(model.to(device=device, dtype=dtype))
 
     @classmethod
+    def random(cls, config, seed: int = 0, layer_scale: float = 0.2, bias_std: float = 0.3,
+               gain: float = 1.0) -> AcousticResynth:
+        """Random weights at `config`'s size, deterministic in `seed`, that carry a waveform through at speech
+        level (float32, cpu; built on the meta device first: transformers' own init of VibeVoice-1.5B's 687M
+        parameters takes seconds, and its N(0, 0.01) weights shrink every stage: a random tokenizer's output is
+        ~1e-22, all denormals). Convolutions and linears N(0, 1 / fan-in); biases N(0, `bias_std`), which keep the
+        narrow stages' activations off zero, where an RMSNorm over 2 channels is about sign(x) and turns a small
+        change of its input into a large one (zero biases: 10x the input's change); unit norms; the ConvNeXt
+        blocks' layer scales `layer_scale` (transformers' 1e-6 leaves them all but identities); the decoder's head
+        scaled so that noise at speech level (0.2) comes out `gain` times as loud."""
+        module = _tokenizer_module()
+        with torch.device("meta"):
+            model = module.VibeVoiceAcousticTokenizerModel(config)
+        model.to_empty(device="cpu")
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for layer in model.modules():
+                if isinstance(layer, (nn.Conv1d, nn.ConvTranspose1d, nn.Linear)):
+                    if isinstance(layer, nn.Linear):
+                        fan_in = layer.in_features
+                    elif isinstance(layer, nn.ConvTranspose1d):  # each output reads kernel / stride inputs
+                        fan_in = layer.in_channels * layer.kernel_size[0] // layer.stride[0]
+                    else:
+                        fan_in = layer.in_channels // layer.groups * layer.kernel_size[0]
+                    layer.weight.normal_(0.0, fan_in ** -0.5, generator=generator)
+                    layer.bias.normal_(0.0, bias_std, generator=generator)
+                elif isinstance(layer, module.VibeVoiceAcousticTokenizerRMSNorm):
+                    layer.weight.fill_(1.0)
+                elif isinstance(layer, module.VibeVoiceAcousticTokenizerConvNext1dLayer):
+                    layer.gamma.fill_(layer_scale)
+                    layer.ffn_gamma.fill_(layer_scale)
+            resynth = cls(model)
+            probe = 0.2 * torch.randn(1, 4 * config.hop_length, generator=generator)  # about speech level
+            head = model.decoder.head.conv
+            scale = gain * probe.std() / resynth.decode(resynth.encode_mean(probe)).std().clamp_min(1e-12)
+            head.weight.mul_(scale)
+            head.bias.mul_(scale)
+        return resynth
+
+    @classmethod
     def from_reference_state(cls, reference_config: dict, state: dict[str, torch.Tensor],
                              dtype: torch.dtype = torch.float32, device: str = "cpu") -> AcousticResynth:
         """The reference's config (its fields) and weights (its names), loaded strictly."""
@@ -217,8 +314,34 @@ class AcousticResynth:
         from safetensors.torch import load_file
 
         path = Path(path)
-        reference = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        return cls.from_reference_state(reference, load_file(str(path / "model.safetensors")), dtype, device)
+        reference = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+        return cls.from_reference_state(reference, load_file(str(path / WEIGHTS_FILE)), dtype, device)
+
+    @classmethod
+    def from_dir(cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> AcousticResynth:
+        """A VibeVoice acoustic tokenizer folder of either layout `read_dir_config` reads: the reference's extracted
+        one (`from_reference_dir`) or transformers' `save_pretrained` one (its names, loaded strictly)."""
+        path = Path(path)
+        if is_reference_dir(path):
+            return cls.from_reference_dir(path, dtype, device)
+        from safetensors.torch import load_file
+
+        with torch.device("meta"):  # no init: every weight comes from the folder
+            model = _tokenizer_module().VibeVoiceAcousticTokenizerModel(read_dir_config(path))
+        index = path / (WEIGHTS_FILE + ".index.json")  # a sharded save_pretrained
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else [WEIGHTS_FILE]
+        state = {k: v for name in files for k, v in load_file(str(path / name)).items()}
+        model.load_state_dict(state, strict=True, assign=True)
+        return cls(model.to(device=device, dtype=dtype))
+
+    def save_dir(self, path: str | Path) -> None:
+        """transformers' `save_pretrained` layout (config.json in its fields, model.safetensors in its names)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.config.to_json_file(str(path / CONFIG_FILE))
+        save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(path / WEIGHTS_FILE))
 
     @property
     def dtype(self) -> torch.dtype:
