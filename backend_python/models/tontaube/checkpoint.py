@@ -5,7 +5,10 @@
                       `model.layers.N.*`, `model.norm`, `audio_head.fc1`, `audio_head.fc2`), `tokenizer.json`
     voices.safetensors  ours: each preset voice's codes [4, frames] (the official bundle encodes its voices
                       from audio at start-up; a bundle without this file has no preset voice here)
-    dualcodec.safetensors, vibevoice.safetensors  the codec's weights (codec.py)
+    dualcodec/        the official `dualcodec_12hz_16384_4096.safetensors` and `w2vbert2_mean_var_stats_emilia.pt`
+                      (codec.py, voice_encoder.py)
+    vibevoice/        VibeVoice-1.5B's acoustic tokenizer, optional (vibevoice.py)
+    w2v-bert-2.0/     facebook/w2v-bert-2.0, for cloning a voice from audio (voice_encoder.py)
 """
 from __future__ import annotations
 
