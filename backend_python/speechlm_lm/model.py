@@ -213,7 +213,7 @@ class LMModel:
                                      param="voice", code="unknown_voice")) from None
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         generator = seeded_generator(seed, self.device)  # every bit of the seed counts (seeding.py)
-        if not is_chapter:
+        if not is_chapter and not (text is not None and text.is_segmented):  # a segment: checked at its prefill
             self._check_fits(prompt.num_tokens if text is None else text.num_prompt_tokens, max_frames)
         return Sequence(request_id=request_id, prompt=prompt,
                         sampling=sampling, ignore_eos=req.ignore_eos, max_frames=max_frames,
