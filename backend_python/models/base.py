@@ -157,6 +157,12 @@ class VoiceEncoder(nn.Module, ABC):
         """audio[i]: [N_i] float32 mono in [-1, 1] at `sample_rate` -> each request's tensors (on the CPU);
         x_vector_only[i] leaves out what only in-context cloning needs (the reference's codes)."""
 
+    @staticmethod
+    def check_flags(audio: list[torch.Tensor], x_vector_only: list[bool]) -> None:
+        """`encode`'s arguments pair up: one flag per audio."""
+        if len(audio) != len(x_vector_only):
+            raise ValueError(f"need one x_vector_only flag per audio, got {len(x_vector_only)} for {len(audio)}")
+
     def encode_codes(self, audio: list[torch.Tensor]) -> list[torch.Tensor]:
         """audio[i]: [N_i] float32 at `sample_rate`, a chunk of a stream's input audio (an interleaved model's:
         audio in while audio goes out) -> its codes [T_i, K] (on the CPU), nothing of the speaker. This default

@@ -33,8 +33,7 @@ class CsmVoiceEncoder(VoiceEncoder):
     def encode(self, audio: list[torch.Tensor], x_vector_only: list[bool]) -> list[dict[str, torch.Tensor]]:
         """Each utterance alone (as transformers' CSM encodes its context audio). x_vector_only is refused:
         CSM has no speaker embedding to clone from without the reference's codes and transcript."""
-        if len(audio) != len(x_vector_only):
-            raise ValueError(f"need one x_vector_only flag per audio, got {len(x_vector_only)} for {len(audio)}")
+        self.check_flags(audio, x_vector_only)
         if any(x_vector_only):
             raise ValueError("CSM clones a voice only in context (it has no speaker embedding): x_vector_only is not "
                              "supported; send the reference's transcript instead")

@@ -104,8 +104,7 @@ class HiggsVoiceEncoder(VoiceEncoder):
     @torch.inference_mode()
     def encode(self, audio: list[torch.Tensor], x_vector_only: list[bool]) -> list[dict[str, torch.Tensor]]:
         """Each utterance alone. x_vector_only is refused: Higgs clones only in context (no speaker embedding)."""
-        if len(audio) != len(x_vector_only):
-            raise ValueError(f"need one x_vector_only flag per audio, got {len(x_vector_only)} for {len(audio)}")
+        self.check_flags(audio, x_vector_only)
         if any(x_vector_only):
             raise ValueError("Higgs Audio clones a voice only in context (it has no speaker embedding): "
                              "x_vector_only is not supported; send the reference's transcript instead")

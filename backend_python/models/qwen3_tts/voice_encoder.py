@@ -43,8 +43,7 @@ class Qwen3TTSVoiceEncoder(VoiceEncoder):
 
     @torch.inference_mode()
     def encode(self, audio: list[torch.Tensor], x_vector_only: list[bool]) -> list[dict[str, torch.Tensor]]:
-        if len(audio) != len(x_vector_only):
-            raise ValueError(f"need one x_vector_only flag per audio, got {len(x_vector_only)} for {len(audio)}")
+        self.check_flags(audio, x_vector_only)
         return [self._encode_one(a, only) for a, only in zip(audio, x_vector_only)]
 
     def _encode_one(self, audio: torch.Tensor, x_vector_only: bool) -> dict[str, torch.Tensor]:

@@ -38,8 +38,7 @@ class TontaubeVoiceEncoder(VoiceEncoder):
 
     @torch.inference_mode()
     def encode(self, audio: list[torch.Tensor], x_vector_only: list[bool]) -> list[dict[str, torch.Tensor]]:
-        if len(audio) != len(x_vector_only):
-            raise ValueError(f"need one x_vector_only flag per audio, got {len(x_vector_only)} for {len(audio)}")
+        self.check_flags(audio, x_vector_only)
         return [{REF_CODES: self._codes(a)} for a in audio]
 
     def _codes(self, audio: torch.Tensor) -> torch.Tensor:

@@ -26,8 +26,7 @@ class ZonosVoiceEncoder(VoiceEncoder):
 
     @torch.inference_mode()
     def encode(self, audio: list[torch.Tensor], x_vector_only: list[bool]) -> list[dict[str, torch.Tensor]]:
-        if len(audio) != len(x_vector_only):
-            raise ValueError(f"need one x_vector_only flag per audio, got {len(x_vector_only)} for {len(audio)}")
+        self.check_flags(audio, x_vector_only)
         for a in audio:
             if a.dim() != 1 or a.numel() <= N_FFT:
                 raise ValueError(f"reference audio must be mono [N] with N > {N_FFT} samples at {SAMPLE_RATE} Hz, "
