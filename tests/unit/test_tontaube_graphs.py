@@ -4,7 +4,6 @@ rows' codes; on CUDA the graph replay equals the same frame run eagerly, and its
 from __future__ import annotations
 
 import pytest
-import torch
 
 from backend_python.models.base import SamplingParams
 from backend_python.models.tontaube.cascade import VoicePrompt
