@@ -115,8 +115,10 @@ class Step:
 
     @classmethod
     def build(cls, rows: torch.Tensor, positions: torch.Tensor, head_dim: int, rope_theta: float,
-              cache: KVCache, dtype: torch.dtype) -> "Step":
-        cos, sin = rope_cos_sin(positions, head_dim, rope_theta, dtype)
+              cache: KVCache, dtype: torch.dtype, rope_positions: torch.Tensor | None = None) -> "Step":
+        """`rope_positions` [B, T]: where RoPE puts the tokens, where that is not their place in the row (TontaubeV1's
+        front-prompt scheme); None: their places."""
+        cos, sin = rope_cos_sin(positions if rope_positions is None else rope_positions, head_dim, rope_theta, dtype)
         write_index, starts = cache.write_index(rows, positions), cache.row_starts[rows]
         if cache.is_varlen:
             key_starts = torch.zeros(rows.shape[0] + 1, dtype=torch.int32, device=rows.device)

@@ -14,13 +14,12 @@ the voice prompt's rows), then to the codec lanes as whole frames.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from ..base import Prompt
-from ..layers.decoder import KVCache, Step, rope_cos_sin
+from ..layers.decoder import KVCache
 from ..layers.random_init import init_random_weights
 from ..slots import SlotLayout
 from ..speech_token_lm import SpeechVocab, TokenStepLM
@@ -163,18 +162,12 @@ class TontaubeLM(TokenStepLM):
                       cache: KVCache) -> torch.Tensor:
         """Decoded tokens: RoPE at their place + 25 (the reference's decode), clamped to its table."""
         top = self.config.predictors[0].max_position_embeddings - 1
-        return self._run(embeds, rows, positions, (positions + CHUNK_REALIGN_OFFSET).clamp(max=top), cache)
+        return self.model.run(embeds, rows, positions, (positions + CHUNK_REALIGN_OFFSET).clamp(max=top), cache)
 
     def prefill_hidden(self, prompt: Prompt, embeds, rows, positions, cache) -> torch.Tensor:
         p = self.config.predictors[0]
         scheme = rope_positions(prompt.tensors["ids"].tolist(), self.config.ids, 0, p.max_position_embeddings)
-        return self._run(embeds, rows, positions, torch.tensor([scheme.prefill], device=self.device), cache)
-
-    def _run(self, embeds, rows, positions, rope, cache: KVCache) -> torch.Tensor:
-        p = self.config.predictors[0]
-        step = Step.build(rows, positions, p.head_dim, p.rope_theta, cache, embeds.dtype)
-        cos, sin = rope_cos_sin(rope, p.head_dim, p.rope_theta, embeds.dtype)
-        return self.model(embeds, replace(step, cos=cos, sin=sin), cache, compiled=False)
+        return self.model.run(embeds, rows, positions, torch.tensor([scheme.prefill], device=self.device), cache)
 
     def _fuse_projections(self) -> None:
         self.model.fuse_projections()

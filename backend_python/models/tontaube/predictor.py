@@ -10,12 +10,10 @@ these are kept.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import nn
 
-from ..layers.decoder import DecoderStack, KVCache, Step, rope_cos_sin
+from ..layers.decoder import DecoderStack, KVCache, Step
 from .config import PredictorConfig, TokenIds
 from .positions import Positions, rope_positions
 
@@ -37,6 +35,15 @@ class Backbone(DecoderStack):
         super().__init__(c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads,
                          c.num_key_value_heads, c.head_dim, c.rms_norm_eps)
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.config = c
+
+    def run(self, embeds: torch.Tensor, rows: torch.Tensor, places: torch.Tensor, rope: torch.Tensor,
+            cache: KVCache) -> torch.Tensor:
+        """embeds [B, T, H] written at `places` [B, T] of cache `rows` [B], RoPE at `rope` [B, T] (the scheme's
+        positions, positions.py) -> the final-normed hidden states [B, T, H]."""
+        c = self.config
+        step = Step.build(rows, places, c.head_dim, c.rope_theta, cache, embeds.dtype, rope_positions=rope)
+        return self(embeds, step, cache, compiled=False)
 
 
 class Predictor(nn.Module):
@@ -81,15 +88,12 @@ class PredictorRun:
         return self._run([token], [self.positions.decoded(t, self.predictor.config.max_position_embeddings)])
 
     def _run(self, ids: list[int], rope: list[int]) -> torch.Tensor:
-        p, c = self.predictor, self.predictor.config
+        p = self.predictor
         if self.length + len(ids) > self.max_len:
             raise ValueError(f"the sequence outgrew its {self.max_len} positions")
         device = p.device
         places = torch.arange(self.length, self.length + len(ids), device=device)[None]
-        dtype = p.model.embed_tokens.weight.dtype
-        step = Step.build(self._rows, places, c.head_dim, c.rope_theta, self.cache, dtype)
-        cos, sin = rope_cos_sin(torch.tensor([rope], device=device), c.head_dim, c.rope_theta, dtype)
         embeds = p.model.embed_tokens(torch.tensor([ids], device=device))
-        hidden = p.model(embeds, replace(step, cos=cos, sin=sin), self.cache, compiled=False)[:, -1]
+        hidden = p.model.run(embeds, self._rows, places, torch.tensor([rope], device=device), self.cache)[:, -1]
         self.length += len(ids)
         return p.audio_head(hidden)[0].float()

@@ -9,12 +9,12 @@ alone (tests/unit/test_tontaube_refiner.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..layers.decoder import KVCache, Step, rope_cos_sin
+from ..layers.decoder import KVCache
 from .cascade import refiner_sequence
 from .config import ACOUSTIC_CODES, NUM_CODEBOOKS, SEMANTIC_CODES, TontaubeConfig
 from .positions import rope_positions
@@ -107,14 +107,11 @@ class TontaubeRefiner:
              rope: list[list[int]]) -> list[torch.Tensor]:
         """Tokens `ids` (one list per row, of one length) at places `starts`.. of their rows -> each row's logits
         for the token after its last."""
-        c, device = refiner.config, refiner.device
-        dtype = refiner.model.embed_tokens.weight.dtype
-        width = len(ids[0])
-        places = torch.tensor(starts, device=device)[:, None] + torch.arange(width, device=device)
-        step = Step.build(torch.tensor(rows, device=device), places, c.head_dim, c.rope_theta, cache, dtype)
-        cos, sin = rope_cos_sin(torch.tensor(rope, device=device), c.head_dim, c.rope_theta, dtype)
-        hidden = refiner.model(refiner.model.embed_tokens(torch.tensor(ids, device=device)),
-                               replace(step, cos=cos, sin=sin), cache, compiled=False)[:, -1]
+        device = refiner.device
+        places = torch.tensor(starts, device=device)[:, None] + torch.arange(len(ids[0]), device=device)
+        hidden = refiner.model.run(refiner.model.embed_tokens(torch.tensor(ids, device=device)),
+                                   torch.tensor(rows, device=device), places, torch.tensor(rope, device=device),
+                                   cache)[:, -1]
         return list(refiner.audio_head(hidden).float())
 
 
