@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# parallel test processes (pytest-xdist; tests/parallel.py says how the suite is split among them)
+TEST_WORKERS ?= 3
 
 .PHONY: install demo test unit e2e serve clean
 
@@ -20,13 +22,13 @@ demo: install
 	$(VENV)/bin/voxlane demo -o demo.wav
 
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
 
 unit: install
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit
 
 e2e: install
-	$(PY) -m pytest -q tests/e2e
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/e2e
 
 serve: install
 	$(VENV)/bin/voxlane serve

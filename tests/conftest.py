@@ -1,8 +1,11 @@
 """Shared test set-up: CPU settings that keep random-weight models fast."""
+import gc
+
 import pytest
 import torch
 
 from backend_python.models.optional_imports import hide_unimportable_optional_packages
+from tests import parallel
 
 # before any test imports transformers' modeling code: where numpy<2 is pinned (the GPU machine's
 # devpack) a scipy or scikit-learn built for numpy 2 would otherwise fail every such import
@@ -19,3 +22,21 @@ def no_tf32():
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups whole and longest first, for the parallel workers of `make test` (tests/parallel.py)."""
+    items[:] = parallel.in_start_order(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return parallel.GroupScheduling(config, log)
+
+
+def pytest_collection_finish(session) -> None:
+    """Everything imported so far goes to gc's permanent generation: a full collection (the router's `finalize`
+    runs one, at every middle test's teardown) then walks only what the tests made, not torch's modules."""
+    gc.freeze()

@@ -58,7 +58,10 @@ def is_available(device: torch.device) -> bool:
     """Whether the kernel runs for tensors on `device`: CUDA with Triton, or the CPU under Triton's interpreter."""
     if triton is None:
         return False
-    return torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    available = torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    if available:
+        _register_op()  # before any torch.compile traces a call
+    return available
 
 
 def max_keys_for(num_positions: int) -> int:
@@ -99,6 +102,7 @@ def short_cache_attention(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_we
     """`short_cache_attention_reference` as one kernel launch; max_keys: `max_keys_for` the row's positions (no
     query's position may reach it); heads_per_program (a divisor of the group), num_warps: 0 = `LAUNCH`.
     Traceable by torch.compile (a `triton_op`)."""
+    _register_op()
     return torch.ops.voxlane.short_cache_attention(qkv, q_weight, k_weight, eps, cos, sin, positions, write_index,
                                                    key_starts, k_cache, v_cache, num_heads, num_kv_heads, max_keys,
                                                    heads_per_program, num_warps)
@@ -172,6 +176,19 @@ if triton is not None:
                 weights = tl.exp(scores - tl.max(scores, axis=0))
                 o = tl.sum(weights[:, None] * v_all, axis=0) / tl.sum(weights, axis=0)
                 tl.store(out_ptr + (b * T + t) * stride_out + head * D + d, o.to(out_ptr.dtype.element_ty))
+
+
+_registered = False
+
+
+def _register_op() -> None:
+    """Register the kernel as `torch.ops.voxlane.short_cache_attention`, once, when it is first needed: torch's
+    `triton_op` finds the Triton kernels a function launches through Inductor, an import of about a second that a
+    process which never runs the kernel (a CPU server's every stub) does not pay."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
 
     @triton_op(OP_NAME, mutates_args={"k_cache", "v_cache"})
     def _short_cache_attention_op(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
