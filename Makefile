@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# parallel test processes (pytest-xdist; tests/parallel.py says how the suite is split among them)
-TEST_WORKERS ?= 3
+# parallel test processes (pytest-xdist): auto is one more than the cores, as many as 6 GiB each of the free
+# memory holds (tests/parallel.py, which also says how the suite is split among them)
+TEST_WORKERS ?= auto
 
 .PHONY: install demo test unit e2e serve clean
 

@@ -1,5 +1,6 @@
 """Shared test set-up: CPU settings that keep random-weight models fast."""
 import gc
+import os
 
 import pytest
 import torch
@@ -29,6 +30,11 @@ def no_tf32():
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups whole and longest first, for the parallel workers of `make test` (tests/parallel.py)."""
     items[:] = parallel.in_start_order(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config) -> int:
+    return parallel.auto_workers(len(os.sched_getaffinity(0)), parallel.available_gib())
 
 
 @pytest.hookimpl(optionalhook=True)

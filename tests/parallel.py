@@ -14,13 +14,27 @@ through a rewrite of the test id that pytest 9.2 no longer supports.
 """
 from __future__ import annotations
 
+import os
 import re
 
 from xdist.scheduler import LoadScopeScheduling
 
+GIB_PER_WORKER = 6  # a worker's peak: its default server, its group's servers and gateway, itself (3 workers: 15 GB)
 SOLO_MODULES = ("tests/e2e/test_soak.py",)  # each test a group of its own
 FIRST_LAYERS = ("tests/e2e/", "tests/middle/")  # then everything else
 PARAMS = re.compile(r"\[(.*)\]$")
+
+
+def auto_workers(num_cpus: int, available_gib: float) -> int:
+    """Workers for `-n auto`: one more than the cores (a test that waits on a server leaves its core to
+    another), as many as the memory holds, at least one."""
+    return max(1, min(num_cpus + 1, int(available_gib // GIB_PER_WORKER)))
+
+
+def available_gib() -> float:
+    with open("/proc/meminfo") as meminfo:
+        fields = dict(line.split(":", 1) for line in meminfo)
+    return int(fields["MemAvailable"].split()[0]) / 2 ** 20
 
 
 def family_presets() -> list[str]:

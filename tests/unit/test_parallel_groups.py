@@ -2,7 +2,7 @@
 worker, and the longest groups start first."""
 from types import SimpleNamespace
 
-from tests.parallel import family_presets, group_of, in_start_order
+from tests.parallel import auto_workers, family_presets, group_of, in_start_order
 
 PRESETS = family_presets()
 
@@ -39,3 +39,10 @@ def test_groups_stay_whole_and_start_soaks_then_servers_then_in_process_layers()
                    "tests/e2e/test_modes.py::test_1", "tests/e2e/test_modes.py::test_2",
                    "tests/middle/test_m.py::test_1",
                    "tests/unit/test_a.py::test_1", "tests/unit/test_a.py::test_2"]
+
+
+def test_auto_workers_are_one_more_than_the_cores_as_memory_allows():
+    assert auto_workers(2, 22.0) == 3
+    assert auto_workers(16, 22.0) == 3  # the memory bounds it
+    assert auto_workers(2, 8.0) == 1
+    assert auto_workers(2, 3.0) == 1  # never none
