@@ -14,7 +14,6 @@ through a rewrite of the test id that pytest 9.2 no longer supports.
 """
 from __future__ import annotations
 
-import os
 import re
 
 from xdist.scheduler import LoadScopeScheduling
@@ -57,6 +56,7 @@ def group_of(nodeid: str, presets: list[str]) -> str:
 
 
 def start_rank(group: str) -> int:
+    """0 for a soak, 1 for an end-to-end group, 2 for the middle layer, 3 for the rest."""
     if group.startswith(SOLO_MODULES):
         return 0
     if group.startswith("family "):
