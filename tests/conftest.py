@@ -27,8 +27,10 @@ def no_tf32():
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups whole and longest first, for the parallel workers of `make test` (tests/parallel.py)."""
-    items[:] = parallel.in_start_order(items)
+    """On a parallel worker: groups whole and longest first (tests/parallel.py). In one process the order stays
+    pytest's own."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items[:] = parallel.in_start_order(items)
 
 
 @pytest.hookimpl(optionalhook=True)

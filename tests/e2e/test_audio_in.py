@@ -247,7 +247,7 @@ def test_the_gateway_s_websocket_streams_audio_in_as_binary_pcm_or_base64(ws_bas
     assert_same_pcm16(np.frombuffer(audio, "<i2"), direct)
     as_base64 = [{"type": "input_audio.append", "audio": base64.b64encode(p).decode()} for p in pieces]
     again, _ = asyncio.run(_socket_session(ws_base, [update, *as_base64, {"type": "input_audio.done"}]))
-    assert again == audio
+    assert_same_pcm16(np.frombuffer(again, "<i2"), np.frombuffer(audio, "<i2"))  # chunks may take other codec lanes
 
 
 def test_the_websocket_refuses_text_in_an_audio_in_session_and_goes_on(ws_base):
