@@ -188,14 +188,23 @@ def register_soak_voice(url: str) -> None:
 
 
 def run_workers(url: str, seconds: float, num_workers: int, seed: int, tally: SoakTally,
-                kinds=PLAIN_KINDS) -> None:
-    """`num_workers` closed-loop clients for `seconds`, each drawing its requests from `kinds`
-    ((run, weight) pairs); every request has ended when this returns."""
-    stop_at = time.monotonic() + seconds
+                kinds=PLAIN_KINDS, rate: float | None = None) -> None:
+    """`num_workers` clients for `seconds`, each drawing its requests from `kinds` ((run, weight) pairs); every
+    request has ended when this returns. Closed loop (each client starts its next request as its last ends), or
+    with `rate`, at most `rate` requests a second in all: each client starts one every `num_workers / rate` s,
+    the clients staggered across that interval, and at once when its last request ran past its turn."""
+    if rate is not None and not rate > 0:
+        raise ValueError(f"rate must be > 0 requests a second, got {rate}")
+    started = time.monotonic()
+    stop_at = started + seconds
+    interval = num_workers / rate if rate else 0.0
 
     def worker(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
+        turn = started + index * interval / num_workers
         while time.monotonic() < stop_at:
+            time.sleep(max(0.0, turn - time.monotonic()))
+            turn = max(turn, time.monotonic()) + interval  # after a slow request, no burst to catch up
             run = rng.choices([k for k, _ in kinds], weights=[w for _, w in kinds])[0]
             try:
                 run(url, rng, tally)
@@ -260,16 +269,18 @@ def with_peak(stat: ProcStat, peak: tuple[int, int] | None) -> ProcStat:
 
 
 def soak(url: str, server_pid: int, minutes: float, warm_up_s: float, num_workers: int, seed: int,
-         settle_s: float = 8.0, log=print, kinds=PLAIN_KINDS) -> tuple[dict, dict, SoakTally]:
-    """Warm up, take figures, soak, let the server settle, take figures again.
+         settle_s: float = 8.0, log=print, kinds=PLAIN_KINDS,
+         rate: float | None = None) -> tuple[dict, dict, SoakTally]:
+    """Warm up, take figures, soak, let the server settle, take figures again. The warm-up runs closed loop; the
+    soak too, or at most `rate` requests a second (`run_workers`).
 
     The figures before are each process's peak RSS during the warm-up, with its pid and thread
-    count once the warm-up has settled."""
+    count once the warm-up has settled: the peaks of the heaviest load, whatever the soak's rate."""
     peak = peak_rss_while(server_pid, lambda: run_workers(url, warm_up_s, num_workers, seed, SoakTally(), kinds))
     time.sleep(settle_s)  # finished streams' BLS iterators are held a few seconds before they are freed
     before = {name: with_peak(stat, peak.get(name)) for name, stat in snapshot(server_pid).items()}
     tally = SoakTally()
-    run_workers(url, minutes * 60, num_workers, seed + 1, tally, kinds)
+    run_workers(url, minutes * 60, num_workers, seed + 1, tally, kinds, rate)
     time.sleep(settle_s)
     after = snapshot(server_pid)
     log(format_figures(before, after, minutes, sum(tally.counts.values())))
@@ -283,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--warm-up", type=float, default=30.0, help="seconds of load before the first figures")
-    parser.add_argument("--workers", type=int, default=4, help="concurrent closed-loop clients")
+    parser.add_argument("--workers", type=int, default=4, help="concurrent clients")
+    parser.add_argument("--rate", type=float,
+                        help="requests a second in all during the soak, spread over the clients (default: closed "
+                             "loop, each client starts its next request as its last ends; the warm-up always is)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--url", help="gRPC HOST:PORT of a running server (default: start one)")
     parser.add_argument("--server-pid", type=int, help="tritonserver's pid, with --url")
@@ -296,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.clone and args.audio_in:
         parser.error("--clone and --audio-in are different models' mixes: choose one")
+    if args.rate is not None and not args.rate > 0:
+        parser.error(f"--rate must be > 0 requests a second, got {args.rate}")
     if (args.url is None) != (args.server_pid is None):
         parser.error("--url and --server-pid go together")
     if args.url:
@@ -308,7 +324,8 @@ def _soak_server(url: str, server_pid: int, args) -> int:
     if args.clone:
         register_soak_voice(url)
     kinds = CLONING_KINDS if args.clone else AUDIO_IN_KINDS if args.audio_in else PLAIN_KINDS
-    tally = soak(url, server_pid, args.minutes, args.warm_up, args.workers, args.seed, kinds=kinds)[2]
+    tally = soak(url, server_pid, args.minutes, args.warm_up, args.workers, args.seed, kinds=kinds,
+                 rate=args.rate)[2]
     return 1 if tally.problems else 0
 
 

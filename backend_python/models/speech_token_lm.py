@@ -33,6 +33,7 @@ from torch import nn
 from .base import DecodeBatch, Prompt, to_device
 from .graphs.buffers import batch_buckets
 from .layers.decoder import KVCache
+from .layers.empty_weights import empty_weights
 from .layers.qwen2 import Qwen2Backbone, Qwen2Config
 from .layers.random_init import init_random_weights
 from .layers.sampling import TINY, apply_repetition_penalty, draw_noise, host_columns, host_flags, sample
@@ -282,7 +283,7 @@ class SpeechTokenLM(TokenStepLM):
     @classmethod
     def build_loaded(cls, config, tokenizer, voices: dict, state_dict: dict, device, dtype: torch.dtype):
         """A family's LM with the checkpoint's weights (built on `meta`, strict on every key)."""
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer, voices)
         lm.load_state_dict(state_dict, strict=True, assign=True)
         return lm.to(device=device, dtype=dtype).eval()
@@ -290,7 +291,7 @@ class SpeechTokenLM(TokenStepLM):
     @classmethod
     def build_random(cls, config, tokenizer, voices: dict, device, dtype: torch.dtype, seed: int):
         """A family's LM with deterministic random weights (built on `meta`, materialised on `device`)."""
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer, voices).to(dtype=dtype)
         lm.to_empty(device=device)
         lm.init_weights(seed)

@@ -41,6 +41,7 @@ from safetensors.torch import save_file
 
 from ..base import Codec, CodecShape
 from ..layers.dit import compile_blocks, rotary_inv_freq, uncompile_blocks
+from ..layers.empty_weights import empty_weights
 from .codec_checkpoint import random_parameter, read_official, read_safetensors
 from .codec_checkpoint import read_hyperpyyaml  # noqa: F401  (checkpoint.py reads the official yaml from here)
 from .codec_config import CosyVoice3CodecConfig
@@ -241,7 +242,7 @@ class CosyVoice3Codec(Codec):
                                     f"{', '.join(OFFICIAL_FILES)}")
         if n_timesteps is not None:
             cfg = replace(cfg, n_timesteps=n_timesteps)
-        with torch.device("meta"):
+        with empty_weights():
             codec = cls(cfg)
         state.setdefault("flow.decoder.estimator.rotary_embed.inv_freq",
                          torch.zeros(cfg.flow.estimator.dim_head // 2))  # rebuilt by `prepare`

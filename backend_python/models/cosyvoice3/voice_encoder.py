@@ -20,6 +20,7 @@ from torch import nn
 
 from ..base import VoiceEncoder
 from ..checkpoint_io import cpu_state
+from ..layers.empty_weights import empty_weights
 from ..onnx_io import read_onnx
 from .campplus import TDNN_STRIDE, CampPlus, CampPlusConfig
 from .campplus_onnx import BATCHNORMS, CONVS, campplus_state_from_onnx
@@ -95,7 +96,7 @@ class CampPlusEncoder(VoiceEncoder):
         config_file = path / CONFIG_FILE
         cfg = CampPlusConfig.from_dict(json.loads(config_file.read_text())) if config_file.exists() \
             else CampPlusConfig.full()
-        with torch.device("meta"):
+        with empty_weights():
             model = cls(cfg)
         if (path / WEIGHTS_FILE).exists():
             with safe_open(str(path / WEIGHTS_FILE), framework="pt", device="cpu") as f:

@@ -19,6 +19,7 @@ from torch import nn
 from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference, to_device
 from ..graphs.frame import FrameGraphs, FrameInputs, TwoStageFrameLM
 from ..layers.decoder import KVCache
+from ..layers.empty_weights import empty_weights
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, apply_repetition_penalty, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
@@ -70,7 +71,7 @@ class CsmLM(TwoStageFrameLM, SlotSpeechLM):
                         dtype: torch.dtype = torch.float32) -> "CsmLM":
         """Load a checkpoint dir (config.json, model.safetensors[.index.json], tokenizer files)."""
         config, tokenizer = checkpoint.read_config(path), checkpoint.load_tokenizer(path)
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer)
         lm.load_state_dict(checkpoint.read_lm_state_dict(path, config), strict=True, assign=True)
         lm.tie_codebook_embeddings()
@@ -81,7 +82,7 @@ class CsmLM(TwoStageFrameLM, SlotSpeechLM):
                     seed: int = 0, tokenizer=None) -> "CsmLM":
         """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
         tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer).to(dtype=dtype)
         lm.to_empty(device=device)
         init_random_weights(lm, seed, matrices=(CodebooksHead,))

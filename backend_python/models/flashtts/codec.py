@@ -29,6 +29,7 @@ from ..base import Codec, CodecShape
 from ..checkpoint_io import CONFIG_FILE, WEIGHTS_FILE
 from scheduler.family_plans import PLANS
 from ..layers.dit import compile_blocks, rotary_inv_freq, uncompile_blocks
+from ..layers.empty_weights import empty_weights
 from .codec_config import FlashTTSCodecConfig
 from .meanflow import FOREIGN_PREFIXES, MeanFlowDiT
 from .vocoder import HiFiGAN, fold_weight_norm
@@ -143,7 +144,7 @@ class FlashTTSCodec(Codec):
     def from_config(cls, cfg: FlashTTSCodecConfig, device: torch.device | str = "cpu",
                     dtype: torch.dtype = torch.float32, seed: int = 0) -> "FlashTTSCodec":
         """Random weights, deterministic in `seed` (built on `meta`, drawn on the CPU)."""
-        with torch.device("meta"):
+        with empty_weights():
             codec = cls(cfg)
         codec.to_empty(device="cpu")
         init_codec_weights(codec, seed)
@@ -155,7 +156,7 @@ class FlashTTSCodec(Codec):
         """A codec folder (config.json + model.safetensors), strict on every key but FlashTTS's foreign ones."""
         path = Path(path)
         cfg = FlashTTSCodecConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
-        with torch.device("meta"):
+        with empty_weights():
             codec = cls(cfg)
         state = serving_state(checkpoint_io.read_state_dict(path, lambda k: True))
         codec.load_state_dict(state, strict=True, assign=True)

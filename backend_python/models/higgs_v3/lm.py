@@ -27,6 +27,7 @@ from torch import nn
 from ..base import DecodeBatch, Prompt, VoiceReference, to_device
 from ..graphs.frame import FrameGraphs, FrameInputs, TwoStageFrameLM
 from ..layers.decoder import DecoderStack, KVCache, Step
+from ..layers.empty_weights import empty_weights
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
@@ -101,7 +102,7 @@ class HiggsV3LM(TwoStageFrameLM, SlotSpeechLM):
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
                         dtype: torch.dtype = torch.float32) -> "HiggsV3LM":
         config, tokenizer = checkpoint.read_config(path), checkpoint.load_tokenizer(path)
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer, checkpoint.read_voices(path))
         lm.load_state_dict(checkpoint.read_lm_state_dict(path), strict=True, assign=True)
         return lm.to(device=device, dtype=dtype).eval()
@@ -112,7 +113,7 @@ class HiggsV3LM(TwoStageFrameLM, SlotSpeechLM):
         """Random weights (built on `meta`, materialised on `device`), random preset voices; tokenizer defaults
         to the tiny BPE."""
         tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer, {}).to(dtype=dtype)
         lm.to_empty(device=device)
         init_random_weights(lm, seed)

@@ -24,6 +24,7 @@ from protocol.quoting import quoted
 from ..base import DecodeBatch, Prompt, VoiceReference, to_device
 from ..graphs.buffers import batch_buckets
 from ..layers.decoder import KVCache
+from ..layers.empty_weights import empty_weights
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, apply_repetition_penalty, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
@@ -72,7 +73,7 @@ class OrpheusLM(SlotSpeechLM):
                         dtype: torch.dtype = torch.float32) -> "OrpheusLM":
         """Load a checkpoint dir (config.json, model.safetensors[.index.json], tokenizer.json)."""
         config, tokenizer = checkpoint.read_config(path), checkpoint.load_tokenizer(path)
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer)
         lm.backbone.load_state_dict(checkpoint.read_state_dict(path, config), strict=True, assign=True)
         return lm.to(device=device, dtype=dtype).eval()
@@ -82,7 +83,7 @@ class OrpheusLM(SlotSpeechLM):
                     dtype: torch.dtype = torch.float32, seed: int = 0, tokenizer=None) -> "OrpheusLM":
         """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
         tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer).to(dtype=dtype)
         lm.to_empty(device=device)
         init_random_weights(lm.backbone, seed)

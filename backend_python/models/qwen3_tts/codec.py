@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 from backend_python.models.base import Codec, CodecShape
 from backend_python.models.checkpoint_io import CONFIG_FILE, WEIGHTS_FILE
 from backend_python.models.codec_stream import CodecStreamState, StreamCarry
+from backend_python.models.layers.empty_weights import empty_weights
 from backend_python.models.qwen3_tts.codec_config import Qwen3TTSCodecConfig, tiny_codec_config
 from backend_python.models.qwen3_tts.codec_layers import CodecDecoder
 
@@ -84,7 +85,7 @@ class Qwen3TTSCodec(Codec):
             cfg = Qwen3TTSCodecConfig.from_official(json.load(f))
         if left_context_frames is not None:
             cfg = replace(cfg, left_context_frames=left_context_frames)
-        with torch.device("meta"):
+        with empty_weights():
             model = cls(cfg)
         state = read_decoder_weights(os.path.join(path, WEIGHTS_FILE), device, dtype)
         model.load_state_dict(state, strict=True, assign=True)

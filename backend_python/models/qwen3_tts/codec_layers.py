@@ -104,7 +104,7 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv1 = nn.Linear(dim, 4 * dim)
         self.act = nn.GELU()
         self.pwconv2 = nn.Linear(4 * dim, dim)
-        self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
 
     takes_carry = True
 

@@ -20,6 +20,7 @@ from ..graphs.buffers import batch_buckets
 from ..graphs.frame import FrameGraphs, FrameInputs, eager_frame
 from ..layers.compile import compile_hot_path
 from ..layers.decoder import KVCache
+from ..layers.empty_weights import empty_weights
 from ..layers.random_init import init_random_weights
 from ..graphs.prefill import PREFILL_LENGTHS, PrefillGraphs, plan_groups
 from ..kernels import short_attention
@@ -93,7 +94,7 @@ class Qwen3TTSLM(SlotSpeechLM):
                         dtype: torch.dtype = torch.float32, language: str = AUTO_LANGUAGE) -> "Qwen3TTSLM":
         """Load a checkpoint dir (config.json, model.safetensors[.index.json], tokenizer files)."""
         config, tokenizer = checkpoint.read_config(path), checkpoint.load_tokenizer(path)
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer, language)
         lm.load_state_dict(checkpoint.read_talker_state_dict(path), strict=True, assign=True)
         return lm.to(device=device, dtype=dtype).eval()
@@ -104,7 +105,7 @@ class Qwen3TTSLM(SlotSpeechLM):
                     language: str = AUTO_LANGUAGE) -> "Qwen3TTSLM":
         """Random weights (built on `meta`, materialised on `device`); tokenizer defaults to the tiny BPE."""
         tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer, language).to(dtype=dtype)
         lm.to_empty(device=device)
         init_random_weights(lm, seed)

@@ -14,6 +14,7 @@ from torch import nn
 
 from ..base import VoiceEncoder
 from ..checkpoint_io import CONFIG_FILE, read_state_dict
+from ..layers.empty_weights import empty_weights
 from .checkpoint import SPEECH_TOKENIZER_DIR, read_config
 from .codec_encoder import CodecEncoder, CodecEncoderConfig
 from .config import SpeakerEncoderConfig
@@ -94,7 +95,7 @@ class Qwen3TTSVoiceEncoder(VoiceEncoder):
         path = Path(path)
         codec_dir = path / SPEECH_TOKENIZER_DIR
         codec = CodecEncoderConfig.from_official(json.loads((codec_dir / CONFIG_FILE).read_text()))
-        with torch.device("meta"):
+        with empty_weights():
             model = cls(read_config(path).speaker_encoder, codec)
         wanted = set(model.state_dict())
         state = read_state_dict(path, lambda k: k.startswith(SPEAKER_PREFIX))

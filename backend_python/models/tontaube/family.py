@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ..layers.empty_weights import empty_weights
 from . import checkpoint, vibevoice
 from .codec import TontaubeCodec, checkpoint_vibevoice_config, windowing
 from .dualcodec import full_config
@@ -54,7 +55,7 @@ def load_refiner(spec, device: str, dtype: torch.dtype) -> TontaubeRefiner:
     config = checkpoint.read_config(spec.checkpoint) if spec.checkpoint is not None else preset_config(spec.preset)
     refiners = []
     for k in range(1, len(config.predictors)):
-        with torch.device("meta"):
+        with empty_weights():
             model = Predictor(config.predictors[k])
         if spec.checkpoint is not None:
             model.load_state_dict(checkpoint.read_weights(spec.checkpoint, k), strict=True, assign=True)

@@ -20,6 +20,7 @@ import torch
 
 from ..base import Prompt
 from ..layers.decoder import KVCache
+from ..layers.empty_weights import empty_weights
 from ..layers.random_init import init_random_weights
 from ..slots import SlotLayout
 from ..speech_token_lm import SpeechVocab, TokenStepLM
@@ -59,7 +60,7 @@ class TontaubeLM(TokenStepLM):
         tokenizer = TextTokenizer(Tokenizer.from_file(str(path / checkpoint.FOLDERS[0] / checkpoint.TOKENIZER_FILE)))
         voices = {name: VoicePrompt(tuple(tuple(r) for r in rows.tolist()))
                   for name, rows in checkpoint.read_voices(path).items()}
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer, voices)
         lm.load_state_dict(checkpoint.read_weights(path, 0), strict=True, assign=True)
         return lm.with_reference_biases().to(device=device, dtype=dtype).eval()
@@ -67,7 +68,7 @@ class TontaubeLM(TokenStepLM):
     @classmethod
     def from_config(cls, config: TontaubeConfig, tokenizer: TextTokenizer, voices: dict[str, VoicePrompt],
                     device="cpu", dtype: torch.dtype = torch.float32, seed: int = 0) -> "TontaubeLM":
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, tokenizer, voices).to(dtype=dtype)
         lm.to_empty(device=device)
         lm.init_weights(seed)

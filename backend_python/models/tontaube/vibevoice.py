@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..layers.empty_weights import empty_weights
 from ..optional_imports import hide_unimportable_optional_packages
 
 SAMPLE_RATE = 24000
@@ -270,7 +271,7 @@ class AcousticResynth:
         blocks' layer scales `layer_scale` (transformers' 1e-6 leaves them all but identities); the decoder's head
         scaled so that noise at speech level (0.2) comes out `gain` times as loud."""
         module = _tokenizer_module()
-        with torch.device("meta"):
+        with empty_weights():
             model = module.VibeVoiceAcousticTokenizerModel(config)
         model.to_empty(device="cpu")
         generator = torch.Generator().manual_seed(seed)
@@ -326,7 +327,7 @@ class AcousticResynth:
             return cls.from_reference_dir(path, dtype, device)
         from safetensors.torch import load_file
 
-        with torch.device("meta"):  # no init: every weight comes from the folder
+        with empty_weights():  # no init: every weight comes from the folder
             model = _tokenizer_module().VibeVoiceAcousticTokenizerModel(read_dir_config(path))
         index = path / (WEIGHTS_FILE + ".index.json")  # a sharded save_pretrained
         files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else [WEIGHTS_FILE]

@@ -35,6 +35,7 @@ from ..base import DecodeBatch, Prompt, VoiceReference, to_device
 from ..graphs.frame import FrameGraphs, FrameInputs, TwoStageFrameLM
 from ..input_feed import InputFeed
 from ..layers.decoder import DecoderStack, KVCache, Step
+from ..layers.empty_weights import empty_weights
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, sample
 from ..slots import SlotLayout, SlotSpeechLM
@@ -111,7 +112,7 @@ class TSELM(TwoStageFrameLM, SlotSpeechLM):
         from safetensors.torch import load_file
 
         config = TSEConfig.from_dir(path)
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config)
         lm.load_state_dict(load_file(str(Path(path) / "model.safetensors")), strict=True, assign=True)
         return lm.to(device=device, dtype=dtype).eval()

@@ -28,6 +28,7 @@ from ..base import DecodeBatch, Prompt, VoiceReference, to_device
 from ..graphs.frame import FrameGraphs, FrameInputs, TwoStageFrameLM
 from ..layers.compile import compile_hot_path
 from ..layers.decoder import DecoderStack, KVCache, Step
+from ..layers.empty_weights import empty_weights
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
@@ -88,7 +89,7 @@ class VoxtralLM(TwoStageFrameLM, SlotSpeechLM):
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
                         dtype: torch.dtype = torch.float32) -> "VoxtralLM":
         config = checkpoint.read_config(path)
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, load_tokenizer(path), {})
         state = checkpoint.lm_state(checkpoint.read_tensors(path), config)
         lm.load_state_dict(state, strict=True, assign=True)

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..checkpoint_io import CONFIG_FILE, WEIGHTS_FILE, cpu_state, read_state_dict
+from ..layers.empty_weights import empty_weights
 from .config import EMBEDDING_ROWS, HEAD_COLUMNS, ZonosConfig
 
 VOICES_FILE = "voices.safetensors"
@@ -94,7 +95,7 @@ def read_speaker_model(path: Path):
 
     config_file = path / CONFIG_FILE
     config = SpeakerConfig.from_dict(json.loads(config_file.read_text())) if config_file.is_file() else SpeakerConfig()
-    with torch.device("meta"):
+    with empty_weights():
         model = SpeakerEmbedding(config)
     state = torch.load(path / SPEAKER_FILE, map_location="cpu", weights_only=True)
     state.update({f"lda.{k}": v for k, v in torch.load(path / LDA_FILE, map_location="cpu", weights_only=True).items()})

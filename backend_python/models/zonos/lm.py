@@ -29,6 +29,7 @@ from torch import nn
 from ..base import DecodeBatch, Prompt, TextFeed, VoiceReference, to_device
 from ..graphs.buffers import batch_buckets
 from ..layers.decoder import KVCache
+from ..layers.empty_weights import empty_weights
 from ..layers.random_init import init_random_weights
 from ..layers.sampling import TINY, sample
 from ..slots import SlotLayout, SlotSpeechLM, SlotState
@@ -90,7 +91,7 @@ class ZonosLM(SlotSpeechLM):
                         dtype: torch.dtype = torch.float32) -> "ZonosLM":
         """A checkpoint dir: config.json, model.safetensors (official names), voices.safetensors (optional)."""
         config = checkpoint.read_config(path)
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, checkpoint.read_voices(path))
         lm.load_state_dict(checkpoint.read_lm_state_dict(path), strict=True, assign=True)
         return lm.to(device=device, dtype=dtype).eval()
@@ -99,7 +100,7 @@ class ZonosLM(SlotSpeechLM):
     def from_config(cls, config: ZonosConfig, voices: dict[str, torch.Tensor], device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32, seed: int = 0) -> "ZonosLM":
         """Random weights (built on `meta`, materialised on `device`), deterministic in `seed`."""
-        with torch.device("meta"):
+        with empty_weights():
             lm = cls(config, voices).to(dtype=dtype)
         lm.to_empty(device=device)
         init_weights(lm, seed)
