@@ -40,6 +40,10 @@ FROM_MODEL = "model"  # a chunk growth not given: the model family's
 log = logging.getLogger("voxlane.serve")
 REVIVE_PERIOD_S = 0.5  # how often the server's keeper looks whether tritonserver still runs
 REVIVE_BACKOFF_S = (1.0, 5.0, 30.0)  # waits before the keeper's next start after one failed (last one repeats)
+# Starts of a tritonserver that a signal ends before it is ready: Triton 2.51's Python backend can abort as its stubs
+# start on a loaded host (boost::interprocess::lock_exception; upstream server#8882, #5949). One that exits with a
+# code (a model that cannot load, a port taken) is not started again: the next start would fail the same way.
+START_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -394,13 +398,27 @@ class Server:
             mps_env = self._start_mps()
             env = {**mps_env, **self.config.server_env(has_mps=bool(mps_env))}
             self._launch = {"repository": repository, "env": env, "timeout_s": timeout_s}
-            self._run_triton(append_log=False)
+            self._first_start()
             self._keeper = threading.Thread(target=self._keep, name="triton-keeper", daemon=True)
             self._keeper.start()
         except BaseException:  # a failed start (or Ctrl-C) must not leave MPS or triton behind
             self.stop()
             raise
         return self
+
+    def _first_start(self) -> None:
+        """Run tritonserver until ready; again where a signal ended it before (START_ATTEMPTS)."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._run_triton(append_log=attempt > 1)
+                return
+            except RuntimeError:
+                code = self.process.process.returncode if self.process is not None else None
+                if code is None or code >= 0 or attempt == START_ATTEMPTS or self._stopping.is_set():
+                    raise
+                log.error("tritonserver died of %s before it was ready: starting it again (attempt %d of %d)",
+                          signal.Signals(-code).name, attempt + 1, START_ATTEMPTS)
+                self.process.stop()  # ends its orphaned stubs, removes their shared memory
 
     def _run_triton(self, append_log: bool) -> None:
         launch = self._launch
