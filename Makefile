@@ -3,11 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# test processes (pytest-xdist): 0 runs the suite in this one process; auto, one worker more than the cores as
-# 6 GiB each of the free memory allows (tests/parallel.py). auto is 11 minutes instead of 17 on 2 cores, but under
-# its load Triton 2.51's Python backend has aborted a server start (boost::interprocess::lock_exception), so 0
-# stays the default until a start survives that
-TEST_WORKERS ?= 0
+# test processes (pytest-xdist): auto, one worker more than the cores as 6 GiB each of the free memory allows
+# (tests/parallel.py: 3 on 2 cores); 0 runs the suite in this one process
+TEST_WORKERS ?= auto
 
 .PHONY: install demo test unit e2e serve clean
 
