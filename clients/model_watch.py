@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 
-from clients.procstats import is_alive, server_processes
+from clients.procstats import ServerProcesses, is_alive
 from clients.triton_launch import ADMIN_KEY_HEADER
 from protocol.models import ROUTER, VOICE_ENCODER, VOICE_REGISTRY
 
@@ -46,6 +46,7 @@ class ModelWatch:
         self._gone_since: dict[str, float] = {}
         self._owed: set[str] = set()  # unloaded by this watch, not yet loaded again: a failed load is tried again
         self._retry: dict[str, tuple[float, float]] = {}  # owed model -> (next try, gap after a failure there)
+        self._processes = ServerProcesses(server_pid, models)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="model-watch", daemon=True)
 
@@ -117,7 +118,7 @@ class ModelWatch:
 
     def _stubs(self) -> dict[str, int]:
         """The server's processes by model name (tritonserver's own under its name)."""
-        return server_processes(self.server_pid)
+        return self._processes()
 
     def _post(self, path: str) -> None:
         headers = {ADMIN_KEY_HEADER: self.control_key} if self.control_key else {}

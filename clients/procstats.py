@@ -29,15 +29,53 @@ class ProcStat:
         return self.rss_kb - self.shmem_kb
 
 
-def server_processes(server_pid: int) -> dict[str, int]:
+PROC = Path("/proc")
+
+
+def server_processes(server_pid: int, proc: Path = PROC) -> dict[str, int]:
     """name -> pid of tritonserver and each stub it runs (a stub is named by its model)."""
     found = {"tritonserver": server_pid}
-    for entry in Path("/proc").iterdir():
+    for entry in proc.iterdir():
         if entry.name.isdigit() and _parent(entry) == server_pid:
             model = _stub_model(entry)
             if model is not None:
                 found[model] = int(entry.name)
     return found
+
+
+class ServerProcesses:
+    """`server_processes` for a watch that asks every half second: the processes the last scan of /proc found
+    are checked by pid (each still runs, as the server's child, and is the process that scan saw: same start
+    time), and /proc is scanned again only when one is not, or when `expected` names a model it did not find.
+    A scan reads every process's stat: tens of milliseconds on a host of thousands of processes."""
+
+    def __init__(self, server_pid: int, expected=(), proc: Path = PROC) -> None:
+        self.server_pid, self.expected, self._proc = server_pid, frozenset(expected), proc
+        self._found: dict[str, tuple[int, str]] = {}  # name -> (pid, start time)
+        self.num_scans = 0
+
+    def __call__(self) -> dict[str, int]:
+        if not self._found or not self.expected <= self._found.keys() or not all(
+                self._is_same(name, pid, started) for name, (pid, started) in self._found.items()):
+            self.num_scans += 1
+            found = server_processes(self.server_pid, self._proc)
+            self._found = {name: (pid, started) for name, pid in found.items()
+                           if (started := self._start_time(pid)) is not None}
+        return {name: pid for name, (pid, _) in self._found.items()}
+
+    def _is_same(self, name: str, pid: int, started: str) -> bool:
+        fields = _stat_fields(self._proc / str(pid))
+        return (_start_time(fields) == started
+                and (name == "tritonserver" or fields[1] == str(self.server_pid)))
+
+    def _start_time(self, pid: int) -> str | None:
+        return _start_time(_stat_fields(self._proc / str(pid)))
+
+
+def _start_time(fields: list[str] | None) -> str | None:
+    """The start time (field 22 of /proc/PID/stat, clock ticks after boot) of a running process; None once it ended
+    or is a zombie."""
+    return fields[19] if fields is not None and len(fields) >= 20 and fields[0] not in ("Z", "X") else None
 
 
 def stat(name: str, pid: int) -> ProcStat:

@@ -34,9 +34,10 @@ class VoiceEncoderClient:
             inputs=[pb_utils.Tensor("ref_audio", reference.audio[None]),
                     pb_utils.Tensor("ref_sample_rate", np.array([[reference.sample_rate]], dtype=np.int32)),
                     pb_utils.Tensor("x_vector_only", np.array([[reference.x_vector_only]], dtype=np.bool_))])
+        generation = self._lane_health.generation(VOICE_ENCODER)
         response = request.exec()
         if response.has_error():
-            return self._on_call_error(response.error().message())
+            return self._on_call_error(response.error().message(), generation)
         # copies: as_numpy() views the response's shared memory, freed with the response
         tensors = [pb_utils.Tensor(t.name(), np.array(t.as_numpy()[0])) for t in response.output_tensors()
                    if t.name() in REFERENCE_TENSORS]
@@ -46,11 +47,11 @@ class VoiceEncoderClient:
             tensors.append(pb_utils.Tensor("ref_text", np.array([reference.text.encode("utf-8")], dtype=np.object_)))
         return tensors
 
-    def _on_call_error(self, message: str) -> Ended:
+    def _on_call_error(self, message: str, generation: int) -> Ended:
         if is_encoded(message):  # the lane's own answer: bad reference, no encoder, or its failure
             return decode_error(message)
         if (stopping := bls.stopping(VOICE_ENCODER, message)) is not None:
             return stopping
         if bls.triton_failure(message) is EndReason.LANE_DOWN:
-            return self._lane_health.on_dead(VOICE_ENCODER, message)
+            return self._lane_health.on_dead(VOICE_ENCODER, message, generation)
         return Ended(EndReason.INTERNAL, f"{VOICE_ENCODER} failed: {message}")

@@ -73,6 +73,7 @@ class LaneHealth:
         self._control, self._policy, self._on_change = control, policy, on_change
         self._lock = threading.Lock()
         self._down: dict[str, Ended] = {}
+        self._generations: dict[str, int] = {}  # model -> times it came back: which process a call reached
         self._given_up: dict[str, float] = {}  # left to an operator: when readiness was last asked
         self._stopped = threading.Event()
 
@@ -89,10 +90,20 @@ class LaneHealth:
         self._mark_up(model)
         return None
 
-    def on_dead(self, model: str, detail: str) -> Ended:
-        """`model`'s stub died (`detail`: what showed it): take the lane out of service and start its
-        reload, once per death; the ending of a stream that cannot go on without it."""
+    def generation(self, model: str) -> int:
+        """How many times `model` came back: a caller notes it before a call, for `on_dead`."""
         with self._lock:
+            return self._generations.get(model, 0)
+
+    def on_dead(self, model: str, detail: str, generation: int | None = None) -> Ended:
+        """`model`'s stub died (`detail`: what showed it): take the lane out of service and start its
+        reload, once per death; the ending of a stream that cannot go on without it. A call made before the
+        lane came back (`generation`, noted before the call, is older) reached the process that died, not the
+        one that serves now: it ends its stream, and the lane stays in service."""
+        with self._lock:
+            if generation is not None and generation != self._generations.get(model, 0):
+                return Ended(EndReason.LANE_DOWN, f"{model} failed: {detail} (a call to its process that died; "
+                                                  f"the lane was reloaded since)")
             is_new = model not in self._down
             if is_new:  # claimed: streams that fail on the same crash do not start a second healer
                 self._down[model] = Ended(EndReason.LANE_DOWN,
@@ -154,6 +165,7 @@ class LaneHealth:
 
     def _mark_up(self, model: str, is_restart: bool = False) -> None:
         with self._lock:
+            self._generations[model] = self._generations.get(model, 0) + 1
             self._down.pop(model, None)
             self._given_up.pop(model, None)
         self._on_change(model, True, is_restart)

@@ -133,7 +133,10 @@ class _NoHealing:
     def unavailable(self, model: str) -> None:
         return None
 
-    def on_dead(self, model: str, message: str) -> Ended:
+    def generation(self, model: str) -> int:
+        return 0
+
+    def on_dead(self, model: str, message: str, generation: int | None = None) -> Ended:
         return Ended(EndReason.LANE_DOWN, f"the {VOICE_ENCODER} lane is down ({message}); retry")
 
 

@@ -119,13 +119,13 @@ class CodecLanes:
                     *place_tensors, *(extra or [])],
             parameters=parameters)
         self._in_flight.enter(lane)
-        started = time.monotonic()
+        generation, started = self._lane_health.generation(model), time.monotonic()
         try:
             response = request.exec()
         finally:
             self._in_flight.leave(lane)
         if response.has_error():
-            return self._on_call_error(model, response.error().message())
+            return self._on_call_error(model, response.error().message(), generation)
         elapsed = time.monotonic() - started
         self.estimator.observe(lane, max(1, bls.scalar_output(response, "batch_size")), elapsed)
         self._metrics.on_codec_call(lane, elapsed, bls.float_output(response, "run_ms") / 1e3)
@@ -134,9 +134,9 @@ class CodecLanes:
         # sent later crashed the stub)
         return np.array(audio, dtype=np.float32), bls.scalar_output(response, "sample_rate")
 
-    def _on_call_error(self, model: str, message: str) -> Ended:
+    def _on_call_error(self, model: str, message: str, generation: int) -> Ended:
         if (stopping := bls.stopping(model, message)) is not None:
             return stopping
         if bls.triton_failure(message) is EndReason.LANE_DOWN:
-            return self._lane_health.on_dead(model, message)
+            return self._lane_health.on_dead(model, message, generation)
         return Ended(EndReason.INTERNAL, f"{model} failed: {message}")

@@ -32,11 +32,12 @@ class LMClient:
         request = pb_utils.InferenceRequest(
             model_name=LM, requested_output_names=["error"], inputs=job.inputs,
             request_id=job.stream_id, parameters=self._channel_parameters)
+        generation = self._lane_health.generation(LM)
         responses = request.exec(decoupled=True)
         self._graveyard.hold(responses)
         for response in responses:
             if response.has_error():  # from Triton itself: the LM could not be reached
-                return self._on_call_error(response.error().message())
+                return self._on_call_error(response.error().message(), generation)
             if (refused := bls.lm_refusal(response)) is not None:
                 return refused
         return None
@@ -75,9 +76,9 @@ class LMClient:
     def release_all(self) -> None:
         self._graveyard.release_all()
 
-    def _on_call_error(self, message: str) -> Ended:
+    def _on_call_error(self, message: str, generation: int) -> Ended:
         if (stopping := bls.stopping(LM, message)) is not None:
             return stopping
         if bls.triton_failure(message) is EndReason.LANE_DOWN:
-            return self._lane_health.on_dead(LM, message)
+            return self._lane_health.on_dead(LM, message, generation)
         return Ended(EndReason.INTERNAL, f"{LM} failed: {message}")

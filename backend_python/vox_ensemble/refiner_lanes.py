@@ -48,13 +48,14 @@ class RefinerLanes:
                     pb_utils.Tensor("refined", refined[None].astype(np.int32)),
                     pb_utils.Tensor("refine_context", context[None].astype(np.int32))],
             parameters=parameters)
+        generation = self._lane_health.generation(model)
         response = request.exec()
         if response.has_error():
             message = response.error().message()
             if (stopping := bls.stopping(model, message)) is not None:
                 return stopping
             if bls.triton_failure(message) is EndReason.LANE_DOWN:
-                return self._lane_health.on_dead(model, message)
+                return self._lane_health.on_dead(model, message, generation)
             return Ended(EndReason.INTERNAL, f"{model} failed: {message}")
         codes = pb_utils.get_output_tensor_by_name(response, "codes").as_numpy()
         return np.array(codes[0], dtype=np.int32)  # a copy: the response's memory goes with it

@@ -106,6 +106,24 @@ def test_a_dead_stub_is_reloaded_once_per_death_and_serves_again():
     assert changes == [("codec", False, False), ("codec", True, True)]
 
 
+def test_a_call_to_the_process_that_died_fails_late_and_the_reloaded_lane_stays_in_service():
+    """A call made before the lane came back reached the dead stub; its error may come after the reload (Triton
+    answered one 'not healthy' after the new stub had loaded): it ends its stream, and reloads nothing again."""
+    fake, changes = FakeControl(), []
+    health = LaneHealth(fake.control(), FAST, lambda *change: changes.append(change))
+    before = health.generation("codec_urgent")
+    fake.is_stub_alive["codec_urgent"] = False
+    health.on_dead("codec_urgent", "Stub process 'codec_urgent_0_0' is not healthy.", before)
+    assert wait_for(lambda: health.unavailable("codec_urgent") is None)
+    late = health.on_dead("codec_urgent", "Stub process 'codec_urgent_0_0' is not healthy.", before)
+    assert late.reason is EndReason.LANE_DOWN and "reloaded since" in late.message
+    assert health.unavailable("codec_urgent") is None and health.generation("codec_urgent") == before + 1
+    assert fake.calls == [("unload", "codec_urgent"), ("load", "codec_urgent")]
+    assert changes == [("codec_urgent", False, False), ("codec_urgent", True, True)]
+    health.on_dead("codec_urgent", "Stub process 'codec_urgent_0_0' is not healthy.", before + 1)  # the new one
+    assert health.unavailable("codec_urgent") is not None  # died too: down, and reloaded again
+
+
 def test_reloading_gives_up_after_its_attempts_and_then_notices_an_operators_load():
     fake = FakeControl(failing_loads=99)
     health = LaneHealth(fake.control(), FAST)
