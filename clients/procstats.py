@@ -61,7 +61,7 @@ class ServerProcesses:
             found = server_processes(self.server_pid, self._proc)
             self._found = {name: (pid, started) for name, pid in found.items()
                            if (started := self._start_time(pid)) is not None}
-        return {name: pid for name, (pid, _) in self._found.items()}
+        return {"tritonserver": self.server_pid, **{name: pid for name, (pid, _) in self._found.items()}}
 
     def _is_same(self, name: str, pid: int, started: str) -> bool:
         fields = _stat_fields(self._proc / str(pid))

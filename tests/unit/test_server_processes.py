@@ -67,3 +67,10 @@ def test_a_stub_no_longer_the_servers_child_is_not_its_stub(tmp_path):
     find()
     add_process(proc, 201, 1, f"{STUB} /run/vox_ensemble/1/model.py 1", started=20)  # the same process, reparented
     assert "vox_ensemble" not in find()
+
+
+def test_the_server_is_named_even_once_it_ended(tmp_path):
+    proc = fake_proc(tmp_path)
+    find = ServerProcesses(SERVER, ("vox_ensemble",), proc)
+    shutil.rmtree(proc / str(SERVER))
+    assert find()["tritonserver"] == SERVER == server_processes(SERVER, proc)["tritonserver"]
