@@ -60,16 +60,13 @@ class ServerProcesses:
             self.num_scans += 1
             found = server_processes(self.server_pid, self._proc)
             self._found = {name: (pid, started) for name, pid in found.items()
-                           if (started := self._start_time(pid)) is not None}
+                           if (started := _start_time(_stat_fields(self._proc / str(pid)))) is not None}
         return {"tritonserver": self.server_pid, **{name: pid for name, (pid, _) in self._found.items()}}
 
     def _is_same(self, name: str, pid: int, started: str) -> bool:
         fields = _stat_fields(self._proc / str(pid))
         return (_start_time(fields) == started
                 and (name == "tritonserver" or fields[1] == str(self.server_pid)))
-
-    def _start_time(self, pid: int) -> str | None:
-        return _start_time(_stat_fields(self._proc / str(pid)))
 
 
 def _start_time(fields: list[str] | None) -> str | None:
