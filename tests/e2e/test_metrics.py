@@ -6,6 +6,7 @@ import urllib.request
 
 from clients.stream import synthesize
 from tests.e2e.test_streaming import TEXT
+from tests.waiting import wait_for
 
 
 def scrape(server) -> dict[str, float]:
@@ -17,6 +18,12 @@ def scrape(server) -> dict[str, float]:
         if match:
             values[match.group(1)] = float(match.group(2))
     return values
+
+
+def no_live_requests(server) -> bool:
+    """Whether the streams of the tests before (the server is the session's) have ended: a stream ends a step or
+    two after its client goes, and a test that counts live streams starts from none."""
+    return wait_for(lambda: scrape(server)["voxlane_live_requests"] == 0, timeout_s=30)
 
 
 def test_long_utterance_uses_both_codec_lanes_and_metrics_count_them(server, url):
