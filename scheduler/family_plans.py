@@ -49,7 +49,12 @@ PLANS = {
     "tontaube": {"first_chunk_frames": 5, "chunk_frames": 25, "chunk_growth": 2.0},
 }
 # preset names and checkpoint `model_type`s that name a family otherwise than by its own name
-ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3", "voxlane_tse": "tse"}
+ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3", "voxlane_tse": "tse", "qwen3-tts": "qwen3_tts"}
+# families none of whose models has a voice encoder (none clones a voice); Qwen3-TTS has one in its Base models
+# only (`tts_model_type` "base", the presets named `-base`). For those models `voxlane serve` tells the voice
+# encoder lane, which then answers every reference with `reference_unsupported` without loading torch or the model
+VOICELESS_FAMILIES = ("orpheus", "flashtts", "voxtral")
+QWEN3_TTS_BASE_TYPE = "base"
 # families that listen while they speak: a request streams input audio in an audio-in session, and sends no text
 # (the router refuses input audio for every other family by name, before any lane is called)
 INPUT_AUDIO_FAMILIES = ("tse",)
@@ -72,22 +77,39 @@ MAX_SEQ_LENS = {"zonos": 8192}
 def family_of_model(model: str) -> str | None:
     """The family a `--model` value names, where it can be told without loading anything: a preset's name
     starts with it, or a checkpoint directory's config.json names it as `model_type`."""
-    for family in (*PLANS, *ALIASES, *INPUT_AUDIO_FAMILIES, *REFINING_FAMILIES):
+    for family in (*PLANS, *ALIASES, *INPUT_AUDIO_FAMILIES, *REFINING_FAMILIES, *VOICELESS_FAMILIES):
         if model == family or model.startswith(family + "-"):
             return ALIASES.get(family, family)
     if (Path(model).expanduser() / "cb0" / "config.json").is_file():  # TontaubeV1's bundle: one folder a codebook
         return "tontaube"
-    config = Path(model).expanduser() / "config.json"
-    try:
-        fields = json.loads(config.read_text()) if config.is_file() else {}
-    except (OSError, ValueError):
-        return None
-    if not isinstance(fields, dict):
+    fields = _checkpoint_config(model)
+    if fields is None:
         return None
     if "prefix_conditioner" in fields:  # an official Zonos config.json names no model_type
         return "zonos"
     model_type = fields.get("model_type")
     return ALIASES.get(model_type, model_type)
+
+
+def _checkpoint_config(model: str) -> dict | None:
+    """The config.json of the checkpoint directory `model` names, or None (no such file, or not a JSON object)."""
+    config = Path(model).expanduser() / "config.json"
+    try:
+        fields = json.loads(config.read_text()) if config.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return fields if isinstance(fields, dict) else None
+
+
+def clones_voices(model: str) -> bool | None:
+    """Whether the model has a voice encoder, where that can be told without loading it (VOICELESS_FAMILIES);
+    None: not told here, the voice encoder lane loads the model and finds out."""
+    family = family_of_model(model)
+    if family == "qwen3_tts":
+        fields = _checkpoint_config(model)
+        kind = model.rsplit("-", 1)[-1] if fields is None else fields.get("tts_model_type")
+        return kind == QWEN3_TTS_BASE_TYPE
+    return False if family in VOICELESS_FAMILIES else None
 
 
 def chunk_plan(model: str) -> ChunkingConfig:

@@ -3,6 +3,11 @@ of different lengths and rates goes to `encode` as one list at the encoder's rat
 a family without an encoder refuses every request with `reference_unsupported`."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -124,6 +129,37 @@ def test_a_family_without_an_encoder_refuses_every_request(pb, lane):
     responses = lane.execute([reference_request(pb, voiced(1.0, 16000), 16000)] * 2)
     assert [decode_error(r.error().message()) for r in responses] == [lane.unsupported] * 2
     assert lane.encoder.batches == []
+
+
+TOLD_VOICELESS = """
+import json, sys
+import numpy as np
+from tests.middle import fake_pb_utils
+sys.modules["triton_python_backend_utils"] = fake_pb_utils
+from backend_python.voice_encoder.model import VoiceEncoderModel
+lane = VoiceEncoderModel()
+lane.initialize({"model_config": json.dumps({"parameters": {
+    "model": {"string_value": "qwen3-tts-1.7b"}, "device": {"string_value": "cuda"},
+    "clones_voices": {"string_value": "false"}}})})
+request = fake_pb_utils.Request([fake_pb_utils.Tensor("ref_audio", np.zeros((1, 16000), np.float32)),
+                                 fake_pb_utils.Tensor("ref_sample_rate", np.array([[16000]], np.int32))])
+[response] = lane.execute([request])
+lane.finalize()
+print(json.dumps({"error": response.error().message(), "torch": "torch" in sys.modules}))
+"""
+
+
+def test_a_lane_told_its_model_has_no_encoder_refuses_without_torch():
+    """`voxlane serve` renders `clones_voices: false` for such a model: the lane loads neither torch nor the
+    model (a CUDA context and a torch import less) and answers as the loaded lane would."""
+    done = subprocess.run([sys.executable, "-c", TOLD_VOICELESS], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.splitlines()[-1])
+    ended = decode_error(answer["error"])
+    assert (ended.reason, ended.param, ended.code) == (EndReason.REFUSED_BAD_INPUT, "ref_audio", "reference_unsupported")
+    assert "'qwen3-tts-1.7b' cannot take reference audio" in ended.message
+    assert answer["torch"] is False
 
 
 def test_an_encoder_with_undeclared_tensors_fails_at_load():
