@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend_python.engine.config import LOOKAHEAD_OVERRIDE, EngineConfig, KVLayout
-from scheduler.family_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, clones_voices, max_seq_len, refines,
-                                               sm_shares, takes_default_plan, takes_input_audio)
-from backend_python.stub_common.params import CLONES_VOICES, LaneSettings
+from scheduler.family_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max_seq_len, refines, sm_shares,
+                                               takes_default_plan, takes_input_audio)
+from backend_python.stub_common.params import LaneSettings
 from backend_python.stub_common.reference_inputs import ReferenceLimits
 from backend_python.stub_common.request_inputs import RequestLimits
 from backend_python.voice_registry.store import VoiceStoreSettings
@@ -303,8 +303,6 @@ class ServeConfig:
                 params[LOOKAHEAD_OVERRIDE] = str(self.codec_lookahead_frames)
         if model_name == models.VOICE_ENCODER:
             params.update(reference)
-            if clones_voices(self.model) is False:  # the lane needs neither torch nor the model
-                params[CLONES_VOICES] = "false"
         params = {key: value for key, value in params.items() if key not in KEPT_FROM_REPOSITORY}
         family_seq_len = max_seq_len(self.model) if model_name == models.LM else None
         return params if family_seq_len is None else {**params, "max_seq_len": str(family_seq_len)}

@@ -6,10 +6,6 @@ import os
 from dataclasses import dataclass, fields
 from typing import Mapping
 
-# the voice encoder lane's parameter: "false" where `voxlane serve` knows the model has no voice encoder
-# (scheduler.family_plans.clones_voices); absent, the lane loads the model and finds out
-CLONES_VOICES = "clones_voices"
-
 
 def model_parameters(args: dict) -> dict[str, str]:
     """The `parameters { key: ... value: { string_value: ... } }` map of the model config."""

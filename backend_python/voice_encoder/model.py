@@ -11,8 +11,8 @@ still encode.
 
 The lane is in every repository, whatever the model: for a model without a voice encoder it loads without
 one and answers every request with `bad_input` code `reference_unsupported`, which the router passes on. Where
-`voxlane serve` knows that already (`clones_voices: "false"`, scheduler.family_plans.clones_voices: Qwen3-TTS
-CustomVoice, Orpheus, FlashTTS, Voxtral), the lane imports neither torch nor the model: 0.1 s of CPU at start
+the model's name or config.json tells that already (scheduler.family_plans.clones_voices: Qwen3-TTS CustomVoice,
+Orpheus, FlashTTS, Voxtral), the lane imports neither torch nor the model: 0.1 s of CPU at start
 instead of 1.4, and ~40 MB resident instead of ~290 (on the CPU).
 """
 from __future__ import annotations
@@ -23,22 +23,23 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
-from backend_python.stub_common.params import CLONES_VOICES, LaneSettings, model_parameters, set_up_lane
+from backend_python.stub_common.params import LaneSettings, model_parameters, set_up_lane
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference, resample
 from backend_python.stub_common.request_inputs import RequestError
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import INPUT_CHUNK_PARAMETER, REFERENCE_TENSORS
 from protocol.wire import encode_error
+from scheduler.family_plans import clones_voices
 
 log = logging.getLogger("voxlane.voice_encoder")
 
 
 class VoiceEncoderModel:
     def initialize(self, args: dict) -> None:
-        params = model_parameters(args)
         self.unsupported = None
-        if params.get(CLONES_VOICES) == "false":  # told so by `voxlane serve`: no torch, no model, no GPU memory
-            self.unsupported = _unsupported(LaneSettings.from_parameters(params).model)
+        model = LaneSettings.from_parameters(model_parameters(args)).model
+        if clones_voices(model) is False:  # known without loading it: no torch, no model
+            self.unsupported = _unsupported(model)
             return
         bound_onednn_cache()  # each reference length is a new shape (backend_python/stub_common/heap.py)
         setup = set_up_lane(args)  # the lane's MPS share first, then torch

@@ -131,7 +131,7 @@ def test_a_family_without_an_encoder_refuses_every_request(pb, lane):
     assert lane.encoder.batches == []
 
 
-TOLD_VOICELESS = """
+VOICELESS = """
 import json, sys
 import numpy as np
 from tests.middle import fake_pb_utils
@@ -139,8 +139,7 @@ sys.modules["triton_python_backend_utils"] = fake_pb_utils
 from backend_python.voice_encoder.model import VoiceEncoderModel
 lane = VoiceEncoderModel()
 lane.initialize({"model_config": json.dumps({"parameters": {
-    "model": {"string_value": "qwen3-tts-1.7b"}, "device": {"string_value": "cuda"},
-    "clones_voices": {"string_value": "false"}}})})
+    "model": {"string_value": "qwen3-tts-1.7b"}, "device": {"string_value": "cuda"}}})})
 request = fake_pb_utils.Request([fake_pb_utils.Tensor("ref_audio", np.zeros((1, 16000), np.float32)),
                                  fake_pb_utils.Tensor("ref_sample_rate", np.array([[16000]], np.int32))])
 [response] = lane.execute([request])
@@ -149,10 +148,10 @@ print(json.dumps({"error": response.error().message(), "torch": "torch" in sys.m
 """
 
 
-def test_a_lane_told_its_model_has_no_encoder_refuses_without_torch():
-    """`voxlane serve` renders `clones_voices: false` for such a model: the lane loads neither torch nor the
-    model (a CUDA context and a torch import less) and answers as the loaded lane would."""
-    done = subprocess.run([sys.executable, "-c", TOLD_VOICELESS], capture_output=True, text=True, timeout=60,
+def test_a_lane_whose_model_is_known_to_clone_no_voice_refuses_without_torch():
+    """A CustomVoice Qwen3-TTS (named so): the lane loads neither torch nor the model, and answers as the loaded
+    lane would."""
+    done = subprocess.run([sys.executable, "-c", VOICELESS], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout.splitlines()[-1])

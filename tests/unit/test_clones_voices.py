@@ -1,6 +1,6 @@
-"""`clones_voices`, the torch-free answer to "has this model a voice encoder?", agrees with the registry's
-loaders: a model it calls voiceless must load no voice encoder (its lane would otherwise refuse what it could
-serve), and a tiny model it calls cloning must load one."""
+"""`clones_voices`, the torch-free answer to "has this model a voice encoder?" (the voice encoder lane asks it
+before it imports torch), agrees with the registry's loaders: a model it calls voiceless must load no voice
+encoder (its lane would refuse what it could serve), and a tiny model it calls cloning must load one."""
 from __future__ import annotations
 
 import json

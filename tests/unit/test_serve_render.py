@@ -98,15 +98,6 @@ def test_the_voice_encoder_lane_is_rendered_in_every_mode_with_its_own_share(tmp
     assert "KIND_CPU" in cpu and 'key: "min_ref_audio_s" value: { string_value: "0.5" }' in cpu
 
 
-@pytest.mark.parametrize("model, told", [("qwen3-tts-1.7b", '"false"'), ("orpheus-3b", '"false"'),
-                                         ("qwen3-tts-1.7b-base", None), ("csm-1b", None)])
-def test_the_voice_encoder_lane_is_told_of_a_model_without_an_encoder(tmp_path, model, told):
-    """Where `voxlane serve` knows the model clones no voice, the lane loads nothing; else it finds out itself."""
-    text = (render_repository(ServeConfig(model=model), tmp_path / "repo") / "voice_encoder" / "config.pbtxt").read_text()
-    entry = re.search(r'key: "clones_voices" value: \{ string_value: ("\w+") \}', text)
-    assert (entry.group(1) if entry else None) == told
-
-
 def test_the_voice_encoder_shares_the_codec_gpu_when_disaggregated():
     config = ServeConfig(device="cuda", gpus=("0", "1"), codec_gpu=1)
     assert config.gpu_of("voice_encoder") == 1 and config.gpu_of("speechlm_lm") == 0
