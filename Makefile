@@ -3,11 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# test processes (pytest-xdist): 0 runs the suite in this one process; auto, one worker more than the cores as
-# 6 GiB each of the free memory allows (tests/parallel.py: 3 on 2 cores). auto is ~11 minutes from a fresh clone
-# instead of ~15, but under its load timing-bound end-to-end tests have failed now and then (a residency test's
-# KV gauges, a barge-in before it was mended), so 0 stays the default that CI runs
-TEST_WORKERS ?= 0
+# test processes (pytest-xdist): auto, one worker more than the cores as 6 GiB each of the free memory allows
+# (tests/parallel.py: 3 on 2 cores; ~10 minutes from a fresh clone); 0 runs the suite in this one process (~15)
+TEST_WORKERS ?= auto
 
 .PHONY: install demo test unit e2e serve clean
 
