@@ -120,10 +120,19 @@ class ModelWatch:
         """The server's processes by model name (tritonserver's own under its name)."""
         return self._processes()
 
-    def _post(self, path: str) -> None:
+    def unload(self, model: str, timeout_s: float) -> bool:
+        """Ask Triton to unload `model` (this watch leaves it unloaded); whether the request went through."""
+        try:
+            self._post(f"/v2/repository/models/{model}/unload", timeout_s=timeout_s)
+        except (OSError, urllib.error.URLError) as exc:
+            log.warning("unloading %s failed: %s", model, exc)
+            return False
+        return True
+
+    def _post(self, path: str, timeout_s: float = 120.0) -> None:
         headers = {ADMIN_KEY_HEADER: self.control_key} if self.control_key else {}
         request = urllib.request.Request(self.http_url + path, data=b"{}", method="POST", headers=headers)
-        with urllib.request.urlopen(request, timeout=120):
+        with urllib.request.urlopen(request, timeout=timeout_s):
             pass
 
     def _is_ready(self, model: str) -> bool:

@@ -190,6 +190,7 @@ def send_ack(client: grpcclient.InferenceServerClient, request_id: str, index: i
 
 
 ROUTER_CHECK_S = 0.5  # with no response for this long, ask whether the router is still loaded
+ROUTER_ANSWER_S = 1.0  # then, with the router unloaded, wait this long for the answer it may have sent as it went
 
 
 def router_lost(client: grpcclient.InferenceServerClient) -> Ended | None:
@@ -230,7 +231,8 @@ def _collect(responses: queue.Queue, started: float, timeout_s: float, url: str,
 def next_response(responses: queue.Queue, deadline: float, timeout_s: float,
                    client: grpcclient.InferenceServerClient | None) -> tuple:
     """The stream's next (result, error) from `responses`; TimeoutError past `deadline`; with the stream's
-    `client`, StreamError once its router is lost (a dead router's streams would wait out their deadline)."""
+    `client`, StreamError once its router is lost (a dead router's streams would wait out their deadline) and
+    ROUTER_ANSWER_S more have brought nothing (an unloading router's own ending of the stream wins)."""
     while True:
         left = deadline - time.perf_counter()
         try:
@@ -240,7 +242,10 @@ def next_response(responses: queue.Queue, deadline: float, timeout_s: float,
                 raise TimeoutError(f"stream did not finish within {timeout_s:.0f} s") from None
             lost = router_lost(client)
             if lost is not None:
-                raise RouterLost(lost) from None
+                try:  # a router that is unloading (a stop) ends its streams itself: its answer may be on its way
+                    return responses.get(timeout=ROUTER_ANSWER_S)
+                except queue.Empty:
+                    raise RouterLost(lost) from None
 
 
 _UNREACHABLE = "StatusCode.UNAVAILABLE"  # gRPC's status when no connection could be made

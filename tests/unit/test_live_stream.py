@@ -2,6 +2,9 @@
 a timeout is `is_timed_out`, a lost router an error whose stream is then cancelled, not half-closed."""
 from __future__ import annotations
 
+import queue
+import threading
+
 import pytest
 
 import clients.live_stream as live_stream
@@ -36,6 +39,7 @@ class FakeClient:
 def fake_client(monkeypatch):
     monkeypatch.setattr(live_stream.grpcclient, "InferenceServerClient", FakeClient)
     monkeypatch.setattr(stream, "ROUTER_CHECK_S", 0.01)
+    monkeypatch.setattr(stream, "ROUTER_ANSWER_S", 0.3)
     monkeypatch.setattr(FakeClient, "is_router_ready", True)
     return FakeClient
 
@@ -53,3 +57,15 @@ def test_a_lost_router_ends_the_read_with_its_error_and_the_stream_is_cancelled(
     assert not outcome.is_timed_out and "vox_ensemble" in outcome.error and outcome.is_ended
     live.close(cancel=True)
     assert live._client.cancel_requests is True
+
+
+def test_the_answer_an_unloading_router_sends_wins_over_its_loss(fake_client):
+    """A stop unloads the router, which ends its streams itself: an answer that comes within ROUTER_ANSWER_S of
+    the router's loss is the stream's end, not the loss."""
+    fake_client.is_router_ready = False
+    responses = queue.Queue()
+    threading.Timer(0.1, responses.put, [("the final answer", "the server is shutting down")]).start()
+    assert stream.next_response(responses, deadline=1e12, timeout_s=5.0, client=fake_client("fake:1")) == \
+        ("the final answer", "the server is shutting down")
+    with pytest.raises(stream.RouterLost, match="vox_ensemble"):
+        stream.next_response(queue.Queue(), deadline=1e12, timeout_s=5.0, client=fake_client("fake:1"))

@@ -1,6 +1,7 @@
 """A tritonserver that a signal ends before it is ready is started again; one that exits with a code is not
-(clients/serve.py START_ATTEMPTS). tritonserver and the model watch are stand-ins here: the end-to-end tests start
-the real ones."""
+(clients/serve.py START_ATTEMPTS). A stop ends the live streams before its SIGTERM (`Server._drain`).
+tritonserver and the model watch are stand-ins here: the end-to-end tests start the real ones (test_faults.py stops
+one with streams in flight)."""
 from __future__ import annotations
 
 import signal
@@ -42,8 +43,15 @@ class FakeTriton:
 
 
 class FakeWatch:
+    UNLOAD_WORKS = True
+    unloaded: list = []
+
     def __init__(self, *args):
         pass
+
+    def unload(self, model, timeout_s):
+        FakeWatch.unloaded.append(model)
+        return FakeWatch.UNLOAD_WORKS
 
     def start(self):
         return self
@@ -58,7 +66,7 @@ def server(tmp_path, monkeypatch):
     monkeypatch.setattr(serve, "TritonProcess", FakeTriton)
     monkeypatch.setattr(serve, "find_triton", lambda: "tritonserver")
     monkeypatch.setattr(serve, "ModelWatch", FakeWatch)
-    FakeTriton.started = []
+    FakeTriton.started, FakeWatch.unloaded, FakeWatch.UNLOAD_WORKS = [], [], True
     srv = Server(ServeConfig(ports=Ports(8000, 8001, 8002)), run_dir=tmp_path / "run", log_path=tmp_path / "t.log")
     yield srv
     srv.stop(grace_s=0)
@@ -84,3 +92,23 @@ def test_the_starts_end_after_the_last_attempt(server):
     with pytest.raises(RuntimeError, match="exited with code -6"):
         server.start(timeout_s=5)
     assert len(FakeTriton.started) == START_ATTEMPTS
+
+
+@pytest.mark.parametrize("live, unload_works, unloads, is_drained", [
+    ([0], True, [], True),  # idle: nothing to end, nothing unloaded before the SIGTERM
+    ([8, 8, 3, 0], True, ["speechlm_lm"], True),  # the LM's unload ends the streams; the router passes them on
+    ([8], False, ["speechlm_lm"], False),  # the unload is refused: straight to the SIGTERM
+    ([8] * 1000, True, ["speechlm_lm"], False),  # the streams outlive the drain's bound
+    ([8, None], True, ["speechlm_lm"], False),  # the metrics stop answering
+])
+def test_a_stop_ends_the_live_streams_before_its_sigterm(server, monkeypatch, live, unload_works, unloads, is_drained):
+    FakeTriton.ENDS = [None]
+    server.start(timeout_s=5)
+    FakeWatch.UNLOAD_WORKS = unload_works
+    readings = iter(live)
+    monkeypatch.setattr(server, "_live_requests", lambda: next(readings, live[-1]))
+    monkeypatch.setattr(serve, "DRAIN_S", 0.2)
+    process = server.process
+    server.stop(grace_s=20)
+    assert process.stopped and FakeWatch.unloaded == unloads
+    assert server.last_stop.is_drained is is_drained and server.last_stop.drain_s < 1.0
