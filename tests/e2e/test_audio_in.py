@@ -15,6 +15,7 @@ import pytest
 from clients.audio_stream import stream_audio_in
 from clients.stream import StreamError
 from tests.e2e.conftest import start_server
+from tests.e2e.test_streaming import PATH_ROUNDING
 from tests.e2e.test_metrics import scrape
 from tests.waiting import wait_for
 
@@ -83,7 +84,11 @@ def test_the_same_input_cut_differently_gives_the_same_audio_as_long_as_the_inpu
         pieces = cut(INPUT, rng)
         again = extract(tse_url, pieces)
         assert not again.piece_errors
-        np.testing.assert_array_equal(again.audio, whole.audio, err_msg=str([p.size for p in pieces]))
+        if [c.lane for c in again.chunks] == [c.lane for c in whole.chunks]:
+            np.testing.assert_array_equal(again.audio, whole.audio, err_msg=str([p.size for p in pieces]))
+        else:  # routed differently (by timing): the same frames, decoded by the two paths
+            np.testing.assert_allclose(again.audio, whole.audio, rtol=0, atol=PATH_ROUNDING,
+                                       err_msg=str([p.size for p in pieces]))
     other = extract(tse_url, [noise(2.3, 3)])
     assert other.audio.shape == whole.audio.shape and not np.array_equal(other.audio, whole.audio)  # it listens
 
