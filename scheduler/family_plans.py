@@ -51,8 +51,8 @@ PLANS = {
 # preset names and checkpoint `model_type`s that name a family otherwise than by its own name
 ALIASES = {"higgs-v3": "higgs_v3", "higgs_audio": "higgs_v3", "voxlane_tse": "tse", "qwen3-tts": "qwen3_tts"}
 # families none of whose models has a voice encoder (none clones a voice); Qwen3-TTS has one in its Base models
-# only (`tts_model_type` "base", the presets named `-base`). For those models `voxlane serve` tells the voice
-# encoder lane, which then answers every reference with `reference_unsupported` without loading torch or the model
+# only (`tts_model_type` "base", the presets named `-base`). The voice encoder lane of such a model answers every
+# reference with `reference_unsupported` without loading torch or the model (`clones_voices`)
 VOICELESS_FAMILIES = ("orpheus", "flashtts", "voxtral")
 QWEN3_TTS_BASE_TYPE = "base"
 # families that listen while they speak: a request streams input audio in an audio-in session, and sends no text
