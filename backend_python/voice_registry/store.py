@@ -279,10 +279,16 @@ _META_TYPES = {"transcript": (str, type(None)), "x_vector_only": (bool,), "sampl
                "duration_s": (int, float), "created": (int,), "fingerprint": (str,)}
 
 
+# numpy reads each .npy header with `ast.literal_eval`, and CPython 3.11's AST constructor keeps its recursion depth
+# per interpreter: two threads parsing at once could fail one with "SystemError: AST constructor recursion depth
+# mismatch" (CPython gh-106905), which a concurrent registration met. Voice files are read one at a time.
+_NPZ_READ_LOCK = threading.Lock()
+
+
 def _read(f, name: str) -> Voice:
     """The voice in file `f`, stored as `name`; ValueError naming the voice and what is wrong with the file."""
     try:
-        with np.load(f, allow_pickle=False) as npz:
+        with _NPZ_READ_LOCK, np.load(f, allow_pickle=False) as npz:
             _check_members(npz)
             meta = _checked_metadata(_metadata(npz))
             tensors = {key: _checked_tensor(key, np.array(npz[key])) for key in npz.files if key in REFERENCE_TENSORS}
@@ -334,7 +340,7 @@ def _checked_tensor(key: str, array: np.ndarray) -> np.ndarray:
 def _read_listing(path: Path) -> dict:
     """A voice's public metadata from its file's `meta` alone; a damaged file is listed with what is wrong."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with _NPZ_READ_LOCK, np.load(path, allow_pickle=False) as npz:
             _check_members(npz)
             return _public(_checked_metadata(_metadata(npz)), path.name[:-len(SUFFIX)])
     except FileNotFoundError:

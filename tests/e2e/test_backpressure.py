@@ -58,12 +58,12 @@ def paced(model_cache, tmp_path_factory):
 class SilentClient:
     """A raw gRPC stream whose responses nobody reads (until `drain`)."""
 
-    def __init__(self, url: str, acks: bool) -> None:
+    def __init__(self, url: str, acks: bool, seconds: float = UTTERANCE_S) -> None:
         self._channel = grpc.insecure_channel(url)
         self._done = threading.Event()
         request = service_pb2.ModelInferRequest(model_name=ROUTER, id=uuid.uuid4().hex)
         for name, value in (("text", "A long story nobody listens to."), ("seed", 5), ("ignore_eos", True),
-                            ("max_audio_seconds", UTTERANCE_S), ("client_acks", acks)):
+                            ("max_audio_seconds", seconds), ("client_acks", acks)):
             spec, array = REQUEST_INPUTS[name], scalar_array(name, value)
             request.inputs.add(name=name, datatype=spec.triton_type, shape=list(spec.shape))
             raw = serialize_byte_tensor(array).item() if spec.triton_type == "BYTES" else array.tobytes()

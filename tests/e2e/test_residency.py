@@ -11,7 +11,11 @@ from tests.e2e.test_backpressure import SilentClient
 from tests.e2e.test_metrics import scrape
 from tests.waiting import wait_for
 
-NUM_PACED = 12  # paced to real-time playback, 60 s each, live for the whole test: more than a step has rows
+NUM_PACED = 12  # paced to real-time playback, live for the whole test: more than a step has rows
+# their length: the LM makes a paced stream's audio in real time, so each stays live in it this long after its start,
+# past a test slowed down by a loaded machine (at 60 s, one loaded run's LM had ended them all before the metrics
+# were read); the LM lane's 2048 positions hold it
+PACED_S = 150.0
 MAX_BATCH = 8  # a bucket of the step histogram
 
 
@@ -28,7 +32,7 @@ def step_batches(metrics: dict[str, float]) -> tuple[float, float]:
 
 
 def test_paced_streams_stay_live_beside_a_newcomer_and_steps_keep_to_max_batch(resident):
-    paced = [SilentClient(resident.grpc_url, acks=False) for _ in range(NUM_PACED)]
+    paced = [SilentClient(resident.grpc_url, acks=False, seconds=PACED_S) for _ in range(NUM_PACED)]
     try:
         assert wait_for(lambda: scrape(resident)["voxlane_lm_live_streams"] >= NUM_PACED, timeout_s=60)
         newcomer = synthesize(resident.grpc_url, "I came later.", seed=7, max_audio_seconds=2.0, ignore_eos=True)

@@ -109,6 +109,40 @@ def test_of_two_writers_of_one_name_exactly_one_wins(store):
     assert store.get("race").tensors["speaker_embedding"][0] == winners[0]
 
 
+def test_voice_files_are_parsed_one_at_a_time(store, monkeypatch):
+    """numpy parses .npy headers with `ast`, which CPython 3.11 cannot run in two threads at once (a concurrent
+    registration failed with "AST constructor recursion depth mismatch"): reads and listings take turns."""
+    for name in ("one", "two"):
+        store.add(make_voice(store, name))
+    load, inside, most = np.load, [0], [0]
+    gate = threading.Lock()
+
+    def counting_load(*args, **kwargs):
+        with gate:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            threading.Event().wait(0.002)  # long enough for another thread to come in, were it let in
+            return load(*args, **kwargs)
+        finally:
+            with gate:
+                inside[0] -= 1
+
+    def read(name: str) -> None:
+        for _ in range(20):
+            with open(store._path(name), "rb") as f:
+                store_module._read(f, name)
+
+    monkeypatch.setattr(store_module.np, "load", counting_load)
+    readers = [threading.Thread(target=lambda: [store_module._read_listing(store._path("one")) for _ in range(20)])]
+    readers += [threading.Thread(target=read, args=(name,)) for name in ("one", "two")]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    assert most[0] == 1
+
+
 def test_a_write_that_fails_midway_leaves_no_voice_and_no_temporary_file(store, monkeypatch):
     def broken_link(source, target):
         raise OSError("disk gone")
