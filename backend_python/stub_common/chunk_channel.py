@@ -82,11 +82,13 @@ class ChunkChannel:
             q.put((ChannelKind.END, ended))
 
     def close(self) -> None:
+        """Each connection is shut down, which ends its reader's `recv`; the reader closes it. Closed here, its fd
+        could be reused by a new socket (a new router's channel in the same process) while the reader still sat
+        in `recv` on the number, and that reader then took the new socket's messages."""
         self._is_closed = True
-        with self._lock:
-            connections, self._connections = self._connections, []
-        for conn in connections:
-            conn.close()
+        with self._lock:  # a reader closes its connection under the lock: none here is closed yet
+            for conn in self._connections:
+                _shut_down(conn)
         try:  # wakes the accept thread; closing alone does not interrupt a blocked accept
             with socket.socket(socket.AF_UNIX) as wake:
                 wake.connect(_address(self.name))
@@ -107,6 +109,8 @@ class ChunkChannel:
                 return
             with self._lock:
                 self._connections.append(conn)
+                if self._is_closed:  # close() ran meanwhile and did not see it
+                    _shut_down(conn)
             threading.Thread(target=self._read, args=(conn,), name="voxlane-channel-read", daemon=True).start()
 
     def _read(self, conn: Connection) -> None:
@@ -124,12 +128,23 @@ class ChunkChannel:
                 q = self._queues.get(stream_id)
             if q is not None:
                 q.put((kind, payload))
-        with self._lock:
-            is_ours = conn in self._connections
-            if is_ours:
-                self._connections.remove(conn)
-        if is_ours:  # else close() took it and closes it: closing twice from two threads can close a reused fd
+        with self._lock:  # only here, and under the lock: close() never shuts down a closed (reusable) fd
+            self._connections.remove(conn)
             conn.close()
+
+
+def _shut_down(conn: Connection) -> None:
+    """End both directions of `conn`'s socket, keeping its fd open (its reader closes it)."""
+    try:
+        sock = socket.socket(fileno=conn.fileno())
+    except OSError:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.detach()  # the fd stays the connection's
 
 
 class ChannelError(RuntimeError):
