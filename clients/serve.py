@@ -27,6 +27,7 @@ from clients.mps import MpsDaemon
 from clients.triton_launch import Exposure, Ports, TritonProcess, find_triton
 from protocol import models
 from protocol.admin import key_hash
+from protocol.metrics import parse_live
 from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
@@ -534,15 +535,13 @@ class Server:
             time.sleep(0.05)
         return True
 
-    def _live_requests(self) -> float | None:
+    def _live_requests(self) -> int | None:
         """The router's `voxlane_live_requests`, or None where the metrics do not answer or lack it."""
         try:
             with urllib.request.urlopen(self.metrics_url, timeout=2) as response:
-                text = response.read().decode()
+                return parse_live(response.read().decode())
         except (OSError, urllib.error.URLError):
             return None
-        match = re.search(r"^voxlane_live_requests(?:\{[^}]*\})? ([0-9.e+-]+)$", text, re.MULTILINE)
-        return float(match.group(1)) if match else None
 
     @property
     def grpc_url(self) -> str:

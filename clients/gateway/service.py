@@ -26,12 +26,12 @@ from clients.gateway.stats import GatewayStats
 from clients.gateway.triton_session import SessionEvent, SessionText, TritonSession
 from clients.gateway.triton_stream import AudioChunk, StreamFailure, stream_chunks
 from clients.gateway.voices import copy_missing_voices
+from protocol.metrics import parse_live
 from protocol.models import LM, ROUTER
 from protocol.reasons import EndReason
 from protocol.wire import decode_error
 
 log = logging.getLogger("voxlane.gateway")
-LIVE_METRIC = "voxlane_live_requests"
 # a server that restarts is reached again within a few seconds (gRPC's default backoff grows to 120 s)
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
                     ("grpc.initial_reconnect_backoff_ms", 250), ("grpc.max_reconnect_backoff_ms", 2000)]
@@ -246,12 +246,6 @@ async def scrape_live(session: aiohttp.ClientSession, url: str) -> int | None:
     except (aiohttp.ClientError, asyncio.TimeoutError):
         return None
     return parse_live(text)
-
-
-def parse_live(text: str) -> int | None:
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith(LIVE_METRIC) and not line.startswith(LIVE_METRIC + "_")]
-    return int(sum(values)) if values else None
 
 
 _END = object()

@@ -1,0 +1,11 @@
+"""The server's Prometheus gauges that its clients read (the gateway's balancer, `voxlane serve`'s stop)."""
+from __future__ import annotations
+
+LIVE_METRIC = "voxlane_live_requests"  # streams in flight in the router
+
+
+def parse_live(text: str) -> int | None:
+    """`LIVE_METRIC` from a /metrics text (summed over its labels); None where the text has none."""
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith(LIVE_METRIC) and not line.startswith(LIVE_METRIC + "_")]
+    return int(sum(values)) if values else None
