@@ -9,6 +9,8 @@ depend on weight values).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
 import json
 import shutil
@@ -24,6 +26,7 @@ from backend_python.models.base import Codec, CodecWindowing, SpeechLM, VoiceEnc
 from backend_python.paths import cache_dir
 
 DEFAULT_MODEL = "qwen3-tts-tiny"
+BUILT_BY = ".built-by"  # in a materialised tiny checkpoint: the fingerprint of the model code that built it
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -107,16 +110,28 @@ def _local_path(name: str) -> Path:
 
 
 def _materialise(family: Family, preset: str) -> Path:
-    """Build the preset's checkpoint once; concurrent model processes wait on a file lock."""
-    target = cache_dir() / preset
+    """Build the preset's checkpoint once per version of the model code (a preset whose shape changed is built
+    again, not served stale from the cache); concurrent model processes wait on a file lock."""
+    target, built_by = cache_dir() / preset, model_code_fingerprint()
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
-        if not (target / "config.json").exists():
+        stamp = target / BUILT_BY
+        if not (target / "config.json").exists() or not stamp.is_file() or stamp.read_text() != built_by:
             tmp = Path(tempfile.mkdtemp(prefix=f".{preset}-", dir=target.parent))
             family.build_tiny_checkpoint(preset, tmp)
+            (tmp / BUILT_BY).write_text(built_by)
             shutil.rmtree(target, ignore_errors=True)
             tmp.rename(target)
     return target
+
+
+@functools.cache
+def model_code_fingerprint() -> str:
+    """A hash of the model code (this package's sources): what a tiny checkpoint's weights and shape follow from."""
+    root, digest = Path(__file__).resolve().parent, hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def family_of(spec: ModelSpec) -> Family:

@@ -26,12 +26,12 @@ STATE_TOLERANCE = 1e-4
 
 def test_streamed_audio_matches_full_decode(url, model_cache):
     seed, seconds = 21, 4.8
-    tokens = lm_tokens(url, seed, seconds)  # [60, 16], the same request's frames
+    tokens = lm_tokens(url, seed, seconds)  # [60, K], the same request's frames
     streamed = synthesize(url, TEXT, seed=seed, max_audio_seconds=seconds, ignore_eos=True)
     codec = registry.load_codec(registry.resolve("qwen3-tts-tiny"), device="cpu", dtype="float32")
     with torch.inference_mode():
         full = codec.decode(torch.from_numpy(tokens.astype(np.int64))[None])[0].numpy()
-    assert tokens.shape == (60, 16) and streamed.audio.shape == full.shape
+    assert tokens.shape == (60, codec.num_codebooks) and streamed.audio.shape == full.shape
     split = EXACT_FRAMES * SPF
     np.testing.assert_allclose(streamed.audio[:split], full[:split], rtol=0, atol=EXACT_TOLERANCE)
     np.testing.assert_allclose(streamed.audio[split:], full[split:], rtol=0, atol=WINDOW_TOLERANCE)

@@ -66,7 +66,7 @@ def test_chunks_have_planned_sizes_and_left_context(lm):
     assert [c.num_new_frames for c in sink.chunks] == [2, 5, 5, 1]
     assert [c.context_frames for c in sink.chunks] == [0, 2, 3, 3]
     frames = torch.cat([c.tokens[c.context_frames:] for c in sink.chunks])
-    assert frames.shape == (13, 16)
+    assert frames.shape == (13, lm.num_codebooks)
     for chunk in sink.chunks[1:]:  # the context is the request's own preceding frames
         start = sum(c.num_new_frames for c in sink.chunks[: chunk.chunk_index])
         torch.testing.assert_close(chunk.tokens[: chunk.context_frames], frames[start - chunk.context_frames: start])
@@ -281,7 +281,8 @@ def test_a_codec_prefix_is_the_left_context_of_the_first_chunks(lm):
     # frames do not fill the left context also hold the prefix, later chunks only their own frames
     engine = make_engine(lm)
     seq, sink = make_seq(lm, "Hello there.", frames=13)
-    seq.codec_prefix = torch.arange(5 * 16).view(5, 16) % 7 + 100  # codes no frame of the model has
+    k = lm.num_codebooks
+    seq.codec_prefix = torch.arange(5 * k).view(5, k) % 7 + 100  # codes no frame of the model has
     engine.add(seq)
     run_until_done(engine, [sink])
     assert sink.error is None

@@ -127,8 +127,9 @@ def test_frame_bytes_match_the_configs_shapes():
     p = cfg.code_predictor
     assert frame.predictor_heads == 2 * (cfg.num_code_groups - 1) * p.vocab_size * p.hidden_size
     assert frame.talker_kv_per_position == 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * hd * 2
-    assert frame.predictor_kv_per_row == 135 * 2 * p.num_hidden_layers * p.num_key_value_heads * p.head_dim * 2
-    assert (frame.noise_per_row, frame.embedding_rows_per_row) == (400, 16 * h * 2)
+    keys = sum(range(2, cfg.num_code_groups + 1))  # predictor step i reads positions 0 .. i + 1
+    assert frame.predictor_kv_per_row == keys * 2 * p.num_hidden_layers * p.num_key_value_heads * p.head_dim * 2
+    assert (frame.noise_per_row, frame.embedding_rows_per_row) == (400, cfg.num_code_groups * h * 2)
 
 
 def test_the_1_7b_frame_reads_what_the_benchmarks_say():

@@ -33,8 +33,11 @@ def enrollment(seed: int = 1) -> VoiceReference:
     return VoiceReference({"speaker_embedding": torch.randn(64, generator=torch.Generator().manual_seed(seed))})
 
 
+NUM_CODEBOOKS = preset_config("tse-tiny").num_codebooks
+
+
 def input_frames(num_frames: int, seed: int = 2) -> torch.Tensor:
-    return torch.randint(0, 64, (num_frames, 16), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, 64, (num_frames, NUM_CODEBOOKS), generator=torch.Generator().manual_seed(seed))
 
 
 def make_engine(lm: TSELM, clock=None, **overrides) -> LMEngine:
@@ -59,7 +62,7 @@ def steps(engine: LMEngine, n: int) -> None:
 
 
 def frames_of(sink: ListSink) -> torch.Tensor:
-    return torch.cat([c.tokens[c.context_frames:] for c in sink.chunks]) if sink.chunks else torch.zeros(0, 16)
+    return torch.cat([c.tokens[c.context_frames:] for c in sink.chunks]) if sink.chunks else torch.zeros(0, NUM_CODEBOOKS)
 
 
 def speak(lm: TSELM, cuts: list[int], frames: torch.Tensor, steps_between: int = 2, overlap: bool = False) -> ListSink:
@@ -91,7 +94,7 @@ def random_cuts(total: int, rng: random.Random) -> list[int]:
 def test_the_output_is_as_long_as_the_input_and_the_same_however_the_input_is_cut(lm, overlap):
     frames = input_frames(23)  # 5 chunks of 4, then a closing chunk of 3
     whole = frames_of(speak(lm, [], frames))
-    assert whole.shape == (23, 16)
+    assert whole.shape == (23, NUM_CODEBOOKS)
     rng = random.Random(0)
     for _ in range(4):
         cuts = random_cuts(23, rng)
@@ -155,8 +158,8 @@ def test_a_stream_waiting_for_its_input_keeps_its_slot_while_another_speaks(lm):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (torch.zeros(2, 15, dtype=torch.long), "must be \\[N, 16\\]"),
-    (torch.full((2, 16), 64), "must be in \\[0, 64\\)"),
+    (torch.zeros(2, NUM_CODEBOOKS - 1, dtype=torch.long), f"must be \\[N, {NUM_CODEBOOKS}\\]"),
+    (torch.full((2, NUM_CODEBOOKS), 64), "must be in \\[0, 64\\)"),
 ])
 def test_a_bad_piece_ends_only_its_own_stream(lm, bad, message):
     engine = make_engine(lm)
@@ -237,7 +240,7 @@ def test_the_tiny_checkpoint_loads_back_and_its_codec_and_encoder_are_the_codec_
     spec = registry.ModelSpec("tse-tiny", "tse", checkpoint=path)
     codec = registry.load_codec(spec, "cpu", "float32")
     encoder = registry.load_voice_encoder(spec, "cpu", "float32")
-    assert (codec.num_codebooks, codec.codebook_size, codec.shape.frame_rate) == (16, 64, 12.5)
+    assert (codec.num_codebooks, codec.codebook_size, codec.shape.frame_rate) == (NUM_CODEBOOKS, 64, 12.5)
     assert encoder.reference_tensors["speaker_embedding"] == ("FP32", [64])
     assert registry.codec_windowing(spec).left_context_frames == codec.left_context_frames
     assert family.codec_model_of(spec) == "qwen3-tts-tiny-base"
