@@ -320,10 +320,8 @@ class Qwen3TTSLM(SlotSpeechLM):
         texts = self._trailing_text(mem, states)
         if self._graphs is not None:
             codes = self._graphs.run(floats, ints, texts, batch.sampling, batch.generators, self.use_cuda_graphs)
-        else:  # the talker attends over the keys written so far only, not its cache rows' whole length
-            cache = mem.kv.upto(max(s.position for s in states) + 1)
-            codes = eager_frame(self._predict, lambda inputs, embed: self._talk(inputs, embed, cache),
-                                self.noise_width, batch, floats, ints, texts, self.device)
+        else:
+            codes = eager_frame(self._predict, self._talk, self.noise_width, batch, floats, ints, texts, self.device)
         for s in states:
             s.position += 1
             s.num_frames += 1
@@ -379,12 +377,11 @@ class Qwen3TTSLM(SlotSpeechLM):
         mem.seen.index_put_((rows, code0), torch.ones_like(code0, dtype=torch.bool))
         return code0
 
-    def _talk(self, inputs: FrameInputs, frame_embed: torch.Tensor, cache: KVCache | None = None) -> None:
-        """One talker token per row (frame_embed + text_embed: [B, H]); stores the next logits and hidden state.
-        `cache`: the talker's cache as attended (default: all of it, as a graph's static shapes need)."""
+    def _talk(self, inputs: FrameInputs, frame_embed: torch.Tensor) -> None:
+        """One talker token per row (frame_embed + text_embed: [B, H]); stores the next logits and hidden state."""
         mem, rows = self._require_memory(), inputs.rows
         x = (frame_embed + inputs.text_embed)[:, None]  # [B, 1, H]
-        hidden = self.talker(x, rows, inputs.positions[:, None], mem.kv if cache is None else cache)  # [B, H]
+        hidden = self.talker(x, rows, inputs.positions[:, None], mem.kv)  # [B, H]
         mem.hidden[rows], mem.logits[rows] = hidden, self.talker.logits(hidden)
 
 
