@@ -369,11 +369,13 @@ def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITO
 @dataclass(frozen=True)
 class StopTimes:
     """How a `Server.stop` went: seconds ending the live streams (at most DRAIN_S), seconds from tritonserver's
-    SIGTERM to its exit, and whether every stream had ended before the SIGTERM."""
+    SIGTERM to its exit, whether every stream had ended before the SIGTERM, and how many the router counted live
+    when the drain ended (None where it did not read them)."""
 
     drain_s: float
     exit_s: float
     is_drained: bool
+    live_left: int | None = None
 
 
 class Server:
@@ -398,6 +400,7 @@ class Server:
         self.mps: MpsDaemon | None = None
         self.revivals = 0
         self.last_stop: StopTimes | None = None
+        self._live_left: int | None = None  # the live gauge as the last drain left it (StopTimes.live_left)
         self._launch: dict | None = None  # what a revival starts again
         self._stopping = threading.Event()
         self._reviving = threading.Event()
@@ -501,14 +504,14 @@ class Server:
         `grace_s=0`: kill at once, for a throwaway server whose clean unload nobody waits for (a test's)."""
         with self._starting:  # no revival starts a tritonserver after this
             self._stopping.set()
-        started, is_drained = time.monotonic(), False
+        started, is_drained, self._live_left = time.monotonic(), False, None
         if self.watch is not None:
             self.watch.stop()
             if grace_s > 0 and self.process is not None and self.process.process.poll() is None:
                 is_drained = self._drain(min(grace_s, DRAIN_S))
         drained = time.monotonic()
         code = self.process.stop(grace_s) if self.process else None  # also one a revival is starting
-        self.last_stop = StopTimes(drained - started, time.monotonic() - drained, is_drained)
+        self.last_stop = StopTimes(drained - started, time.monotonic() - drained, is_drained, self._live_left)
         if self._keeper is not None:
             self._keeper.join(timeout=30)
         if self.mps is not None:
@@ -526,14 +529,18 @@ class Server:
         closed socket instead of the reason. Unloading the router first aborted it the same way (its `finalize`
         answers raced its own unload). Whether no stream was left."""
         deadline = time.monotonic() + timeout_s
-        if self._live_requests() == 0:
+        if (live := self._live_requests()) == 0:
+            self._live_left = 0
             return True  # nothing to end: the LM unloads with the rest
+        self._live_left = live
         if not self.watch.unload(models.LM, timeout_s):
             return False
         while (live := self._live_requests()) != 0:
+            self._live_left = live
             if live is None or time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
+        self._live_left = 0
         return True
 
     def _live_requests(self) -> int | None:

@@ -178,10 +178,16 @@ def test_client_that_disconnects_cancels_its_triton_stream(client, gateway, serv
             **request, extra_body={"seed": 3, "max_audio_seconds": 60.0, "ignore_eos": True}) as response:
         next(response.iter_bytes())  # the first chunk: the request is live in the LM
         # the gauge is published by the LM's loop, a moment after the chunk may already have reached us
-        assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == 1, timeout_s=5)
+        assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == 1, timeout_s=5), live_now(server)
     # 60 s of audio would take the tiny LM much longer: the stream must end within a step or two
-    assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == 0, timeout_s=5)
+    assert wait_for(lambda: scrape(server)["voxlane_live_requests"] == 0, timeout_s=5), live_now(server)
     assert wait_for(lambda: _health(gateway)["servers"][0]["live_streams"] == 0, timeout_s=5)
+
+
+def live_now(server) -> str:
+    """The failure message of a wait on the live gauge: its value at the end, and the LM's batch."""
+    metrics = scrape(server)
+    return f"live {metrics['voxlane_live_requests']}, LM batch {metrics.get('voxlane_lm_batch_size')}"
 
 
 def test_health_reports_the_down_server_and_metrics_the_write_overhead(gateway):

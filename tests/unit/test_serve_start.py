@@ -94,14 +94,15 @@ def test_the_starts_end_after_the_last_attempt(server):
     assert len(FakeTriton.started) == START_ATTEMPTS
 
 
-@pytest.mark.parametrize("live, unload_works, unloads, is_drained", [
-    ([0], True, [], True),  # idle: nothing to end, nothing unloaded before the SIGTERM
-    ([8, 8, 3, 0], True, ["speechlm_lm"], True),  # the LM's unload ends the streams; the router passes them on
-    ([8], False, ["speechlm_lm"], False),  # the unload is refused: straight to the SIGTERM
-    ([8] * 1000, True, ["speechlm_lm"], False),  # the streams outlive the drain's bound
-    ([8, None], True, ["speechlm_lm"], False),  # the metrics stop answering
+@pytest.mark.parametrize("live, unload_works, unloads, is_drained, live_left", [
+    ([0], True, [], True, 0),  # idle: nothing to end, nothing unloaded before the SIGTERM
+    ([8, 8, 3, 0], True, ["speechlm_lm"], True, 0),  # the LM's unload ends the streams; the router passes them on
+    ([8], False, ["speechlm_lm"], False, 8),  # the unload is refused: straight to the SIGTERM
+    ([8, 8, 5] + [2] * 1000, True, ["speechlm_lm"], False, 2),  # streams outlive the drain's bound: it says how many
+    ([8, None], True, ["speechlm_lm"], False, None),  # the metrics stop answering
 ])
-def test_a_stop_ends_the_live_streams_before_its_sigterm(server, monkeypatch, live, unload_works, unloads, is_drained):
+def test_a_stop_ends_the_live_streams_before_its_sigterm(server, monkeypatch, live, unload_works, unloads, is_drained,
+                                                          live_left):
     FakeTriton.ENDS = [None]
     server.start(timeout_s=5)
     FakeWatch.UNLOAD_WORKS = unload_works
@@ -112,3 +113,4 @@ def test_a_stop_ends_the_live_streams_before_its_sigterm(server, monkeypatch, li
     server.stop(grace_s=20)
     assert process.stopped and FakeWatch.unloaded == unloads
     assert server.last_stop.is_drained is is_drained and server.last_stop.drain_s < 1.0
+    assert server.last_stop.live_left == live_left
