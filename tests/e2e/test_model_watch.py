@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from clients.procstats import is_alive, server_processes
-from clients.stream import StreamError, synthesize
+from clients.stream import ServerUnreachable, StreamError, synthesize
 from tests.e2e.conftest import DEFAULT_PRESET, server_and_gateway
 from tests.e2e.test_metrics import scrape
 from tests.waiting import wait_for
@@ -84,14 +84,14 @@ def test_a_killed_router_ends_a_direct_grpc_stream_with_an_error(watched):
     rather than wait out its deadline for responses that died with the router."""
     srv, _ = watched
     assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=REVIVE_S, poll_s=0.5), server_state(srv)  # a router
-    restarts = srv.watch.restarts["vox_ensemble"]
+    restarts, revivals = srv.watch.restarts["vox_ensemble"], srv.revivals
     outcome: list = []
 
     def listen() -> None:
         try:
             outcome.append(synthesize(srv.grpc_url, "A long story.", seed=4, max_audio_seconds=40.0, ignore_eos=True,
                                       acks=False, timeout_s=120.0))
-        except StreamError as exc:
+        except (StreamError, ServerUnreachable) as exc:
             outcome.append(exc)
 
     reader = threading.Thread(target=listen, daemon=True)
@@ -100,10 +100,11 @@ def test_a_killed_router_ends_a_direct_grpc_stream_with_an_error(watched):
     os.kill(stub_pid(srv, "vox_ensemble"), signal.SIGKILL)
     reader.join(HEAL_S)
     assert not reader.is_alive(), "the direct stream on the dead router hung"
-    revivals = srv.revivals
-    assert isinstance(outcome[0], StreamError), outcome
-    if not wait_for(lambda: srv.revivals > revivals or srv.is_reviving, timeout_s=1.0, poll_s=0.1):
-        assert outcome[0].ended.code == "router_restarted", outcome
+    if wait_for(lambda: srv.revivals > revivals or srv.is_reviving, timeout_s=1.0, poll_s=0.1):
+        # the stub's death aborted tritonserver (Triton 2.51, upstream server#8882): the stream ends with the server
+        assert isinstance(outcome[0], (StreamError, ServerUnreachable)), outcome
+    else:
+        assert isinstance(outcome[0], StreamError) and outcome[0].ended.code == "router_restarted", outcome
         assert wait_for(lambda: srv.watch.restarts["vox_ensemble"] == restarts + 1, timeout_s=HEAL_S, poll_s=0.2)
     assert wait_for(lambda: _speaks(srv.grpc_url), timeout_s=REVIVE_S, poll_s=0.5), server_state(srv)
 
@@ -114,11 +115,12 @@ def _is_live(srv) -> bool:
 
 def test_a_killed_registry_is_reloaded_and_lists_voices_again(watched):
     srv, gateway = watched
-    registry = stub_pid(srv, "voice_registry")
+    assert wait_for(lambda: stub_pid(srv, "voice_registry") is not None, timeout_s=REVIVE_S, poll_s=0.5)
+    registry, restarts = stub_pid(srv, "voice_registry"), srv.watch.restarts["voice_registry"]
     os.kill(registry, signal.SIGKILL)
     assert wait_for(lambda: stub_pid(srv, "voice_registry") not in (None, registry), timeout_s=HEAL_S, poll_s=0.2)
     assert wait_for(lambda: _lists(gateway.url), timeout_s=HEAL_S, poll_s=0.5)
-    assert srv.watch.restarts["voice_registry"] == 1
+    assert srv.watch.restarts["voice_registry"] == restarts + 1
 
 
 def _speaks(url: str) -> bool:
@@ -138,10 +140,11 @@ def _lists(url: str) -> bool:
 
 def test_a_killed_encoder_is_reloaded_with_no_stream_to_meet_it(watched):
     srv, _ = watched
-    encoder = stub_pid(srv, "voice_encoder")
+    assert wait_for(lambda: stub_pid(srv, "voice_encoder") is not None, timeout_s=REVIVE_S, poll_s=0.5)
+    encoder, restarts = stub_pid(srv, "voice_encoder"), srv.watch.restarts["voice_encoder"]
     os.kill(encoder, signal.SIGKILL)
     assert wait_for(lambda: stub_pid(srv, "voice_encoder") not in (None, encoder), timeout_s=HEAL_S, poll_s=0.2)
-    assert wait_for(lambda: srv.watch.restarts["voice_encoder"] == 1, timeout_s=HEAL_S, poll_s=0.2)
+    assert wait_for(lambda: srv.watch.restarts["voice_encoder"] == restarts + 1, timeout_s=HEAL_S, poll_s=0.2)
 
 
 
