@@ -370,13 +370,17 @@ def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITO
 @dataclass(frozen=True)
 class StopTimes:
     """How a `Server.stop` went: seconds ending the live streams (at most DRAIN_S), seconds from tritonserver's
-    SIGTERM to its exit, whether every stream had ended before the SIGTERM, and how many the router counted live
-    when the drain ended (None where it did not read them)."""
+    SIGTERM to its exit, and how many streams the router still counted live at the SIGTERM (None where it was
+    not read: no drain, or the metrics did not answer)."""
 
     drain_s: float
     exit_s: float
-    is_drained: bool
     live_left: int | None = None
+
+    @property
+    def is_drained(self) -> bool:
+        """Whether every stream had ended before the SIGTERM."""
+        return self.live_left == 0
 
 
 class Server:
@@ -401,7 +405,6 @@ class Server:
         self.mps: MpsDaemon | None = None
         self.revivals = 0
         self.last_stop: StopTimes | None = None
-        self._live_left: int | None = None  # the live gauge as the last drain left it (StopTimes.live_left)
         self._launch: dict | None = None  # what a revival starts again
         self._stopping = threading.Event()
         self._reviving = threading.Event()
@@ -505,14 +508,14 @@ class Server:
         `grace_s=0`: kill at once, for a throwaway server whose clean unload nobody waits for (a test's)."""
         with self._starting:  # no revival starts a tritonserver after this
             self._stopping.set()
-        started, is_drained, self._live_left = time.monotonic(), False, None
+        started, live_left = time.monotonic(), None
         if self.watch is not None:
             self.watch.stop()
             if grace_s > 0 and self.process is not None and self.process.process.poll() is None:
-                is_drained = self._drain(min(grace_s, DRAIN_S))
+                live_left = self._drain(min(grace_s, DRAIN_S))
         drained = time.monotonic()
         code = self.process.stop(grace_s) if self.process else None  # also one a revival is starting
-        self.last_stop = StopTimes(drained - started, time.monotonic() - drained, is_drained, self._live_left)
+        self.last_stop = StopTimes(drained - started, time.monotonic() - drained, live_left)
         if self._keeper is not None:
             self._keeper.join(timeout=30)
         if self.mps is not None:
@@ -521,28 +524,20 @@ class Server:
             self._tmp.cleanup()
         return code
 
-    def _drain(self, timeout_s: float) -> bool:
+    def _drain(self, timeout_s: float) -> int | None:
         """End the live streams before the SIGTERM: unload the LM lane, whose engine ends each of its streams with
         "the server is shutting down" (Triton finalizes it ~1 s after the request), and wait, at most `timeout_s`,
         until the router has passed every ending on. Those answers then go out while Triton serves as usual. Left
         to the SIGTERM, the router sent them as Triton unloaded everything, and Triton 2.51's gRPC frontend could
         abort (`proto_buffer_writer.h:65`, `!byte_buffer->Valid()`; 2 fault-storm stops in ~13): its clients got a
         closed socket instead of the reason. Unloading the router first aborted it the same way (its `finalize`
-        answers raced its own unload). Whether no stream was left."""
+        answers raced its own unload). -> the streams still live at its end (0: none; None: the metrics did not say)."""
         deadline = time.monotonic() + timeout_s
-        if (live := self._live_requests()) == 0:
-            self._live_left = 0
-            return True  # nothing to end: the LM unloads with the rest
-        self._live_left = live
-        if not self.watch.unload(models.LM, timeout_s):
-            return False
-        while (live := self._live_requests()) != 0:
-            self._live_left = live
-            if live is None or time.monotonic() > deadline:
-                return False
+        if (live := self._live_requests()) == 0 or not self.watch.unload(models.LM, timeout_s):
+            return live  # 0: nothing to end, the LM unloads with the rest; else the unload was refused
+        while (live := self._live_requests()) not in (0, None) and time.monotonic() <= deadline:
             time.sleep(0.05)
-        self._live_left = 0
-        return True
+        return live
 
     def _live_requests(self) -> int | None:
         """The router's `voxlane_live_requests`, or None where the metrics do not answer or lack it."""
