@@ -3,8 +3,8 @@ tell an unload from a death: at the server's shutdown, or on an operator's unloa
 one does, and a watch that took it for a death would reload the lane (at shutdown that reload held tritonserver
 past its exit timeout). A stub gone with its mark was unloaded; one gone without it died.
 
-Marks are empty files in the temporary directory, one folder per tritonserver (its pid), one file per stub pid
-(`voxlane-unloads-<server pid>/<stub pid>`); the watch removes a mark as it reads it.
+Marks are empty files in the temporary directory, one folder per tritonserver (its pid and start time), one file
+per stub pid (`voxlane-unloads-<server pid>-<start ticks>/<stub pid>`); the watch removes a mark as it reads it.
 """
 from __future__ import annotations
 
@@ -17,7 +17,18 @@ log = logging.getLogger("voxlane")
 
 
 def _folder(server_pid: int) -> Path:
-    return Path(tempfile.gettempdir()) / f"voxlane-unloads-{server_pid}"
+    """One tritonserver's marks, named by its pid and its start time: the marks of a server that was killed are
+    never removed, and a later server given the same pid took a stub's death for an unload (its streams hung)."""
+    return Path(tempfile.gettempdir()) / f"voxlane-unloads-{server_pid}-{_start_ticks(server_pid)}"
+
+
+def _start_ticks(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22); "0" where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "0"
+    return stat[stat.rindex(")") + 2:].split()[19]
 
 
 def mark_unloaded(pid: int | None = None, server_pid: int | None = None) -> None:

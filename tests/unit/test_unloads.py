@@ -1,0 +1,26 @@
+"""Unload marks belong to one tritonserver: a later server given the same pid does not read an earlier one's."""
+from __future__ import annotations
+
+import os
+
+from backend_python.stub_common import unloads
+
+
+def test_a_mark_is_read_once_by_its_own_server(tmp_path, monkeypatch):
+    monkeypatch.setattr(unloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    unloads.mark_unloaded(pid=201, server_pid=os.getpid())
+    assert unloads.was_unloaded(201, os.getpid())
+    assert not unloads.was_unloaded(201, os.getpid())  # the watch took it
+
+
+def test_a_killed_servers_mark_is_not_read_by_a_later_server_with_its_pid(tmp_path, monkeypatch):
+    monkeypatch.setattr(unloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(unloads, "_start_ticks", lambda pid: "1000")
+    unloads.mark_unloaded(pid=201, server_pid=300)  # then the server was killed: its marks stay behind
+    monkeypatch.setattr(unloads, "_start_ticks", lambda pid: "2000")  # another server, given pid 300 again
+    assert not unloads.was_unloaded(201, 300)  # its stub 201's exit is a death
+
+
+def test_the_start_ticks_are_the_process_s_own():
+    assert unloads._start_ticks(os.getpid()) == unloads._start_ticks(os.getpid()) != "0"
+    assert unloads._start_ticks(os.getpid()) != unloads._start_ticks(1)
