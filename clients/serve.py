@@ -320,8 +320,8 @@ def _mode(value) -> ServingMode:
 
 
 # a stop ends the live streams first (Server._drain), waiting this long at most for them before its SIGTERM
-# (~1 s as a rule; with a gateway still opening streams on the server, a drain has taken longer than 5 s:
-# StopTimes.live_left says what it left)
+# (~1 s as a rule; streams that arrive once the LM is unloaded are refused unopened: StopTimes.live_left says what
+# a drain left)
 DRAIN_S = 5.0
 MODES = tuple(mode.value for mode in ServingMode)  # the --mode choices
 MAX_CODEC_BATCH = 32  # the codec runner's largest graph bucket (models/graphs/codec.py)

@@ -114,6 +114,21 @@ class LaneHealth:
             threading.Thread(target=self._heal, args=(model,), name=f"voxlane-heal-{model}", daemon=True).start()
         return Ended(EndReason.LANE_DOWN, f"{model} failed: {detail} (its process died; the lane is being reloaded)")
 
+    def on_unloaded(self, model: str, ended: Ended) -> None:
+        """Triton refused a call to `model` as a model it does not serve now (`ended`: an operator unloaded it, or
+        the server is stopping): the lane is out of service, and its streams are refused at admission with
+        `ended`, without being opened, until readiness shows it loaded again (asked every
+        OPERATOR_CHECK_PERIOD_S). No reload: nothing died. A stop drains the streams that were live when it
+        unloaded the LM; streams still arriving are then answered at once, never counted live."""
+        with self._lock:
+            if model in self._down:
+                return
+            self._down[model] = ended
+            self._given_up[model] = time.monotonic()
+        log.warning("%s is not served now (%s): its streams are refused until it is loaded again", model,
+                    ended.message)
+        self._on_change(model, False, False)
+
     def stop(self) -> None:
         """Stop healing (the server is shutting down)."""
         self._stopped.set()

@@ -280,6 +280,39 @@ def test_a_stopping_server_ends_the_stream_as_lane_down_and_reloads_nothing(lane
     assert lanes.pb.SERVER.unloaded == [] and lanes.router.lane_health.unavailable("codec") is None
 
 
+def test_an_unloaded_lm_refuses_new_streams_unopened_until_it_is_loaded_again(lanes):
+    """Once an LM call is refused as unloaded (a stop's drain unloads the LM first), a request that arrives is
+    answered at admission, never opened: a stop's drain waits for the live streams, and one that kept arriving
+    through a gateway each stayed live until its own LM call was refused, so "none live" was never seen. Nothing
+    is reloaded; the LM serves again once readiness shows an operator loaded it."""
+    lm_calls = lanes.pb.SERVER.handlers["speechlm_lm"]
+    lanes.pb.SERVER.handlers["speechlm_lm"] = lambda request, decoupled: [lanes.pb.InferenceResponse(
+        error=lanes.pb.TritonError("Request for unknown model: 'speechlm_lm' is not found"))]
+    lanes.pb.SERVER.ready["speechlm_lm"] = False
+    _, ended = outcome(lanes.speak("Reaches the unloaded LM."))
+    assert ended.reason is EndReason.LANE_DOWN and "speechlm_lm is unloaded" in ended.message
+    assert lane_metrics(lanes, "voxlane_lane_up")["speechlm_lm"] == 0
+    calls = []
+    lanes.pb.SERVER.handlers["speechlm_lm"] = lambda request, decoupled: calls.append(request) or []
+    for i in range(3):
+        request = lanes.speak(f"Arrives after the unload {i}.")
+        assert request.sender.is_final.is_set()  # answered inside `execute`: no worker thread, never live
+        _, ended = outcome(request, timeout_s=0)
+        assert ended.reason is EndReason.LANE_DOWN and "speechlm_lm is unloaded" in ended.message
+    assert calls == [] and lanes.router.outlet.num_live == 0 and lanes.pb.SERVER.unloaded == []
+    lanes.pb.SERVER.handlers["speechlm_lm"] = lm_calls
+    lanes.pb.SERVER.ready["speechlm_lm"] = True  # an operator loaded it
+    assert wait_until(lambda: lanes.router.lane_health.unavailable("speechlm_lm") is None)
+    assert lane_metrics(lanes, "voxlane_lane_up")["speechlm_lm"] == 1
+    assert lane_metrics(lanes, "voxlane_lane_restarts_total")["speechlm_lm"] == 0  # no restart: nothing died
+    request = lanes.speak("After the load.")
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0))
+    lanes.engine.finish(seq.request_id, None)
+    chunks, ended = outcome(request)
+    assert ended is None and len(chunks) == 1
+
+
 def test_an_unloading_router_ends_every_live_stream_before_its_stub_exits(lanes):
     """At SIGTERM the router's unload races the LM's: each live stream gets its final response, a reason,
     from the router's finalize itself, whether or not the LM's ending reached it (else a client whose worker
