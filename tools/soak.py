@@ -40,6 +40,7 @@ AUDIO_IN_PRESET = "tse-tiny"  # a tiny interleaved model: audio in, audio out (t
 FRAME_RATE = 12.5  # the Qwen3-TTS 12 Hz codec: 80 ms frames of 1920 samples at 24 kHz
 SAMPLES_PER_FRAME = 1920
 RATE = 24000
+MAX_OVERRUN = 3.0  # a warm-up bounded by work runs at most this many times its seconds
 INVALID = [  # (inputs, a word the error must contain)
     (lambda: build_inputs(""), "empty"),
     (lambda: build_inputs(b"caf\xc3\x28"), "UTF-8"),
@@ -64,6 +65,11 @@ class SoakTally:
             self.counts[kind] += 1
             if problem is not None:
                 self.problems.append(f"{kind}: {problem}")
+
+    def total(self) -> int:
+        """Requests counted so far, of every kind."""
+        with self._lock:
+            return sum(self.counts.values())
 
 
 def run_valid(url: str, rng: random.Random, tally: SoakTally, voice: str | None = None) -> None:
@@ -188,21 +194,28 @@ def register_soak_voice(url: str) -> None:
 
 
 def run_workers(url: str, seconds: float, num_workers: int, seed: int, tally: SoakTally,
-                kinds=PLAIN_KINDS, rate: float | None = None) -> None:
+                kinds=PLAIN_KINDS, rate: float | None = None, min_requests: int = 0) -> None:
     """`num_workers` clients for `seconds`, each drawing its requests from `kinds` ((run, weight) pairs); every
     request has ended when this returns. Closed loop (each client starts its next request as its last ends), or
     with `rate`, at most `rate` requests a second in all: each client starts one every `num_workers / rate` s,
-    the clients staggered across that interval, and at once when its last request ran past its turn."""
+    the clients staggered across that interval, and at once when its last request ran past its turn.
+    `min_requests`: the clients go on past `seconds` until `tally` has counted that many requests (at most
+    MAX_OVERRUN times `seconds` in all): a warm-up bounded by work as well as time, since a loaded machine serves
+    fewer in the same seconds."""
     if rate is not None and not rate > 0:
         raise ValueError(f"rate must be > 0 requests a second, got {rate}")
     started = time.monotonic()
-    stop_at = started + seconds
+    stop_at, give_up_at = started + seconds, started + MAX_OVERRUN * seconds
     interval = num_workers / rate if rate else 0.0
+
+    def is_due() -> bool:
+        now = time.monotonic()
+        return now < stop_at or (now < give_up_at and tally.total() < min_requests)
 
     def worker(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
         turn = started + index * interval / num_workers
-        while time.monotonic() < stop_at:
+        while is_due():
             time.sleep(max(0.0, turn - time.monotonic()))
             turn = max(turn, time.monotonic()) + interval  # after a slow request, no burst to catch up
             run = rng.choices([k for k, _ in kinds], weights=[w for _, w in kinds])[0]
@@ -271,12 +284,15 @@ def with_peak(stat: ProcStat, peak: tuple[int, int] | None) -> ProcStat:
 def soak(url: str, server_pid: int, minutes: float, warm_up_s: float, num_workers: int, seed: int,
          settle_s: float = 8.0, log=print, kinds=PLAIN_KINDS,
          rate: float | None = None) -> tuple[dict, dict, SoakTally]:
-    """Warm up, take figures, soak, let the server settle, take figures again. The warm-up runs closed loop; the
-    soak too, or at most `rate` requests a second (`run_workers`).
+    """Warm up, take figures, soak, let the server settle, take figures again. The warm-up runs closed loop for
+    `warm_up_s`, and on until it has served as many requests as the soak will at `rate`; the soak runs closed loop
+    too, or at most `rate` requests a second (`run_workers`).
 
     The figures before are each process's peak RSS during the warm-up, with its pid and thread
     count once the warm-up has settled: the peaks of the heaviest load, whatever the soak's rate."""
-    peak = peak_rss_while(server_pid, lambda: run_workers(url, warm_up_s, num_workers, seed, SoakTally(), kinds))
+    soak_requests = round(minutes * 60 * rate) if rate else 0  # at most, at that rate: the warm-up serves as many
+    peak = peak_rss_while(server_pid, lambda: run_workers(url, warm_up_s, num_workers, seed, SoakTally(), kinds,
+                                                          min_requests=soak_requests))
     time.sleep(settle_s)  # finished streams' BLS iterators are held a few seconds before they are freed
     before = {name: with_peak(stat, peak.get(name)) for name, stat in snapshot(server_pid).items()}
     tally = SoakTally()

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tools.soak import SoakTally, run_workers
+from tools.soak import MAX_OVERRUN, SoakTally, run_workers
 
 
 def recorder(hold_s: float = 0.0, first_hold_s: float | None = None):
@@ -43,6 +43,21 @@ def test_a_slow_request_is_followed_at_once_and_with_no_burst():
     gaps = [b - a for a, b in zip(starts, starts[1:])]
     assert gaps[0] < 0.58, gaps  # the next starts as the slow one ends (its turn, 0.1 s, is long past)
     assert all(g >= 0.07 for g in gaps[1:]), gaps  # then one a turn: no catching up on the turns it missed
+
+
+def test_a_warm_up_bounded_by_work_goes_on_past_its_seconds_until_it_served_enough():
+    run, starts = recorder(hold_s=0.1)
+    tally = SoakTally()
+    began = time.monotonic()
+    run_workers("unused", 0.2, 2, seed=0, tally=tally, kinds=[(run, 1.0)], min_requests=12)
+    assert tally.counts["valid"] >= 12 and time.monotonic() - began >= 0.55  # ~0.6 s: 12 of 0.1 s on 2 clients
+
+
+def test_a_warm_up_bounded_by_work_stops_at_its_overrun_cap():
+    run, starts = recorder(hold_s=0.1)
+    tally = SoakTally()
+    run_workers("unused", 0.2, 1, seed=0, tally=tally, kinds=[(run, 1.0)], min_requests=1000)
+    assert tally.counts["valid"] <= 0.2 * MAX_OVERRUN / 0.1 + 1  # stopped at 0.6 s, not after 1000 (100 s)
 
 
 @pytest.mark.parametrize("rate", [0.0, -1.0, float("nan")])
