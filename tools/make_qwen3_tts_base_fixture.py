@@ -36,7 +36,7 @@ from qwen_tts.core.models import Qwen3TTSForConditionalGeneration, Qwen3TTSProce
 from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSSpeakerEncoderConfig  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from backend_python.models.qwen3_tts.codec_config import tiny_codec_config  # noqa: E402
+from backend_python.models.qwen3_tts.codec_config import FIXTURE_SHAPE, tiny_codec_config  # noqa: E402
 from backend_python.models.qwen3_tts.codec_encoder import tiny_codec_encoder_config  # noqa: E402
 from backend_python.models.qwen3_tts.config import tiny_speaker_encoder_config  # noqa: E402
 from backend_python.models.qwen3_tts.voice_encoder import Qwen3TTSVoiceEncoder  # noqa: E402
@@ -53,8 +53,10 @@ CASES = [  # (text, language, ref_text or None for x-vector only)
 
 
 def encoder_config():
-    """Our tiny codec encoder with the talker's codebook size."""
-    return dataclasses.replace(tiny_codec_encoder_config(), codebook_size=NUM_CODES)
+    """Our tiny codec encoder with the talker's codebook size, its 16 codebooks of the 20 it has kept (the
+    fixture's shape: the tiny preset keeps 4 of 8)."""
+    return dataclasses.replace(tiny_codec_encoder_config(), codebook_size=NUM_CODES, num_quantizers=20,
+                               valid_num_quantizers=FIXTURE_SHAPE["num_quantizers"])
 
 
 def waveform() -> torch.Tensor:
@@ -77,7 +79,7 @@ def build_models(tok):
     missing, unexpected = model.speaker_encoder.load_state_dict(strip(ours.speaker_state(), "speaker_encoder."), strict=True)
     model = model.half().float()  # the fp16 checkpoint then holds exactly the weights that ran
 
-    codec_cfg = tiny_codec_config().to_official()
+    codec_cfg = tiny_codec_config(**FIXTURE_SHAPE).to_official()
     encoder_cfg = encoder_config()
     st_cfg = Qwen3TTSTokenizerV2Config(encoder_config=encoder_cfg.to_official(), decoder_config=codec_cfg["decoder_config"],
                                        encoder_valid_num_quantizers=encoder_cfg.valid_num_quantizers)

@@ -5,8 +5,8 @@ Run with the reference venv (qwen-tts 0.1.1, transformers 4.57.3), from the repo
     $QWEN_TTS_VENV/bin/python tools/make_qwen3_tts_codec_fixture.py
 
 It builds the tiny reference `Qwen3TTSTokenizerV2Model`, gives its decoder the
-weights of our `build_tiny_codec_checkpoint(seed=0)` (so the fixture and the
-tiny checkpoint the LM side ships are the same decoder), saves it with the
+weights of our `build_tiny_codec_checkpoint(seed=0)` in the fixture's shape (the real
+16 codebooks: `FIXTURE_SHAPE`; the tiny preset has 4), saves it with the
 reference `save_pretrained` into tests/fixtures/qwen3_tts_tiny/speech_tokenizer/
 and writes codes plus the reference decoder's outputs to codec_golden.npz:
 
@@ -36,6 +36,7 @@ from qwen_tts.core import Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2Model  #
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from backend_python.models.qwen3_tts.codec import build_tiny_codec_checkpoint  # noqa: E402
+from backend_python.models.qwen3_tts.codec_config import FIXTURE_SHAPE, tiny_codec_config  # noqa: E402
 
 OUT_DIR = os.path.join(REPO, "tests", "fixtures", "qwen3_tts_tiny")
 NUM_FRAMES, SEED = 100, 0
@@ -77,7 +78,7 @@ def shrink_encoder(folder: str) -> None:
 def main() -> None:
     torch.manual_seed(SEED)
     with tempfile.TemporaryDirectory() as tiny_dir:
-        build_tiny_codec_checkpoint(tiny_dir, seed=SEED)
+        build_tiny_codec_checkpoint(tiny_dir, seed=SEED, cfg=tiny_codec_config(**FIXTURE_SHAPE))
         with open(os.path.join(tiny_dir, "config.json")) as f:
             decoder_config = json.load(f)["decoder_config"]
         model = reference_model(decoder_config)

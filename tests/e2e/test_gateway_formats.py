@@ -83,7 +83,7 @@ def test_output_rates_are_the_models_audio_resampled(pcm, rate):
     # soxr's filter and a brick wall differ in their transition band, near the lower Nyquist frequency
     correlation, lag = aligned_correlation(passband(expected, rate, MODEL_RATE), passband(resampled, rate, MODEL_RATE),
                                            max_lag=10)
-    assert lag == 0 and correlation > 0.999  # measured 0.99998 and more (the whole band: 0.98-0.99)
+    assert lag == 0 and correlation > 0.999  # measured 0.99998 and more (the whole band: 0.978-0.989)
 
 
 def test_a_rate_the_format_cannot_carry_is_a_bad_request(client):

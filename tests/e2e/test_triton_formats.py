@@ -71,7 +71,7 @@ def test_a_resampled_rate_in_fp32_is_the_models_audio_resampled(url, reference, 
     assert result.audio.size == expected.size == round(1.6 * rate)
     correlation, lag = aligned_correlation(passband(expected, rate, MODEL_RATE),
                                            passband(result.audio, rate, MODEL_RATE), max_lag=10)
-    assert lag == 0 and correlation > 0.999  # measured 0.99998 and more (the whole band: 0.98-0.99)
+    assert lag == 0 and correlation > 0.999  # measured 0.99998 and more (the whole band: 0.978-0.989)
 
 
 @pytest.mark.parametrize("options, param", [({"audio_format": "ogg"}, "audio_format"),

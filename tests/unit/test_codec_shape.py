@@ -11,10 +11,10 @@ from backend_python.models.qwen3_tts.codec_config import tiny_codec_config
 def test_the_codec_properties_read_the_shape():
     codec = Qwen3TTSCodec.from_config(tiny_codec_config(), seed=0)
     shape = codec.shape
-    assert shape == CodecShape(num_codebooks=16, codebook_size=64, sample_rate=24000, samples_per_frame=1920,
+    assert shape == CodecShape(num_codebooks=4, codebook_size=64, sample_rate=24000, samples_per_frame=1920,
                                left_context_frames=25)
     assert (codec.num_codebooks, codec.codebook_size, codec.sample_rate, codec.samples_per_frame,
-            codec.left_context_frames) == (16, 64, 24000, 1920, 25)
+            codec.left_context_frames) == (4, 64, 24000, 1920, 25)
     assert shape.frame_rate == 12.5
 
 

@@ -11,8 +11,7 @@ from backend_python.engine.codec_runner import CodecRunner, StreamChunk
 from backend_python.engine.codec_states import CodecStateLimits, CodecStateStore
 from backend_python.models.codec_stream import CodecStreamState
 from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
-from backend_python.models.qwen3_tts.codec_config import tiny_codec_config
-from tests.unit.test_codec_stream import STREAM_ATOL, random_codes, ramp_bounds
+from tests.unit.test_codec_stream import CODEC_CONFIG, STREAM_ATOL, random_codes, ramp_bounds
 
 torch.set_flush_denormal(True)
 SPF = 1920
@@ -33,7 +32,7 @@ def state_of(num_bytes: int) -> CodecStreamState:
 
 @pytest.fixture(scope="module")
 def codec() -> Qwen3TTSCodec:
-    return Qwen3TTSCodec.from_config(tiny_codec_config(), seed=3)
+    return Qwen3TTSCodec.from_config(CODEC_CONFIG, seed=3)
 
 
 def chunks_of(stream_id: str, codes: torch.Tensor, context: int = CONTEXT) -> list[StreamChunk]:
@@ -222,7 +221,7 @@ CUDA_ATOL = 1e-4  # fp32 without TF32, as the windowed graphs' test: other kerne
 
 @needs_cuda
 def test_stream_graph_replay_equals_the_eager_stream_decode(no_tf32):
-    cuda = Qwen3TTSCodec.from_config(tiny_codec_config(), device="cuda", seed=3)
+    cuda = Qwen3TTSCodec.from_config(CODEC_CONFIG, device="cuda", seed=3)
     runner = CodecRunner(cuda, stream_states=CodecStateLimits())
     assert runner.stream_graphs is not None and runner.graphs is None
     runner.warm_up()
@@ -242,7 +241,7 @@ def test_stream_graph_replay_equals_the_eager_stream_decode(no_tf32):
 
 @needs_cuda
 def test_a_stream_through_the_graphed_stateful_runner_equals_the_full_decode_on_cpu(codec, no_tf32):
-    cuda = Qwen3TTSCodec.from_config(tiny_codec_config(), device="cuda", seed=3)
+    cuda = Qwen3TTSCodec.from_config(CODEC_CONFIG, device="cuda", seed=3)
     runner = CodecRunner(cuda, stream_states=CodecStateLimits())
     runner.warm_up()
     codes = random_codes(150, seed=9)

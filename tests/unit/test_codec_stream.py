@@ -8,7 +8,7 @@ import torch
 
 from backend_python.models.codec_stream import POSITION, StreamCarry, stack_states
 from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
-from backend_python.models.qwen3_tts.codec_config import tiny_codec_config
+from backend_python.models.qwen3_tts.codec_config import FIXTURE_SHAPE, tiny_codec_config
 from scheduler.chunking import ChunkingConfig, ChunkPlan
 
 torch.set_flush_denormal(True)
@@ -24,14 +24,18 @@ SPF = 1920
 ENGINE_RAMP = ChunkingConfig(first_chunk_frames=2, chunk_frames=10, chunk_growth=2)  # the serving default
 
 
+# the fixtures' tiny shape (16 codebooks), on which the bounds above were measured
+CODEC_CONFIG = tiny_codec_config(**FIXTURE_SHAPE)
+
+
 @pytest.fixture(scope="module")
 def codec() -> Qwen3TTSCodec:
-    return Qwen3TTSCodec.from_config(tiny_codec_config(), seed=3)
+    return Qwen3TTSCodec.from_config(CODEC_CONFIG, seed=3)
 
 
 def random_codes(num_frames: int, seed: int) -> torch.Tensor:
-    # codes: [T, 16] int64
-    return torch.randint(0, 64, (num_frames, 16), generator=torch.Generator().manual_seed(seed))
+    """[T, K] int64 codes of `CODEC_CONFIG`."""
+    return torch.randint(0, 64, (num_frames, CODEC_CONFIG.num_quantizers), generator=torch.Generator().manual_seed(seed))
 
 
 def ramp_bounds(num_frames: int) -> list[tuple[int, int]]:
@@ -147,7 +151,7 @@ def test_stateful_decode_on_cuda_matches_fp32_on_cpu(codec, dtype):
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        cuda = Qwen3TTSCodec.from_config(tiny_codec_config(), device="cuda", dtype=dtype, seed=3)
+        cuda = Qwen3TTSCodec.from_config(CODEC_CONFIG, device="cuda", dtype=dtype, seed=3)
         codes = random_codes(200, seed=3)
         streamed = stream_decode(cuda, codes.cuda()).cpu()
     finally:

@@ -37,9 +37,13 @@ def golden() -> dict[str, torch.Tensor]:
         return {k: torch.from_numpy(data[k]) for k in data.files}
 
 
-def random_codes(num_frames: int, seed: int, codebook_size: int = 64) -> torch.Tensor:
-    # codes: [1, T, 16] int64
-    return torch.randint(0, codebook_size, (1, num_frames, 16), generator=torch.Generator().manual_seed(seed))
+def random_codes(num_frames: int, seed: int, codebook_size: int = 64, num_codebooks: int = 16) -> torch.Tensor:
+    """[1, T, K] int64 codes; K = 16, the fixture codec's (the tiny preset's: `tiny_codes`)."""
+    return torch.randint(0, codebook_size, (1, num_frames, num_codebooks), generator=torch.Generator().manual_seed(seed))
+
+
+def tiny_codes(num_frames: int, seed: int) -> torch.Tensor:
+    return random_codes(num_frames, seed, num_codebooks=tiny_codec_config().num_quantizers)
 
 
 def chunk_bounds(num_frames: int, first: int = 2, rest: int = 10) -> list[tuple[int, int]]:
@@ -79,7 +83,7 @@ def test_golden_cut_context_window_matches_reference_chunked_decode(codec, golde
 
 
 def test_tiny_builder_writes_the_fixture_decoder(codec, tmp_path):
-    built = build_tiny_codec_checkpoint(tmp_path, seed=0)
+    built = build_tiny_codec_checkpoint(tmp_path, seed=0, cfg=codec.cfg)  # the fixture's shape, not the preset's
     assert (tmp_path / "config.json").is_file() and (tmp_path / "model.safetensors").is_file()
     for name, tensor in codec.state_dict().items():
         assert torch.equal(built.state_dict()[name], tensor), name
@@ -141,7 +145,7 @@ def test_save_load_round_trip(tmp_path):
     codec.save_pretrained(tmp_path)
     loaded = Qwen3TTSCodec.from_pretrained(tmp_path, left_context_frames=50)
     assert loaded.cfg == Qwen3TTSCodecConfig(**{**codec.cfg.__dict__, "left_context_frames": 50})
-    codes = random_codes(6, seed=6)
+    codes = tiny_codes(6, seed=6)
     assert torch.equal(loaded.decode(codes), codec.decode(codes))
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "qwen3_tts_tokenizer_12hz" and config["decoder_config"]["codebook_dim"] == 16
@@ -160,7 +164,7 @@ def test_loading_is_strict_on_decoder_keys(tmp_path):
 def test_seed_changes_weights_and_codes_matter():
     a = Qwen3TTSCodec.from_config(tiny_codec_config(), seed=0)
     b = Qwen3TTSCodec.from_config(tiny_codec_config(), seed=1)
-    codes = random_codes(4, seed=0)
+    codes = tiny_codes(4, seed=0)
     assert not torch.equal(a.decode(codes), b.decode(codes))
     assert not torch.allclose(a.decode(codes), a.decode((codes + 1) % 64), atol=1e-3)
 

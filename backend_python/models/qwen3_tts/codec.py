@@ -128,8 +128,10 @@ def random_parameter(name: str, param: torch.Tensor, generator: torch.Generator)
     return gain * torch.randn(shape, generator=generator) / math.sqrt(fan_in)
 
 
-def build_tiny_codec_checkpoint(out_dir: str | os.PathLike, seed: int = 0) -> Qwen3TTSCodec:
-    """Write a deterministic random tiny codec (config.json + model.safetensors) into `out_dir`."""
-    codec = Qwen3TTSCodec.from_config(tiny_codec_config(), seed=seed)
+def build_tiny_codec_checkpoint(out_dir: str | os.PathLike, seed: int = 0,
+                                cfg: Qwen3TTSCodecConfig | None = None) -> Qwen3TTSCodec:
+    """Write a deterministic random tiny codec (config.json + model.safetensors) into `out_dir`; `cfg`: another
+    shape than the tiny preset's (the test fixtures keep the real 16 codebooks: `codec_config.FIXTURE_SHAPE`)."""
+    codec = Qwen3TTSCodec.from_config(cfg or tiny_codec_config(), seed=seed)
     codec.save_pretrained(out_dir)
     return codec

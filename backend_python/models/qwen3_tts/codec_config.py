@@ -84,11 +84,15 @@ class Qwen3TTSCodecConfig:
                 "encode_downsample_rate": self.samples_per_frame}
 
 
-def tiny_codec_config() -> Qwen3TTSCodecConfig:
-    """A ~0.1 M-parameter decoder with the real topology (tiny_build.py's decoder_config)."""
-    return Qwen3TTSCodecConfig(codebook_size=64, codebook_dim=16, hidden_size=32, latent_dim=32, head_dim=8,
-                               num_attention_heads=4, num_key_value_heads=4, intermediate_size=64,
-                               num_hidden_layers=2, sliding_window=72, decoder_dim=64)
+# The tiny codec of tests/fixtures (goldens from the reference package): the real 16 codebooks
+FIXTURE_SHAPE = {"num_quantizers": 16}
+
+
+def tiny_codec_config(num_quantizers: int = 4) -> Qwen3TTSCodecConfig:
+    """A ~0.1 M-parameter decoder of the real topology over 4 codebooks (the tiny talker's)."""
+    return Qwen3TTSCodecConfig(codebook_size=64, codebook_dim=16, num_quantizers=num_quantizers, hidden_size=32,
+                               latent_dim=32, head_dim=8, num_attention_heads=4, num_key_value_heads=4,
+                               intermediate_size=64, num_hidden_layers=2, sliding_window=72, decoder_dim=64)
 
 
 def full_codec_config() -> Qwen3TTSCodecConfig:

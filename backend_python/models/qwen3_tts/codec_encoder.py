@@ -102,10 +102,11 @@ class CodecEncoderConfig:
 
 
 def tiny_codec_encoder_config() -> CodecEncoderConfig:
-    """A few-thousand-parameter encoder of the real topology, 64-code codebooks (the tiny codec's)."""
+    """A few-thousand-parameter encoder of the real topology: the tiny codec's 4 codebooks of 64 codes."""
     return CodecEncoderConfig(hidden_size=16, num_filters=4, num_hidden_layers=1, num_attention_heads=2,
                               num_key_value_heads=2, head_dim=8, intermediate_size=16, codebook_size=64,
-                              codebook_dim=8, vector_quantization_hidden_dimension=8, num_quantizers=20)
+                              codebook_dim=8, vector_quantization_hidden_dimension=8, num_quantizers=8,
+                              valid_num_quantizers=4)
 
 
 # ---------------------------------------------------------------- SEANet conv encoder

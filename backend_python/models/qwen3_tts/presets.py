@@ -14,6 +14,10 @@ from .config import (BASE_MODEL_TYPE, CodePredictorConfig, Qwen3TTSConfig, Speak
                      tiny_speaker_encoder_config)
 
 TINY_CODEBOOK_SIZE = 64
+# codebooks per frame of the tiny presets: the real 16 made the code predictor, one small step per codebook,
+# ~80 % of a tiny frame's CPU time and the test suite's largest cost; the fixtures under tests/fixtures keep the
+# real 16 (their goldens come from the reference package)
+TINY_NUM_CODE_GROUPS = 4
 TINY_TEXT_VOCAB_SIZE = 384  # >= the tiny BPE's 362 tokens
 TINY_TEXT_SPECIAL_IDS = {  # ids of the special tokens in the tiny BPE (trained with them first)
     "<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2,
@@ -45,17 +49,18 @@ def _tiny_speakers(vocab: int) -> dict[str, int]:
 
 
 def tiny() -> Qwen3TTSConfig:
-    """2-layer talker (hidden 64) + 1-layer predictor (hidden 32), 64-code codebooks."""
+    """2-layer talker (hidden 64) + 1-layer predictor (hidden 32), 4 codebooks of 64 codes."""
     vocab = TINY_CODEBOOK_SIZE + 1024
     predictor = CodePredictorConfig(vocab_size=TINY_CODEBOOK_SIZE, hidden_size=32, intermediate_size=64,
                                     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                                    max_position_embeddings=64)
+                                    max_position_embeddings=64, num_code_groups=TINY_NUM_CODE_GROUPS)
     talker = TalkerConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, mrope_section=(2, 3, 3),
                           text_vocab_size=TINY_TEXT_VOCAB_SIZE, text_hidden_size=32, max_position_embeddings=4096,
                           spk_id=_tiny_speakers(vocab), spk_is_dialect=dict.fromkeys(_tiny_speakers(vocab), False),
                           codec_language_id={"english": TINY_CODEBOOK_SIZE + 2},
-                          code_predictor=predictor, **_codec_special_ids(TINY_CODEBOOK_SIZE))
+                          code_predictor=predictor, num_code_groups=TINY_NUM_CODE_GROUPS,
+                          **_codec_special_ids(TINY_CODEBOOK_SIZE))
     s = TINY_TEXT_SPECIAL_IDS
     return Qwen3TTSConfig(talker=talker, tts_model_size="tiny", im_start_token_id=s["<|im_start|>"],
                           im_end_token_id=s["<|im_end|>"], tts_pad_token_id=s["<|tts_pad|>"],

@@ -6,10 +6,10 @@ from .config import BackboneConfig, TSEConfig
 
 
 def tiny() -> TSEConfig:
-    """2 Qwen3 layers × 64 (4/2 heads × 16) over the tiny codec's 16 × 64 codes; a 64-d enrollment x-vector."""
+    """2 Qwen3 layers × 64 (4/2 heads × 16) over the tiny codec's 4 × 64 codes; a 64-d enrollment x-vector."""
     backbone = BackboneConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                               num_key_value_heads=2, head_dim=16)
-    return TSEConfig(backbone, num_codebooks=16, codebook_size=64, speaker_dim=64, codec_model="qwen3-tts-tiny-base")
+    return TSEConfig(backbone, num_codebooks=4, codebook_size=64, speaker_dim=64, codec_model="qwen3-tts-tiny-base")
 
 
 def tse_1_7b() -> TSEConfig:
