@@ -96,6 +96,21 @@ def passband(audio: np.ndarray, rate: int, source_rate: int) -> np.ndarray:
     return np.fft.irfft(spectrum, audio.size).astype(np.float32)
 
 
+LOSSY_BAND_HZ = 4000  # where a lossy encoder keeps the waveform of speech (`below`)
+
+
+def below(audio: np.ndarray, rate: int, edge_hz: float = LOSSY_BAND_HZ) -> np.ndarray:
+    """`audio` (at `rate`) without its spectrum above `edge_hz`. A lossy encoder keeps the waveform where speech
+    is; above that it may cut the band or substitute noise for it (AAC's perceptual noise substitution), and the
+    tiny models' random-weight audio is noise-like up to Nyquist: a whole-band waveform correlation then measured
+    how noisy the input was more than the encoding (AAC at 24 kHz over random codes: 0.84-0.88 from a 64-wide tiny
+    decoder, 0.76-0.86 from the 32-wide one; below 4 kHz 0.92 and more). tests/unit/test_gateway_encoders.py keeps
+    the whole band, on speech-like audio."""
+    spectrum = np.fft.rfft(audio)
+    spectrum[np.fft.rfftfreq(audio.size, 1 / rate) > edge_hz] = 0
+    return np.fft.irfft(spectrum, audio.size).astype(np.float32)
+
+
 def assert_same_pcm16(got: np.ndarray, expected: np.ndarray) -> None:
     """Two requests' 16-bit audio with the same seed. Their float audio can differ by rounding where
     their chunks took other codec paths (tests/e2e/test_streaming.py, `PATH_ROUNDING`): a sample then

@@ -9,14 +9,14 @@ import pytest
 from backend_python.audio.pcm import pcm16
 from clients.stream import StreamError, synthesize
 from protocol.reasons import EndReason
-from tests.audio_decode import aligned_correlation, decode, fft_resample, passband
+from tests.audio_decode import aligned_correlation, below, decode, fft_resample, passband
 
 TEXT = "Formats for every player."
 PARAMS = {"seed": 11, "max_audio_seconds": 1.6, "ignore_eos": True}  # 20 frames: chunks of 2, 4, 8, 6
 MODEL_RATE = 24000
 MAX_PADDING_S = 0.2  # encoder priming and last-frame padding
 LSB = 1 / 32768
-MIN_CORRELATION = {"mp3": 0.9, "opus": 0.85, "aac": 0.85}
+MIN_CORRELATION = 0.9  # of the waveforms below LOSSY_BAND_HZ (tests/audio_decode.py `below`): measured 0.94-0.999
 
 
 def speak(url: str, **options):
@@ -59,8 +59,9 @@ def test_lossy_formats_stream_the_same_sound(url, reference, fmt, rate):
     assert decoded_rate in (rate, None)
     expected = reference if rate == MODEL_RATE else fft_resample(reference, MODEL_RATE, rate)
     assert 0 <= (decoded.size - expected.size) / rate <= MAX_PADDING_S
-    correlation, _ = aligned_correlation(expected, decoded, max_lag=round(MAX_PADDING_S * rate))
-    assert correlation > MIN_CORRELATION[fmt]
+    correlation, _ = aligned_correlation(below(expected, rate), below(decoded, rate),
+                                         max_lag=round(MAX_PADDING_S * rate))
+    assert correlation > MIN_CORRELATION, correlation
 
 
 @pytest.mark.parametrize("rate", [8000, 22050, 48000])

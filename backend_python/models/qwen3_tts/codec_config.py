@@ -84,15 +84,17 @@ class Qwen3TTSCodecConfig:
                 "encode_downsample_rate": self.samples_per_frame}
 
 
-# The tiny codec of tests/fixtures (goldens from the reference package): the real 16 codebooks
-FIXTURE_SHAPE = {"num_quantizers": 16}
+# The tiny codec of tests/fixtures (goldens from the reference package): the real 16 codebooks, a 64-wide decoder
+FIXTURE_SHAPE = {"num_quantizers": 16, "decoder_dim": 64}
 
 
-def tiny_codec_config(num_quantizers: int = 4) -> Qwen3TTSCodecConfig:
-    """A ~0.1 M-parameter decoder of the real topology over 4 codebooks (the tiny talker's)."""
+def tiny_codec_config(num_quantizers: int = 4, decoder_dim: int = 32) -> Qwen3TTSCodecConfig:
+    """A ~0.1 M-parameter decoder of the real topology over 4 codebooks (the tiny talker's). 32 wide: its
+    upsampling stages at up to 24 kHz (Snake activations and convolutions, channels halving per stage) were most of
+    a tiny chunk's decode, and 64 wide cost 1.6-2x as much."""
     return Qwen3TTSCodecConfig(codebook_size=64, codebook_dim=16, num_quantizers=num_quantizers, hidden_size=32,
                                latent_dim=32, head_dim=8, num_attention_heads=4, num_key_value_heads=4,
-                               intermediate_size=64, num_hidden_layers=2, sliding_window=72, decoder_dim=64)
+                               intermediate_size=64, num_hidden_layers=2, sliding_window=72, decoder_dim=decoder_dim)
 
 
 def full_codec_config() -> Qwen3TTSCodecConfig:
