@@ -114,14 +114,15 @@ class LaneHealth:
             threading.Thread(target=self._heal, args=(model,), name=f"voxlane-heal-{model}", daemon=True).start()
         return Ended(EndReason.LANE_DOWN, f"{model} failed: {detail} (its process died; the lane is being reloaded)")
 
-    def on_unloaded(self, model: str, ended: Ended) -> None:
+    def on_unloaded(self, model: str, ended: Ended, generation: int | None = None) -> None:
         """Triton refused a call to `model` as a model it does not serve now (`ended`: an operator unloaded it, or
         the server is stopping): the lane is out of service, and its streams are refused at admission with
         `ended`, without being opened, until readiness shows it loaded again (asked every
         OPERATOR_CHECK_PERIOD_S). No reload: nothing died. A stop drains the streams that were live when it
-        unloaded the LM; streams still arriving are then answered at once, never counted live."""
+        unloaded the LM; streams still arriving are then answered at once, never counted live. A call made before
+        the lane came back (`generation`, as in `on_dead`) says nothing of the lane that serves now."""
         with self._lock:
-            if model in self._down:
+            if model in self._down or (generation is not None and generation != self._generations.get(model, 0)):
                 return
             self._down[model] = ended
             self._given_up[model] = time.monotonic()

@@ -78,7 +78,7 @@ class LMClient:
 
     def _on_call_error(self, message: str, generation: int) -> Ended:
         if (stopping := bls.stopping(LM, message)) is not None:
-            self._lane_health.on_unloaded(LM, stopping)
+            self._lane_health.on_unloaded(LM, stopping, generation)
             return stopping
         if bls.triton_failure(message) is EndReason.LANE_DOWN:
             return self._lane_health.on_dead(LM, message, generation)

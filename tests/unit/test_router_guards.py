@@ -10,7 +10,7 @@ from backend_python.stub_common import fault_inject
 from backend_python.vox_ensemble.cancel_watch import CancelWatch
 from backend_python.stub_common.lane_health import HealPolicy, LaneHealth, ModelControl
 from backend_python.stub_common.request_inputs import RequestError, check_request_parameters
-from protocol.reasons import EndReason
+from protocol.reasons import Ended, EndReason
 from tests.waiting import wait_for
 
 
@@ -133,6 +133,29 @@ def test_reloading_gives_up_after_its_attempts_and_then_notices_an_operators_loa
     assert "POST /v2/repository/models/codec/load" in health.unavailable("codec").message
     fake.ready["codec"] = True  # an operator loaded it again
     assert wait_for(lambda: health.unavailable("codec") is None)
+
+
+def test_an_unloaded_lane_is_refused_until_it_shows_ready_and_a_late_refusal_from_before_a_reload_is_ignored():
+    """Triton refused a call as "unknown model": the lane is down with that reason, no reload, until readiness
+    shows it loaded; a refusal of a call made before the lane last came back (during its reload) says nothing."""
+    fake, changes = FakeControl(), []
+    health = LaneHealth(fake.control(), FAST, lambda *change: changes.append(change))
+    before = health.generation("codec")
+    fake.is_stub_alive["codec"] = False
+    health.on_dead("codec", "Stub process 'codec_0_0' is not healthy.", before)
+    assert wait_for(lambda: health.unavailable("codec") is None)
+    refused = Ended(EndReason.LANE_DOWN, "the server is shutting down, or codec is unloaded: unknown model")
+    health.on_unloaded("codec", refused, before)  # a call into the reload's unload, answered after it
+    assert health.unavailable("codec") is None
+    fake.ready["codec"] = False  # an operator unloaded it
+    health.on_unloaded("codec", refused, health.generation("codec"))
+    assert health.unavailable("codec") is refused and changes[-1] == ("codec", False, False)
+    time.sleep(1.2)  # past the operator check: still not ready, still down
+    assert health.unavailable("codec") is refused
+    fake.ready["codec"] = True  # loaded again
+    assert wait_for(lambda: health.unavailable("codec") is None)
+    assert fake.calls == [("unload", "codec"), ("load", "codec")]  # the death's reload only
+    assert changes[-1] == ("codec", True, False)
 
 
 def test_a_lane_that_cannot_be_unloaded_stays_down():
