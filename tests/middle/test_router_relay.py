@@ -27,6 +27,15 @@ def outcome(request, timeout_s: float = 5.0):
     return chunks, ended
 
 
+def one_chunk_stream(lanes, text: str):
+    """`outcome` of a stream whose LM sends one chunk and finishes."""
+    request = lanes.speak(text)
+    seq = lanes.engine.next_sequence()
+    seq.sink.emit(chunk(0))
+    lanes.engine.finish(seq.request_id, None)
+    return outcome(request)
+
+
 def test_chunks_are_routed_decoded_and_sent_in_order(lanes):
     request = lanes.speak()
     seq = lanes.engine.next_sequence()
@@ -205,11 +214,7 @@ def test_a_dead_lm_is_refused_while_it_reloads_and_serves_again_after(lanes):
     gate.set()
     assert wait_until(lambda: lanes.router.lane_health.unavailable("speechlm_lm") is None)
     assert lane_metrics(lanes, "voxlane_lane_restarts_total")["speechlm_lm"] == 1
-    request = lanes.speak("After the reload.")
-    seq = lanes.engine.next_sequence()
-    seq.sink.emit(chunk(0))
-    lanes.engine.finish(seq.request_id, None)
-    chunks, ended = outcome(request)
+    chunks, ended = one_chunk_stream(lanes, "After the reload.")
     assert ended is None and len(chunks) == 1
 
 
@@ -305,11 +310,7 @@ def test_an_unloaded_lm_refuses_new_streams_unopened_until_it_is_loaded_again(la
     assert wait_until(lambda: lanes.router.lane_health.unavailable("speechlm_lm") is None)
     assert lane_metrics(lanes, "voxlane_lane_up")["speechlm_lm"] == 1
     assert lane_metrics(lanes, "voxlane_lane_restarts_total")["speechlm_lm"] == 0  # no restart: nothing died
-    request = lanes.speak("After the load.")
-    seq = lanes.engine.next_sequence()
-    seq.sink.emit(chunk(0))
-    lanes.engine.finish(seq.request_id, None)
-    chunks, ended = outcome(request)
+    chunks, ended = one_chunk_stream(lanes, "After the load.")
     assert ended is None and len(chunks) == 1
 
 

@@ -106,15 +106,21 @@ def test_a_dead_stub_is_reloaded_once_per_death_and_serves_again():
     assert changes == [("codec", False, False), ("codec", True, True)]
 
 
+def reloaded_once(model: str) -> tuple[FakeControl, LaneHealth, list, int]:
+    """A lane whose stub died and was reloaded: (its control, its health, the changes seen, the generation before)."""
+    fake, changes = FakeControl(), []
+    health = LaneHealth(fake.control(), FAST, lambda *change: changes.append(change))
+    before = health.generation(model)
+    fake.is_stub_alive[model] = False
+    health.on_dead(model, f"Stub process '{model}_0_0' is not healthy.", before)
+    assert wait_for(lambda: health.unavailable(model) is None)
+    return fake, health, changes, before
+
+
 def test_a_call_to_the_process_that_died_fails_late_and_the_reloaded_lane_stays_in_service():
     """A call made before the lane came back reached the dead stub; its error may come after the reload (Triton
     answered one 'not healthy' after the new stub had loaded): it ends its stream, and reloads nothing again."""
-    fake, changes = FakeControl(), []
-    health = LaneHealth(fake.control(), FAST, lambda *change: changes.append(change))
-    before = health.generation("codec_urgent")
-    fake.is_stub_alive["codec_urgent"] = False
-    health.on_dead("codec_urgent", "Stub process 'codec_urgent_0_0' is not healthy.", before)
-    assert wait_for(lambda: health.unavailable("codec_urgent") is None)
+    fake, health, changes, before = reloaded_once("codec_urgent")
     late = health.on_dead("codec_urgent", "Stub process 'codec_urgent_0_0' is not healthy.", before)
     assert late.reason is EndReason.LANE_DOWN and "reloaded since" in late.message
     assert health.unavailable("codec_urgent") is None and health.generation("codec_urgent") == before + 1
@@ -138,12 +144,7 @@ def test_reloading_gives_up_after_its_attempts_and_then_notices_an_operators_loa
 def test_an_unloaded_lane_is_refused_until_it_shows_ready_and_a_late_refusal_from_before_a_reload_is_ignored():
     """Triton refused a call as "unknown model": the lane is down with that reason, no reload, until readiness
     shows it loaded; a refusal of a call made before the lane last came back (during its reload) says nothing."""
-    fake, changes = FakeControl(), []
-    health = LaneHealth(fake.control(), FAST, lambda *change: changes.append(change))
-    before = health.generation("codec")
-    fake.is_stub_alive["codec"] = False
-    health.on_dead("codec", "Stub process 'codec_0_0' is not healthy.", before)
-    assert wait_for(lambda: health.unavailable("codec") is None)
+    fake, health, changes, before = reloaded_once("codec")
     refused = Ended(EndReason.LANE_DOWN, "the server is shutting down, or codec is unloaded: unknown model")
     health.on_unloaded("codec", refused, before)  # a call into the reload's unload, answered after it
     assert health.unavailable("codec") is None
