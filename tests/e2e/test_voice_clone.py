@@ -202,7 +202,7 @@ def test_a_real_speech_clip_clones_through_say_as_through_grpc(base_url, tmp_pat
                            "--ref-text", transcript], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     said, said_rate = read_wav(out)
-    # the request `say` sent: no `ignore_eos` (which `clone` sets), since a masked end token changes every sample
+    # the request `say` sent: no `ignore_eos` (which `clone` sets): a blocked end token may change samples from frame 2
     streamed = synthesize(base_url, TEXT, seed=4, max_audio_seconds=0.8, ref_audio=speech, ref_sample_rate=rate,
                           ref_text=transcript)
     assert said_rate == 24000 and said.size == streamed.audio.size > 0
