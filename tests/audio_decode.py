@@ -90,10 +90,7 @@ RESAMPLER_PASSBAND = 0.9  # of the lower Nyquist frequency: soxr's HQ filter pas
 def passband(audio: np.ndarray, rate: int, source_rate: int) -> np.ndarray:
     """`audio` (at `rate`, resampled from `source_rate`) without its spectrum above RESAMPLER_PASSBAND of the lower
     Nyquist frequency: what any two good resamplers agree on (their transition bands differ)."""
-    spectrum = np.fft.rfft(audio)
-    edge_hz = RESAMPLER_PASSBAND * min(rate, source_rate) / 2
-    spectrum[np.fft.rfftfreq(audio.size, 1 / rate) > edge_hz] = 0
-    return np.fft.irfft(spectrum, audio.size).astype(np.float32)
+    return below(audio, rate, RESAMPLER_PASSBAND * min(rate, source_rate) / 2)
 
 
 LOSSY_BAND_HZ = 4000  # where a lossy encoder keeps the waveform of speech (`below`)
