@@ -122,6 +122,10 @@ def _libpython_dir() -> str:
 # gRPC frontend keeps) used to hold every stop for Triton's default 30 s. In-flight streams end within
 # this bound too: the LM lane's unload ends them with LANE_DOWN ("the server is shutting down").
 EXIT_TIMEOUT_S = 3
+# A tritonserver still running this long after its exit timeout hangs in its own teardown: once it logged "Exit
+# timeout expired. Exiting immediately." and lived on until the SIGKILL 17 s later (a fault storm's stop, after
+# killed stubs). Its models had their exit timeout; `stop` kills it then, whatever the grace.
+EXIT_HANG_S = 2
 SHM_REGION = b"triton_python_backend_shm_region_"  # a stub's shared memory in /dev/shm, named on its command line
 
 
@@ -234,13 +238,14 @@ class TritonProcess:
         raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s")
 
     def stop(self, grace_s: float = 20.0) -> int:
-        """SIGTERM; tritonserver exits within its exit timeout (EXIT_TIMEOUT_S), SIGKILL is the backstop
-        (`grace_s` = 0: SIGKILL at once; the stubs' shared memory is removed all the same)."""
+        """SIGTERM; tritonserver exits within its exit timeout (EXIT_TIMEOUT_S), SIGKILL is the backstop, after
+        `grace_s` or EXIT_HANG_S past the exit timeout, whichever comes first (`grace_s` = 0: SIGKILL at once; the
+        stubs' shared memory is removed all the same)."""
         regions = stub_shm_regions(self.process.pid)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
             try:
-                self.process.wait(grace_s)
+                self.process.wait(min(grace_s, EXIT_TIMEOUT_S + EXIT_HANG_S))
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
