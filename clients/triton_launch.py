@@ -125,7 +125,7 @@ EXIT_TIMEOUT_S = 3
 # A tritonserver still running this long after its exit timeout hangs in its own teardown: once it logged "Exit
 # timeout expired. Exiting immediately." and lived on until the SIGKILL 17 s later (a fault storm's stop, after
 # killed stubs). Its models had their exit timeout; `stop` kills it then, whatever the grace.
-EXIT_HANG_S = 2
+EXIT_HANG_S = 1.5
 SHM_REGION = b"triton_python_backend_shm_region_"  # a stub's shared memory in /dev/shm, named on its command line
 
 
