@@ -13,6 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from backend_python.stub_common.procfs import START_TICKS, stat_fields
+
 log = logging.getLogger("voxlane")
 
 
@@ -24,11 +26,8 @@ def _folder(server_pid: int) -> Path:
 
 def _start_ticks(pid: int) -> str:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22); "0" where it cannot be read."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "0"
-    return stat[stat.rindex(")") + 2:].split()[19]
+    fields = stat_fields(pid)
+    return fields[START_TICKS].decode() if len(fields) > START_TICKS else "0"
 
 
 def mark_unloaded(pid: int | None = None, server_pid: int | None = None) -> None:

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 from backend_python.stub_common import unloads
+from backend_python.stub_common.procfs import PARENT_PID, PROC, STATE, stat_fields
 
-PROC = Path("/proc")
 STUB = b"triton_python_backend_stub"
 
 
@@ -20,7 +20,7 @@ def find_stub(model: str, parent_pid: int, proc: Path = PROC) -> int | None:
     tritonserver has not reaped yet may sit beside a reloaded one: it is skipped)."""
     needle = f"/{model}/".encode()
     for entry in proc.iterdir():
-        if entry.name.isdigit() and _parent(entry) == parent_pid:
+        if entry.name.isdigit() and _parent(entry.name, proc) == parent_pid:
             cmdline = _read(entry / "cmdline")
             if STUB in cmdline and needle in cmdline and is_alive(int(entry.name), proc):
                 return int(entry.name)
@@ -28,17 +28,13 @@ def find_stub(model: str, parent_pid: int, proc: Path = PROC) -> int | None:
 
 
 def is_alive(pid: int, proc: Path = PROC) -> bool:
-    stat = _read(proc / str(pid) / "stat")
-    if not stat:
-        return False
-    state = stat.rsplit(b")", 1)[-1].split()[0]  # the field after "(comm)"
-    return state not in (b"Z", b"X")
+    fields = stat_fields(pid, proc)
+    return bool(fields) and fields[STATE] not in (b"Z", b"X")
 
 
-def _parent(entry: Path) -> int | None:
-    stat = _read(entry / "stat")
-    fields = stat.rsplit(b")", 1)[-1].split()
-    return int(fields[1]) if len(fields) > 1 else None
+def _parent(pid: str, proc: Path) -> int | None:
+    fields = stat_fields(pid, proc)
+    return int(fields[PARENT_PID]) if len(fields) > PARENT_PID else None
 
 
 def _read(path: Path) -> bytes:
