@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..layers.config_checks import check_attention
+
 DEFAULT_THETA = 500_000.0
 # transformers writes config.json as a diff against its defaults (`CsmConfig()` = the CSM-1B shape),
 # so a real checkpoint may omit any of these
@@ -68,11 +70,7 @@ class LlamaShape:
     rope: RopeConfig = field(default_factory=RopeConfig)
 
     def __post_init__(self) -> None:
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"num_attention_heads {self.num_attention_heads} not a multiple of "
-                             f"num_key_value_heads {self.num_key_value_heads}")
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], defaults: dict[str, Any]) -> "LlamaShape":

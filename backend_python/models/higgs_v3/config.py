@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..layers.config_checks import check_attention
+
 MODEL_TYPE = "higgs_audio"
 BACKBONE_TYPE = "qwen3"
 
@@ -33,11 +35,7 @@ class BackboneConfig:
     rope_theta: float = 1_000_000.0
 
     def __post_init__(self) -> None:
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"num_attention_heads {self.num_attention_heads} is not a multiple of "
-                             f"num_key_value_heads {self.num_key_value_heads}")
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "BackboneConfig":

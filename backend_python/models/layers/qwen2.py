@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .config_checks import check_attention
 from .decoder import DecoderStack, KVCache, Step
 
 MODEL_TYPE = "qwen2"
@@ -36,10 +37,7 @@ class Qwen2Config:
     tie_word_embeddings: bool = True
 
     def __post_init__(self) -> None:
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
 
     @property
     def num_parameters(self) -> int:

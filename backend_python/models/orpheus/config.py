@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..layers.config_checks import check_attention
 from ..rope import llama3_scaled
 from .frames import MIN_VOCAB_SIZE
 
@@ -60,10 +61,7 @@ class OrpheusConfig:
     def __post_init__(self) -> None:
         if self.vocab_size < MIN_VOCAB_SIZE:
             raise ValueError(f"vocab_size {self.vocab_size} lacks the audio tokens (need >= {MIN_VOCAB_SIZE})")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
 
     def inv_freq(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """RoPE frequencies [head_dim / 2] float32, scaled when the config says so."""

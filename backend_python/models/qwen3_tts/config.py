@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..layers.config_checks import check_attention
+
 NUM_SPECIAL_CODEC_IDS = 1024  # the top 1024 talker ids are control tokens, never audio codes
 
 
@@ -32,7 +34,7 @@ class CodePredictorConfig:
     max_position_embeddings: int = 65536
 
     def __post_init__(self) -> None:
-        _check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
+        check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CodePredictorConfig":
@@ -78,7 +80,7 @@ class TalkerConfig:
     code_predictor: CodePredictorConfig = field(default_factory=CodePredictorConfig)
 
     def __post_init__(self) -> None:
-        _check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
+        check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
         if sum(self.mrope_section) != self.head_dim // 2:
             raise ValueError(f"mrope_section {self.mrope_section} must sum to head_dim/2 = {self.head_dim // 2}")
         if self.num_code_groups != self.code_predictor.num_code_groups:
@@ -205,13 +207,6 @@ class Qwen3TTSConfig:
              if k not in ("talker", "frame_rate", "speaker_encoder")}
         return {"architectures": ["Qwen3TTSForConditionalGeneration"], "model_type": "qwen3_tts",
                 **d, "talker_config": self.talker.to_dict(), "speaker_encoder_config": self.speaker_encoder.to_dict()}
-
-
-def _check_attention(num_heads: int, num_kv_heads: int, head_dim: int) -> None:
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_attention_heads {num_heads} not a multiple of num_key_value_heads {num_kv_heads}")
-    if head_dim % 2:
-        raise ValueError(f"head_dim must be even for RoPE, got {head_dim}")
 
 
 def _single_id(name: str, value: int | list[int]) -> int:

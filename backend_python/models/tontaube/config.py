@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..layers.config_checks import check_attention
+
 SEMANTIC_CODES = 16384  # codebook 0 (DualCodec's semantic codebook)
 ACOUSTIC_CODES = 4096  # codebooks 1..3 (its first three acoustic RVQ levels)
 NUM_CODEBOOKS = 4
@@ -84,6 +86,9 @@ class PredictorConfig:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 1_000_000.0
     max_position_embeddings: int = 40960
+
+    def __post_init__(self) -> None:
+        check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
 
     @property
     def head_size(self) -> int:

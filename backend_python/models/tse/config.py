@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..layers.config_checks import check_attention
+
 MODEL_TYPE = "voxlane_tse"
 BOS, SPEAKER = 0, 1  # the backbone's own ids: the start, and the speaker embedding's position
 NUM_SPECIAL_IDS = 2
@@ -25,6 +27,9 @@ class BackboneConfig:
     head_dim: int
     rms_norm_eps: float = 1e-6
     rope_theta: float = 1_000_000.0
+
+    def __post_init__(self) -> None:
+        check_attention(self.num_attention_heads, self.num_key_value_heads, self.head_dim)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..layers.config_checks import check_attention
+
 MODEL_TYPE = "voxtral_tts"
 PARAMS_FILE = "params.json"
 NUM_AUDIO_SPECIALS = 2  # EMPTY_AUDIO (0) and END_AUDIO (1) before each codebook's codes
@@ -41,8 +43,7 @@ class BackboneConfig:
     tied_embeddings: bool = True
 
     def __post_init__(self) -> None:
-        if self.n_heads % self.n_kv_heads or self.head_dim % 2:
-            raise ValueError(f"n_heads must be a multiple of n_kv_heads and head_dim even: {self}")
+        check_attention(self.n_heads, self.n_kv_heads, self.head_dim)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class FlowHeadConfig:
     def __post_init__(self) -> None:
         if self.n_decoding_steps < 1 or self.dim % 2:
             raise ValueError(f"need n_decoding_steps >= 1 and an even dim: {self}")
+        check_attention(self.n_heads, self.n_kv_heads, self.head_dim, rope=False)  # bidirectional, no RoPE
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ class CodecConfig:
         lengths = (len(self.decoder_lengths), len(self.decoder_kernels), len(self.decoder_strides))
         if len(set(lengths)) != 1:
             raise ValueError(f"decoder lengths, kernels and strides must have one entry per stage: {lengths}")
+        check_attention(self.n_heads, self.n_kv_heads, self.head_dim, rope=False)  # ALiBi, no RoPE
         if min(self.decoder_windows()) < 1:
             raise ValueError(f"attention windows must be >= 1, got {self.decoder_windows()}")
 

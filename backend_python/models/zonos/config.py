@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..layers.config_checks import check_attention
+
 ROPE_THETA = 10_000.0  # the reference's `precompute_freqs_cis` base (not in config.json)
 NUM_CODEBOOKS = 9  # DAC 44 kHz's quantizers
 CODEBOOK_SIZE = 1024
@@ -32,11 +34,9 @@ class BackboneShape:
     norm_epsilon: float = 1e-5
 
     def __post_init__(self) -> None:
-        if self.d_model % self.num_heads or self.num_heads % self.num_heads_kv:
-            raise ValueError(f"d_model {self.d_model}, num_heads {self.num_heads} and num_heads_kv "
-                             f"{self.num_heads_kv} do not divide")
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model {self.d_model} not a multiple of num_heads {self.num_heads}")
+        check_attention(self.num_heads, self.num_heads_kv, self.head_dim)
 
     @property
     def head_dim(self) -> int:
