@@ -215,17 +215,22 @@ def _collect(responses: queue.Queue, started: float, timeout_s: float, url: str,
     deadline = started + timeout_s
     while True:
         item, error = next_response(responses, deadline, timeout_s, client)
-        if isinstance(error, InferenceServerException) and error.status() == _UNREACHABLE:
-            raise ServerUnreachable(f"cannot reach the server at {url}: {error.message()}")
         if error is not None:
-            raise StreamError(decode_error(error.message() if isinstance(error, InferenceServerException)
-                                           else str(error)))
+            raise StreamError(stream_ended(error, url))
         if item.as_numpy("audio") is not None:
             result.chunks.append(_chunk(item, time.perf_counter() - started))
             if ack is not None:
                 ack(result.chunks[-1].index)
         if item.get_response().parameters["triton_final_response"].bool_param:
             return result
+
+
+def stream_ended(error: Exception, url: str) -> Ended:
+    """How the server ended a stream, from the error its callback queued; ServerUnreachable when it could not be
+    reached at all."""
+    if isinstance(error, InferenceServerException) and error.status() == _UNREACHABLE:
+        raise ServerUnreachable(f"cannot reach the server at {url}: {error.message()}")
+    return decode_error(error.message() if isinstance(error, InferenceServerException) else str(error))
 
 
 def next_response(responses: queue.Queue, deadline: float, timeout_s: float,

@@ -18,11 +18,10 @@ from typing import Callable, Iterable
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from clients.stream import (AudioChunk, StreamError, StreamResult, _UNREACHABLE, ServerUnreachable, _chunk,
-                            build_inputs, close_stream, next_response, send_ack)
+from clients.stream import (AudioChunk, StreamError, StreamResult, _chunk, build_inputs, close_stream, next_response,
+                            send_ack, stream_ended)
 from protocol.models import ROUTER
 from protocol.tensors import PIECE_ERROR_CODES
-from protocol.wire import decode_error
 
 
 class TextStreamResult(StreamResult):
@@ -91,10 +90,8 @@ def _collect(responses: queue.Queue, result: TextStreamResult, started: float, t
     deadline = started + timeout_s
     while True:
         item, error = next_response(responses, deadline, timeout_s, client)
-        if isinstance(error, InferenceServerException) and error.status() == _UNREACHABLE:
-            raise ServerUnreachable(f"cannot reach the server at {url}: {error.message()}")
         if error is not None:
-            ended = decode_error(error.message() if isinstance(error, InferenceServerException) else str(error))
+            ended = stream_ended(error, url)
             if ended.code in PIECE_ERROR_CODES:
                 result.piece_errors.append(ended)
                 continue

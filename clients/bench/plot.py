@@ -15,6 +15,16 @@ PANELS = (("SLO attainment", lambda s: s["slo_attainment"]),
 SEED_VALUES = (lambda row: row["slo_attainment"], lambda row: row["ttfa_ms"]["p99"], lambda row: row["goodput_rps"])
 
 
+def save_figure(fig, path: Path) -> Path:
+    """Lay the figure out, write it as a PNG (its folder made if missing) and free it -> the path written."""
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_results(results: list[dict], path: Path) -> Path:
     """One PNG with three panels; each results.json is one line, labelled by the server's mode."""
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
@@ -32,12 +42,7 @@ def plot_results(results: list[dict], path: Path) -> Path:
         ax.grid(alpha=0.3)
     _mark_slo(axes, results[0] if results else None)
     axes[0].legend()
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def seed_band(summaries: list[dict], value) -> tuple[list[float], list[float]] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clients.bench.plot import _label, plt
+from clients.bench.plot import _label, plt, save_figure
 from clients.bench.summary import ATTAINMENT_TARGETS
 
 
@@ -24,9 +24,4 @@ def plot_capacity(results: list[dict], path: Path) -> Path:
     ax.set_ylabel("capacity (req/s)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

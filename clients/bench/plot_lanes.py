@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clients.bench.plot import _label, _nan, plt
+from clients.bench.plot import _label, _nan, plt, save_figure
 
 LANE_STYLES = {"urgent": "-", "background": "--"}
 SHARE_STYLES = {"total": "-", "first_chunk": "--", "low_slack": ":"}
@@ -49,9 +49,4 @@ def plot_lanes(results: list[dict], path: Path) -> Path:
         ax.legend(fontsize=7)
     axes[0].set_ylim(-0.02, 1.02)
     axes[3].axhline(0.0, color="grey", linestyle="--", linewidth=0.8)  # below: a stall
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

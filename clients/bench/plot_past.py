@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clients.bench.plot import _label, _nan, plt, seed_band
+from clients.bench.plot import _label, _nan, plt, save_figure, seed_band
 
 PANELS = (("completed req/s (dashed: goodput)", lambda s: s.get("completed_rps")),
           ("SLO attainment", lambda s: s["slo_attainment"]),
@@ -30,9 +30,4 @@ def plot_past(results: list[dict], path: Path) -> Path:
     axes[1].set_ylim(-0.02, 1.02)
     axes[2].set_ylim(bottom=-0.01)
     axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
