@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--warm-up", type=float, default=30.0,
                         help="seconds of load before the first figures (with --rate: and on until it served as many "
-                             "requests as the soak will, at most 3x these seconds)")
+                             f"requests as the soak will, at most {MAX_OVERRUN:g}x these seconds)")
     parser.add_argument("--workers", type=int, default=4, help="concurrent clients")
     parser.add_argument("--rate", type=float,
                         help="requests a second in all during the soak, spread over the clients (default: closed "
