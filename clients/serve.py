@@ -491,8 +491,9 @@ class Server:
         return self._reviving.is_set()
 
     def is_serving(self) -> bool:
-        """tritonserver runs, or its keeper is starting it again."""
-        return self.is_reviving or (self.process is not None and self.process.process.poll() is None)
+        """Started and not stopped: tritonserver runs, or its keeper starts it again, an exit the keeper has not
+        seen yet included (it looks every REVIVE_PERIOD_S; a caller that read the dead process as the end quit)."""
+        return self._keeper is not None and self._keeper.is_alive() and not self._stopping.is_set()
 
     def _start_mps(self) -> dict[str, str]:
         if not self.config.uses_mps:

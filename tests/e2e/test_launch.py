@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from clients.serve import REPOSITORY
@@ -44,16 +45,26 @@ def test_bare_tritonserver_serves_the_committed_repository(model_cache, tmp_path
     assert not any(region.exists() for region in regions)
 
 
-def test_voxlane_serve_prints_ready_and_stops_on_sigint(model_cache):
+def test_voxlane_serve_prints_ready_starts_a_killed_tritonserver_again_and_stops_on_sigint(model_cache):
+    """`voxlane serve` outlives its tritonserver's death: its keeper starts it again. (The command once took the
+    dead server, in the moment before its keeper had seen the exit, for the whole fleet gone, and quit.)"""
     http, grpc, metrics = free_ports(3)
     process = subprocess.Popen(
         [sys.executable, "-m", "clients.cli", "serve", "--http-port", str(http), "--grpc-port", str(grpc),
          "--metrics-port", str(metrics), "--log-file", os.devnull],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"127.0.0.1:{grpc}"
     try:
         line = process.stdout.readline()
         assert "ready" in line, line
-        assert synthesize(f"127.0.0.1:{grpc}", "Hello.", seed=1, max_audio_seconds=0.4).chunks is not None
+        assert synthesize(url, "Hello.", seed=1, max_audio_seconds=0.4).chunks is not None
+        [killed] = processes_with_argument(f"--grpc-port={grpc}")
+        os.kill(killed, signal.SIGKILL)
+        assert wait_for(lambda: processes_with_argument(f"--grpc-port={grpc}") not in ([], [killed])
+                        or process.poll() is not None, timeout_s=120)
+        assert process.poll() is None, process.stdout.read()
+        assert wait_for(lambda: is_ready(http), timeout_s=120)
+        assert synthesize(url, "Hello again.", seed=1, max_audio_seconds=0.4).chunks is not None
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 0
         assert "stopped" in process.stdout.read()
@@ -62,6 +73,14 @@ def test_voxlane_serve_prints_ready_and_stops_on_sigint(model_cache):
             process.kill()
     time.sleep(0.5)
     assert not processes_with_argument(f"--grpc-port={grpc}"), "tritonserver outlived voxlane serve"
+
+
+def is_ready(http_port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=2) as response:
+            return response.status == 200
+    except OSError:  # refused while it starts, or 503 while its models load
+        return False
 
 
 def processes_with_argument(argument: str) -> list[int]:

@@ -94,6 +94,20 @@ def test_the_starts_end_after_the_last_attempt(server):
     assert len(FakeTriton.started) == START_ATTEMPTS
 
 
+def test_a_server_whose_tritonserver_died_serves_on_until_stopped(server, monkeypatch):
+    """A tritonserver that exits is its keeper's to start again: the server serves on, also in the moment before
+    the keeper has seen the exit (`voxlane serve` read that moment as the end and quit); a stop ends it."""
+    monkeypatch.setattr(serve, "REVIVE_PERIOD_S", 30.0)  # the keeper does not look again within this test
+    assert not server.is_serving()  # not started
+    FakeTriton.ENDS = [None]
+    server.start(timeout_s=5)
+    assert server.is_serving()
+    server.process.process.returncode = -signal.SIGKILL
+    assert server.is_serving() and not server.is_reviving
+    server.stop(grace_s=0)
+    assert not server.is_serving()
+
+
 @pytest.mark.parametrize("live, unload_works, unloads, is_drained, live_left", [
     ([0], True, [], True, 0),  # idle: nothing to end, nothing unloaded before the SIGTERM
     ([8, 8, 3, 0], True, ["speechlm_lm"], True, 0),  # the LM's unload ends the streams; the router passes them on
