@@ -218,7 +218,11 @@ def _serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    fleet.start()
+    try:
+        fleet.start()
+    except (RuntimeError, TimeoutError) as exc:  # a model that cannot load, a port taken: said in one line
+        print(f"voxlane: the server did not start: {exc}", file=sys.stderr)
+        return 1
     for server in fleet.servers:
         gpus = f", gpus {','.join(server.config.gpus)}" if server.config.gpus else ""
         print(f"voxlane: ready (grpc {server.grpc_url}, http {server.http_url.removeprefix('http://')}, "

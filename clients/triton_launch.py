@@ -9,6 +9,7 @@ be on the library path, and the stub takes its `sys.path` from the first
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -205,6 +206,20 @@ def server_command(install: TritonInstall, repository: Path, ports: Ports,
     ]
 
 
+# Triton's log line for a model that could not load: `failed to load 'NAME' version N: Internal: WHY\n\nAt: …` (the
+# Python backend's traceback follows WHY, its newlines written as "\n")
+TRITON_STATUSES = ("Internal", "Invalid argument", "Not found", "Unavailable", "Unsupported", "Already exists",
+                   "Unknown")  # the status word Triton puts before a load error's message
+LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (?:(?:%s): )?(.*?)(?:\\n|\"?$)"
+                          % "|".join(TRITON_STATUSES), re.MULTILINE)
+
+
+def load_failures(log: str) -> list[str]:
+    """"MODEL failed to load: WHY" for each model a tritonserver log says could not load (the last word per model)."""
+    found = {name: why.strip() for name, why in LOAD_FAILURE.findall(log)}
+    return [f"{name} failed to load: {why}" for name, why in found.items()]
+
+
 class TritonProcess:
     """A running `tritonserver`; `stop()` sends SIGTERM, then SIGKILL after a grace period, and leaves
     no stub process or stub shared memory behind."""
@@ -213,6 +228,7 @@ class TritonProcess:
                  env: dict[str, str] | None = None, log_path: Path | None = None,
                  exposure: Exposure = Exposure(), append_log: bool = False) -> None:
         self.ports, self.host = ports, exposure.local_host
+        self._log_path = Path(log_path) if log_path else None
         self._log = open(log_path, "ab" if append_log else "wb") if log_path else None
         self.process = subprocess.Popen(
             server_command(install, repository, ports, exposure=exposure), env=server_env(install, env),
@@ -231,7 +247,10 @@ class TritonProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"tritonserver exited with code {self.process.returncode} before ready")
+                failures = load_failures(self._log_path.read_text(errors="replace")) if self._log_path else []
+                raise RuntimeError(f"tritonserver exited with code {self.process.returncode} before ready"
+                                   + "".join(f"; {failure}" for failure in failures)
+                                   + (f" (log: {self._log_path})" if self._log_path else ""))
             if self.is_ready():
                 return
             time.sleep(0.2)

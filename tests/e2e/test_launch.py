@@ -1,7 +1,9 @@
 """The two ways to run the server: `voxlane serve`, and bare `tritonserver` on the committed repository."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,6 +75,26 @@ def test_voxlane_serve_prints_ready_starts_a_killed_tritonserver_again_and_stops
             process.kill()
     time.sleep(0.5)
     assert not processes_with_argument(f"--grpc-port={grpc}"), "tritonserver outlived voxlane serve"
+
+
+def test_voxlane_serve_names_a_model_that_cannot_load(model_cache, tmp_path):
+    """A checkpoint whose config its model refuses: the command fails in one line naming the lane and the reason
+    (no traceback), with the log's path."""
+    from backend_python.models import registry
+    checkpoint = tmp_path / "bad-heads"
+    shutil.copytree(registry.resolve("qwen3-tts-tiny").checkpoint, checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["talker_config"]["num_key_value_heads"] = 3  # 4 query heads
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    http, grpc, metrics = free_ports(3)
+    done = subprocess.run(
+        [sys.executable, "-m", "clients.cli", "serve", "--model", str(checkpoint), "--http-port", str(http),
+         "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--log-file", str(tmp_path / "triton.log")],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert ("speechlm_lm failed to load: ValueError: num_attention_heads 4 not a multiple of num_key_value_heads 3"
+            in done.stderr and str(tmp_path / "triton.log") in done.stderr), done.stderr
+    assert not processes_with_argument(f"--grpc-port={grpc}")
 
 
 def is_ready(http_port: int) -> bool:
