@@ -230,6 +230,7 @@ class TritonProcess:
         self.ports, self.host = ports, exposure.local_host
         self._log_path = Path(log_path) if log_path else None
         self._log = open(log_path, "ab" if append_log else "wb") if log_path else None
+        self._log_start = self._log.tell() if self._log else 0  # this start's lines follow an appended log's
         self.process = subprocess.Popen(
             server_command(install, repository, ports, exposure=exposure), env=server_env(install, env),
             stdout=self._log or None, stderr=subprocess.STDOUT if self._log else None,
@@ -243,11 +244,17 @@ class TritonProcess:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 
+    def _own_log(self) -> str:
+        """What this start wrote to the log (not an earlier start's, when it appends)."""
+        with open(self._log_path, "rb") as log:
+            log.seek(self._log_start)
+            return log.read().decode(errors="replace")
+
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                failures = load_failures(self._log_path.read_text(errors="replace")) if self._log_path else []
+                failures = load_failures(self._own_log()) if self._log_path else []
                 raise RuntimeError(f"tritonserver exited with code {self.process.returncode} before ready"
                                    + "".join(f"; {failure}" for failure in failures)
                                    + (f" (log: {self._log_path})" if self._log_path else ""))
