@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # test processes (pytest-xdist): auto, one worker more than the cores as 6 GiB each of the free memory allows
-# (tests/parallel.py: 3 on 2 cores; ~9 minutes from a fresh clone); 0 runs the suite in this one process (~15)
+# (tests/parallel.py: 3 on 2 cores; 9-10 minutes from a fresh clone); 0 runs the suite in this one process (~15)
 TEST_WORKERS ?= auto
 
 .PHONY: install demo test unit e2e serve clean
