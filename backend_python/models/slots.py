@@ -64,6 +64,8 @@ class SlotSpeechLM(SpeechLM):
         # CUDA: the code predictor's attention as one Triton kernel per layer and step (families with a predictor;
         # `kernels/short_attention.py`); read when slots are allocated
         self.use_fused_predictor = True
+        # CUDA: the whole decode frame on fused Triton kernels (`runs_fused_frame`: families that have them)
+        self.use_fused_frame = True
         self._memory: Any = None  # the family's SlotMemory
         self._graphs: Any = None  # the family's FrameGraphs; CUDA only
         self._states: dict[int, Any] = {}  # slot -> the family's SlotState
@@ -73,15 +75,25 @@ class SlotSpeechLM(SpeechLM):
                        kv_positions: int | None = None) -> None:
         """Slot memory (+ the scratch row); on CUDA also fuse projections and capture every bucket's graphs."""
         layout = SlotLayout(num_slots, max_seq_len, max_batch, kv_positions)
-        is_cuda = self.device.type == "cuda"
+        is_cuda, is_fused = self.device.type == "cuda", self.runs_fused_frame()
         self._graphs, self._memory = None, None  # free the old graphs and slots before allocating anew
-        if is_cuda:
+        if is_cuda or is_fused:
             self._fuse_projections()
-            if self.use_torch_compile:
+            if is_cuda and self.use_torch_compile and not is_fused:  # the fused kernels leave Inductor nothing
                 self._compile()
         self._memory = self._allocate_memory(layout)
         self._states, self._extent_lengths = {}, {}
-        self._graphs = self._build_graphs(layout) if is_cuda else None
+        self._graphs = self._build_graphs(layout) if is_cuda or is_fused else None
+
+    def runs_fused_frame(self) -> bool:
+        """Whether the decode frame runs on the family's fused Triton kernels here (`use_fused_frame`, a family
+        that has them, and a device they run on: CUDA, or the CPU under Triton's interpreter for tests)."""
+        return False
+
+    @property
+    def is_graphed(self) -> bool:
+        """Whether frames replay CUDA graphs (else the frame runner's buffers run eagerly)."""
+        return self.use_cuda_graphs and self.device.type == "cuda"
 
     def kv_positions_for(self, num_prompt_tokens: int, num_frames: int) -> int:
         """KV positions a stream of this prompt and up to num_frames frames writes (its extent's size)."""
@@ -116,7 +128,7 @@ class SlotSpeechLM(SpeechLM):
 
     def _capture_graphs(self, graphs):
         """Capture every bucket now unless CUDA graphs are off; -> graphs."""
-        if self.use_cuda_graphs:
+        if self.is_graphed:
             with torch.no_grad():
                 graphs.capture_all()
         return graphs

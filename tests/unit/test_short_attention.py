@@ -136,6 +136,7 @@ def test_the_predictor_with_the_kernel_samples_the_tokens_of_the_plain_attention
     fused = Qwen3TTSLM.from_config(predictor_config(), device=DEVICE, dtype=torch.float32, seed=0)
     plain = Qwen3TTSLM.from_config(predictor_config(), device=DEVICE, dtype=torch.float32, seed=0)
     plain.use_fused_predictor = plain.use_torch_compile = plain.use_cuda_graphs = False
+    fused.use_fused_frame = plain.use_fused_frame = False  # the attention alone: both draw the generators' noise
     if DEVICE == "cpu":  # slots on the CPU skip the CUDA set-up that turns the kernel on
         fused.talker.code_predictor.model.use_short_cache_attention(fused.config.talker.num_code_groups)
     slots, params = [1, 3, 0, 2], MIXES[mix]

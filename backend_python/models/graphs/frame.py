@@ -38,14 +38,17 @@ class FrameInputs:
     sampling: BatchSampling
     noise: torch.Tensor  # [B, talker_vocab + (G-1) * codebook_size] float32 Exp(1): codebook 0, then each step
     text_embed: torch.Tensor  # [B, hidden], trailing text embedding added to the next talker input
+    # [B, 2] int64 (seed, frame counter) where the frame's samplers draw their own noise (`kernels/sampler.py`);
+    # `noise` is then unused
+    noise_keys: torch.Tensor | None = None
 
     @classmethod
     def from_columns(cls, floats: torch.Tensor, ints: torch.Tensor, noise: torch.Tensor, text_embed: torch.Tensor,
-                     **flags: bool) -> "FrameInputs":
+                     noise_keys: torch.Tensor | None = None, **flags: bool) -> "FrameInputs":
         """floats: [B, 3] float32, ints: [B, 5] int64 (row, position, is_eos_blocked, top_k, is_greedy)."""
         return cls(rows=ints[:, 0], positions=ints[:, 1], is_eos_blocked=ints[:, 2] != 0,
                    sampling=BatchSampling.from_columns(floats, ints[:, 3:], **flags), noise=noise,
-                   text_embed=text_embed)
+                   text_embed=text_embed, noise_keys=noise_keys)
 
 
 PredictFn = Callable[[FrameInputs], tuple[torch.Tensor, torch.Tensor]]  # -> codes [B, G], frame_embed [B, H]
@@ -78,28 +81,38 @@ class FrameGraphs(FrameBuffers):
         # True: every row draws its noise, greedy ones too (a flow head starts each frame from noise whatever
         # the sampling); False: greedy rows keep stale noise, which their argmax never reads
         self.noise_every_row = False
+        # True: the samplers draw their own noise from each row's (seed, frame counter) in `noise_keys`, inside the
+        # graphs (the fused frame); False: one noise draw per row from its generator before the replay
+        self.uses_noise_keys = False
         size = buckets[-1]
         self.text_embed = torch.zeros(size, hidden_size, device=device, dtype=dtype)
         self.frame_embed = torch.zeros(size, hidden_size, device=device, dtype=dtype)
+        self.noise_keys = torch.zeros(size, 2, device=device, dtype=torch.int64)
 
     # ---- one frame -------------------------------------------------------------------------------
     def run(self, floats: torch.Tensor, ints: torch.Tensor, text_embeds: list[torch.Tensor],
-            params: list[SamplingParams], generators: list[torch.Generator], graphed: bool) -> torch.Tensor:
-        """floats [n, 3], ints [n, 5] host columns; text_embeds: n device tensors [H] -> codes [n, G] int64."""
+            params: list[SamplingParams], generators: list[torch.Generator], graphed: bool,
+            noise_keys: torch.Tensor | None = None) -> torch.Tensor:
+        """floats [n, 3], ints [n, 5] host columns; text_embeds: n device tensors [H]; noise_keys [n, 2] int64 on
+        the host where `uses_noise_keys` -> codes [n, G] int64."""
         n = len(text_embeds)
         bucket = self.bucket_for(n)
         if graphed:
             self._graph(bucket)  # a lazy capture resets the buffers: before the fill, not after
-        self.fill(floats, ints, text_embeds, params, generators, bucket)
+        self.fill(floats, ints, text_embeds, params, generators, bucket, noise_keys)
         self.run_predictor(bucket, graphed)
         self.run_talker(bucket, graphed)
         return self.codes[:n].clone()  # the static buffer is overwritten by the next frame
 
     def fill(self, floats: torch.Tensor, ints: torch.Tensor, text_embeds: list[torch.Tensor],
-             params: list[SamplingParams], generators: list[torch.Generator], bucket: int) -> None:
+             params: list[SamplingParams], generators: list[torch.Generator], bucket: int,
+             noise_keys: torch.Tensor | None = None) -> None:
         """Write one frame's inputs into the static buffers, padding rows n..bucket-1."""
         self.fill_columns(floats, ints, bucket)
-        draw_noise(self.noise, params, generators, self.noise_every_row)
+        if self.uses_noise_keys:
+            self.noise_keys[:noise_keys.shape[0]].copy_(noise_keys, non_blocking=True)
+        else:
+            draw_noise(self.noise, params, generators, self.noise_every_row)
         torch.stack(text_embeds, out=self.text_embed[:len(text_embeds)])
 
     def run_predictor(self, bucket: int, graphed: bool) -> None:
@@ -110,7 +123,8 @@ class FrameGraphs(FrameBuffers):
 
     def _inputs(self, bucket: int) -> FrameInputs:
         return FrameInputs.from_columns(self.floats[:bucket], self.ints[:bucket], self.noise[:bucket],
-                                        self.text_embed[:bucket])
+                                        self.text_embed[:bucket],
+                                        self.noise_keys[:bucket] if self.uses_noise_keys else None)
 
     def _predict(self, bucket: int) -> None:
         codes, frame_embed = self.predict(self._inputs(bucket))

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kernels import short_attention
+from ..kernels import rope_write, short_attention
+from ..kernels.fused_linear import fused_linear
 from ..rope import apply_rope, rope_cos_sin_of  # noqa: F401 (apply_rope: the layers' import)
 
 log = logging.getLogger("voxlane.models")
@@ -273,22 +274,40 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         """x: [B, T, hidden]; k_cache, v_cache: [pool, kv_heads, head_dim] (written in place)."""
         if self.short_cache_keys and not torch.is_grad_enabled():  # the kernel has no backward: inference only
-            return self.o_proj(self._short_cache_attention(x, step, k_cache, v_cache))
+            return self.o_proj(self._short_cache_attention(F.linear(x, self.qkv, self.qkv_bias), step, k_cache,
+                                                           v_cache))
         b, t, _ = x.shape
         q, k, v = self.project(x)
         q = apply_rope(self.q_norm(q), step.cos, step.sin)
         k = apply_rope(self.k_norm(k), step.cos, step.sin)
         return self.o_proj(self.write_and_attend(q, k, v, step, k_cache, v_cache).reshape(b, t, -1))
 
-    def _short_cache_attention(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor,
+    def attend_projected(self, qkv: torch.Tensor, step: Step, k_cache: torch.Tensor,
+                         v_cache: torch.Tensor) -> torch.Tensor:
+        """The fused layer's attention from the q/k/v projection's output (qkv [B, T, (heads + 2 kv_heads) *
+        head_dim]) -> [B, T, heads * head_dim] before o_proj: the short-cache kernel, or the norms, RoPE and cache
+        writes as one kernel (`kernels/rope_write.py`) and then `attend`."""
+        if self.short_cache_keys:
+            return self._short_cache_attention(qkv, step, k_cache, v_cache)
+        b, t, _ = qkv.shape
+        q_weight, k_weight, eps = self._qk_norm()
+        q = rope_write.rope_write(qkv, q_weight, k_weight, eps, step.cos, step.sin, step.write_index, k_cache,
+                                  v_cache, self.num_heads, self.num_kv_heads)
+        return attend(q, k_cache, v_cache, step).reshape(b, t, -1)
+
+    def _qk_norm(self) -> tuple[torch.Tensor | None, torch.Tensor | None, float]:
+        """The q and k RMSNorm weights and eps; None where the layer has none (a Llama layer)."""
+        if isinstance(self.q_norm, RMSNorm):
+            return self.q_norm.weight, self.k_norm.weight, self.q_norm.eps
+        return None, None, 0.0
+
+    def _short_cache_attention(self, qkv: torch.Tensor, step: Step, k_cache: torch.Tensor,
                                v_cache: torch.Tensor) -> torch.Tensor:
-        """`forward` before o_proj as one kernel: x [B, T, hidden] -> [B, T, heads * head_dim]."""
-        normed = isinstance(self.q_norm, RMSNorm)
+        """`forward` between the q/k/v projection and o_proj as one kernel: -> [B, T, heads * head_dim]."""
+        q_weight, k_weight, eps = self._qk_norm()
         return short_attention.short_cache_attention(
-            F.linear(x, self.qkv, self.qkv_bias), self.q_norm.weight if normed else None,
-            self.k_norm.weight if normed else None, self.q_norm.eps if normed else 0.0, step.cos, step.sin,
-            step.positions, step.write_index, step.row_starts, k_cache, v_cache, self.num_heads, self.num_kv_heads,
-            self.short_cache_keys)
+            qkv, q_weight, k_weight, eps, step.cos, step.sin, step.positions, step.write_index, step.row_starts,
+            k_cache, v_cache, self.num_heads, self.num_kv_heads, self.short_cache_keys)
 
     @staticmethod
     def write_and_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, step: Step, k_cache: torch.Tensor,
@@ -364,10 +383,24 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(hidden_size, intermediate_size)
         self.input_layernorm = RMSNorm(hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(hidden_size, eps)
+        # True: the projections as Triton matmuls with the norms, SwiGLU and residual adds fused in
+        # (`kernels/fused_linear.py`; set by `DecoderStack.use_fused_kernels`), inference only
+        self.is_fused = False
 
     def forward(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        if self.is_fused and not torch.is_grad_enabled():
+            return self._fused_forward(x, step, k_cache, v_cache)
         x = x + self.self_attn(self.input_layernorm(x), step, k_cache, v_cache)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def _fused_forward(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        """`forward` in four matmul launches (the norms, SwiGLU and residual adds inside them) around the attention."""
+        attn, eps = self.self_attn, self.input_layernorm.eps
+        qkv = fused_linear(x, attn.qkv, self.input_layernorm.weight, eps, attn.qkv_bias)
+        x = fused_linear(attn.attend_projected(qkv, step, k_cache, v_cache), attn.o_proj.weight, residual=x)
+        hidden = fused_linear(x, self.mlp.gate_up, self.post_attention_layernorm.weight,
+                              self.post_attention_layernorm.eps, swiglu=True)
+        return fused_linear(hidden, self.mlp.down_proj.weight, residual=x)
 
 
 class DecoderStack(nn.Module):
@@ -392,6 +425,23 @@ class DecoderStack(nn.Module):
         predictor's per-frame cache; `kernels/short_attention.py`); 0: the plain attention again."""
         for layer in self.layers:
             layer.self_attn.use_short_cache(max_positions)
+
+    def use_fused_kernels(self, on: bool = True) -> None:
+        """Each layer as fused Triton matmuls (`DecoderLayer._fused_forward`; fuses the projections first). Needs
+        RMSNorm layer norms and no o_proj bias (Qwen3, Llama, Qwen2 stacks)."""
+        for layer in self.layers:
+            if on and not (isinstance(layer.input_layernorm, RMSNorm) and layer.self_attn.o_proj.bias is None):
+                raise ValueError("fused kernels need RMSNorm layer norms and an o_proj without bias")
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
+            layer.is_fused = on
+
+    def forward_layers(self, x: torch.Tensor, step: Step, cache: KVCache) -> torch.Tensor:
+        """x: [B, T, hidden] -> the last layer's output [B, T, hidden], before the final norm (which a fused
+        head's matmul applies itself)."""
+        for i, layer in enumerate(self.layers):
+            x = layer(x, step, cache.k[i], cache.v[i])
+        return x
 
     def compile_layers(self) -> None:
         """Compile each layer's forward with Inductor (CUDA). With dynamo's inlined modules the

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..kernels.fused_linear import fused_linear
+from ..kernels.sampler import NoiseKeys, fused_sample
 from ..layers.decoder import DecoderStack, KVCache, Step
 from ..layers.sampling import BatchSampling, sample
 from .config import CodePredictorConfig
@@ -53,9 +55,10 @@ class CodePredictor(nn.Module):
         return Step.build(rows, positions, self.cfg.head_dim, self.cfg.rope_theta, cache, dtype)
 
     def generate(self, talker_hidden: torch.Tensor, code0_embed: torch.Tensor, cache: KVCache,
-                 sampling: BatchSampling, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """talker_hidden, code0_embed: [B, talker_hidden], noise: [B, G-1, vocab] Exp(1) ->
-        (codes [B, G-1] int64, their talker-width embeddings [B, G-1, talker_hidden]).
+                 sampling: BatchSampling, noise: torch.Tensor | NoiseKeys) -> tuple[torch.Tensor, torch.Tensor]:
+        """talker_hidden, code0_embed: [B, talker_hidden], noise: [B, G-1, vocab] Exp(1), or the fused frame's
+        `NoiseKeys` (its `offset` the first step's first draw) -> (codes [B, G-1] int64, their talker-width
+        embeddings [B, G-1, talker_hidden]).
 
         Batch row b uses cache row b (the cache is rewritten every frame). No host sync: the
         whole loop is one CUDA graph on the GPU path."""
@@ -64,8 +67,32 @@ class CodePredictor(nn.Module):
         codes, embeds = [], []
         for i, (head, table) in enumerate(zip(self.lm_head, self.model.codec_embedding)):
             step = frame.window(0, 2) if i == 0 else frame.window(i + 1, i + 2)
-            code = self.sample(head(self(x, step, cache)).float(), sampling, noise[:, i])  # [B]
+            code = self._draw(self._logits(x, step, cache, head), sampling, noise, i)  # [B]
             codes.append(code)
             embeds.append(table(code))
             x = embeds[-1][:, None]
         return torch.stack(codes, dim=1), torch.stack(embeds, dim=1)
+
+    @property
+    def is_fused(self) -> bool:
+        """Whether the layers run as fused Triton matmuls (`DecoderStack.use_fused_kernels`): then the projection
+        in front and the final norm behind them are fused matmuls too."""
+        return self.model.layers[0].is_fused
+
+    def _logits(self, x: torch.Tensor, step: Step, cache: KVCache, head: nn.Linear) -> torch.Tensor:
+        """x [B, T, talker_hidden] -> the step's head logits [B, vocab] float32 (at the last token)."""
+        if not self.is_fused:
+            return head(self(x, step, cache)).float()
+        projection = self.small_to_mtp_projection
+        if isinstance(projection, nn.Linear):
+            x = fused_linear(x, projection.weight, bias=projection.bias)
+        last = self.model.forward_layers(x, step, cache)[:, -1]
+        norm = self.model.norm
+        return fused_linear(last, head.weight, norm.weight, norm.eps, out_dtype=torch.float32)
+
+    def _draw(self, logits: torch.Tensor, sampling: BatchSampling, noise: torch.Tensor | NoiseKeys,
+              i: int) -> torch.Tensor:
+        """Step i's codes [B] from its logits [B, vocab]: the fused sampler on NoiseKeys, else `sample`."""
+        if isinstance(noise, NoiseKeys):
+            return fused_sample(logits, sampling, noise_keys=noise.keys, noise_offset=noise.offset + i * logits.shape[1])
+        return self.sample(logits, sampling, noise[:, i])

@@ -23,7 +23,9 @@ from ..layers.decoder import KVCache
 from ..layers.empty_weights import empty_weights
 from ..layers.random_init import init_random_weights
 from ..graphs.prefill import PREFILL_LENGTHS, PrefillGraphs, plan_groups
-from ..kernels import short_attention
+from ..kernels import fused_linear, short_attention
+from ..kernels import sampler as fused_sampler
+from ..kernels.sampler import noise_keys
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
 from ..slots import SlotLayout, SlotSpeechLM
 from . import checkpoint
@@ -221,6 +223,15 @@ class Qwen3TTSLM(SlotSpeechLM):
         self.talker.fuse_projections()
         fused = self.use_fused_predictor and short_attention.is_available(self.device)
         self.talker.code_predictor.model.use_short_cache_attention(self.config.talker.num_code_groups if fused else 0)
+        frame = self.runs_fused_frame()
+        self.talker.model.use_fused_kernels(frame)
+        self.talker.code_predictor.model.use_fused_kernels(frame)
+
+    def runs_fused_frame(self) -> bool:
+        """The frame's layers as fused matmuls and its sampling as one kernel per codebook with the noise drawn
+        inside (`kernels/fused_linear.py`, `kernels/sampler.py`)."""
+        return (self.use_fused_frame and fused_linear.is_available(self.device)
+                and fused_sampler.is_available(self.device))
 
     def _compile(self) -> None:
         """Inductor fuses each decoder layer (talker and predictor) and the sampling chain for the decode
@@ -248,7 +259,8 @@ class Qwen3TTSLM(SlotSpeechLM):
         graphs = FrameGraphs(self._predict, self._talk, batch_buckets(self.graph_batch_sizes, layout.batch),
                              mem.scratch_row, self.noise_width, t.hidden_size, self.num_codebooks, self.device,
                              mem.hidden.dtype)
-        self._prefill_graphs = (self._build_prefill_graphs(mem) if self.use_cuda_graphs and
+        graphs.uses_noise_keys = self.runs_fused_frame()
+        self._prefill_graphs = (self._build_prefill_graphs(mem) if self.is_graphed and
                                 mem.kv.max_seq_len >= PREFILL_LENGTHS[0] else None)
         return self._capture_graphs(graphs)
 
@@ -319,7 +331,8 @@ class Qwen3TTSLM(SlotSpeechLM):
         floats, ints = self._host_columns(batch, states)
         texts = self._trailing_text(mem, states)
         if self._graphs is not None:
-            codes = self._graphs.run(floats, ints, texts, batch.sampling, batch.generators, self.use_cuda_graphs)
+            keys = noise_keys(batch.generators, [s.num_frames for s in states]) if self._graphs.uses_noise_keys else None
+            codes = self._graphs.run(floats, ints, texts, batch.sampling, batch.generators, self.is_graphed, keys)
         else:
             codes = eager_frame(self._predict, self._talk, self.noise_width, batch, floats, ints, texts, self.device)
         for s in states:
@@ -358,10 +371,16 @@ class Qwen3TTSLM(SlotSpeechLM):
     def _predict(self, inputs: FrameInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Codebook 0 from the stored logits, then codebooks 1..G-1 -> (codes [B, G] int64, frame_embed [B, H])."""
         mem, t = self._require_memory(), self.config.talker
-        noise = inputs.noise.clamp_min(TINY)  # a zero draw would turn a zero-probability token into 0/0 = NaN
-        code0 = self._sample_code0(mem, inputs, noise[:, :t.vocab_size])  # [B]
+        if inputs.noise_keys is not None:  # the fused frame: each sampler draws its own noise
+            code0 = fused_sampler.fused_sample(
+                mem.logits, inputs.sampling, noise_keys=inputs.noise_keys, rows=inputs.rows, seen=mem.seen,
+                suppressed=mem.suppressed, eos_id=t.codec_eos_token_id, is_eos_blocked=inputs.is_eos_blocked)
+            step_noise = fused_sampler.NoiseKeys(inputs.noise_keys, t.vocab_size)
+        else:
+            noise = inputs.noise.clamp_min(TINY)  # a zero draw would turn a zero-probability token into 0/0 = NaN
+            code0 = self._sample_code0(mem, inputs, noise[:, :t.vocab_size])  # [B]
+            step_noise = noise[:, t.vocab_size:].view(-1, t.num_code_groups - 1, t.codebook_size)
         code0_embed = self.talker.embed_codec(code0)  # [B, H]
-        step_noise = noise[:, t.vocab_size:].view(-1, t.num_code_groups - 1, t.codebook_size)
         rest, rest_embeds = self.talker.code_predictor.generate(
             mem.hidden[inputs.rows], code0_embed, mem.predictor_kv, inputs.sampling, step_noise)
         frame_embed = torch.cat((code0_embed[:, None], rest_embeds), dim=1).sum(dim=1)  # [B, H]
