@@ -108,6 +108,11 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="run the code predictor's attention (q/k norms, RoPE, cache writes, attention over its 16 "
                              "positions) as one Triton kernel per layer (Qwen3-TTS; CUDA; on by default, "
                              "--no-fused-predictor: PyTorch's kernels)")
+    parser.add_argument("--fused-frame", action=argparse.BooleanOptionalAction, default=defaults.fused_frame,
+                        help="run the LM's decode frame on fused Triton kernels: projections with their norms, "
+                             "SwiGLU and residual adds, the talker's q/k norm + RoPE + KV write, one sampling kernel "
+                             "per codebook drawing its noise inside the frame's graph (Qwen3-TTS; CUDA; on by default, "
+                             "--no-fused-frame: the compiled PyTorch frame)")
     parser.add_argument("--codec-steps", type=int, default=defaults.codec_steps,
                         help="a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps; "
                              "FlashTTS: 1 or 2); 0: the model's own")
@@ -166,6 +171,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        refiner_sm_pct=args.refiner_sm_pct, codec_steps=args.codec_steps,
                        codec_max_batch=args.codec_max_batch, codec_queue_delay_us=args.codec_queue_delay_us,
                        codec_compile=args.codec_compile, fused_predictor=args.fused_predictor,
+                       fused_frame=args.fused_frame,
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),

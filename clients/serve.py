@@ -101,6 +101,8 @@ class ServeConfig:
     codec_compile: bool = _LANE.codec_compile
     # the LM's code predictor: each layer's attention as one Triton kernel (CUDA; `--no-fused-predictor`: PyTorch's)
     fused_predictor: bool = _LANE.fused_predictor
+    # the LM's decode frame on fused Triton kernels (CUDA; `--no-fused-frame`: the compiled PyTorch frame)
+    fused_frame: bool = _LANE.fused_frame
     # the background codec's MPS client priority in voxlane mode (1: below the LM and the urgent lane): measured on
     # an H200, SLO attainment at 38 req/s 0.93 against 0.88 (BENCHMARKS.md, "Levers for the urgent lane")
     codec_mps_priority: int = 1
@@ -255,7 +257,8 @@ class ServeConfig:
                             num_threads=self.num_threads, pin_gpu=self.is_disaggregated,  # each stub sees its GPU
                             cudnn_benchmark=self._runs_codec(model_name),
                             stream_states=self._keeps_stream_states(model_name), codec_steps=self.codec_steps,
-                            codec_compile=self.codec_compile, fused_predictor=self.fused_predictor)
+                            codec_compile=self.codec_compile, fused_predictor=self.fused_predictor,
+                            fused_frame=self.fused_frame)
 
     def _keeps_stream_states(self, model_name: str) -> bool:
         """The lane that sees a stream's chunks in order keeps their codec state: the background lane,

@@ -58,7 +58,8 @@ BURSTINESS = {"poisson": 1.0, "gamma": 0.5}
 OVERRIDES = {"first": ("first_chunk_frames", int), "chunk": ("chunk_frames", int),
              "growth": ("chunk_growth", lambda text: None if text == "none" else float(text)),
              "la": ("codec_lookahead_frames", int), "idle": ("first_chunk_frames_idle", int),
-             "fp": ("fused_predictor", lambda text: text not in ("0", "false", "off"))}
+             "fp": ("fused_predictor", lambda text: text not in ("0", "false", "off")),
+             "ff": ("fused_frame", lambda text: text not in ("0", "false", "off"))}
 
 
 def server_fields(config_name: str) -> dict:

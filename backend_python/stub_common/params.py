@@ -37,6 +37,10 @@ class LaneSettings:
     # the LM's code predictor runs each layer's attention (q/k norms, RoPE, cache writes, attention over its
     # 16 positions) as one Triton kernel (`fused_predictor`: false = PyTorch's kernels; CUDA only)
     fused_predictor: bool = True
+    # the LM's whole decode frame on fused Triton kernels: projections with their norms, SwiGLU and residual adds,
+    # the talker's q/k norm + RoPE + KV write, one sampling kernel per codebook drawing its own noise in the graph
+    # (`fused_frame`: false = the compiled PyTorch frame; Qwen3-TTS; CUDA only)
+    fused_frame: bool = True
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -104,7 +108,8 @@ _PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percen
             "mps_client_priority": int, "num_threads": int,
             "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
             "torch_compile": _parse_bool, "stream_states": _parse_bool, "codec_steps": int,
-            "codec_compile": _parse_bool, "fused_predictor": _parse_bool}
+            "codec_compile": _parse_bool, "fused_predictor": _parse_bool,
+            "fused_frame": _parse_bool}
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,16 @@ class KernelClass(enum.Enum):
 
 _PATTERNS = (
     # before GEMM: xformers/CUTLASS attention is named fmha_cutlass*
-    (KernelClass.ATTENTION, r"flash|fmha|attention|_attn"),
+    # (and our Triton kernels: the short-cache attention, the talker's q/k norm + RoPE + KV write)
+    (KernelClass.ATTENTION, r"flash|fmha|attention|_attn|rope_write"),
     # before REDUCTION: cuBLAS's splitKreduce_kernel belongs to its GEMM
-    (KernelClass.GEMM, r"gemm|gemv|nvjet|xmma|cutlass|cublas|splitkreduce|wmma|triton_tem_|matmul|bmm|addmm"),
+    # (and our fused matmuls with their split-K epilogue: kernels/fused_linear.py)
+    (KernelClass.GEMM, r"gemm|gemv|nvjet|xmma|cutlass|cublas|splitkreduce|wmma|triton_tem_|matmul|bmm|addmm|"
+                       r"fused_linear|split_k_epilogue"),
     # before REDUCTION (ATen's argmax is reduce_kernel<ArgMaxOps>) and ELEMENTWISE (ATen's random draws are
     # distribution_elementwise kernels)
     (KernelClass.SAMPLING, r"sort|radix|topk|top_k|fillslicewithindex|softmax|cumsum|scan|argmax|multinomial|"
-                           r"exponential|distribution_"),
+                           r"exponential|distribution_|_sample_kernel"),
     # before ELEMENTWISE: ATen's rsqrt and Inductor's fused norms are pointwise or reductions by kind
     (KernelClass.NORM, r"rms_?norm|layer_?norm|rsqrt"),
     # before ELEMENTWISE: ATen's copies and index_put are elementwise kernels by name (Inductor's `_to_copy`,

@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="leave the decode layers and sampling uncompiled (the graphs replay eager kernels)")
     parser.add_argument("--no-fused-predictor", dest="fused_predictor", action="store_false",
                         help="the code predictor's attention on PyTorch's kernels, not the one Triton kernel per layer")
+    parser.add_argument("--no-fused-frame", dest="fused_frame", action="store_false",
+                        help="the compiled PyTorch frame, not the fused Triton kernels (kernels/fused_linear.py, "
+                             "kernels/sampler.py)")
     args = parser.parse_args(argv)
     if min(args.batch_sizes) < 1 or (args.context is not None and args.context < 1):
         parser.error("batch sizes and --context must be >= 1")
@@ -121,6 +124,7 @@ class FrameBench:
         self.can_graph = False
         self.is_compiled = False  # Inductor runs on CUDA only (`allocate_slots`)
         self.is_fused = False  # the code predictor's one-kernel attention, the same
+        self.is_fused_frame = False  # the fused Triton frame (`runs_fused_frame`), the same
         self.frame = frame_bytes(lm.talker, lm.noise_width)
 
     def allocate(self, num_slots: int) -> None:
@@ -138,7 +142,9 @@ class FrameBench:
         self.can_graph = graphs is not None and self.lm.use_cuda_graphs
         self.is_compiled = self.args.compile and graphs is not None
         self.is_fused = bool(self.lm.talker.code_predictor.model.layers[0].self_attn.short_cache_keys)
-        print(f"# torch.compile {'on' if self.is_compiled else 'off'}; "
+        self.is_fused_frame = self.lm.runs_fused_frame()
+        self.is_compiled = self.is_compiled and not self.is_fused_frame  # the fused frame leaves Inductor nothing
+        print(f"# fused frame {self.is_fused_frame}; torch.compile {'on' if self.is_compiled else 'off'}; "
               f"allocate_slots({num_slots}, {self.args.max_seq_len}) with graph capture of buckets "
               f"{graphs.buckets if self.can_graph else 'none'}: {time.perf_counter() - start:.2f} s; "
               f"varlen flash attention: {self.lm._memory.kv.is_varlen}; fused predictor attention: {self.is_fused}")
@@ -194,7 +200,8 @@ class FrameBench:
         batch, graphs = self.batch(size), self.lm.frame_graphs
         bucket = graphs.bucket_for(size) if graphs is not None else None
         floor = floor_report(self.frame, size, self.context(size))
-        row = {"batch": size, "bucket": bucket, "compiled": self.is_compiled, "fused_predictor": self.is_fused, "context": floor["context"],
+        row = {"batch": size, "bucket": bucket, "compiled": self.is_compiled, "fused_predictor": self.is_fused,
+               "fused_frame": self.is_fused_frame, "context": floor["context"],
                "eager_ms": self.frame_ms(batch, self.args.eager_frames, graphed=False),
                **self._replay_columns(batch, bucket),
                "floor_ms": self.frame.talker_weights / BANDWIDTH_BYTES_PER_S * 1e3,
@@ -232,7 +239,8 @@ class FrameBench:
 
 def print_header(args: argparse.Namespace, device: torch.device) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"# {name} torch {torch.__version__} model {args.model} bf16 | compiled {args.compile} | fused predictor "
+    print(f"# {name} torch {torch.__version__} model {args.model} bf16 | fused frame {args.fused_frame} | "
+          f"compiled {args.compile} | fused predictor "
           f"{args.fused_predictor} (launch {os.environ.get('VOXLANE_SHORT_ATTENTION_LAUNCH', 'default')}) | "
           f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', 'unset')}")
     if device.type == "cuda":
@@ -294,6 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     lm = Qwen3TTSLM.from_config(preset_config(args.model), device=device, dtype=torch.bfloat16, seed=0)
     lm.use_torch_compile = args.compile
     lm.use_fused_predictor = args.fused_predictor
+    lm.use_fused_frame = args.fused_frame
     bench = FrameBench(lm, args)
     bench.allocate(max(args.batch_sizes))
     prompt = lm.encode_prompt(TEXT, None)

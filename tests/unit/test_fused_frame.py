@@ -290,7 +290,7 @@ def test_fused_frames_sample_the_plain_frames_tokens_on_the_same_noise(mix, monk
     fused = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), device=DEVICE, dtype=torch.float32, seed=0)
     plain = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), device=DEVICE, dtype=torch.float32, seed=0)
     plain.use_fused_frame = plain.use_torch_compile = plain.use_cuda_graphs = False
-    fused.use_cuda_graphs = fused.use_torch_compile = False  # the graphs replay this same path (CUDA tests)
+    fused.use_cuda_graphs = DEVICE == "cuda"  # on the GPU the frame's CUDA graphs, on the CPU their eager twin
     assert fused.runs_fused_frame() and not plain.runs_fused_frame()
     frames = iter(range(1000))
 

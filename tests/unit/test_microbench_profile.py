@@ -67,6 +67,10 @@ NAMES = [  # kernel names as H100/H200 traces print them (shortened where templa
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>, "
      "unsigned int, float, 4> >(...)", C.REDUCTION),
     ("triton_red_fused_sum_0", C.REDUCTION),
+    ("_fused_linear_kernel", C.GEMM),  # the fused frame's matmuls (kernels/fused_linear.py)
+    ("_split_k_epilogue_kernel", C.GEMM),  # their split-K sums and epilogue
+    ("_rope_write_kernel", C.ATTENTION),  # the talker's q/k norm + RoPE + KV write
+    ("_sample_kernel", C.SAMPLING),  # the fused sampler, its noise drawn inside
     ("my_custom_kernel", C.OTHER),
 ]
 

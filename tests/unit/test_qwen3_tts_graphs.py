@@ -116,6 +116,7 @@ def test_compiled_graphs_give_the_tokens_of_the_uncompiled_eager_frame(mix):
     compiled = Qwen3TTSLM.from_config(small_config(), device="cuda", dtype=torch.float32, seed=0)
     plain = Qwen3TTSLM.from_config(small_config(), device="cuda", dtype=torch.float32, seed=0)
     plain.use_torch_compile, plain.use_cuda_graphs = False, False
+    compiled.use_fused_frame = plain.use_fused_frame = False  # Inductor's frame (test_fused_frame.py: the fused one)
     slots, params = [1, 3, 0, 2], MIXES[mix]
     expected = decode_frames(plain, slots, params, num_frames=6, device="cuda")
     got = decode_frames(compiled, slots, params, num_frames=6, device="cuda")

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the checkout root, with the devpack carried in .devpack/:
+#   bash tools/device_fused_frame.sh OUT_DIR
+# The LM frame on fused Triton kernels (issue "The frame at the GPU's floor, again", items 1-3), against the
+# compiled PyTorch frame, side by side on one GPU with qwen3-tts-1.7b:
+#   1. the CUDA-only tests of the fused kernels and of the decode path (TESTS; empty: none)
+#   2. the fused matmul's launches against PyTorch's kernels on the frame's projections (ROWS, LAUNCHES;
+#      clients/microbench/fused_linear.py; LINEAR=0 skips it)
+#   3. the frame profile at batch 1, 32 and 128, context 256: fused (lm_fused) and --no-fused-frame (lm_plain,
+#      compiled as the engine runs it); profile.md (the tables for BENCHMARKS.md)
+# About 8 minutes with cold caches.
+source tools/device_env.sh "$@" || exit 1
+model=${MODEL:-qwen3-tts-1.7b}
+export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-4}
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/gpu.txt"
+[ -z "${TESTS-x}" ] || timeout ${TESTS_S:-240} python3 -m pytest -q -p no:cacheprovider -x \
+  ${TESTS:-tests/unit/test_fused_frame.py tests/unit/test_qwen3_tts_graphs.py tests/unit/test_short_attention.py} \
+  2>&1 | tail -15 | tee "$out/cuda_tests.txt"
+if [ "${LINEAR:-1}" = 1 ]; then
+  timeout ${LINEAR_S:-200} python3 -m clients.microbench.fused_linear --model "$model" --rows ${ROWS:-1 128} \
+    --max-launches ${LAUNCHES:-8} --json "$out/fused_linear.json" > "$out/fused_linear.txt" 2>&1
+  echo "== fused_linear: exit $?"
+  grep -v "^# rows" "$out/fused_linear.txt" | tail -30; grep "^# rows" "$out/fused_linear.txt"
+fi
+for run in fused plain; do
+  flags=; [ $run = plain ] && flags=--no-fused-frame
+  timeout ${MICRO_S:-200} python3 -m clients.microbench.lm --model "$model" --batch-sizes ${SIZES:-1 32 128} \
+    --context ${CONTEXT:-256} --profile --top 15 --json "$out/lm_$run.json" $flags > "$out/lm_$run.txt" 2>&1
+  echo "== lm_$run: exit $?"
+  grep -E "^#|^[0-9]+ \||^batch \|" "$out/lm_$run.txt" | grep -v "^# (predictor|talker)" | head -30
+done
+python3 -m clients.microbench.profile_report "$out/lm_plain.json" "$out/lm_fused.json" --top-batch 1 > "$out/profile.md"
+head -30 "$out/profile.md"
