@@ -75,13 +75,21 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunk-frames", type=int, default=defaults.chunk_frames,
                         help="frames in a full chunk (default: the model family's plan, mostly 10)")
     parser.add_argument("--first-chunk-frames-idle", type=int, default=defaults.first_chunk_frames_idle,
-                        help="the first chunk of a request that starts alone (default: 1 on cuda for a family on the "
-                             "engine's ramp, else --first-chunk-frames; 0: off)")
+                        help="the first chunk of a request that starts alone, or beside others while the LM has room "
+                             "(--first-chunk-room) (default: 1 on cuda for a family on the engine's ramp, else "
+                             "--first-chunk-frames; 0: off)")
+    parser.add_argument("--first-chunk-room", type=float, default=defaults.first_chunk_room,
+                        help="the idle first chunk goes to a request beside running streams while its audio lasts "
+                             "this many times making the next chunk at the measured LM step (default 2; 0: only to a "
+                             "request that starts alone)")
     parser.add_argument("--first-chunk-frames-busy", type=int, default=defaults.first_chunk_frames_busy,
                         help="the first chunk of a request that starts beside --busy-streams running ones "
                              "(default: --first-chunk-frames)")
     parser.add_argument("--busy-streams", type=int, default=defaults.busy_streams,
                         help="running streams from which the LM counts as busy (default 16)")
+    parser.add_argument("--chunk-frames-busy", type=int, default=defaults.chunk_frames_busy,
+                        help="frames in a full chunk of a stream admitted beside --busy-streams running ones: fewer "
+                             "codec windows under load (default: --chunk-frames)")
     parser.add_argument("--chunk-growth", type=_chunk_growth, default=defaults.chunk_growth,
                         help="chunk sizes grow by this factor up to --chunk-frames (2, 4, 8, 10, …); 'none': no "
                              "ramp (default: the model family's plan, mostly 2)")
@@ -166,6 +174,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        first_chunk_frames_idle=args.first_chunk_frames_idle,
                        first_chunk_frames_busy=args.first_chunk_frames_busy, busy_streams=args.busy_streams,
+                       first_chunk_room=args.first_chunk_room, chunk_frames_busy=args.chunk_frames_busy,
                        codec_lookahead_frames=args.codec_lookahead_frames, lm_sm_pct=args.lm_sm_pct,
                        codec_sm_pct=args.codec_sm_pct, encoder_sm_pct=args.encoder_sm_pct,
                        refiner_sm_pct=args.refiner_sm_pct, codec_steps=args.codec_steps,

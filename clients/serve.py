@@ -73,10 +73,12 @@ class ServeConfig:
     first_chunk_frames: int | None = None
     chunk_frames: int | None = None
     chunk_growth: float | None | str = FROM_MODEL
-    # the first chunk from the LM's load when a request starts (scheduler/chunking.py): alone, beside busy_streams
+    # a stream's plan from the LM's load when it starts (scheduler/chunking.py): alone or with room, past busy_streams
     first_chunk_frames_idle: int | None = None
     first_chunk_frames_busy: int | None = None
     busy_streams: int | None = None
+    first_chunk_room: float | None = None
+    chunk_frames_busy: int | None = None
     # frames a chunk waits for after its own, as right context of a non-causal codec (Higgs v3's and Zonos's DAC
     # decoders); None: the model family's (its decoder's whole receptive field, so a chunk decodes as a full decode
     # does). Fewer frames: a first chunk sooner, each chunk's last samples an approximation
@@ -229,7 +231,8 @@ class ServeConfig:
         plan = chunk_plan(self.model)
         given = {"first_chunk_frames": self.first_chunk_frames, "chunk_frames": self.chunk_frames,
                  "first_chunk_frames_idle": self._idle_first_chunk(),
-                 "first_chunk_frames_busy": self.first_chunk_frames_busy, "busy_streams": self.busy_streams}
+                 "first_chunk_frames_busy": self.first_chunk_frames_busy, "busy_streams": self.busy_streams,
+                 "first_chunk_room": self.first_chunk_room, "chunk_frames_busy": self.chunk_frames_busy}
         given = {key: value for key, value in given.items() if value is not None}
         if self.chunk_growth != FROM_MODEL:
             given["chunk_growth"] = self.chunk_growth

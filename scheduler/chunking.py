@@ -8,14 +8,20 @@ enough to cover generating and decoding the next one. When the request
 finishes, the frames left after the last complete chunk form one shorter final
 chunk.
 
-The first chunk's size may follow the LM's load when a request starts (`first_chunk_frames_for`): with
-`first_chunk_frames_idle`, a request that starts alone gets that many (smaller: its time to first audio is one
-LM step shorter); with `first_chunk_frames_busy`, one that starts beside `busy_streams` or more running streams
-gets that many (larger: fewer urgent first-chunk calls and codec windows while the lanes are busy). The rest of
-its ramp grows from there.
+A stream's plan follows the LM's load when it is admitted (`for_stream`):
+- with `first_chunk_frames_idle`, a request gets that many frames first (smaller: its time to first audio is one
+  LM step shorter) when it starts alone, or when the LM has room for it: the first chunk's audio lasts
+  `first_chunk_room` times what making the next chunk takes (its frames at the measured step time, and the
+  codec's `next_chunk_codec_s`), so playback starts early and still never waits for chunk 1. Qwen3-TTS on an H200
+  (80 ms frames, the next chunk 2 frames): room while a step takes up to 10 ms, about 32 rows;
+- past `busy_streams` running streams, a coarser plan where one is set: `first_chunk_frames_busy` first (fewer
+  urgent first-chunk calls) and `chunk_frames_busy` frames a chunk (fewer codec windows, each carrying its left
+  context, for the lanes that give out first under load).
+The rest of its ramp grows from its first chunk.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -27,13 +33,18 @@ class ChunkingConfig:
     first_chunk_frames: int = 2  # small: cuts time to first audio
     chunk_frames: int = 10
     chunk_growth: float | None = 2.0  # sizes 2, 4, 8, 10, 10, …; None: straight to chunk_frames after chunk 0
-    first_chunk_frames_idle: int | None = None  # a request that starts alone (None: first_chunk_frames)
+    first_chunk_frames_idle: int | None = None  # a request that starts alone or with room (None: first_chunk_frames)
     first_chunk_frames_busy: int | None = None  # one that starts beside busy_streams running ones (None: the same)
     busy_streams: int = 16
+    # the idle first chunk beside running streams while its audio lasts this many times the making of the next chunk
+    # (0: only for a request that starts alone); the codec's time for that next chunk, in that rule
+    first_chunk_room: float = 2.0
+    next_chunk_codec_s: float = 0.02
+    chunk_frames_busy: int | None = None  # the chunk of a stream admitted beside busy_streams running ones (None: same)
 
     def __post_init__(self) -> None:
         for name in ("first_chunk_frames", "chunk_frames", "busy_streams", "first_chunk_frames_idle",
-                     "first_chunk_frames_busy"):
+                     "first_chunk_frames_busy", "chunk_frames_busy"):
             value = getattr(self, name)
             if value is None and name.endswith(("_idle", "_busy")):
                 continue
@@ -42,14 +53,36 @@ class ChunkingConfig:
         growth = self.chunk_growth
         if growth is not None and not (isinstance(growth, (int, float)) and growth > 1.0):
             raise ValueError(f"chunk_growth must be > 1 (or None for no ramp), got {self.chunk_growth!r}")
+        if not (self.first_chunk_room >= 0 and self.next_chunk_codec_s >= 0):
+            raise ValueError(f"first_chunk_room and next_chunk_codec_s must be >= 0, got {self.first_chunk_room!r}, "
+                             f"{self.next_chunk_codec_s!r}")
 
-    def first_chunk_frames_for(self, num_running: int) -> int:
-        """The first chunk of a request that starts beside `num_running` running streams."""
-        if num_running == 0 and self.first_chunk_frames_idle is not None:
-            return self.first_chunk_frames_idle
+    def for_stream(self, num_running: int, step_s: float = 0.0, frame_s: float = 0.0) -> "ChunkingConfig":
+        """The plan of a stream admitted beside `num_running` running streams, while an LM step takes `step_s`
+        (0: not measured yet) and a frame is `frame_s` of audio: this one with its first chunk (and, past
+        busy_streams, its chunk) chosen for it."""
+        chunk = self.chunk_frames
+        if num_running >= self.busy_streams and self.chunk_frames_busy is not None:
+            chunk = self.chunk_frames_busy
+        return dataclasses.replace(self, first_chunk_frames=self.first_chunk_frames_for(num_running, step_s, frame_s),
+                                   chunk_frames=chunk)
+
+    def first_chunk_frames_for(self, num_running: int, step_s: float = 0.0, frame_s: float = 0.0) -> int:
+        """The first chunk of a request that starts beside `num_running` running streams (see `for_stream`)."""
         if num_running >= self.busy_streams and self.first_chunk_frames_busy is not None:
             return self.first_chunk_frames_busy
+        idle = self.first_chunk_frames_idle
+        if idle is not None and (num_running == 0 or self.has_room(idle, step_s, frame_s)):
+            return idle
         return self.first_chunk_frames
+
+    def has_room(self, first: int, step_s: float, frame_s: float) -> bool:
+        """Whether a first chunk of `first` frames plays long enough to cover making the next chunk, with the
+        margin `first_chunk_room` (False while the step time is unknown)."""
+        if step_s <= 0 or frame_s <= 0 or self.first_chunk_room <= 0:
+            return False
+        following = dataclasses.replace(self, first_chunk_frames=first).size(1)
+        return first * frame_s >= self.first_chunk_room * (following * step_s + self.next_chunk_codec_s)
 
     def size(self, index: int) -> int:
         """Frames in complete chunk `index`."""

@@ -129,6 +129,9 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "first_chunk_frames_idle": lambda value: None if _optional_float(value) is None else int(value),
     "first_chunk_frames_busy": lambda value: None if _optional_float(value) is None else int(value),
     "busy_streams": int,
+    "first_chunk_room": float,
+    "next_chunk_codec_s": float,
+    "chunk_frames_busy": lambda value: None if _optional_float(value) is None else int(value),
 }
 
 

@@ -54,13 +54,17 @@ class ChunkCutter:
         return chunks
 
     def _plan_for(self, seq: Sequence) -> ChunkPlan:
-        """The request's plan: the engine's, or the same with the first chunk chosen for it at admission."""
-        first = seq.first_chunk_frames
-        if first is None or self._chunking is None or first == self._chunking.first_chunk_frames:
+        """The request's plan: the engine's, or the same with the first chunk and chunk chosen for it at
+        admission (`ChunkingConfig.for_stream`)."""
+        if self._chunking is None:
             return self._plan
-        if first not in self._plans:
-            self._plans[first] = ChunkPlan(dataclasses.replace(self._chunking, first_chunk_frames=first))
-        return self._plans[first]
+        key = (seq.first_chunk_frames or self._chunking.first_chunk_frames, seq.chunk_frames or self._chunking.chunk_frames)
+        if key == (self._chunking.first_chunk_frames, self._chunking.chunk_frames):
+            return self._plan
+        if key not in self._plans:
+            self._plans[key] = ChunkPlan(dataclasses.replace(self._chunking, first_chunk_frames=key[0],
+                                                             chunk_frames=key[1]))
+        return self._plans[key]
 
     def window(self, seq: Sequence, start: int, end: int) -> tuple[torch.Tensor, int]:
         """Frames [start, end) after their left context and before up to `lookahead_frames` of the frames after

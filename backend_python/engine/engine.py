@@ -253,8 +253,9 @@ class LMEngine:
             self._waiting.remove(seq)
             ready.append(seq)
         chunking = self.config.scheduler.chunking
-        for beside, seq in enumerate(ready, start=len(self._running)):  # the first chunk's size from the load
-            seq.first_chunk_frames = chunking.first_chunk_frames_for(beside)
+        for beside, seq in enumerate(ready, start=len(self._running)):  # its chunk plan from the load
+            plan = chunking.for_stream(beside, self._timing.step_s, 1.0 / self.model.frame_rate)
+            seq.first_chunk_frames, seq.chunk_frames = plan.first_chunk_frames, plan.chunk_frames
         if ready:
             self._prefill(ready)
 

@@ -93,6 +93,7 @@ class Sequence:
     codec_prefix: torch.Tensor | None = None  # [T, K] int64, cpu: frames before frame 0, the codec's left context
     # for the first chunks (an in-context clone's reference codes: SpeechLM.codec_prefix)
     first_chunk_frames: int | None = None  # its chunk plan's first chunk, chosen from the load when admitted
+    chunk_frames: int | None = None  # its chunk plan's chunk, the same
     codec_condition: torch.Tensor | None = None  # [D] float32, cpu: its codec's condition (SpeechLM.codec_condition)
     # a cascade's refined codebooks of its first frames, in timeshare (the refiner runs inline): [frames, K - 1]
     refined: torch.Tensor | None = None

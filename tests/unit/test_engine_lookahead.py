@@ -210,12 +210,12 @@ def test_an_eager_codec_on_cuda_turns_cudnn_benchmark_off(monkeypatch):
     assert torch.backends.cudnn.benchmark is True  # not on the CPU: nothing to decide there
 
 
-def test_the_first_chunk_follows_the_load_when_the_request_starts(lm):
-    """Alone: the idle size; beside `busy_streams` running streams: the busy size; the ramp grows from it."""
+def chunk_sizes_beside_load(lm, **chunking) -> list[list[int]]:
+    """Three requests: one alone, then two more admitted in one round beside it -> each one's chunk sizes."""
     from scheduler import ChunkingConfig, SchedulerConfig, AdmissionPolicyName
-    chunking = ChunkingConfig(first_chunk_frames=2, chunk_frames=6, chunk_growth=2.0, first_chunk_frames_idle=1,
-                              first_chunk_frames_busy=4, busy_streams=2)
-    engine = make_engine(lm, scheduler=SchedulerConfig(chunking=chunking,
+    config = ChunkingConfig(first_chunk_frames=2, chunk_frames=6, chunk_growth=2.0, first_chunk_frames_idle=1,
+                            first_chunk_frames_busy=4, busy_streams=2, **chunking)
+    engine = make_engine(lm, scheduler=SchedulerConfig(chunking=config,
                                                         admission_policy=AdmissionPolicyName.PREFILL_FIRST))
     pairs = [make_seq(lm, f"Request {i}.", frames=12, seed=i) for i in range(3)]
     engine.add(pairs[0][0])  # alone
@@ -224,6 +224,22 @@ def test_the_first_chunk_follows_the_load_when_the_request_starts(lm):
     engine.add(pairs[1][0])  # beside one running stream
     engine.add(pairs[2][0])  # beside two (admitted in the same round)
     run_until_done(engine, [sink for _, sink in pairs])
-    sizes = [[c.num_new_frames for c in sink.chunks] for _, sink in pairs]
-    assert sizes == [[1, 2, 4, 5], [2, 4, 6], [4, 6, 2]]
+    return [[c.num_new_frames for c in sink.chunks] for _, sink in pairs]
+
+
+def test_the_first_chunk_follows_the_load_when_the_request_starts(lm):
+    """Alone: the idle size; beside `busy_streams` running streams: the busy size; the ramp grows from it. With no
+    room asked for (`first_chunk_room` 0), one beside a running stream takes the default."""
+    from scheduler import ChunkingConfig
+    assert chunk_sizes_beside_load(lm, first_chunk_room=0.0) == [[1, 2, 4, 5], [2, 4, 6], [4, 6, 2]]
     assert ChunkingConfig().first_chunk_frames_for(0) == 2  # off by default: one first size whatever the load
+
+
+def test_the_idle_first_chunk_goes_to_a_request_beside_others_while_the_lm_has_room(lm):
+    """The room rule reads the engine's measured step time: with any step leaving room (a tiny margin), the request
+    beside one running stream takes the idle first chunk too; past busy_streams the coarser plan, its steady chunk
+    included (`chunk_frames_busy`)."""
+    assert chunk_sizes_beside_load(lm, first_chunk_room=1e-9) == [[1, 2, 4, 5], [1, 2, 4, 5], [4, 6, 2]]
+    assert chunk_sizes_beside_load(lm, first_chunk_room=1e-9, chunk_frames_busy=8) == [[1, 2, 4, 5], [1, 2, 4, 5],
+                                                                                        [4, 8]]
+    assert chunk_sizes_beside_load(lm, first_chunk_room=1e9)[1] == [2, 4, 6]  # no step leaves that much room

@@ -77,3 +77,24 @@ def test_growth_must_grow(growth):
 def test_growth_from_triton_parameters():
     config = SchedulerConfig.from_dict({"first_chunk_frames": "2", "chunk_frames": "10", "chunk_growth": "2"})
     assert config.chunking.chunk_growth == 2.0
+
+
+def test_a_stream_s_plan_follows_the_measured_step():
+    """Qwen3-TTS on an H200: 80 ms frames, the next chunk 2 frames after a 1-frame first chunk, the codec's 20 ms:
+    with a margin of 2 the one-frame first chunk has room while a step takes at most 10 ms."""
+    config = ChunkingConfig(first_chunk_frames_idle=1, busy_streams=64)
+    assert config.for_stream(10, step_s=0.009, frame_s=0.08).first_chunk_frames == 1
+    assert config.for_stream(10, step_s=0.010, frame_s=0.08).first_chunk_frames == 1  # 80 ms = 2 x (20 + 20 ms)
+    assert config.for_stream(10, step_s=0.0101, frame_s=0.08).first_chunk_frames == 2
+    assert config.for_stream(10, step_s=0.0, frame_s=0.08).first_chunk_frames == 2  # no step measured yet
+    assert config.for_stream(0, step_s=0.5, frame_s=0.08).first_chunk_frames == 1  # alone: always
+    assert ChunkingConfig(first_chunk_frames_idle=1, first_chunk_room=0).for_stream(3, 0.001, 0.08).first_chunk_frames == 2
+    busy = ChunkingConfig(first_chunk_frames_idle=1, first_chunk_frames_busy=4, chunk_frames_busy=20, busy_streams=16)
+    plan = busy.for_stream(16, step_s=0.001, frame_s=0.08)
+    assert (plan.first_chunk_frames, plan.chunk_frames) == (4, 20)  # the coarser plan wins past the threshold
+    assert busy.for_stream(15, step_s=0.001, frame_s=0.08).chunk_frames == busy.chunk_frames
+    assert ChunkPlan(plan).ready_chunks(40, 0, False)[-1].num_frames == 16  # 4, 8, 16, then 20s
+    with pytest.raises(ValueError):
+        ChunkingConfig(first_chunk_room=-1.0)
+    with pytest.raises(ValueError):
+        ChunkingConfig(chunk_frames_busy=0)
