@@ -188,9 +188,10 @@ if triton is not None:
         weights = tl.where(kept, tl.exp(warped - top), 0.0)
         prob = weights / tl.sum(weights, axis=0)
         limit = 1.0 - tl.load(top_p_ptr + b * stride_top_p)
-        kept = kept & ((key > _nucleus_floor_key(key, prob, limit)) | (warped == top))
-        weights = tl.where(kept, tl.exp(warped - top), 0.0)
-        prob = weights / tl.sum(weights, axis=0)
+        if limit > 0.0:  # top-p < 1 (at 1 the reference removes only tokens of probability 0: none could be drawn)
+            kept = kept & ((key > _nucleus_floor_key(key, prob, limit)) | (warped == top))
+            weights = tl.where(kept, tl.exp(warped - top), 0.0)
+            prob = weights / tl.sum(weights, axis=0)
         if NOISE_IN_MEMORY:
             noise = tl.load(noise_ptr + b * stride_noise + v, mask=valid, other=1.0)
         else:
