@@ -121,6 +121,10 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                              "SwiGLU and residual adds, the talker's q/k norm + RoPE + KV write, one sampling kernel "
                              "per codebook drawing its noise inside the frame's graph (Qwen3-TTS; CUDA; on by default, "
                              "--no-fused-frame: the compiled PyTorch frame)")
+    parser.add_argument("--fp8-weights", action=argparse.BooleanOptionalAction, default=defaults.fp8_weights,
+                        help="the fused frame's projections read float8 e4m3 weights with a scale per output row, "
+                             "quantised at load: half the bytes a step reads, the model's numbers rounded (Qwen3-TTS; "
+                             "CUDA; off by default)")
     parser.add_argument("--codec-steps", type=int, default=defaults.codec_steps,
                         help="a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps; "
                              "FlashTTS: 1 or 2); 0: the model's own")
@@ -180,7 +184,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        refiner_sm_pct=args.refiner_sm_pct, codec_steps=args.codec_steps,
                        codec_max_batch=args.codec_max_batch, codec_queue_delay_us=args.codec_queue_delay_us,
                        codec_compile=args.codec_compile, fused_predictor=args.fused_predictor,
-                       fused_frame=args.fused_frame,
+                       fused_frame=args.fused_frame, fp8_weights=args.fp8_weights,
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),

@@ -4,11 +4,13 @@
 # The LM frame on fused Triton kernels (issue "The frame at the GPU's floor, again", items 1-3), against the
 # compiled PyTorch frame, side by side on one GPU with qwen3-tts-1.7b:
 #   1. the CUDA-only tests of the fused kernels and of the decode path (TESTS; empty: none)
-#   2. the fused matmul's launches against PyTorch's kernels on the frame's projections (ROWS, LAUNCHES;
+#   2. the frame profile at batch 1, 32 and 128, context 256 (RUNS): fused (lm_fused), --no-fused-frame (lm_plain,
+#      compiled as the engine runs it) and fused with --fp8-weights (lm_fp8); profile.md (the tables for BENCHMARKS.md)
+#   3. float8 weights' agreement with bf16: greedy tokens and prefill logits over 32 texts of the shared workload
+#      (clients/microbench/fp8_agreement.py; the workload in .devdata/, carried; AGREEMENT=0 skips it)
+#   4. the fused matmul's launches against PyTorch's kernels on the frame's projections (ROWS, LAUNCHES;
 #      clients/microbench/fused_linear.py; LINEAR=0 skips it)
-#   3. the frame profile at batch 1, 32 and 128, context 256: fused (lm_fused) and --no-fused-frame (lm_plain,
-#      compiled as the engine runs it); profile.md (the tables for BENCHMARKS.md)
-# About 8 minutes with cold caches.
+# About 9 minutes with cold caches.
 source tools/device_env.sh "$@" || exit 1
 model=${MODEL:-qwen3-tts-1.7b}
 export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-4}
@@ -16,18 +18,21 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=c
 [ -z "${TESTS-x}" ] || timeout ${TESTS_S:-240} python3 -m pytest -q -p no:cacheprovider -x \
   ${TESTS:-tests/unit/test_fused_frame.py tests/unit/test_qwen3_tts_graphs.py tests/unit/test_short_attention.py} \
   2>&1 | tail -15 | tee "$out/cuda_tests.txt"
-if [ "${LINEAR:-1}" = 1 ]; then
-  timeout ${LINEAR_S:-200} python3 -m clients.microbench.fused_linear --model "$model" --rows ${ROWS:-1 128} \
-    --max-launches ${LAUNCHES:-8} --json "$out/fused_linear.json" > "$out/fused_linear.txt" 2>&1
-  echo "== fused_linear: exit $?"
-  grep -v "^# rows" "$out/fused_linear.txt" | tail -30; grep "^# rows" "$out/fused_linear.txt"
-fi
-for run in fused plain; do
-  flags=; [ $run = plain ] && flags=--no-fused-frame
+for run in ${RUNS:-fused plain fp8}; do
+  flags=; [ $run = plain ] && flags=--no-fused-frame; [ $run = fp8 ] && flags=--fp8-weights
   timeout ${MICRO_S:-200} python3 -m clients.microbench.lm --model "$model" --batch-sizes ${SIZES:-1 32 128} \
     --context ${CONTEXT:-256} --profile --top 15 --json "$out/lm_$run.json" $flags > "$out/lm_$run.txt" 2>&1
   echo "== lm_$run: exit $?"
-  grep -E "^#|^[0-9]+ \||^batch \|" "$out/lm_$run.txt" | grep -v "^# (predictor|talker)" | head -30
+  grep -E "^#|^[0-9]+ \||^batch \|" "$out/lm_$run.txt" | grep -vE "^# +[0-9]" | head -24
 done
-python3 -m clients.microbench.profile_report "$out/lm_plain.json" "$out/lm_fused.json" --top-batch 1 > "$out/profile.md"
-head -30 "$out/profile.md"
+python3 -m clients.microbench.profile_report "$out/lm_plain.json" "$out/lm_fused.json" "$out/lm_fp8.json" \
+  --top-batch 1 > "$out/profile.md" 2>&1
+head -24 "$out/profile.md"
+[ "${AGREEMENT:-1}" = 1 ] && timeout ${AGREEMENT_S:-120} python3 -m clients.microbench.fp8_agreement --model "$model" \
+  --workload .devdata/librispeech_pc_test_clean.tsv --texts 32 --frames 24 --json "$out/fp8_agreement.json" 2>&1 | tail -14
+if [ "${LINEAR:-1}" = 1 ]; then
+  timeout ${LINEAR_S:-150} python3 -m clients.microbench.fused_linear --model "$model" --rows ${ROWS:-1 128} \
+    --max-launches ${LAUNCHES:-8} --json "$out/fused_linear.json" > "$out/fused_linear.txt" 2>&1
+  echo "== fused_linear: exit $?"
+  grep -v "^# rows" "$out/fused_linear.txt" | tail -24; grep "^# rows" "$out/fused_linear.txt"
+fi

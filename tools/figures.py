@@ -59,7 +59,8 @@ OVERRIDES = {"first": ("first_chunk_frames", int), "chunk": ("chunk_frames", int
              "growth": ("chunk_growth", lambda text: None if text == "none" else float(text)),
              "la": ("codec_lookahead_frames", int), "idle": ("first_chunk_frames_idle", int),
              "fp": ("fused_predictor", lambda text: text not in ("0", "false", "off")),
-             "ff": ("fused_frame", lambda text: text not in ("0", "false", "off"))}
+             "ff": ("fused_frame", lambda text: text not in ("0", "false", "off")),
+             "fp8": ("fp8_weights", lambda text: text not in ("0", "false", "off"))}
 
 
 def server_fields(config_name: str) -> dict:

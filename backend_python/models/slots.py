@@ -66,6 +66,7 @@ class SlotSpeechLM(SpeechLM):
         self.use_fused_predictor = True
         # CUDA: the whole decode frame on fused Triton kernels (`runs_fused_frame`: families that have them)
         self.use_fused_frame = True
+        self.use_fp8_weights = False  # the fused frame's projections in float8 (families with a fused frame)
         self._memory: Any = None  # the family's SlotMemory
         self._graphs: Any = None  # the family's FrameGraphs; CUDA only
         self._states: dict[int, Any] = {}  # slot -> the family's SlotState

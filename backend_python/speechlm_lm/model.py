@@ -87,6 +87,7 @@ class LMModel:
         self.model.use_torch_compile = setup.lane.torch_compile  # read when the engine allocates slots
         self.model.use_fused_predictor = setup.lane.fused_predictor  # the same
         self.model.use_fused_frame = setup.lane.fused_frame  # the same
+        self.model.use_fp8_weights = setup.lane.fp8_weights  # the same
         self.limits = RequestLimits.from_parameters(params)
         config = EngineConfig.from_parameters(params, registry.codec_windowing(spec), self.model.num_delay_steps)
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop

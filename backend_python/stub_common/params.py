@@ -41,6 +41,9 @@ class LaneSettings:
     # the talker's q/k norm + RoPE + KV write, one sampling kernel per codebook drawing its own noise in the graph
     # (`fused_frame`: false = the compiled PyTorch frame; Qwen3-TTS; CUDA only)
     fused_frame: bool = True
+    # the fused frame's projections read float8 e4m3 weights (a scale per output row, quantised at load): half the
+    # bytes, the model's numbers rounded (`fp8_weights`; off by default; Qwen3-TTS; CUDA only)
+    fp8_weights: bool = False
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -109,7 +112,7 @@ _PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percen
             "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
             "torch_compile": _parse_bool, "stream_states": _parse_bool, "codec_steps": int,
             "codec_compile": _parse_bool, "fused_predictor": _parse_bool,
-            "fused_frame": _parse_bool}
+            "fused_frame": _parse_bool, "fp8_weights": _parse_bool}
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="leave the decode layers and sampling uncompiled (the graphs replay eager kernels)")
     parser.add_argument("--no-fused-predictor", dest="fused_predictor", action="store_false",
                         help="the code predictor's attention on PyTorch's kernels, not the one Triton kernel per layer")
+    parser.add_argument("--fp8-weights", action="store_true",
+                        help="the fused frame's projections in float8 (kernels/fused_linear.py Fp8Weight)")
     parser.add_argument("--no-fused-frame", dest="fused_frame", action="store_false",
                         help="the compiled PyTorch frame, not the fused Triton kernels (kernels/fused_linear.py, "
                              "kernels/sampler.py)")
@@ -201,7 +203,8 @@ class FrameBench:
         bucket = graphs.bucket_for(size) if graphs is not None else None
         floor = floor_report(self.frame, size, self.context(size))
         row = {"batch": size, "bucket": bucket, "compiled": self.is_compiled, "fused_predictor": self.is_fused,
-               "fused_frame": self.is_fused_frame, "context": floor["context"],
+               "fused_frame": self.is_fused_frame, "fp8_weights": self.is_fused_frame and self.args.fp8_weights,
+               "context": floor["context"],
                "eager_ms": self.frame_ms(batch, self.args.eager_frames, graphed=False),
                **self._replay_columns(batch, bucket),
                "floor_ms": self.frame.talker_weights / BANDWIDTH_BYTES_PER_S * 1e3,
@@ -239,7 +242,8 @@ class FrameBench:
 
 def print_header(args: argparse.Namespace, device: torch.device) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"# {name} torch {torch.__version__} model {args.model} bf16 | fused frame {args.fused_frame} | "
+    print(f"# {name} torch {torch.__version__} model {args.model} bf16 | fused frame {args.fused_frame} "
+          f"(fp8 weights {args.fp8_weights}) | "
           f"compiled {args.compile} | fused predictor "
           f"{args.fused_predictor} (launch {os.environ.get('VOXLANE_SHORT_ATTENTION_LAUNCH', 'default')}) | "
           f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', 'unset')}")
@@ -303,6 +307,7 @@ def main(argv: list[str] | None = None) -> None:
     lm.use_torch_compile = args.compile
     lm.use_fused_predictor = args.fused_predictor
     lm.use_fused_frame = args.fused_frame
+    lm.use_fp8_weights = args.fp8_weights
     bench = FrameBench(lm, args)
     bench.allocate(max(args.batch_sizes))
     prompt = lm.encode_prompt(TEXT, None)

@@ -28,7 +28,7 @@ def _markdown(header: list[str], lines: list[list[str]]) -> str:
 def _mode(row: dict) -> str:
     """compiled or uncompiled; `, fused` where the code predictor ran its one-kernel attention."""
     if row.get("fused_frame"):
-        return "fused frame"
+        return "fused frame" + (", fp8" if row.get("fp8_weights") else "")
     return ("compiled" if row.get("compiled", True) else "uncompiled") + (", fused" if row.get("fused_predictor") else "")
 
 

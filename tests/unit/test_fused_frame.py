@@ -115,6 +115,35 @@ def test_fused_linear_takes_strided_rows_and_writes_float32_logits():
     assert torch.equal(got, got.to(torch.bfloat16).float())  # bf16 values: rounded before the float32 store
 
 
+@runs_kernels
+@pytest.mark.parametrize("case", [0, 1, 2, 3])
+def test_fused_linear_with_fp8_weights_is_its_reference(case):
+    """Float8 weights (a scale per output row), widened in the kernel: the reference on the same quantised weight,
+    SwiGLU's two halves each with their own scales, split-K; past the kernel's rows, the same function on cuBLAS."""
+    m, n, k, norm, bias, residual, swiglu, launch = LINEAR_CASES[case]
+    gen = torch.Generator().manual_seed(100 + case)
+    width = 2 * n if swiglu else n
+    weight = fl.quantize_fp8(randn(gen, width, k, dtype=torch.bfloat16, scale=k ** -0.5))
+    args = dict(x=randn(gen, m, k, dtype=torch.bfloat16), weight=weight,
+                norm_weight=(torch.rand(k, generator=gen) + 0.5).to(torch.bfloat16).to(DEVICE) if norm else None,
+                eps=1e-6, bias=randn(gen, width, dtype=torch.bfloat16) if bias else None,
+                residual=randn(gen, m, n, dtype=torch.bfloat16) if residual else None, swiglu=swiglu)
+    expected = fl.fused_linear_reference(**args)
+    assert_linear_close(fl.fused_linear(**args, launch=launch), expected, args)
+    assert_linear_close(fl.torch_linear(**args), expected, args)
+
+
+def test_fp8_quantisation_keeps_each_weight_to_its_row_s_step():
+    """e4m3 has 3 mantissa bits: each weight within half a step (2**-4 of its magnitude) or, near zero, of the
+    row's smallest normal step; the row's largest weight lands on 448 exactly."""
+    weight = torch.randn(64, 256) * torch.linspace(0.01, 3.0, 64)[:, None]
+    fp8 = fl.quantize_fp8(weight)
+    assert fp8.data.dtype == torch.float8_e4m3fn and fp8.scale.shape == (64,)
+    error = (fp8.dequantize(torch.float32) - weight).abs()
+    assert (error <= weight.abs() * 2 ** -4 + fp8.scale[:, None] * 2 ** -9).all()
+    assert torch.equal(fp8.data.float().abs().amax(dim=1), torch.full((64,), 448.0))
+
+
 def test_past_the_kernel_rows_it_is_pytorch_s_function(monkeypatch):
     """More rows than MAX_KERNEL_ROWS (cuBLAS's regime) or a CPU without the interpreter: the PyTorch path."""
     gen = torch.Generator().manual_seed(3)
@@ -272,6 +301,25 @@ def test_a_fused_layer_is_the_plain_layer(rows, tokens):
     torch.testing.assert_close(k_fused, k_plain, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(v_fused, v_plain, atol=1e-5, rtol=1e-5)  # the projection sums in another order
     assert not torch.equal(k_fused, cache.k[0])  # the step's keys were written
+
+
+@runs_kernels
+def test_fp8_weights_decode_close_to_the_bf16_frame_and_can_be_turned_off():
+    """A tiny frame with float8 projections: its prefill logits close to bf16's (the weights rounded to 3 mantissa
+    bits, not a different function), every layer reading float8 copies; off again, the bf16 weights are back."""
+    lm = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), device=DEVICE, dtype=torch.bfloat16, seed=0)
+    lm.use_cuda_graphs = DEVICE == "cuda"
+    logits = {}
+    for fp8 in (False, True, False):
+        lm.use_fp8_weights = fp8
+        lm.allocate_slots(4, 64)
+        lm.prefill(1, lm.encode_prompt("Hello world, this is a tiny test.", None))
+        logits[fp8] = logits.get(fp8, []) + [lm._memory.logits[1].float().cpu()]
+        layers = [*lm.talker.model.layers, *lm.talker.code_predictor.model.layers]
+        assert all((layer.fp8 is not None) == fp8 for layer in layers)
+    assert torch.equal(logits[False][0], logits[False][1])  # off again: exactly the bf16 frame
+    cosine = torch.nn.functional.cosine_similarity(logits[True][0], logits[False][0], dim=0)
+    assert 0.98 < cosine < 1.0, cosine  # close, and not the same numbers
 
 
 def test_fused_kernels_refuse_a_stack_with_other_norms():

@@ -15,6 +15,11 @@ residual sum are each rounded to the input's dtype once, as the separate kernels
 writes float32 partial products that a second kernel sums in a fixed order (deterministic: no atomics) and
 finishes; it gives a narrow output (N = 1024) enough programs to read its weights at full bandwidth.
 
+`Fp8Weight` (weights in float8 e4m3 with a scale per output row, quantised at load: `quantize_fp8`) halves the bytes
+a call reads: the kernel widens each weight tile to the activations' dtype in registers (exact: every e4m3 value is a
+bf16 value) and scales the products per output before the epilogue. It changes the model's numbers (the weights are
+rounded to 3 mantissa bits), so it is off by default, behind `voxlane serve --fp8-weights`.
+
 The launch (`launch_for`) is chosen per shape; `clients/microbench/fused_linear.py` times the candidates on a
 GPU. Rows past `MAX_KERNEL_ROWS` run PyTorch's kernels (cuBLAS is fast once rows reuse each weight tile), so
 `fused_linear` is the same function for any batch. Runs on CUDA, and on the CPU under Triton's interpreter
@@ -71,6 +76,31 @@ FORCED_LAUNCH = Launch.parse(os.environ["VOXLANE_FUSED_LINEAR_LAUNCH"]) if os.en
     "VOXLANE_FUSED_LINEAR_LAUNCH") else None
 
 
+@dataclass(frozen=True)
+class Fp8Weight:
+    """A projection's weight as float8 e4m3 with one float32 scale per output row: W ~ data * scale[:, None]."""
+
+    data: torch.Tensor  # [N, K] float8_e4m3fn
+    scale: torch.Tensor  # [N] float32
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.data.shape
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        """[N, K] in dtype (each product rounded once, as the kernel's float32 scaling is then)."""
+        return (self.data.float() * self.scale[:, None]).to(dtype)
+
+
+FP8_MAX = 448.0  # the largest finite float8 e4m3fn
+
+
+def quantize_fp8(weight: torch.Tensor) -> Fp8Weight:
+    """Per output row: scale = max |row| / 448, data = row / scale rounded to e4m3 (round to nearest)."""
+    scale = (weight.float().abs().amax(dim=1) / FP8_MAX).clamp_min(torch.finfo(torch.float32).tiny)
+    return Fp8Weight((weight.float() / scale[:, None]).to(torch.float8_e4m3fn), scale)
+
+
 def launch_for(m: int, n: int, k: int) -> Launch:
     """The launch for m rows, n outputs (SwiGLU: n = the intermediate size), k inputs: the fewest rows a tile
     can hold, then a K split until the tiles fill the GPU (each part keeps at least two K blocks)."""
@@ -91,7 +121,7 @@ def is_available(device: torch.device) -> bool:
     return triton is not None and (torch.device(device).type == "cuda" or _interpreted())
 
 
-def fused_linear_reference(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None,
+def fused_linear_reference(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, norm_weight: torch.Tensor | None = None,
                            eps: float = 0.0, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
                            swiglu: bool = False, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The function in PyTorch, each step rounded to x's dtype as the layer's separate kernels round it
@@ -101,7 +131,10 @@ def fused_linear_reference(x: torch.Tensor, weight: torch.Tensor, norm_weight: t
     if norm_weight is not None:
         xf = x.float()
         x = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * norm_weight.float()).to(dtype)
-    y = x.float() @ weight.float().T
+    if isinstance(weight, Fp8Weight):
+        y = (x.float() @ weight.data.float().T) * weight.scale
+    else:
+        y = x.float() @ weight.float().T
     if bias is not None:
         y = y + bias.float()
     y = y.to(dtype)
@@ -113,12 +146,14 @@ def fused_linear_reference(x: torch.Tensor, weight: torch.Tensor, norm_weight: t
     return y.to(out_dtype or dtype)
 
 
-def torch_linear(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+def torch_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
                  bias: torch.Tensor | None = None, residual: torch.Tensor | None = None, swiglu: bool = False,
                  out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The same function on PyTorch's kernels (cuBLAS and the layer's own ops): the path past MAX_KERNEL_ROWS."""
     if norm_weight is not None:
         x = F.rms_norm(x, (x.shape[-1],), norm_weight, eps)
+    if isinstance(weight, Fp8Weight):  # many rows (prefill): widened once per call, then cuBLAS
+        weight = weight.dequantize(x.dtype)
     y = F.linear(x, weight, bias)
     if swiglu:
         gate, up = y.chunk(2, dim=-1)
@@ -128,7 +163,7 @@ def torch_linear(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tenso
     return y if out_dtype is None else y.to(out_dtype)
 
 
-def fused_linear(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+def fused_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
                  bias: torch.Tensor | None = None, residual: torch.Tensor | None = None, swiglu: bool = False,
                  out_dtype: torch.dtype | None = None, launch: Launch | None = None) -> torch.Tensor:
     """`fused_linear_reference`'s function in one kernel (two with split-K). x [..., K] (rows may be strided:
@@ -145,7 +180,7 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tenso
         launch = Launch(launch.block_m, launch.block_n, _divisor_block(k), 1, launch.num_warps, launch.num_stages)
     out = torch.empty((m, n), device=x.device, dtype=out_dtype or x.dtype)
     res = residual.reshape(m, n) if residual is not None else None
-    _launch(rows, weight.contiguous(), norm_weight, eps, bias, res, swiglu, out, launch)
+    _launch(rows, weight, norm_weight, eps, bias, res, swiglu, out, launch)
     return out.view(*x.shape[:-1], n)
 
 
@@ -158,7 +193,7 @@ def _divisor_block(k: int) -> int:
     return next((block for block in (128, 64, 32, 16) if k % block == 0), 16)
 
 
-def _launch(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None, eps: float,
+def _launch(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, norm_weight: torch.Tensor | None, eps: float,
             bias: torch.Tensor | None, residual: torch.Tensor | None, swiglu: bool, out: torch.Tensor,
             launch: Launch) -> None:
     m, k = x.shape
@@ -168,9 +203,11 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | N
     partial = (torch.empty((launch.split_k, m, width), device=x.device, dtype=torch.float32)
                if launch.split_k > 1 else out)
     flags = dict(HAS_NORM=norm_weight is not None, HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
-                 SWIGLU=swiglu)
+                 SWIGLU=swiglu, HAS_SCALE=isinstance(weight, Fp8Weight))
+    scale = weight.scale if isinstance(weight, Fp8Weight) else x
+    weight = (weight.data if isinstance(weight, Fp8Weight) else weight).contiguous()
     _fused_linear_kernel[grid](
-        x, weight, norm_weight if norm_weight is not None else x, bias if bias is not None else x,
+        x, weight, scale, norm_weight if norm_weight is not None else x, bias if bias is not None else x,
         residual if residual is not None else x, out, partial,
         m, n, k, x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         eps, SPLIT_K=launch.split_k, BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=launch.block_k,
@@ -191,8 +228,11 @@ def _tl_dtype(dtype: torch.dtype):
 if triton is not None:
     @triton.jit
     def _dot(x, w, acc, IEEE: tl.constexpr):
-        """acc + x @ w^T (x [BM, BK], w [BN, BK]). IEEE: float32 products in float32 (no tf32): the float32 path,
-        and every dtype under the interpreter, whose half-type dot is wrong (exact: a half product fits float32)."""
+        """acc + x @ w^T (x [BM, BK], w [BN, BK]; float8 weights widened to x's dtype first, exactly). IEEE: float32
+        products in float32 (no tf32): the float32 path, and every dtype under the interpreter, whose half-type dot
+        is wrong (exact: a half product fits float32)."""
+        if w.dtype != x.dtype:
+            w = w.to(x.dtype)
         if IEEE:
             return tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
         return tl.dot(x, tl.trans(w), acc)
@@ -216,10 +256,10 @@ if triton is not None:
         tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _fused_linear_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, partial_ptr,
+    def _fused_linear_kernel(x_ptr, w_ptr, scale_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, partial_ptr,
                              M, N, K, stride_x, stride_w, stride_res, stride_out, eps,
                              HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                             SWIGLU: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                             SWIGLU: tl.constexpr, HAS_SCALE: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
         """Program (m, n, s): rows m*BM.., outputs n*BN.. over the s-th K part; one part finishes in place, several
         leave float32 partials to `_split_k_epilogue_kernel`."""
@@ -255,6 +295,10 @@ if triton is not None:
                 wu = tl.load(w_ptr + (cols + N)[:, None] * stride_w + kk[None, :],
                              mask=col_ok[:, None] & k_ok[None, :], other=0.0)
                 acc_up = _dot(xk, wu, acc_up, IEEE)
+        if HAS_SCALE:  # float8 weights: each output's scale (linear: the K parts may be scaled before their sum)
+            acc = acc * tl.load(scale_ptr + cols, mask=col_ok, other=0.0)[None, :]
+            if SWIGLU:
+                acc_up = acc_up * tl.load(scale_ptr + N + cols, mask=col_ok, other=0.0)[None, :]
         mask = row_ok[:, None] & col_ok[None, :]
         if SPLIT_K == 1:
             _finish(acc, acc_up, bias_ptr, res_ptr, out_ptr, rows, cols, mask, N, stride_res, stride_out,

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kernels import rope_write, short_attention
-from ..kernels.fused_linear import fused_linear
+from ..kernels.fused_linear import Fp8Weight, fused_linear, quantize_fp8
 from ..rope import apply_rope, rope_cos_sin_of  # noqa: F401 (apply_rope: the layers' import)
 
 log = logging.getLogger("voxlane.models")
@@ -386,6 +386,7 @@ class DecoderLayer(nn.Module):
         # True: the projections as Triton matmuls with the norms, SwiGLU and residual adds fused in
         # (`kernels/fused_linear.py`; set by `DecoderStack.use_fused_kernels`), inference only
         self.is_fused = False
+        self.fp8: dict[str, Fp8Weight] | None = None  # the four projections in float8 (`DecoderStack.use_fp8_weights`)
 
     def forward(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         if self.is_fused and not torch.is_grad_enabled():
@@ -395,12 +396,17 @@ class DecoderLayer(nn.Module):
 
     def _fused_forward(self, x: torch.Tensor, step: Step, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         """`forward` in four matmul launches (the norms, SwiGLU and residual adds inside them) around the attention."""
-        attn, eps = self.self_attn, self.input_layernorm.eps
-        qkv = fused_linear(x, attn.qkv, self.input_layernorm.weight, eps, attn.qkv_bias)
-        x = fused_linear(attn.attend_projected(qkv, step, k_cache, v_cache), attn.o_proj.weight, residual=x)
-        hidden = fused_linear(x, self.mlp.gate_up, self.post_attention_layernorm.weight,
+        attn, eps, weights = self.self_attn, self.input_layernorm.eps, self.fp8 or self.projection_weights()
+        qkv = fused_linear(x, weights["qkv"], self.input_layernorm.weight, eps, attn.qkv_bias)
+        x = fused_linear(attn.attend_projected(qkv, step, k_cache, v_cache), weights["o"], residual=x)
+        hidden = fused_linear(x, weights["gate_up"], self.post_attention_layernorm.weight,
                               self.post_attention_layernorm.eps, swiglu=True)
-        return fused_linear(hidden, self.mlp.down_proj.weight, residual=x)
+        return fused_linear(hidden, weights["down"], residual=x)
+
+    def projection_weights(self) -> dict[str, torch.Tensor]:
+        """The fused layer's four weights: q/k/v, o, gate/up, down (`fuse` first)."""
+        return {"qkv": self.self_attn.qkv, "o": self.self_attn.o_proj.weight, "gate_up": self.mlp.gate_up,
+                "down": self.mlp.down_proj.weight}
 
 
 class DecoderStack(nn.Module):
@@ -435,6 +441,12 @@ class DecoderStack(nn.Module):
             layer.self_attn.fuse()
             layer.mlp.fuse()
             layer.is_fused = on
+
+    def use_fp8_weights(self, on: bool = True) -> None:
+        """The fused layers read float8 copies of their four projections (`kernels/fused_linear.Fp8Weight`, a scale
+        per output row), quantised now; the bf16 weights stay (prefill past the kernel's rows, the plain path)."""
+        for layer in self.layers:
+            layer.fp8 = {name: quantize_fp8(w.detach()) for name, w in layer.projection_weights().items()} if on else None
 
     def forward_layers(self, x: torch.Tensor, step: Step, cache: KVCache) -> torch.Tensor:
         """x: [B, T, hidden] -> the last layer's output [B, T, hidden], before the final norm (which a fused

@@ -224,8 +224,9 @@ class Qwen3TTSLM(SlotSpeechLM):
         fused = self.use_fused_predictor and short_attention.is_available(self.device)
         self.talker.code_predictor.model.use_short_cache_attention(self.config.talker.num_code_groups if fused else 0)
         frame = self.runs_fused_frame()
-        self.talker.model.use_fused_kernels(frame)
-        self.talker.code_predictor.model.use_fused_kernels(frame)
+        for stack in (self.talker.model, self.talker.code_predictor.model):
+            stack.use_fused_kernels(frame)
+            stack.use_fp8_weights(frame and self.use_fp8_weights)
 
     def runs_fused_frame(self) -> bool:
         """The frame's layers as fused matmuls and its sampling as one kernel per codebook with the noise drawn
