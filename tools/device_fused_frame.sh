@@ -18,21 +18,28 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=c
 [ -z "${TESTS-x}" ] || timeout ${TESTS_S:-240} python3 -m pytest -q -p no:cacheprovider -x \
   ${TESTS:-tests/unit/test_fused_frame.py tests/unit/test_qwen3_tts_graphs.py tests/unit/test_short_attention.py} \
   2>&1 | tail -15 | tee "$out/cuda_tests.txt"
-for run in ${RUNS:-fused plain fp8}; do
-  flags=; [ $run = plain ] && flags=--no-fused-frame; [ $run = fp8 ] && flags=--fp8-weights
+frame() {  # RUN: the frame profile, fused / plain (--no-fused-frame) / fp8 (--fp8-weights)
+  local run=$1 flags=
+  [ $run = plain ] && flags=--no-fused-frame; [ $run = fp8 ] && flags=--fp8-weights
   timeout ${MICRO_S:-200} python3 -m clients.microbench.lm --model "$model" --batch-sizes ${SIZES:-1 32 128} \
     --context ${CONTEXT:-256} --profile --top 15 --json "$out/lm_$run.json" $flags > "$out/lm_$run.txt" 2>&1
   echo "== lm_$run: exit $?"
   grep -E "^#|^[0-9]+ \||^batch \|" "$out/lm_$run.txt" | grep -vE "^# +[0-9]" | head -24
-done
-python3 -m clients.microbench.profile_report "$out/lm_plain.json" "$out/lm_fused.json" "$out/lm_fp8.json" \
-  --top-batch 1 > "$out/profile.md" 2>&1
-head -24 "$out/profile.md"
+}
+report() { python3 -m clients.microbench.profile_report "$@" --top-batch 1 > "$out/profile.md" 2>&1; head -24 "$out/profile.md"; }
+frame fused
+frame plain
+report "$out/lm_plain.json" "$out/lm_fused.json"
 [ "${AGREEMENT:-1}" = 1 ] && timeout ${AGREEMENT_S:-120} python3 -m clients.microbench.fp8_agreement --model "$model" \
   --workload .devdata/librispeech_pc_test_clean.tsv --texts 32 --frames 24 --json "$out/fp8_agreement.json" 2>&1 | tail -14
+frame fp8
+report "$out/lm_plain.json" "$out/lm_fused.json" "$out/lm_fp8.json"
 if [ "${LINEAR:-1}" = 1 ]; then
   timeout ${LINEAR_S:-150} python3 -m clients.microbench.fused_linear --model "$model" --rows ${ROWS:-1 128} \
     --max-launches ${LAUNCHES:-8} --json "$out/fused_linear.json" > "$out/fused_linear.txt" 2>&1
   echo "== fused_linear: exit $?"
   grep -v "^# rows" "$out/fused_linear.txt" | tail -24; grep "^# rows" "$out/fused_linear.txt"
 fi
+# at most 8 files come back from the machine: everything in one archive, the summaries beside it
+tar czf /tmp/fused_frame.tgz -C "$out" . && find "$out" -type f ! -name profile.md ! -name cuda_tests.txt \
+  ! -name fp8_agreement.json -delete && mv /tmp/fused_frame.tgz "$out/"
