@@ -32,8 +32,10 @@ frame plain
 report "$out/lm_plain.json" "$out/lm_fused.json"
 [ "${AGREEMENT:-1}" = 1 ] && timeout ${AGREEMENT_S:-120} python3 -m clients.microbench.fp8_agreement --model "$model" \
   --workload .devdata/librispeech_pc_test_clean.tsv --texts 32 --frames 24 --json "$out/fp8_agreement.json" 2>&1 | tail -14
-frame fp8
-report "$out/lm_plain.json" "$out/lm_fused.json" "$out/lm_fp8.json"
+if [ "${FP8_FRAME:-1}" = 1 ]; then
+  frame fp8
+  report "$out/lm_plain.json" "$out/lm_fused.json" "$out/lm_fp8.json"
+fi
 if [ "${LINEAR:-1}" = 1 ]; then
   timeout ${LINEAR_S:-150} python3 -m clients.microbench.fused_linear --model "$model" --rows ${ROWS:-1 128} \
     --max-launches ${LAUNCHES:-8} --json "$out/fused_linear.json" > "$out/fused_linear.txt" 2>&1
