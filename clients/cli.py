@@ -119,8 +119,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fused-frame", action=argparse.BooleanOptionalAction, default=defaults.fused_frame,
                         help="run the LM's decode frame on fused Triton kernels: projections with their norms, "
                              "SwiGLU and residual adds, the talker's q/k norm + RoPE + KV write, one sampling kernel "
-                             "per codebook drawing its noise inside the frame's graph (Qwen3-TTS; CUDA; on by default, "
-                             "--no-fused-frame: the compiled PyTorch frame)")
+                             "per codebook drawing its noise inside the frame's graph (Qwen3-TTS; CUDA; off by default: "
+                             "the compiled PyTorch frame)")
     parser.add_argument("--fp8-weights", action=argparse.BooleanOptionalAction, default=defaults.fp8_weights,
                         help="the fused frame's projections read float8 e4m3 weights with a scale per output row, "
                              "quantised at load: half the bytes a step reads, the model's numbers rounded (Qwen3-TTS; "

@@ -37,7 +37,7 @@ bench() {  # NAME RATES...: the sweep through the gateway
 }
 
 for run in ${RUNS:-fused plain}; do
-  flags=; [ $run = plain ] && flags=--no-fused-frame
+  flags=--fused-frame; [ $run = plain ] && flags=--no-fused-frame
   if start_serve $run $flags; then
     bench $run ${RATES:-1 4 10 16 20}
     stop_serve $run

@@ -64,8 +64,9 @@ class SlotSpeechLM(SpeechLM):
         # CUDA: the code predictor's attention as one Triton kernel per layer and step (families with a predictor;
         # `kernels/short_attention.py`); read when slots are allocated
         self.use_fused_predictor = True
-        # CUDA: the whole decode frame on fused Triton kernels (`runs_fused_frame`: families that have them)
-        self.use_fused_frame = True
+        # CUDA: the whole decode frame on fused Triton kernels (`runs_fused_frame`: families that have them); off by
+        # default until measured on a GPU (LaneSettings.fused_frame)
+        self.use_fused_frame = False
         self.use_fp8_weights = False  # the fused frame's projections in float8 (families with a fused frame)
         self._memory: Any = None  # the family's SlotMemory
         self._graphs: Any = None  # the family's FrameGraphs; CUDA only

@@ -39,8 +39,9 @@ class LaneSettings:
     fused_predictor: bool = True
     # the LM's whole decode frame on fused Triton kernels: projections with their norms, SwiGLU and residual adds,
     # the talker's q/k norm + RoPE + KV write, one sampling kernel per codebook drawing its own noise in the graph
-    # (`fused_frame`: false = the compiled PyTorch frame; Qwen3-TTS; CUDA only)
-    fused_frame: bool = True
+    # (`fused_frame`; Qwen3-TTS; CUDA only). Off by default: built and tested against the PyTorch frame under Triton's
+    # interpreter, not yet run on a GPU (BENCHMARKS.md, "The frame on fused Triton kernels")
+    fused_frame: bool = False
     # the fused frame's projections read float8 e4m3 weights (a scale per output row, quantised at load): half the
     # bytes, the model's numbers rounded (`fp8_weights`; off by default; Qwen3-TTS; CUDA only)
     fp8_weights: bool = False

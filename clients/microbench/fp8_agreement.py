@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     lm = Qwen3TTSLM.from_config(preset_config(args.model), device=device, dtype=torch.bfloat16, seed=0)
+    lm.use_fused_frame = True  # float8 weights are the fused frame's
     texts = texts_of(args.workload, args.texts)
     bf16_logits, bf16 = decode(lm, texts, args.frames, fp8=False)
     fp8_logits, fp8 = decode(lm, texts, args.frames, fp8=True)

@@ -32,6 +32,7 @@ from backend_python.engine.config import EngineConfig
 from backend_python.models.base import DecodeBatch, SamplingParams
 from backend_python.models.graphs.buffers import batch_buckets
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
+from backend_python.stub_common.params import LaneSettings
 
 from clients.microbench.frame_floor import BANDWIDTH_BYTES_PER_S, frame_bytes, floor_report
 from clients.microbench.lm_profile import format_profile, profile_bucket
@@ -63,9 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the code predictor's attention on PyTorch's kernels, not the one Triton kernel per layer")
     parser.add_argument("--fp8-weights", action="store_true",
                         help="the fused frame's projections in float8 (kernels/fused_linear.py Fp8Weight)")
-    parser.add_argument("--no-fused-frame", dest="fused_frame", action="store_false",
-                        help="the compiled PyTorch frame, not the fused Triton kernels (kernels/fused_linear.py, "
-                             "kernels/sampler.py)")
+    parser.add_argument("--fused-frame", action=argparse.BooleanOptionalAction, default=LaneSettings().fused_frame,
+                        help="the frame on the fused Triton kernels (kernels/fused_linear.py, kernels/sampler.py), or "
+                             "the compiled PyTorch frame (default: the lane's)")
     args = parser.parse_args(argv)
     if min(args.batch_sizes) < 1 or (args.context is not None and args.context < 1):
         parser.error("batch sizes and --context must be >= 1")

@@ -308,7 +308,7 @@ def test_fp8_weights_decode_close_to_the_bf16_frame_and_can_be_turned_off():
     """A tiny frame with float8 projections: its prefill logits close to bf16's (the weights rounded to 3 mantissa
     bits, not a different function), every layer reading float8 copies; off again, the bf16 weights are back."""
     lm = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), device=DEVICE, dtype=torch.bfloat16, seed=0)
-    lm.use_cuda_graphs = DEVICE == "cuda"
+    lm.use_fused_frame, lm.use_cuda_graphs = True, DEVICE == "cuda"
     logits = {}
     for fp8 in (False, True, False):
         lm.use_fp8_weights = fp8
@@ -338,6 +338,7 @@ def test_fused_frames_sample_the_plain_frames_tokens_on_the_same_noise(mix, monk
     fused = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), device=DEVICE, dtype=torch.float32, seed=0)
     plain = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), device=DEVICE, dtype=torch.float32, seed=0)
     plain.use_fused_frame = plain.use_torch_compile = plain.use_cuda_graphs = False
+    fused.use_fused_frame = True
     fused.use_cuda_graphs = DEVICE == "cuda"  # on the GPU the frame's CUDA graphs, on the CPU their eager twin
     assert fused.runs_fused_frame() and not plain.runs_fused_frame()
     frames = iter(range(1000))
