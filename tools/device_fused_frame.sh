@@ -18,11 +18,12 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=c
 [ -z "${TESTS-x}" ] || timeout ${TESTS_S:-240} python3 -m pytest -q -p no:cacheprovider -x \
   ${TESTS:-tests/unit/test_fused_frame.py tests/unit/test_qwen3_tts_graphs.py tests/unit/test_short_attention.py} \
   2>&1 | tail -15 | tee "$out/cuda_tests.txt"
+profile="--profile --top 15"; [ "${PROFILE:-1}" = 1 ] || profile=
 frame() {  # RUN: the frame profile, fused / plain (--no-fused-frame) / fp8 (--fp8-weights)
   local run=$1 flags=--fused-frame
   [ $run = plain ] && flags=--no-fused-frame; [ $run = fp8 ] && flags="--fused-frame --fp8-weights"
   timeout ${MICRO_S:-200} python3 -m clients.microbench.lm --model "$model" --batch-sizes ${SIZES:-1 32 128} \
-    --context ${CONTEXT:-256} --profile --top 15 --json "$out/lm_$run.json" $flags > "$out/lm_$run.txt" 2>&1
+    --context ${CONTEXT:-256} $profile --json "$out/lm_$run.json" $flags > "$out/lm_$run.txt" 2>&1
   echo "== lm_$run: exit $?"
   grep -E "^#|^[0-9]+ \||^batch \|" "$out/lm_$run.txt" | grep -vE "^# +[0-9]" | head -24
 }
