@@ -1,0 +1,71 @@
+"""Tolerances of the golden tests: float32 rounding, derived from the computation instead of read off one CPU.
+
+A float32 result is the exact result plus rounding. Every layer that sums (a matmul, a convolution, a norm)
+rounds its sums, and another CPU code path sums in another order (another SIMD width or kernel: PyTorch's
+`ATEN_CPU_CAPABILITY`, oneDNN's `ONEDNN_MAX_CPU_ISA`, MKL's `MKL_ENABLE_INSTRUCTIONS`, another CPU), so it rounds
+differently. A fixture recorded on one machine and the same computation on another each lie within that rounding
+of the exact value; the rounding is relative to the signal's scale and adds up over the layers the signal
+crosses. So a golden comparison allows
+
+    atol = ULPS_PER_LAYER · FLOAT32_EPS · depth · scale
+
+`scale` is the largest magnitude of the expected signal, `depth` the layers with a reduction on its path
+(`num_layers` counts them off the model). ULPS_PER_LAYER is what two independent float32 runs may differ by, per
+layer, in units of the signal's scale: each within ~5 ulps a layer of the exact result (the largest measured
+against float64, VibeVoice's decoder: 4.8), so 10 for the two, and 16 to spare. A broken layer moves the output
+by far more: `broken_layer` breaks one for the tests that show it (`test_golden_tolerances.py`).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+FLOAT32_EPS = torch.finfo(torch.float32).eps  # 2**-23: one rounding's relative error is at most half of it
+ULPS_PER_LAYER = 16
+REDUCING_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.ConvTranspose1d, torch.nn.LayerNorm,
+                   torch.nn.GroupNorm, torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)
+
+
+def num_layers(*modules: torch.nn.Module) -> int:
+    """The layers of `modules` that sum over their input: linear maps, convolutions and norms (RMS norms of any
+    family's own class included); lookups and element-wise activations round nothing that adds up."""
+    return sum(1 for module in modules for layer in module.modules()
+               if isinstance(layer, REDUCING_LAYERS) or type(layer).__name__.endswith("RMSNorm"))
+
+
+def float32_atol(expected: torch.Tensor, depth: int) -> float:
+    """What float32 rounding on another CPU code path may move a result of `depth` layers whose exact value is
+    about `expected` (see the module docstring)."""
+    if depth < 1:
+        raise ValueError(f"a computation has at least one layer, got depth {depth}")
+    scale = torch.as_tensor(expected).detach().abs().max().item()
+    return ULPS_PER_LAYER * FLOAT32_EPS * depth * scale
+
+
+def assert_float32_close(actual: torch.Tensor, expected: torch.Tensor, depth: int, msg: str | None = None) -> None:
+    """`actual` equals `expected` up to the float32 rounding of `depth` layers, on any CPU."""
+    actual, expected = torch.as_tensor(actual), torch.as_tensor(expected)
+    torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=0, atol=float32_atol(expected, depth), msg=msg)
+
+
+def is_float32_close(actual: torch.Tensor, expected: torch.Tensor, depth: int) -> bool:
+    actual, expected = torch.as_tensor(actual), torch.as_tensor(expected)
+    return bool((actual.double() - expected.double()).abs().max() <= float32_atol(expected, depth))
+
+
+@contextmanager
+def broken_layer(module: torch.nn.Module, which: int = -1, factor: float = 1.01):
+    """`module` with one of its weighted layers (`which`: an index into them) off by `factor` in its weight, as a
+    regression might leave it (a wrong scale, a norm's weight misread); restored after."""
+    layers = [layer for layer in module.modules() if getattr(layer, "weight", None) is not None
+              and isinstance(layer.weight, torch.nn.Parameter)]
+    weight = layers[which].weight
+    saved = weight.detach().clone()
+    with torch.no_grad():
+        weight.mul_(factor)
+    try:
+        yield layers[which]
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
