@@ -28,10 +28,18 @@ REDUCING_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.C
 
 
 def num_layers(*modules: torch.nn.Module) -> int:
-    """The layers of `modules` that sum over their input: linear maps, convolutions and norms (RMS norms of any
-    family's own class included); lookups and element-wise activations round nothing that adds up."""
-    return sum(1 for module in modules for layer in module.modules()
-               if isinstance(layer, REDUCING_LAYERS) or type(layer).__name__.endswith("RMSNorm"))
+    """The layers of `modules` that sum over their input: linear maps, convolutions and norms, a family's own
+    classes of them included (a module holding a matrix or a kernel of its own, a `...Norm`); lookups
+    (embeddings, codebooks) and element-wise activations round nothing that adds up."""
+    return sum(1 for module in modules for layer in module.modules() if _reduces(layer))
+
+
+def _reduces(layer: torch.nn.Module) -> bool:
+    if isinstance(layer, REDUCING_LAYERS) or type(layer).__name__.endswith("Norm"):
+        return True
+    if isinstance(layer, torch.nn.Embedding):
+        return False
+    return any(p.dim() >= 2 for p in layer.parameters(recurse=False))
 
 
 def float32_atol(expected: torch.Tensor, depth: int) -> float:
@@ -54,18 +62,33 @@ def is_float32_close(actual: torch.Tensor, expected: torch.Tensor, depth: int) -
     return bool((actual.double() - expected.double()).abs().max() <= float32_atol(expected, depth))
 
 
+def assert_recorded_within_rounding(fixture: torch.Tensor, exact: torch.Tensor, depth: int) -> None:
+    """The fixture (float32, recorded on some CPU) is within half the tolerance of the exact result (our float64
+    computation of it): its own rounding leaves the other half to another CPU's. The same on every CPU, as float64
+    rounds 2**29 times finer."""
+    error = (torch.as_tensor(fixture).double() - torch.as_tensor(exact).double()).abs().max().item()
+    assert error <= float32_atol(fixture, depth) / 2, f"the fixture is {error:.3g} from float64; allowed " \
+                                                      f"{float32_atol(fixture, depth):.3g} over {depth} layers"
+
+
+BROKEN_LAYERS = (0, "middle", -1)  # which of a model's weighted layers the broken-layer tests break, in turn
+
+
+def weighted_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
+    return [layer for layer in module.modules() if isinstance(getattr(layer, "weight", None), torch.nn.Parameter)]
+
+
 @contextmanager
-def broken_layer(module: torch.nn.Module, which: int = -1, factor: float = 1.01):
-    """`module` with one of its weighted layers (`which`: an index into them) off by `factor` in its weight, as a
-    regression might leave it (a wrong scale, a norm's weight misread); restored after."""
-    layers = [layer for layer in module.modules() if getattr(layer, "weight", None) is not None
-              and isinstance(layer.weight, torch.nn.Parameter)]
-    weight = layers[which].weight
+def broken_layer(module: torch.nn.Module, which: int | str = -1, factor: float = 1.01):
+    """`module` with one of its weighted layers (`which`: an index into them, or "middle") off by `factor` in its
+    weight, as a regression might leave it (a wrong scale, a norm's weight misread); restored after."""
+    layers = weighted_layers(module)
+    weight = layers[len(layers) // 2 if which == "middle" else which].weight
     saved = weight.detach().clone()
     with torch.no_grad():
         weight.mul_(factor)
     try:
-        yield layers[which]
+        yield
     finally:
         with torch.no_grad():
             weight.copy_(saved)
