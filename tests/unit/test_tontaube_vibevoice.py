@@ -16,7 +16,7 @@ from backend_python.models.tontaube.vibevoice import (HOP_LENGTH, VIBEVOICE_1P5B
                                                       config_from_reference, from_reference_state, full_config,
                                                       reference_key, tiny_config)
 from tests.golden import (BROKEN_LAYERS, assert_float32_close, assert_recorded_within_rounding, broken_layer,
-                          is_float32_close, num_layers)
+                          is_float32_close, layers_run, num_layers)
 
 FIXTURE = torch.load(Path(__file__).parents[1] / "fixtures" / "tontaube_vibevoice_golden.pt")
 STATE = {k: v.float() for k, v in FIXTURE["state"].items()}  # float16-exact values, computed in float32
@@ -115,9 +115,9 @@ def test_the_reference_s_own_rounding_leaves_room_for_another_cpu_s():
 
 @pytest.mark.parametrize("which", BROKEN_LAYERS)
 def test_a_broken_layer_fails_the_golden_comparisons(resynth, which):
-    with broken_layer(resynth.model.encoder, which):
+    with broken_layer(layers_run(resynth.model.encoder, lambda: resynth.encode_mean(WAVEFORM)), which):
         latents = resynth.encode_mean(WAVEFORM)
-    with broken_layer(resynth.model.decoder, which):
+    with broken_layer(layers_run(resynth.model.decoder, lambda: resynth.decode(FIXTURE["latents"])), which):
         audio = resynth.decode(FIXTURE["latents"])
         streamed = stream(resynth, FIXTURE["latents"], FIXTURE["pieces"])
     assert not is_float32_close(latents, FIXTURE["latents"], encoder_layers(resynth))
