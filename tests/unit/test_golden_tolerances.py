@@ -93,6 +93,17 @@ def qwen3_logits() -> Case:
     return Case(lm, run, torch.from_numpy(golden["logits_0"][0]), logit_layers, lambda m: m.talker.model)
 
 
+def qwen3_prompt_embeddings() -> Case:
+    from tests.unit.test_qwen3_tts_lm import FIXTURE, GOLDEN_CASES, embedding_layers
+    from backend_python.models.qwen3_tts import Qwen3TTSLM
+    from backend_python.models.qwen3_tts.prompt import prompt_embeddings
+    meta, golden = GOLDEN_CASES[0], np.load(FIXTURE / "golden.npz")
+    return Case(Qwen3TTSLM.from_pretrained(FIXTURE, language=meta["language"]),
+                lambda m: prompt_embeddings(m.config, m.talker, m.encode_prompt(meta["text"], meta["voice"]),
+                                            m.device)[0],
+                torch.from_numpy(golden["prefill_embeds_0"]), embedding_layers)
+
+
 def qwen3_base_speaker() -> Case:
     from tests.unit.test_qwen3_tts_base import FIXTURE, MEL_LAYERS
     from backend_python.models.qwen3_tts.voice_encoder import Qwen3TTSVoiceEncoder
@@ -118,6 +129,26 @@ def higgs_codec() -> Case:
     from tests.unit.test_higgs_v3_golden import FIXTURE, fixture_codec
     return Case(fixture_codec(), lambda m: m.decode_raw(FIXTURE["codec_codes"][None])[0], FIXTURE["codec_audio"],
                 num_layers)
+
+
+def higgs_lm():
+    from tests.unit.test_higgs_v3_golden import FIXTURE, fixture_config
+    from backend_python.models.higgs_v3.lm import HiggsV3LM
+    model = HiggsV3LM.from_config(fixture_config(), seed=3)
+    model.load_state_dict(FIXTURE["state"], strict=False)
+    return model, FIXTURE
+
+
+def higgs_audio_embedding() -> Case:
+    model, fixture = higgs_lm()
+    return Case(model, lambda m: m.embed_audio(fixture["embed_ids"].T), fixture["embeds"], lambda m: 1,
+                lambda m: m.audio_codebook_embeddings)
+
+
+def higgs_audio_head() -> Case:
+    model, fixture = higgs_lm()
+    return Case(model, lambda m: m.audio_logits(fixture["hidden"]), fixture["audio_logits"],
+                lambda m: num_layers(m.audio_decoder_proj.audio_lm_head), lambda m: m.audio_decoder_proj)
 
 
 def voxtral_codec() -> Case:
@@ -157,7 +188,9 @@ def zonos_speaker() -> Case:
 
 
 CASES = {"qwen3-tts codec": qwen3_codec, "qwen3-tts logits": qwen3_logits,
-         "qwen3-tts base speaker": qwen3_base_speaker, "campplus": campplus, "higgs codec": higgs_codec,
+         "qwen3-tts prompt embeddings": qwen3_prompt_embeddings, "qwen3-tts base speaker": qwen3_base_speaker,
+         "campplus": campplus, "higgs codec": higgs_codec, "higgs audio embedding": higgs_audio_embedding,
+         "higgs audio head": higgs_audio_head,
          "voxtral codec": voxtral_codec, "zonos prefix": zonos_prefix, "zonos speaker": zonos_speaker}
 FLOAT64_CASES = ("qwen3-tts codec", "campplus", "higgs codec", "voxtral codec")  # Zonos' log-mel is float32
 
