@@ -14,6 +14,7 @@ import pytest
 
 from clients.audio_stream import stream_audio_in
 from clients.stream import StreamError
+from protocol.tensors import PIECE_ERROR_CODES
 from tests.e2e.conftest import start_server
 from tests.e2e.test_streaming import PATH_ROUNDING
 from tests.e2e.test_metrics import scrape
@@ -351,7 +352,8 @@ def test_an_audio_in_session_without_an_enrollment_is_refused_naming_what_the_so
 
     update = {"type": "session.update", "session": {"input_sample_rate": RATE, "seed": 7}}
     audio, events = asyncio.run(_socket_session(ws_base, [update, pcm16(INPUT[:9600]), {"type": "input_audio.done"}]))
-    error = next(e for e in events if e["type"] == "error")
-    assert (error["code"], error["param"]) == ("missing_ref_audio", "ref_audio") and not audio
+    error = events[-1]  # the session's refusal ends it; its pieces, sent meanwhile, may be refused before it
+    assert (error["type"], error["code"], error["param"]) == ("error", "missing_ref_audio", "ref_audio") and not audio
+    assert {e["code"] for e in events[:-1]} <= set(PIECE_ERROR_CODES), events
     for field in ("'voice'", "'ref_audio'", "'x_vector_only'"):
         assert field in error["message"], error["message"]
