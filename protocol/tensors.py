@@ -127,6 +127,10 @@ TEXT_FINAL = "text_final"
 # BOOL = true closes its input.
 INPUT_CODES = "input_codes"
 INPUT_FINAL = "input_final"
+# The model's preset voices (the voice listing: `voice_registry`'s `list` asks the LM lane once): a control request
+# of `list_voices` BOOL = true alone; its one response carries `voices` BYTES [1], the JSON list of the names.
+LIST_VOICES = "list_voices"
+VOICES_OUTPUT = "voices"
 # The BLS request parameter (true) on the router's call to `voice_encoder` for a chunk of a stream's input
 # audio: the lane codes it whole (`ref_codes`), without a reference's length and level checks.
 INPUT_CHUNK_PARAMETER = "input_chunk"

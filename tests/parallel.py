@@ -20,6 +20,9 @@ from xdist.scheduler import LoadScopeScheduling
 
 GIB_PER_WORKER = 6  # a worker's peak: its default server, its group's servers and gateway, itself (3 workers: 15 GB)
 SOLO_MODULES = ("tests/e2e/test_soak.py",)  # each test a group of its own
+# unit modules that hold a worker as long as an end-to-end group (the golden files again in subprocesses, ~80 s):
+# started with those, not last
+LONG_UNIT_MODULES = ("tests/unit/test_golden_tolerances.py",)
 FIRST_LAYERS = ("tests/e2e/", "tests/middle/")  # then everything else
 PARAMS = re.compile(r"\[(.*)\]$")
 
@@ -56,10 +59,10 @@ def group_of(nodeid: str, presets: list[str]) -> str:
 
 
 def start_rank(group: str) -> int:
-    """0 for a soak, 1 for an end-to-end group, 2 for the middle layer, 3 for the rest."""
+    """0 for a soak, 1 for an end-to-end group (and a long unit module), 2 for the middle layer, 3 for the rest."""
     if group.startswith(SOLO_MODULES):
         return 0
-    if group.startswith("family "):
+    if group.startswith("family ") or group in LONG_UNIT_MODULES:
         return 1
     return 1 + next((rank for rank, layer in enumerate(FIRST_LAYERS) if group.startswith(layer)),
                     len(FIRST_LAYERS))

@@ -14,7 +14,8 @@ protocol/wire.py), then the final flag.
 
 The router's requests name its chunk channel (`voxlane_channel` parameters): those get a single
 response at once, the final flag (with `error` when refused), and their chunks, the same arrays,
-go through the channel (see backend_python/stub_common/chunk_channel.py for why).
+go through the channel (see backend_python/stub_common/chunk_channel.py for why). A `list_voices` request (the
+voice registry's, for the voice listing) gets one response: `voices`, the model's preset voice names as JSON.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import math
 import os
 import uuid
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from backend_python.engine.sequence import Sequence
@@ -38,8 +40,8 @@ from backend_python.stub_common.params import set_up_lane
 from backend_python.stub_common.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import (INPUT_CODES, INPUT_FINAL, MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SPEECH_REQUEST,
-                              TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE)
+from protocol.tensors import (INPUT_CODES, INPUT_FINAL, LIST_VOICES, MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED,
+                              SPEECH_REQUEST, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE, VOICES_OUTPUT)
 from scheduler import ServingMode, UnreadBound
 
 log = logging.getLogger("voxlane.lm")
@@ -128,6 +130,9 @@ class LMModel:
 
     def _submit(self, request) -> None:
         sender = request.get_response_sender()
+        if _scalar_input(request, LIST_VOICES) is not None:  # the voice registry's listing
+            sender.send(self._voices_response(), flags=FINAL)
+            return
         if _is_cancel(request):  # a control request from the router: its client went away
             self.engine.cancel_id(request.request_id())
             sender.send(flags=FINAL)
@@ -163,6 +168,12 @@ class LMModel:
             return
         if channel:
             sender.send(flags=FINAL)  # accepted: the chunks follow through the channel
+
+    def _voices_response(self):
+        """The model's preset voice names (`voices`, JSON), in the model's order."""
+        names = json.dumps(list(self.model.voices)).encode("utf-8")
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor(VOICES_OUTPUT, np.array([names], dtype=np.object_))])
 
     def _input_frames(self, request):
         """An input control request's frames ([N, K] int64; none: [0, K])."""

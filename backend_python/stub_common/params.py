@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, fields
 from typing import Mapping
 
+from backend_python.stub_common.logs import configure_stub_logging
+
 
 def model_parameters(args: dict) -> dict[str, str]:
     """The `parameters { key: ... value: { string_value: ... } }` map of the model config."""
@@ -128,6 +130,7 @@ class LaneSetup:
 
 def set_up_lane(args: dict) -> LaneSetup:
     """Apply the lane's MPS limit, then import torch, apply its torch settings and resolve the model (in that order)."""
+    configure_stub_logging()
     params = model_parameters(args)
     lane = LaneSettings.from_parameters(params)
     lane.apply_mps_limit()

@@ -7,7 +7,8 @@ a voice's file as another server's export answered it (the gateway copies voices
 request, one response; the request the router builds for an inline reference, so the stored tensors are the
 ones an inline reference would reach the LM with) and stores its answer (store.py). Output `voices` BYTES [1]:
 JSON, the voice's metadata (register, delete, import; export adds `file`, the base64 of the voice's file) or
-`{"object": "list", "data": [...]}` (list).
+`{"object": "list", "data": [...], "presets": [...]}` (list: the registered voices, and the model's preset voices as
+the LM lane names them; `presets` is absent while the LM lane does not answer).
 
 A name that holds another voice is refused (`voice_exists`: delete it first); registering the same reference
 under the same name again answers the stored voice, so a gateway that registers on every server, some of them
@@ -23,16 +24,17 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from backend_python.stub_common.encoder_client import VoiceEncoderClient
+from backend_python.stub_common.logs import configure_stub_logging
 from backend_python.stub_common.params import model_parameters
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference
 from backend_python.stub_common.request_inputs import RequestError
 from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, fingerprint
 from protocol.voices import check_name
 from protocol.admin import ADMIN_KEY_PARAMETER, WRITE_ACTIONS, is_admin
-from protocol.models import VOICE_ENCODER
+from protocol.models import LM, VOICE_ENCODER
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import REFERENCE_INPUTS, REFERENCE_TENSORS
+from protocol.tensors import LIST_VOICES, REFERENCE_INPUTS, REFERENCE_TENSORS, VOICES_OUTPUT
 from protocol.wire import encode_error
 
 log = logging.getLogger("voxlane.voice_registry")
@@ -43,6 +45,7 @@ ACTIONS = {"register": ("name", *REFERENCE_INPUTS), "list": (), "delete": ("name
 
 class VoiceRegistryModel:
     def initialize(self, args: dict) -> None:
+        configure_stub_logging()
         params = model_parameters(args)
         self.settings = VoiceStoreSettings.from_parameters(params)
         self.limits = ReferenceLimits.from_parameters(params)
@@ -50,6 +53,7 @@ class VoiceRegistryModel:
         # where set (`voxlane serve` with admin keys): writes need one of these keys (protocol/admin.py)
         self.admin_key_hashes = tuple(h for h in params.get("admin_key_sha256", "").split(",") if h)
         self.encoder = VoiceEncoderClient(_NoHealing())
+        self.lm_voices = LMVoices()
         self._presets: tuple[str, ...] | None = None  # read at the first register: it imports the model registry
 
     def execute(self, requests: list) -> list:
@@ -79,7 +83,7 @@ class VoiceRegistryModel:
                                f"'{ADMIN_KEY_PARAMETER}'; the gateway sends its own)", param=ADMIN_KEY_PARAMETER,
                                code="admin_key_required")
         if action == "list":
-            return {"object": "list", "data": self.store.list()}
+            return self._list()
         name = _text(get, "name", required=True)
         if action == "delete":
             return {**self.store.delete(name), "deleted": True}
@@ -89,6 +93,13 @@ class VoiceRegistryModel:
             return self.store.import_file(check_name(name, self._preset_voices()), _file(get)).metadata()
         answer = self._register(check_name(name, self._preset_voices()), get)
         return answer if isinstance(answer, Ended) else answer.metadata()
+
+    def _list(self) -> dict:
+        """The registered voices (`data`), and the model's preset voices (`presets`) once the LM lane has named them
+        (absent until it answers: the registered voices never wait on the LM)."""
+        answer = {"object": "list", "data": self.store.list()}
+        presets = self.lm_voices.names()
+        return answer if presets is None else {**answer, "presets": list(presets)}
 
     def _export(self, name: str) -> dict:
         """The voice and its file (base64), which another server's `import` takes as `voice_file`."""
@@ -124,6 +135,40 @@ class VoiceRegistryModel:
             from backend_python.models import registry  # torch: only once something is registered
             self._presets = registry.preset_voices(registry.resolve(self.settings.model))
         return self._presets
+
+
+class LMVoices:
+    """The LM lane's preset voice names, asked once (a `list_voices` control request over BLS) and kept: they are
+    the served model's and change only with it. The registry itself never loads the model (no torch to list)."""
+
+    def __init__(self) -> None:
+        self._names: tuple[str, ...] | None = None
+        self._held: list = []  # answered BLS iterators stay alive (vox_ensemble/graveyard.py says why); one or two
+
+    def names(self) -> tuple[str, ...] | None:
+        """The names, or None while the LM lane does not answer (loading, down)."""
+        if self._names is None:
+            self._names = self._ask()
+        return self._names
+
+    def _ask(self) -> tuple[str, ...] | None:
+        request = pb_utils.InferenceRequest(model_name=LM, requested_output_names=[VOICES_OUTPUT], inputs=[
+            pb_utils.Tensor(LIST_VOICES, np.array([True], dtype=np.bool_))])
+        try:
+            responses = request.exec(decoupled=True)
+        except Exception as exc:  # whatever the LM lane's state, the listing answers the registered voices
+            log.warning("could not ask the LM lane for its voices: %s", exc)
+            return None
+        self._held.append(responses)
+        names = None
+        for response in responses:
+            if response.has_error():
+                log.warning("the LM lane did not list its voices: %s", response.error().message())
+                continue
+            tensor = pb_utils.get_output_tensor_by_name(response, VOICES_OUTPUT)
+            if tensor is not None:
+                names = tuple(json.loads(bytes(tensor.as_numpy().reshape(-1)[0])))
+        return names
 
 
 class _NoHealing:

@@ -5,7 +5,8 @@ runs the stream's relay (relay.py: start it on the LM, then route, decode and se
 order) and sends the final response with the `Ended` it returns. Codec calls block, so each
 request gets its own thread; `execute` returns None at once. What goes back to the client passes
 through the outlet (outlet.py). Around the streams: a cancel watch (cancel_watch.py), an LM watch
-(lane_watch.py) and the lanes' health (lane_health.py).
+(lane_watch.py) and the lanes' health (lane_health.py). Each stream's start and end are logged with the client's
+request id (the gateway's `x-request-id`) beside the stream's id, which the LM's log lines name.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from backend_python.stub_common.encoder_client import VoiceEncoderClient
 from backend_python.stub_common import fault_inject
 from backend_python.stub_common.chunk_channel import ChunkChannel
 from backend_python.stub_common.metrics import RouterMetrics
+from backend_python.stub_common.logs import configure_stub_logging
 from backend_python.stub_common.params import model_parameters
 from backend_python.audio.stream import StreamAudio
 from backend_python.stub_common.reference_inputs import ReferenceLimits, parse_reference
@@ -54,8 +56,16 @@ from scheduler import ChunkRouter, FlowConfig, LatencyEstimator, PlaybackClock, 
 log = logging.getLogger("voxlane.router")
 
 
+NO_ID = "-"  # a client that gave its request no id
+
+
+def _ending(ended: Ended) -> str:
+    return ended.reason.value + (f" ({ended.message})" if ended.message else "")
+
+
 class RouterModel:
     def initialize(self, args: dict) -> None:
+        configure_stub_logging()
         params = model_parameters(args)
         self.config = SchedulerConfig.from_dict(params, ignore_unknown=True)
         self.limits = RequestLimits.from_parameters(params)
@@ -100,8 +110,10 @@ class RouterModel:
                 continue
             job = self._admit(request, sender)
             if isinstance(job, Ended):
+                log.info("request %s refused: %s", request.request_id() or NO_ID, _ending(job))
                 sender.send(error_response(job), flags=FINAL)
                 continue
+            log.info("request %s: stream %s started", job.request_id or NO_ID, job.stream_id)
             threading.Thread(target=self._stream, args=(job,), daemon=True, name="voxlane-stream").start()
         return None
 
@@ -222,7 +234,8 @@ class RouterModel:
                    arrival=time.monotonic(), codec_parameters=fault_inject.codec_parameters(self._fault_marker, req.text),
                    audio=StreamAudio(options.audio_format, options.sample_rate, options.speed), client_id=client_id,
                    session_id=session_id, audio_in=audio_in,
-                   reference=PendingReference(reference) if reference is not None else None)
+                   reference=PendingReference(reference) if reference is not None else None,
+                   request_id=request.request_id())
 
     def _registered_voice(self, voice: str | None, reference) -> list:
         """A `voice` that names a registered voice: its stored tensors, the LM inputs `voice_encoder` would give
@@ -294,6 +307,7 @@ class RouterModel:
             if job.session_id is not None:
                 self.sessions.end(job.session_id)
                 self.audio_sessions.end(job.session_id)
+        log.info("request %s: stream %s ended: %s", job.request_id or NO_ID, job.stream_id, _ending(ended))
         self.outlet.end(job, ended)
 
     def _on_codec_dead(self, model: str) -> None:

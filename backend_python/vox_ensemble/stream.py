@@ -27,6 +27,7 @@ class Job:
     session_id: object = None  # the sequence id of a streaming-text session: its pieces name it
     reference: "PendingReference | None" = None  # a voice to clone: encoded (voice_encoder) before the LM request
     audio_in: "InputChunker | None" = None  # an audio-in session's input, cut for the encoder (audio_sessions.py)
+    request_id: str = ""  # the client's request id (the gateway's `x-request-id`), for the log: "" when it gave none
 
     @property
     def acks(self) -> bool:

@@ -50,7 +50,7 @@ async def _receive(streams, session, url: str, planned, chunks: list[Chunk]) -> 
     async with session.post(url, json=speech_body(streams.config, planned)) as response:
         if response.status != 200:
             return await _error_message(response)
-        sample_rate = int(response.headers.get("X-Sample-Rate", "24000"))
+        sample_rate = int(response.headers["X-Sample-Rate"])  # the gateway sets it on every audio response
         async for piece in response.content.iter_any():
             arrived = streams.now()
             chunks.append(Chunk(len(chunks), arrived, len(piece) / SAMPLE_BYTES / sample_rate, LANE))

@@ -11,18 +11,22 @@ import asyncio
 import logging
 import time
 from contextlib import aclosing
+from dataclasses import replace
 
 from aiohttp import web
 
 from backend_python.audio.encoders import ChunkEncoder
 from protocol.formats import FORMATS
+from protocol.quoting import quoted
 from backend_python.audio.pcm import with_wav_sizes
 from clients.gateway.auth import is_open_path, needs_admin
-from clients.gateway.audio import DEFAULT_SAMPLE_RATE, audio_delta, audio_done, error_event
+from clients.gateway.audio import audio_delta, audio_done, error_event
 from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request, load_json
 from clients.gateway.playground import add_playground_routes
 from clients.gateway.service import Gateway
-from clients.gateway.speech import SpeechRequest, model_not_found, served_models
+from clients.gateway.listings import audio_models_json, model_json, voice_listing
+from clients.gateway.request_ids import current_id, on_response_prepare, request_id_of
+from clients.gateway.speech import OPENAI_PCM_RATE, SpeechRequest, model_not_found, served_models
 from clients.gateway.speech_socket import serve_socket
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
 from clients.gateway.voices import (merged_delete, merged_list, merged_register, no_server, read_upload,
@@ -34,14 +38,38 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors, authenticate])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[traced, json_errors, authenticate])
     app[GATEWAY] = gateway
+    app.on_response_prepare.append(on_response_prepare)
     app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/audio/speech/stream", speech_stream),
                     web.post("/v1/audio/voices", register_voice), web.get("/v1/audio/voices", list_voices),
-                    web.delete("/v1/audio/voices/{name}", delete_voice), web.get("/v1/models", models),
-                    web.get("/v1/models/{model}", model), web.get("/health", health), web.get("/metrics", metrics)])
+                    web.delete("/v1/audio/voices/{name}", delete_voice), web.get("/v1/audio/models", audio_models),
+                    web.get("/v1/models", models), web.get("/v1/models/{model}", model), web.get("/health", health),
+                    web.get("/metrics", metrics)])
     add_playground_routes(app)
     return app
+
+
+UNLOGGED_PATHS = ("/health", "/metrics")  # probes and scrapes, every few seconds: their id is on the response only
+
+
+@web.middleware
+async def traced(request: web.Request, handler) -> web.StreamResponse:
+    """The request's id (request_ids.py) on every log line while it is handled, and one line when it ends."""
+    token = current_id.set(request_id_of(request))  # reset after: a keep-alive connection's next request is another
+    started = time.perf_counter()
+    status: int | str = "cancelled"  # the client went away before an answer
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:  # a redirect, say: json_errors answers the others itself
+        status = exc.status
+        raise
+    finally:
+        if request.path not in UNLOGGED_PATHS:
+            log.info("%s %s %s %.3f s", request.method, request.path, status, time.perf_counter() - started)
+        current_id.reset(token)
 
 
 @web.middleware
@@ -106,6 +134,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     parsed = await gateway.parse_speech(body)
     if isinstance(parsed, ApiError):
         return error_response(gateway, parsed)
+    parsed = replace(parsed, request_id=request_id_of(request))
     if parsed.word_timestamps and (parsed.stream_format != "sse" or not parsed.is_streamed):
         return error_response(gateway, bad_request("timestamps 'word' come as SSE events: send 'stream_format': "
                                                    "'sse' (or use the WebSocket route)", param="timestamps"))
@@ -122,7 +151,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
 
 async def _relay(request: web.Request, gateway: Gateway, speech_request: SpeechRequest,
                  first: AudioChunk | None, chunks) -> web.StreamResponse:
-    sample_rate = first.sample_rate if first else DEFAULT_SAMPLE_RATE
+    sample_rate = first.sample_rate if first else OPENAI_PCM_RATE  # no audio came: the header's rate only
     writer = _Writer(request, gateway, speech_request, sample_rate)
     await writer.start()
     num_chunks = 0
@@ -157,7 +186,7 @@ async def _whole_file(gateway: Gateway, speech_request: SpeechRequest, chunks) -
             parts.append(encoder.encode(chunk.audio))
     except StreamFailure as exc:
         return error_response(gateway, exc.error)
-    encoder = encoder or ChunkEncoder(fmt, DEFAULT_SAMPLE_RATE, speech_request.sample_rate)
+    encoder = encoder or ChunkEncoder(fmt, OPENAI_PCM_RATE, speech_request.sample_rate)
     body = b"".join(parts) + encoder.finish()
     body = with_wav_sizes(body) if fmt.name == "wav" else body
     return web.Response(body=body, headers={"Content-Type": fmt.content_type, "X-Sample-Rate": str(encoder.rate)})
@@ -218,7 +247,8 @@ async def register_voice(request: web.Request) -> web.Response:
     upload = await read_upload(request, gateway.decoders)
     if isinstance(upload, ApiError):
         return error_response(gateway, upload)
-    answers = await gateway.call_voice_registry(registry_request("register", upload.name, upload))
+    answers = await gateway.call_voice_registry(registry_request("register", upload.name, upload,
+                                                                 request_id_of(request)))
     result = merged_register(answers) if answers else no_server()
     if isinstance(result, ApiError):
         return error_response(gateway, upload_param(result))
@@ -226,23 +256,35 @@ async def register_voice(request: web.Request) -> web.Response:
 
 
 async def list_voices(request: web.Request) -> web.Response:
+    """Every voice a request may name (listings.py); `?registered=true`: the registered ones alone."""
     gateway = request.app[GATEWAY]
-    answers = await gateway.call_voice_registry(registry_request("list"))
+    registered_only = request.query.get("registered")
+    if registered_only not in (None, "true", "false"):
+        return error_response(gateway, bad_request(f"'registered' must be true or false, got "
+                                                   f"{quoted(registered_only)}", param="registered"))
+    answers = await gateway.call_voice_registry(registry_request("list", request_id=request_id_of(request)))
     result = merged_list(answers) if answers else no_server()
-    return error_response(gateway, result) if isinstance(result, ApiError) else web.json_response(result)
+    if isinstance(result, ApiError):
+        return error_response(gateway, result)
+    return web.json_response(result if registered_only == "true" else voice_listing(result, answers))
+
+
+async def audio_models(request: web.Request) -> web.Response:
+    """The TTS models, as web UIs list them (`models`) and in OpenAI's list shape (`data`)."""
+    return web.json_response(audio_models_json(served_models(request.app[GATEWAY].model_ids)))
 
 
 async def delete_voice(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
     name = request.match_info["name"]
-    answers = await gateway.call_voice_registry(registry_request("delete", name))
+    answers = await gateway.call_voice_registry(registry_request("delete", name, request_id=request_id_of(request)))
     result = merged_delete(name, answers) if answers else no_server()
     return error_response(gateway, result) if isinstance(result, ApiError) else web.json_response(result)
 
 
 async def models(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
-    return web.json_response({"object": "list", "data": [_model_json(m) for m in served_models(gateway.model_ids)]})
+    return web.json_response({"object": "list", "data": [model_json(m) for m in served_models(gateway.model_ids)]})
 
 
 async def model(request: web.Request) -> web.Response:
@@ -250,11 +292,7 @@ async def model(request: web.Request) -> web.Response:
     name = request.match_info["model"]
     if name not in served_models(gateway.model_ids):
         return error_response(gateway, model_not_found(name, gateway.model_ids))
-    return web.json_response(_model_json(name))
-
-
-def _model_json(name: str) -> dict:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "voxlane"}
+    return web.json_response(model_json(name))
 
 
 async def health(request: web.Request) -> web.Response:

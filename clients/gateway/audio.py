@@ -4,8 +4,6 @@ from __future__ import annotations
 import base64
 import json
 
-DEFAULT_SAMPLE_RATE = 24000  # OpenAI's PCM rate; used only when a stream ends before its first chunk
-
 
 def sse_event(payload: dict) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"

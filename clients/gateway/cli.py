@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from typing import Callable
 
@@ -64,8 +63,9 @@ def _urls(value: str) -> tuple[str, ...]:
 
 
 def _gateway(args: argparse.Namespace) -> int:
+    from clients.gateway.request_ids import configure_logging
     from clients.gateway.server import serve_gateway
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging()
     try:
         config = gateway_config(args)
     except (OSError, ValueError) as exc:  # a key file that cannot be read, a key too short

@@ -6,8 +6,10 @@ import contextlib
 import itertools
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -21,6 +23,7 @@ from clients.gateway.config import GatewayConfig
 from protocol.admin import ADMIN_KEY_PARAMETER
 from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
 from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve, probe
+from clients.gateway.request_ids import TritonIds
 from clients.gateway.speech import SpeechRequest, parse_speech
 from clients.gateway.stats import GatewayStats
 from clients.gateway.triton_session import SessionEvent, SessionText, TritonSession
@@ -50,6 +53,7 @@ class Gateway:
         # event loop, and a burst of them holds a bounded amount of memory
         self.decoders = asyncio.Semaphore(MAX_CONCURRENT_DECODES)
         self.model_ids: tuple[str, ...] = ()
+        self.triton_ids = TritonIds()
         self.server_info: dict = {}
         self._channels: dict[str, list[grpc.aio.Channel]] = {}
         self._turn = itertools.count()
@@ -93,23 +97,40 @@ class Gateway:
         """The request's chunks from the least loaded ready server; before any audio, a 503 (overloaded,
         a lane down, stopping, unreachable) is tried once more on another server (`max_attempts`). A
         server that is unreachable or has a lane down is skipped for `down_s` after."""
-        return self._failover(lambda stub: stream_chunks(stub, request, self.config.request_timeout_s))
+        return self._failover(request, lambda stub, req: stream_chunks(stub, req, self.config.request_timeout_s))
 
     def speak_text(self, request: SpeechRequest, text: SessionText) -> AsyncIterator[SessionEvent]:
         """A streaming-text session's events (its chunks and refused pieces), its text taken from `text`
         as the client writes it. Placed and moved as `stream_speech` is: a 503 before the client has
         seen any event starts the session again on another server with the pieces so far."""
-        return self._failover(lambda stub: TritonSession(stub, request, text, self.config.request_timeout_s).events())
+        return self._failover(request, lambda stub, req: TritonSession(stub, req, text,
+                                                                      self.config.request_timeout_s).events())
 
-    async def _failover(self, open_stream: Callable[[object], AsyncIterator]) -> AsyncIterator:
-        """The events of `open_stream(stub)` on one server after another while each refuses before its first."""
+    async def _failover(self, request: SpeechRequest,
+                        open_stream: Callable[[object, SpeechRequest], AsyncIterator]) -> AsyncIterator:
+        """The events of the request's stream (`open_stream(stub, request)`), its Triton id one that no recent
+        stream of this gateway had (request_ids.py)."""
+        triton_id = self.triton_ids.take(request.request_id or uuid.uuid4().hex)
+        if request.request_id is not None and triton_id != request.request_id:
+            log.info("its stream's Triton request id is %s (the id was taken by a recent stream)", triton_id)
+        try:
+            async with aclosing(self._on_servers(replace(request, request_id=triton_id), open_stream)) as events:
+                async for event in events:
+                    yield event
+        finally:
+            self.triton_ids.release(triton_id)
+
+    async def _on_servers(self, request: SpeechRequest,
+                          open_stream: Callable[[object, SpeechRequest], AsyncIterator]) -> AsyncIterator:
+        """The events of `open_stream(stub, request)` on one server after another while each refuses before its
+        first."""
         tried: tuple[Backend, ...] = ()
         last_error: ApiError = unavailable("no Triton server is ready")
         while len(tried) < self.config.max_attempts and (backend := self.balancer.acquire(exclude=tried)) is not None:
             tried += (backend,)
             has_events = False
             try:
-                async with aclosing(open_stream(self._stub(backend))) as events:
+                async with aclosing(open_stream(self._stub(backend), request)) as events:
                     async for event in _until_lost(events, self._router_lost[backend.url], backend.url):
                         has_events = True
                         yield event

@@ -13,6 +13,12 @@ from protocol.quoting import quoted
 from protocol.tensors import REQUEST_INPUTS, fits_integer
 
 RESPONSE_FORMATS = tuple(FORMATS)  # OpenAI's formats: wav, pcm, mp3, opus, aac, flac
+DEFAULT_RESPONSE_FORMAT = "mp3"  # OpenAI's: apps that name no format store the reply as .mp3
+# OpenAI's `pcm` is 24 kHz mono 16-bit, and players take it at that rate without a header to read: `pcm` comes at
+# this rate from every family unless `sample_rate` asks for another (resampled as `sample_rate` is); a format with
+# a header (wav, flac, mp3, ...) says its rate and keeps the model's
+OPENAI_PCM_RATE = 24000
+HEADERLESS_FORMATS = ("pcm",)
 STREAM_FORMATS = ("audio", "sse")
 # OpenAI's built-in voices: the model's default voice, so unchanged OpenAI client code runs
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
@@ -22,8 +28,8 @@ OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 EXTRA_FIELDS = {"seed": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
                 "max_audio_seconds": float, "ignore_eos": bool}
 OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "stream_format", "instructions")
-# VoxLane's: the rate of the audio sent (default: the model's); `timestamps` "word": each chunk's words with their
-# start and end (SSE events, WebSocket messages)
+# VoxLane's: the rate of the audio sent (default: the model's, OPENAI_PCM_RATE for `pcm`); `timestamps` "word": each
+# chunk's words with their start and end (SSE events, WebSocket messages)
 OUTPUT_FIELDS = ("sample_rate", "timestamps")
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 TIMESTAMP_KINDS = ("none", "word")
@@ -42,11 +48,12 @@ class SpeechRequest:
     model: str
     text: str
     voice: str | None  # None: the model's default voice
-    response_format: str = "wav"
+    response_format: str = DEFAULT_RESPONSE_FORMAT
     stream_format: str = "audio"
     params: dict = field(default_factory=dict)
-    sample_rate: int | None = None  # None: the model's own rate
+    sample_rate: int | None = None  # None: the model's own rate (output_rate says when)
     is_streamed: bool = True  # False (`stream`: false): the whole file in one response, its length known
+    request_id: str | None = None  # Triton's request id of its stream (request_ids.py); None: a fresh one
 
     @property
     def word_timestamps(self) -> bool:
@@ -72,9 +79,17 @@ def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | Ap
     params = _params(body)
     if isinstance(params, ApiError):
         return params
-    return SpeechRequest(body["model"], body["input"], voice, body.get("response_format", "wav"),
-                         body.get("stream_format", "audio"), params, _rate(body.get("sample_rate")),
-                         body.get("stream") is not False)
+    fmt = body.get("response_format", DEFAULT_RESPONSE_FORMAT)
+    return SpeechRequest(body["model"], body["input"], voice, fmt, body.get("stream_format", "audio"), params,
+                         output_rate(fmt, body.get("sample_rate")), body.get("stream") is not False)
+
+
+def output_rate(response_format: str, sample_rate: int | float | None) -> int | None:
+    """The rate of the audio sent (None: the model's own): `sample_rate` if given (JSON's 16000.0 is 16000, as the
+    encoders and the X-Sample-Rate header need), else OPENAI_PCM_RATE for headerless audio."""
+    if sample_rate is not None:
+        return int(sample_rate)
+    return OPENAI_PCM_RATE if response_format in HEADERLESS_FORMATS else None
 
 
 def _params(body: dict) -> dict | ApiError:
@@ -155,7 +170,7 @@ def check_unicode(text: str, param: str) -> ApiError | None:
 
 
 def _check_formats(body: dict) -> ApiError | None:
-    fmt = body.get("response_format", "wav")
+    fmt = body.get("response_format", DEFAULT_RESPONSE_FORMAT)
     if fmt not in RESPONSE_FORMATS:
         return bad_request(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {quoted(fmt)}",
                            param="response_format")
@@ -173,17 +188,12 @@ def _check_sample_rate(body: dict) -> ApiError | None:
     if isinstance(rate, bool) or rate not in SAMPLE_RATES:
         return bad_request(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}, got {quoted(rate)}",
                            param="sample_rate")
-    fmt = FORMATS.get(body.get("response_format", "wav"))
+    fmt = FORMATS.get(body.get("response_format", DEFAULT_RESPONSE_FORMAT))
     if fmt is not None and rate not in fmt.sample_rates:
         return bad_request(f"response_format '{fmt.name}' carries sample_rate "
                            f"{', '.join(map(str, fmt.sample_rates))} only, got {rate}",
                            param="sample_rate", code="unsupported_value")
     return None
-
-
-def _rate(rate: int | float | None) -> int | None:
-    """A checked rate as an int: JSON's 16000.0 is 16000 (the encoders and the X-Sample-Rate header need it)."""
-    return None if rate is None else int(rate)
 
 
 def _check_unsupported(body: dict) -> ApiError | None:

@@ -24,7 +24,9 @@ from enum import Enum
 
 from aiohttp import WSMsgType, web
 
+from clients.gateway.request_ids import request_id_of
 from clients.gateway.service import Gateway
+from clients.gateway.speech import SpeechRequest
 from clients.gateway.triton_session import PieceRefused, SessionText
 from clients.gateway.triton_stream import StreamFailure
 from clients.gateway.ws_session import (AudioAppend, AudioDone, AudioMessages, ErrorCode, ResponseCancel,
@@ -85,7 +87,10 @@ class SpeechSocket:
         if isinstance(parsed, ResponseCancel):
             await self._barge_in(parsed)
             return
-        error = parsed if isinstance(parsed, SocketError) else self._take(parsed)
+        if isinstance(parsed, SessionUpdate):
+            error = await self._update(parsed.fields)
+        else:
+            error = parsed if isinstance(parsed, SocketError) else self._take(parsed)
         if error is not None:
             await self._send_error(error)
 
@@ -106,8 +111,6 @@ class SpeechSocket:
         return "input_sample_rate" in self.speech.params
 
     def _take(self, message) -> SocketError | None:
-        if isinstance(message, SessionUpdate):
-            return self._update(message.fields)
         is_audio = isinstance(message, (AudioAppend, AudioDone))
         if is_audio != self.is_audio_in:
             return SocketError(ErrorCode.MIXED_INPUT, "this session streams input audio ('input_sample_rate' is set): "
@@ -126,17 +129,24 @@ class SpeechSocket:
             self.phase = Phase.TEXT_CLOSED
         return None
 
-    def _update(self, fields: dict) -> SocketError | None:
+    async def _update(self, fields: dict) -> SocketError | None:
         """Set the given fields (the others keep their values); a bad update changes nothing."""
         if self.phase is not Phase.SETUP:
             return SocketError(ErrorCode.SESSION_STARTED, "session.update must come before the first "
                                                           "input_text.append: the session's settings are fixed")
         merged = {**self.fields, **fields}
-        parsed = parse_session(merged, self.gateway.model_ids)
+        parsed = await self._parse(merged)
         if isinstance(parsed, SocketError):
             return parsed
         self.fields, self.speech = merged, parsed
         return None
+
+    async def _parse(self, fields: dict) -> SpeechRequest | SocketError:
+        """`parse_session`; an enrollment inline (`ref_audio`) is decoded off the event loop, as the HTTP route's."""
+        if fields.get("ref_audio") is None:
+            return parse_session(fields, self.gateway.model_ids)
+        async with self.gateway.decoders:
+            return await asyncio.to_thread(parse_session, fields, self.gateway.model_ids)
 
     def _open(self) -> None:
         self.phase = Phase.TEXT
@@ -166,7 +176,8 @@ class SpeechSocket:
         await self.socket.close()
 
     async def _relay_events(self, audio: AudioMessages) -> None:
-        with_words = replace(self.speech, params={**self.speech.params, "timestamps": "word"})  # for a barge-in
+        with_words = replace(self.speech, params={**self.speech.params, "timestamps": "word"},  # for a barge-in
+                             request_id=request_id_of(self.request))  # each utterance a Triton id of its own
         async with aclosing(self.gateway.speak_text(with_words, self.text)) as events:
             async for event in events:
                 if isinstance(event, PieceRefused):

@@ -50,9 +50,9 @@ class AudioChunk:
     words: list[dict] | None = None  # with `timestamps` "word": [{"word", "start", "end"}, ...] (seconds as sent)
 
 
-def infer_request(request: SpeechRequest, request_id: str | None = None) -> service_pb2.ModelInferRequest:
-    """The router's request tensors, each of shape [1]."""
-    proto = service_pb2.ModelInferRequest(model_name=ROUTER, id=request_id or uuid.uuid4().hex)
+def infer_request(request: SpeechRequest) -> service_pb2.ModelInferRequest:
+    """The router's request tensors, each of shape [1]; the request's id (a fresh one if it has none)."""
+    proto = service_pb2.ModelInferRequest(model_name=ROUTER, id=request.request_id or uuid.uuid4().hex)
     add_input(proto, "text", request.text)
     if request.voice is not None:
         add_input(proto, "voice", request.voice)

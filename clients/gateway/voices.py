@@ -118,10 +118,11 @@ def _flag(raw: bytes | None) -> bool | None | ApiError:
     return value in ("true", "1")
 
 
-def registry_request(action: str, name: str | None = None,
-                     upload: VoiceUpload | None = None) -> service_pb2.ModelInferRequest:
-    """A `voice_registry` request: `action`, `name`, and for register the reference inputs of the upload."""
-    proto = service_pb2.ModelInferRequest(model_name=VOICE_REGISTRY)
+def registry_request(action: str, name: str | None = None, upload: VoiceUpload | None = None,
+                     request_id: str = "") -> service_pb2.ModelInferRequest:
+    """A `voice_registry` request: `action`, `name`, and for register the reference inputs of the upload; its
+    Triton request id the HTTP request's (request_ids.py), none for the gateway's own calls."""
+    proto = service_pb2.ModelInferRequest(model_name=VOICE_REGISTRY, id=request_id)
     for key, value in (("action", action), ("name", name)):
         if value is not None:
             add_tensor(proto, key, "BYTES", np.array([value.encode("utf-8")], dtype=np.object_))

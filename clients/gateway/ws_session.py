@@ -15,12 +15,13 @@ first starts with a WAV header), and JSON events `{"type": "audio.done", ...}`,
 `{"type": "error", "code", "message", "param"}`, with `timestamps` "word" `{"type": "audio.words", "chunk_index",
 "words"}` after each chunk's audio, and after a `response.cancel` `{"type": "response.cancelled", ...}` (the
 audio time reached and the last word spoken there), after which the socket takes the next utterance. The session fields are `POST /v1/audio/speech`'s
-(speech.py checks them) but `input` and `stream_format`, plus `text_idle_timeout_s` and `input_sample_rate`.
+(speech.py checks them, `ref_audio`, `ref_text` and `x_vector_only` among them) but `input` and `stream_format`, plus
+`text_idle_timeout_s` and `input_sample_rate`.
 
 Audio in (a model that listens while it speaks, `tse-*`): a session whose `input_sample_rate` is set streams
 16-bit little-endian mono PCM at that rate in, as `input_audio.append` (base64) or binary messages, and
-`input_audio.done` closes it; its target speaker is `voice`, a registered voice (the voice API). One session is
-text or audio, never both.
+`input_audio.done` closes it; its target speaker is `voice`, a registered voice (the voice API), or an enrollment
+sent inline (`ref_audio` with `x_vector_only`). One session is text or audio, never both.
 """
 from __future__ import annotations
 
@@ -34,15 +35,15 @@ import numpy as np
 from backend_python.audio.encoders import ChunkEncoder
 from protocol.formats import FORMATS
 from clients.gateway.errors import ApiError, load_json
-from clients.gateway.speech import (EXTRA_FIELDS, OPENAI_FIELDS, OUTPUT_FIELDS, PEER_FIELDS, SpeechRequest,
-                                    check_unicode, extra_params, parse_speech)
+from clients.gateway.speech import (EXTRA_FIELDS, OPENAI_FIELDS, OUTPUT_FIELDS, PEER_FIELDS, REFERENCE_FIELDS,
+                                    SpeechRequest, check_unicode, extra_params, parse_speech)
 from clients.gateway.triton_stream import AudioChunk
 from protocol.quoting import quoted
 
 SOCKET_FORMATS = ("pcm", "wav")  # 16-bit PCM only: a binary message per chunk, playable as it comes
 DEFAULT_FORMAT = "pcm"
 SESSION_FIELDS = (*(f for f in OPENAI_FIELDS if f not in ("input", "stream_format")), *OUTPUT_FIELDS, *EXTRA_FIELDS,
-                  *(f for f in PEER_FIELDS if f != "stream"))  # a session always streams
+                  *(f for f in PEER_FIELDS if f != "stream"), *REFERENCE_FIELDS)  # a session always streams
 SESSION_ONLY_FIELDS = {"text_idle_timeout_s": float, "input_sample_rate": int}  # a whole-text request's: none
 
 
@@ -183,8 +184,8 @@ _PARSERS = {"session.update": _session_update, "input_text.append": _text_append
 
 
 def default_session(model_ids: tuple[str, ...]) -> SpeechRequest:
-    """A session's settings before any session.update: the served model, its default voice, pcm."""
-    return SpeechRequest(model_ids[0], "", None, DEFAULT_FORMAT)
+    """A session's settings before any session.update: the served model, its default voice, pcm (at OpenAI's rate)."""
+    return parse_session({}, model_ids)
 
 
 def parse_session(fields: dict, model_ids: tuple[str, ...]) -> SpeechRequest | SocketError:
@@ -206,10 +207,20 @@ def parse_session(fields: dict, model_ids: tuple[str, ...]) -> SpeechRequest | S
     return replace(request, params={**request.params, **session_params})
 
 
+# The server's refusal of a session that names no voice to speak in (a Base model's, an audio-in session's target
+# speaker) speaks of its Triton inputs; a socket's client sets session fields
+MISSING_VOICE = "missing_ref_audio"
+MISSING_VOICE_MESSAGE = ("this session needs a voice to speak in (an audio-in session: the target speaker's "
+                         "enrollment): set with session.update 'voice', a registered voice, or 'ref_audio', the base64 "
+                         "of a WAV, FLAC or Ogg file, with 'x_vector_only': true (or 'ref_text', its transcript, where "
+                         "the model clones in context)")
+
+
 def from_api_error(error: ApiError, fallback: ErrorCode) -> SocketError:
     """An error the gateway shares with the HTTP route, as an event (`fallback` where it has no code)."""
     param = "text" if error.param == "input" else error.param  # the HTTP route's `input` is this route's `text`
-    return SocketError(error.code or fallback, error.message, param)
+    message = MISSING_VOICE_MESSAGE if error.code == MISSING_VOICE else error.message
+    return SocketError(error.code or fallback, message, param)
 
 
 def audio_done(audio_seconds: float, num_chunks: int, sample_rate: int | None) -> dict:

@@ -14,6 +14,7 @@ import pytest
 
 from clients.audio_stream import stream_audio_in
 from clients.stream import StreamError
+from protocol.tensors import PIECE_ERROR_CODES
 from tests.e2e.conftest import start_server
 from tests.e2e.test_streaming import PATH_ROUNDING
 from tests.e2e.test_metrics import scrape
@@ -307,3 +308,52 @@ def test_the_bench_streams_audio_in_at_real_time_and_reports_algorithmic_latency
         assert record.audio_s == pytest.approx(-(-record.piece_frames[-1] // 1) / 12.5)  # as long as its input
     latency = results["summaries"][0]["algorithmic_latency_ms"]
     assert latency["p50"] is not None and latency["p50"] > 0
+
+
+def wav_base64(samples: np.ndarray, rate: int) -> str:
+    import base64
+    import io
+    import wave
+
+    from backend_python.audio.pcm import pcm16
+    with io.BytesIO() as buffer:
+        with wave.open(buffer, "wb") as out:
+            out.setnchannels(1), out.setsampwidth(2), out.setframerate(rate)
+            out.writeframes(pcm16(samples))
+        return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_the_websocket_takes_the_enrollment_inline_and_speaks_as_grpc_with_that_enrollment(ws_base, tse_url):
+    """`ref_audio` (a base64 WAV) with `x_vector_only` in session.update is the target speaker's enrollment, as
+    `POST /v1/audio/speech` takes a reference: the same audio as a gRPC client sending that clip (16-bit, as the WAV
+    holds it), with the same seed."""
+    import asyncio
+
+    from backend_python.audio.pcm import pcm16
+    from tests.audio_decode import assert_same_pcm16
+
+    as_sent = np.frombuffer(pcm16(ENROLL), "<i2").astype(np.float32) / 32768.0  # the enrollment the WAV holds
+    heard = np.frombuffer(pcm16(INPUT), "<i2").astype(np.float32) / 32768.0
+    direct = np.frombuffer(pcm16(stream_audio_in(tse_url, [heard], RATE, as_sent, RATE, seed=7,
+                                                 timeout_s=60).audio), "<i2")
+    update = {"type": "session.update", "session": {"input_sample_rate": RATE, "seed": 7, "x_vector_only": True,
+                                                    "ref_audio": wav_base64(ENROLL, RATE)}}
+    pcm = pcm16(INPUT)
+    audio, events = asyncio.run(_socket_session(ws_base, [update, pcm[:20000], pcm[20000:],
+                                                          {"type": "input_audio.done"}]))
+    assert events[-1]["type"] == "audio.done" and not [e for e in events if e["type"] == "error"], events
+    assert_same_pcm16(np.frombuffer(audio, "<i2"), direct)
+
+
+def test_an_audio_in_session_without_an_enrollment_is_refused_naming_what_the_socket_takes(ws_base):
+    import asyncio
+
+    from backend_python.audio.pcm import pcm16
+
+    update = {"type": "session.update", "session": {"input_sample_rate": RATE, "seed": 7}}
+    audio, events = asyncio.run(_socket_session(ws_base, [update, pcm16(INPUT[:9600]), {"type": "input_audio.done"}]))
+    error = events[-1]  # the session's refusal ends it; its pieces, sent meanwhile, may be refused before it
+    assert (error["type"], error["code"], error["param"]) == ("error", "missing_ref_audio", "ref_audio") and not audio
+    assert {e["code"] for e in events[:-1]} <= set(PIECE_ERROR_CODES), events
+    for field in ("'voice'", "'ref_audio'", "'x_vector_only'"):
+        assert field in error["message"], error["message"]

@@ -191,8 +191,14 @@ def test_a_voice_registered_through_the_gateway_reaches_every_server_and_speaks_
         "voice", "gw-voice", REF_TEXT, RATE)
     for server in servers:  # each has it in its own data directory
         assert "gw-voice" in [v["name"] for v in registry(server.grpc_url, "list")["data"]]
-    listed = httpx.get(gateway.url + "/v1/audio/voices", timeout=30).json()
+    listed = httpx.get(gateway.url + "/v1/audio/voices?registered=true", timeout=30).json()
     assert listed["object"] == "list" and "gw-voice" in [v["name"] for v in listed["data"]]
+    menu = httpx.get(gateway.url + "/v1/audio/voices", timeout=30).json()  # every voice a request may name
+    entry = next(v for v in menu["voices"] if v["id"] == "gw-voice")
+    assert entry == {**next(v for v in listed["data"] if v["name"] == "gw-voice"), "id": "gw-voice",
+                     "registered": True, "kind": "registered"}
+    assert menu["data"] == menu["voices"] and not [v for v in menu["voices"] if v["kind"] == "preset"]  # Base: none
+    assert {v["id"] for v in menu["voices"] if v["kind"] == "openai"} >= {"alloy", "nova"}
     named, _ = speak_sse(gateway, voice="gw-voice")
     reference = base64.b64encode(wav_file(REFERENCE)).decode()
     inline_pcm, _ = speak_sse(gateway, ref_audio=reference, ref_text=REF_TEXT)
@@ -223,7 +229,7 @@ def test_bad_uploads_get_clear_errors(gateway, name, data, fields, status, param
     error = response.json()["error"]
     assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error"), error
     assert error["message"]
-    listed = httpx.get(gateway.url + "/v1/audio/voices", timeout=30).json()["data"]
+    listed = httpx.get(gateway.url + "/v1/audio/voices?registered=true", timeout=30).json()["data"]
     assert name not in [v["name"] for v in listed]
 
 

@@ -92,3 +92,18 @@ def test_a_parsed_request_is_the_routers_alone_a_direct_caller_sending_one_is_re
     ended = error_of(request.sender.responses[-1])
     assert (ended.reason, ended.param) == (EndReason.REFUSED_BAD_INPUT, "speech_request")
     assert engine.added.empty()
+
+
+def test_list_voices_answers_the_model_s_preset_voices_and_starts_nothing(pb):
+    """The voice registry's listing asks the LM lane (`list_voices`): one response, `voices` the names as JSON,
+    with the final flag; no stream starts."""
+    import json
+
+    engine = FakeEngine()
+    lm = lm_glue(engine)
+    lm.model.voices = ("tiny", "tiny_b")
+    request = pb.Request([pb.Tensor("list_voices", np.array([True]))], request_id="")
+    lm.execute([request])
+    (response,) = request.sender.responses
+    assert json.loads(pb.get_output_tensor_by_name(response, "voices").as_numpy()[0]) == ["tiny", "tiny_b"]
+    assert request.sender.is_final.is_set() and engine.added.empty()

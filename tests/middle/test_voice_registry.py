@@ -41,12 +41,29 @@ class FakeEncoderLane:
         return [pb.InferenceResponse(output_tensors=outputs)]
 
 
+class FakeLMLane:
+    """`speechlm_lm` as the registry's listing meets it: `list_voices` answered with the names, or a refusal."""
+
+    def __init__(self, pb, voices: tuple[str, ...]) -> None:
+        self.pb, self.voices, self.calls, self.error = pb, voices, 0, None
+
+    def __call__(self, request, decoupled: bool):
+        assert decoupled, "the LM lane is decoupled"
+        assert [t.name() for t in request.inputs()] == ["list_voices"]
+        self.calls += 1
+        if self.error is not None:
+            return [self.pb.InferenceResponse(error=self.pb.TritonError(self.error))]
+        names = np.array([json.dumps(list(self.voices)).encode()], dtype=np.object_)
+        return [self.pb.InferenceResponse(output_tensors=[self.pb.Tensor("voices", names)])]
+
+
 @pytest.fixture
 def registry(pb, tmp_path):
     from backend_python.voice_registry.model import VoiceRegistryModel
     pb.SERVER.reset()
     encoder = FakeEncoderLane(pb)
     pb.SERVER.handlers["voice_encoder"] = encoder
+    pb.SERVER.handlers["speechlm_lm"] = FakeLMLane(pb, ("tiny", "tiny_b"))
     model = VoiceRegistryModel()
     params = {"model": "qwen3-tts-tiny-base", "data_dir": str(tmp_path), "max_cached_voices": "4"}
     model.initialize({"model_config": json.dumps(
@@ -114,6 +131,19 @@ def test_list_and_delete(pb, registry):
     assert (deleted["name"], deleted["deleted"], deleted["transcript"]) == ("bob", True, REF_TEXT)
     assert [v["name"] for v in call(pb, registry, "list")["data"]] == ["alice"]
     refused(call(pb, registry, "delete", name="bob"), "name", "voice_not_found")
+
+
+def test_list_names_the_model_s_preset_voices_once_the_lm_lane_answers_and_asks_it_once(pb, registry):
+    lm = pb.SERVER.handlers["speechlm_lm"]
+    lm.error = "Request for unknown model: 'speechlm_lm' is not found"  # still loading
+    register(pb, registry, "alice")
+    assert call(pb, registry, "list") == {"object": "list", "data": [call(pb, registry, "list")["data"][0]]}
+    assert "presets" not in call(pb, registry, "list")  # the registered voices never wait on the LM lane
+    lm.error = None
+    listed = call(pb, registry, "list")
+    assert listed["presets"] == ["tiny", "tiny_b"] and [v["name"] for v in listed["data"]] == ["alice"]
+    calls = lm.calls
+    assert call(pb, registry, "list")["presets"] == ["tiny", "tiny_b"] and lm.calls == calls  # kept, not asked again
 
 
 def test_a_taken_name_is_refused_and_the_same_reference_again_is_not(pb, registry):

@@ -121,13 +121,13 @@ def test_a_stream_on_a_server_whose_router_died_ends_with_a_503_and_the_next_pol
     gateway = service.Gateway(GatewayConfig(tritons=("a:1",)))
     monkeypatch.setattr(gateway, "_stub", lambda backend: backend)
 
-    async def forever(_stub):
+    async def forever(_stub, _request):
         yield "first chunk"
         await asyncio.Event().wait()  # the dead router's responses never come
 
     async def run():
         got = []
-        stream = gateway._failover(forever)
+        stream = gateway._failover(SpeechRequest("qwen3-tts-tiny", "Hello.", None), forever)
         got.append(await anext(stream))
         asyncio.get_running_loop().call_later(0.05, gateway._router_lost["a:1"].set)
         with pytest.raises(StreamFailure) as caught:

@@ -13,7 +13,7 @@ import pytest
 from backend_python.audio.pcm import pcm16, wav_header, with_wav_sizes
 from clients.gateway.audio import audio_delta, audio_done
 from clients.gateway.errors import ApiError, from_ended
-from clients.gateway.speech import SpeechRequest, parse_speech
+from clients.gateway.speech import DEFAULT_RESPONSE_FORMAT, OPENAI_PCM_RATE, SpeechRequest, parse_speech
 from protocol.wire import decode_error
 
 MODELS = ("qwen3-tts-tiny",)
@@ -25,7 +25,7 @@ def body(**fields) -> dict:
 
 def test_openai_voice_is_the_default_voice_and_extras_become_router_inputs():
     parsed = parse_speech(body(seed=7, temperature=0, ignore_eos=True, max_audio_seconds=2), MODELS)
-    assert parsed == SpeechRequest("qwen3-tts-tiny", "Hello.", None, "wav", "audio",
+    assert parsed == SpeechRequest("qwen3-tts-tiny", "Hello.", None, "mp3", "audio",
                                    {"seed": 7, "temperature": 0.0, "ignore_eos": True, "max_audio_seconds": 2.0})
     assert parse_speech(body(voice={"id": "tiny"}), MODELS).voice == "tiny"
     assert parse_speech(body(model="gpt-4o-mini-tts", response_format="pcm", stream_format="sse"), MODELS).model
@@ -75,10 +75,25 @@ def test_a_float_sample_rate_holding_an_integer_is_that_integer():
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "mp3", "opus", "aac", "flac"])
 def test_every_openai_format_is_accepted_at_every_rate_it_carries(fmt):
-    assert parse_speech(body(response_format=fmt), MODELS).sample_rate is None  # the model's own rate
     for rate in (8000, 16000, 24000, 48000) + (() if fmt == "opus" else (22050, 44100)):
         parsed = parse_speech(body(response_format=fmt, sample_rate=rate), MODELS)
         assert (parsed.response_format, parsed.sample_rate) == (fmt, rate)
+
+
+def test_openai_s_defaults_mp3_when_no_format_is_named_and_pcm_at_24_khz():
+    """OpenAI's defaults: no `response_format` is mp3; `pcm` (headerless, played at 24 kHz unread) comes at
+    OPENAI_PCM_RATE whatever the model's rate unless `sample_rate` asks otherwise; a format with a header keeps the
+    model's rate (None) unless asked."""
+    assert (DEFAULT_RESPONSE_FORMAT, OPENAI_PCM_RATE) == ("mp3", 24000)
+    unnamed = parse_speech(body(), MODELS)
+    assert (unnamed.response_format, unnamed.sample_rate) == ("mp3", None)
+    assert parse_speech(body(response_format="pcm"), MODELS).sample_rate == OPENAI_PCM_RATE
+    assert parse_speech(body(response_format="pcm", sample_rate=16000), MODELS).sample_rate == 16000
+    for fmt in ("wav", "mp3", "opus", "aac", "flac"):
+        assert parse_speech(body(response_format=fmt), MODELS).sample_rate is None, fmt
+    assert parse_speech(body(sample_rate=44100), MODELS).sample_rate == 44100  # mp3 at an asked rate
+    error = parse_speech(body(response_format="mp4"), MODELS)
+    assert isinstance(error, ApiError) and error.param == "response_format" and "mp3" in error.message
 
 
 def test_speed_and_word_timestamps_become_router_inputs_and_their_defaults_send_nothing():

@@ -341,3 +341,47 @@ def test_the_documented_example_is_the_tested_code():
     example = re.search(r"# example: begin\n(.*?)# example: end\n", source, re.S).group(1)
     for doc in ("docs/STREAMING.md", "docs/GATEWAY.md"):
         assert example in (ROOT / doc).read_text(), f"{doc} does not show clients/text_stream_ws.py's example"
+
+
+def test_a_session_takes_an_enrollment_inline_as_the_http_route_takes_a_reference():
+    """`ref_audio` (the base64 of a WAV, FLAC or Ogg file) with `x_vector_only` in session.update: decoded here and
+    sent as the router's reference inputs, as on `POST /v1/audio/speech`."""
+    import base64
+    import io
+    import wave
+
+    samples = (np.sin(np.arange(16000) / 8) * 0.3).astype(np.float32)
+    with io.BytesIO() as buffer:
+        with wave.open(buffer, "wb") as out:
+            out.setnchannels(1), out.setsampwidth(2), out.setframerate(16000)
+            out.writeframes(pcm16(samples))
+        data = base64.b64encode(buffer.getvalue()).decode()
+    parsed = parse_session({"input_sample_rate": 24000, "ref_audio": data, "x_vector_only": True}, MODELS)
+    assert parsed.params["ref_sample_rate"] == 16000 and parsed.params["x_vector_only"] is True
+    np.testing.assert_allclose(parsed.params["ref_audio"], samples, atol=2 / 32768)  # 16-bit: x 32767, / 32768
+    for fields, code in (({"ref_audio": "not base64!"}, "invalid_base64"), ({"ref_audio": "AAAA"}, "invalid_audio"),
+                         ({"x_vector_only": "yes"}, "invalid_value")):
+        error = parse_session(fields, MODELS)
+        assert isinstance(error, SocketError) and (error.code, error.param) == (code, next(iter(fields))), error
+
+
+def test_a_session_s_pcm_comes_at_openai_s_rate_and_wav_at_the_model_s():
+    assert default_session(MODELS).sample_rate == 24000 == parse_session({"response_format": "pcm"}, MODELS).sample_rate
+    assert parse_session({"response_format": "wav"}, MODELS).sample_rate is None
+    zonos_rate = 44100
+    audio = AudioMessages(default_session(MODELS))
+    data = audio.encode(chunk(0, 4410, zonos_rate)) + audio.finish()
+    assert len(data) == 2 * 2400 and audio.done()["sample_rate"] == 24000  # 0.1 s at 24 kHz
+
+
+def test_the_refusal_of_a_session_without_a_voice_names_what_the_socket_takes():
+    """The server's `missing_ref_audio` speaks of its Triton inputs (`ref_sample_rate`); the socket's names the
+    session fields a client sets."""
+    refused = from_ended(Ended(EndReason.REFUSED_BAD_INPUT, "an audio-in session needs the target speaker's "
+                               "enrollment: 'ref_audio' with 'ref_sample_rate' and 'x_vector_only'",
+                               param="ref_audio", code="missing_ref_audio"))
+    event = from_api_error(refused, ErrorCode.BAD_INPUT)
+    assert (event.code, event.param) == ("missing_ref_audio", "ref_audio")
+    for field in ("'voice'", "registered voice", "'ref_audio'", "base64", "WAV", "'x_vector_only'", "session.update"):
+        assert field in event.message, field
+    assert "ref_sample_rate" not in event.message

@@ -13,6 +13,7 @@ from backend_python.models.base import DecodeBatch, SamplingParams
 from backend_python.models.qwen3_tts import Qwen3TTSConfig, Qwen3TTSLM, build_tiny_checkpoint, preset_config
 from backend_python.models.qwen3_tts.presets import REAL_VOICES
 from backend_python.models.qwen3_tts.prompt import prompt_embeddings
+from tests.golden import assert_float32_close, num_layers
 
 torch.set_flush_denormal(True)
 torch.set_num_threads(1)  # tiny ops: threads only add overhead
@@ -31,6 +32,16 @@ def tiny_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_lm(tiny_dir) -> Qwen3TTSLM:
     return Qwen3TTSLM.from_pretrained(tiny_dir)
+
+
+def embedding_layers(lm: Qwen3TTSLM) -> int:
+    """A prompt embedding: the text projection's layers, and the sum with the codec embeddings."""
+    return num_layers(lm.talker.text_projection) + 1
+
+
+def logit_layers(lm: Qwen3TTSLM) -> int:
+    """Codebook 0's logits: the text projection, the talker's layers and its head (not the code predictor's)."""
+    return num_layers(lm.talker.text_projection, lm.talker.model, lm.talker.codec_head)
 
 
 def batch(slots, params, seeds=None, ignore_eos=None) -> DecodeBatch:
@@ -55,19 +66,19 @@ def test_golden_prompt_prefill_and_greedy_frames(case):
     prompt = lm.encode_prompt(meta["text"], meta["voice"])
     assert prompt.tensors["text_ids"].tolist() == golden[f"input_ids_{case}"].tolist()
     embeds, trailing = prompt_embeddings(lm.config, lm.talker, prompt, lm.device)
-    np.testing.assert_allclose(embeds.numpy(), golden[f"prefill_embeds_{case}"], atol=1e-6)
-    np.testing.assert_allclose(trailing.numpy(), golden[f"trailing_{case}"], atol=1e-6)
+    assert_float32_close(embeds, torch.from_numpy(golden[f"prefill_embeds_{case}"]), embedding_layers(lm))
+    assert_float32_close(trailing, torch.from_numpy(golden[f"trailing_{case}"]), embedding_layers(lm))
     assert prompt.num_tokens == embeds.shape[0]
 
     lm.allocate_slots(2, 64)
     lm.prefill(1, prompt)
     logits, codes = golden[f"logits_{case}"], golden[f"codes_{case}"]  # [T+1, V], [T, 16]
-    np.testing.assert_allclose(lm._memory.logits[1].numpy(), logits[0], atol=1e-4, rtol=0)
+    assert_float32_close(lm._memory.logits[1], torch.from_numpy(logits[0]), logit_layers(lm))
     for t in range(codes.shape[0]):
         frame, is_eos = lm.decode(batch([1], [GREEDY], ignore_eos=[False]))
         assert frame[0].tolist() == codes[t].tolist(), f"frame {t}"
         assert not is_eos[0]
-        np.testing.assert_allclose(lm._memory.logits[1].numpy(), logits[t + 1], atol=1e-4, rtol=0)
+        assert_float32_close(lm._memory.logits[1], torch.from_numpy(logits[t + 1]), logit_layers(lm), f"frame {t}")
 
 
 def test_fixture_keys_load_strictly_and_include_the_official_names():

@@ -19,6 +19,8 @@ from backend_python.models.qwen3_tts.lm import spoken_languages
 from backend_python.models.qwen3_tts.prompt import (INSTRUCT_IDS, NUM_ROLE_TOKENS, NUM_SUFFIX_TOKENS, instruct_text,
                                                     pad_embedding, prompt_embeddings)
 from backend_python.stub_common.request_inputs import RequestError, SpeechRequest
+from tests.golden import assert_float32_close
+from tests.unit.test_qwen3_tts_lm import embedding_layers
 
 torch.set_flush_denormal(True)
 TEXT = "Get the trust fund to the bank early."
@@ -87,7 +89,7 @@ def test_a_text_first_prompt_holds_the_whole_text_over_codec_pad_and_nothing_tra
 
 
 def test_a_text_first_prompt_decodes_frames(lm):
-    from tests.unit.test_qwen3_tts_lm import GREEDY, batch
+    from tests.unit.test_qwen3_tts_lm import GREEDY, batch, logit_layers
 
     lm.prefill(0, lm.encode_prompt(TEXT, None, options=PromptOptions(is_text_first=True)))
     frames = torch.cat([lm.decode(batch([0], [GREEDY]))[0] for _ in range(4)])
@@ -153,23 +155,23 @@ def test_golden_instructions_and_non_streaming_mode_build_the_reference_s_prompt
     assert instruct_ids.tolist() == golden["instruct_ids"].tolist()
     prefill, trailing = prompt_embeddings(lm.config, lm.talker, prompt, lm.device)
     assert prompt.num_tokens == prefill.shape[0] == golden["prefill_embeds"].shape[0]
-    np.testing.assert_allclose(prefill.numpy(), golden["prefill_embeds"], atol=1e-6)
+    assert_float32_close(prefill, torch.from_numpy(golden["prefill_embeds"]), embedding_layers(lm))
     pad = pad_embedding(lm.config, lm.talker, lm.device)
     padded = torch.cat((trailing, pad.expand(len(golden["trailing"]) - len(trailing), -1)))
-    np.testing.assert_allclose(padded.numpy(), golden["trailing"], atol=1e-6)
+    assert_float32_close(padded, torch.from_numpy(golden["trailing"]), embedding_layers(lm))
 
 
 @pytest.mark.parametrize("case", range(len(GOLDEN_OPTIONS)))
 def test_golden_instructions_and_non_streaming_mode_decode_the_reference_s_frames(case):
-    from tests.unit.test_qwen3_tts_lm import GREEDY, batch
+    from tests.unit.test_qwen3_tts_lm import GREEDY, batch, logit_layers
 
     meta, golden = golden_options(case)
     lm = Qwen3TTSLM.from_pretrained(FIXTURE)
     lm.allocate_slots(2, 96)
     lm.prefill(1, lm.encode_prompt(meta["text"], meta["voice"], options=options_of(meta)))
     logits, codes = golden["logits"], golden["codes"]  # [T+1, V], [T, 16]
-    np.testing.assert_allclose(lm._memory.logits[1].numpy(), logits[0], atol=1e-4, rtol=0)
+    assert_float32_close(lm._memory.logits[1], torch.from_numpy(logits[0]), logit_layers(lm))
     for t in range(codes.shape[0]):
         frame, _ = lm.decode(batch([1], [GREEDY], ignore_eos=[False]))
         assert frame[0].tolist() == codes[t].tolist(), f"frame {t}"
-        np.testing.assert_allclose(lm._memory.logits[1].numpy(), logits[t + 1], atol=1e-4, rtol=0)
+        assert_float32_close(lm._memory.logits[1], torch.from_numpy(logits[t + 1]), logit_layers(lm), f"frame {t}")

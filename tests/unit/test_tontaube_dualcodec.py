@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from backend_python.models.tontaube.dualcodec import (DualCodecConfig, DualCodecDecoder, decoder_state, full_config,
                                                       output_length, tiny_config)
+from tests.golden import (BROKEN_LAYERS, assert_float32_close, assert_recorded_within_rounding, broken_layer,
+                          is_float32_close, layers_run, num_layers)
 
 FIXTURE = torch.load(Path(__file__).parents[1] / "fixtures" / "tontaube_dualcodec_golden.pt")
 FULL = FIXTURE["full"]
@@ -27,14 +30,30 @@ def test_tiny_config_is_the_fixture_s():
 
 
 def test_the_audio_is_the_reference_s():
-    audio = tiny_decoder().decode(FIXTURE["semantic"], FIXTURE["acoustic"])
-    torch.testing.assert_close(audio, FIXTURE["audio"], rtol=1e-5, atol=2e-5)
+    model = tiny_decoder()
+    audio = model.decode(FIXTURE["semantic"], FIXTURE["acoustic"])
+    assert_float32_close(audio, FIXTURE["audio"], num_layers(model))
 
 
 def test_the_batch_rows_decode_alone_as_together():
     model = tiny_decoder()
     alone = model.decode(FIXTURE["semantic"][1:], FIXTURE["acoustic"][1:])
-    torch.testing.assert_close(alone, FIXTURE["audio"][1:], rtol=1e-5, atol=2e-5)
+    assert_float32_close(alone, FIXTURE["audio"][1:], num_layers(model))
+
+
+def test_the_reference_s_own_rounding_leaves_room_for_another_cpu_s():
+    model = tiny_decoder().double()  # computed in float64; `decode` rounds its output to float32 once, at the end
+    exact = model.decode(FIXTURE["semantic"], FIXTURE["acoustic"])
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    assert_recorded_within_rounding(FIXTURE["audio"], exact, num_layers(model))
+
+
+@pytest.mark.parametrize("which", BROKEN_LAYERS)
+def test_a_broken_layer_fails_the_golden_comparison(which):
+    model = tiny_decoder()
+    with broken_layer(layers_run(model, lambda: model.decode(FIXTURE["semantic"], FIXTURE["acoustic"])), which):
+        audio = model.decode(FIXTURE["semantic"], FIXTURE["acoustic"])
+    assert not is_float32_close(audio, FIXTURE["audio"], num_layers(model))
 
 
 def test_fewer_acoustic_levels_change_the_audio():

@@ -2,7 +2,8 @@
 against the reference's vendored `modular_vibevoice_tokenizer.py` on tiny random weights
 (tests/fixtures/tontaube_vibevoice_golden.pt, made by tools/make_tontaube_vibevoice_fixture.py): the reference's
 weights through our key mapping give its mean latents (a ragged waveform's last partial frame included), its
-whole decode and its decode streamed in pieces; and our own streamed decode equals our whole decode."""
+whole decode and its decode streamed in pieces, each to float32 rounding through its layers on any CPU
+(tests/golden.py); and our own streamed decode equals our whole decode."""
 from __future__ import annotations
 
 import json
@@ -14,17 +15,26 @@ import torch
 from backend_python.models.tontaube.vibevoice import (HOP_LENGTH, VIBEVOICE_1P5B_ACOUSTIC, AcousticResynth,
                                                       config_from_reference, from_reference_state, full_config,
                                                       reference_key, tiny_config)
+from tests.golden import (BROKEN_LAYERS, assert_float32_close, assert_recorded_within_rounding, broken_layer,
+                          is_float32_close, layers_run, num_layers)
 
 FIXTURE = torch.load(Path(__file__).parents[1] / "fixtures" / "tontaube_vibevoice_golden.pt")
 STATE = {k: v.float() for k, v in FIXTURE["state"].items()}  # float16-exact values, computed in float32
 WAVEFORM = FIXTURE["waveform"].float()
-TIGHT = {"rtol": 1e-5, "atol": 1e-6}  # against the reference: the same float32 arithmetic
 STREAMED = {"rtol": 1e-5, "atol": 1e-4}  # pieces against whole: convolutions of other lengths round otherwise
 
 
 @pytest.fixture(scope="module")
 def resynth() -> AcousticResynth:
     return AcousticResynth.from_reference_state(FIXTURE["config"], STATE)
+
+
+def encoder_layers(resynth: AcousticResynth) -> int:
+    return num_layers(resynth.model.encoder)
+
+
+def decoder_layers(resynth: AcousticResynth) -> int:
+    return num_layers(resynth.model.decoder)
 
 
 def stream(resynth: AcousticResynth, latents: torch.Tensor, pieces) -> torch.Tensor:
@@ -79,23 +89,45 @@ def test_the_mapped_reference_state_is_every_parameter(resynth):
 
 
 def test_encode_mean_matches_the_reference_latents(resynth):
-    torch.testing.assert_close(resynth.encode_mean(WAVEFORM), FIXTURE["latents"], **TIGHT)
+    assert_float32_close(resynth.encode_mean(WAVEFORM), FIXTURE["latents"], encoder_layers(resynth))
 
 
 def test_a_ragged_waveform_keeps_its_partial_last_frame_as_the_reference_pads_it(resynth):
     latents = resynth.encode_mean(WAVEFORM[:, :FIXTURE["ragged_samples"]])
     assert latents.shape == FIXTURE["ragged_latents"].shape == (2, 3, 8)
-    torch.testing.assert_close(latents, FIXTURE["ragged_latents"], **TIGHT)
+    assert_float32_close(latents, FIXTURE["ragged_latents"], encoder_layers(resynth))
 
 
 def test_whole_decode_matches_the_reference(resynth):
     audio = resynth.decode(FIXTURE["latents"])
     assert audio.shape == (2, FIXTURE["latents"].shape[1] * HOP_LENGTH)
-    torch.testing.assert_close(audio, FIXTURE["decoded"], **TIGHT)
+    assert_float32_close(audio, FIXTURE["decoded"], decoder_layers(resynth))
+
+
+def test_the_reference_s_own_rounding_leaves_room_for_another_cpu_s():
+    exact = AcousticResynth.from_reference_state(FIXTURE["config"], STATE)
+    exact.model.double()
+    assert {p.dtype for p in exact.model.parameters()} == {torch.float64}
+    assert_recorded_within_rounding(FIXTURE["latents"], exact.encode_mean(WAVEFORM.double()), encoder_layers(exact))
+    assert_recorded_within_rounding(FIXTURE["decoded"], exact.decode(FIXTURE["latents"].double()),
+                                    decoder_layers(exact))
+
+
+@pytest.mark.parametrize("which", BROKEN_LAYERS)
+def test_a_broken_layer_fails_the_golden_comparisons(resynth, which):
+    with broken_layer(layers_run(resynth.model.encoder, lambda: resynth.encode_mean(WAVEFORM)), which):
+        latents = resynth.encode_mean(WAVEFORM)
+    with broken_layer(layers_run(resynth.model.decoder, lambda: resynth.decode(FIXTURE["latents"])), which):
+        audio = resynth.decode(FIXTURE["latents"])
+        streamed = stream(resynth, FIXTURE["latents"], FIXTURE["pieces"])
+    assert not is_float32_close(latents, FIXTURE["latents"], encoder_layers(resynth))
+    assert not is_float32_close(audio, FIXTURE["decoded"], decoder_layers(resynth))
+    assert not is_float32_close(streamed, FIXTURE["streamed"], decoder_layers(resynth))
 
 
 def test_streamed_decode_matches_the_reference_streaming_cache(resynth):
-    torch.testing.assert_close(stream(resynth, FIXTURE["latents"], FIXTURE["pieces"]), FIXTURE["streamed"], **TIGHT)
+    assert_float32_close(stream(resynth, FIXTURE["latents"], FIXTURE["pieces"]), FIXTURE["streamed"],
+                         decoder_layers(resynth))
 
 
 @pytest.mark.parametrize("pieces", [(1, 1, 1, 1), (3, 1), (2, 2), (1, 0, 3)])
@@ -128,7 +160,7 @@ def test_the_extracted_acoustic_tokenizer_folder_loads(tmp_path, resynth):
     (tmp_path / "config.json").write_text(json.dumps(FIXTURE["config"]), encoding="utf-8")
     save_file({k: v.contiguous() for k, v in STATE.items()}, str(tmp_path / "model.safetensors"))
     loaded = AcousticResynth.from_reference_dir(tmp_path)
-    torch.testing.assert_close(loaded.encode_mean(WAVEFORM), FIXTURE["latents"], **TIGHT)
+    assert_float32_close(loaded.encode_mean(WAVEFORM), FIXTURE["latents"], encoder_layers(loaded))
 
 
 def test_a_piece_of_exactly_latent_dim_frames_is_read_frames_first(resynth):

@@ -13,6 +13,7 @@ from backend_python.models.voxtral.codec import VoxtralCodec
 from backend_python.models.voxtral.config import (NUM_AUDIO_SPECIALS, BackboneConfig, CodecConfig, FlowHeadConfig,
                                                   VoxtralConfig)
 from backend_python.models.voxtral.lm import VoxtralLM
+from tests.golden import assert_float32_close, num_layers
 
 FIXTURE_PATH = Path(__file__).parents[1] / "fixtures" / "voxtral_golden.pt"
 
@@ -60,12 +61,12 @@ def test_the_audio_embedding_is_the_reference_s(lm, fixture):
         ours = lm.audio_embeddings(fixture["embed_codes"] + mem_offsets).sum(dim=-2)
         # through the frame's own path: unshifted codes plus the offsets past the specials
         framed = lm.embed_frame(fixture["embed_codes"] - NUM_AUDIO_SPECIALS, mem_offsets + NUM_AUDIO_SPECIALS)
-    assert torch.allclose(ours, fixture["embeds"], atol=1e-6)
-    assert torch.allclose(framed, fixture["embeds"], atol=1e-6)
+    assert_float32_close(ours, fixture["embeds"], depth=1)  # a sum of the 37 codebooks' rows
+    assert_float32_close(framed, fixture["embeds"], depth=1)
 
 
 def test_the_codec_s_audio_is_the_reference_s(fixture):
     codec = VoxtralCodec.from_state(fixture_config(fixture["shape"]).codec, fixture["codec_state"])
     audio = codec.decode(fixture["codec_codes"])
     assert audio.shape == fixture["audio"].shape
-    assert torch.allclose(audio, fixture["audio"], atol=1e-5), (audio - fixture["audio"]).abs().max()
+    assert_float32_close(audio, fixture["audio"], num_layers(codec))
