@@ -6,9 +6,9 @@ For each projection of a Qwen3-TTS frame (the talker's and the predictor's q/k/v
 residual, gate/up with the post-attention norm and SwiGLU, down with the residual; the predictor's head with the
 final norm and its input projection) and each row count: the PyTorch path (`fused_linear.torch_linear`: cuBLAS and
 the separate norm, SwiGLU and residual kernels), `launch_for`'s launch and a few others, each as GPU µs per call
-inside a CUDA graph of back-to-back calls over rotating weight copies (more bytes than the L2 holds, so every call
-reads its weights from memory), and the weight bandwidth that time gives. The last line is the fastest launch per
-(rows, projection), for `launch_for`'s table.
+inside a CUDA graph of back-to-back calls (`short_attention.time_call`) over rotating weight copies (more bytes than
+the L2 holds, so every call reads its weights from memory), and the weight bandwidth that time gives. The last
+lines sum one of each projection per row count.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import torch
 
 from backend_python.models.kernels import fused_linear as fl
 from backend_python.models.qwen3_tts import preset_config
+from clients.microbench.short_attention import time_call
 
 L2_BYTES = 64 << 20  # more than an H100's (50 MiB) or H200's (60 MiB) L2: rotate weights past it
 
@@ -59,26 +60,10 @@ def candidates(rows: int, n: int, k: int) -> list[fl.Launch]:
     return launches
 
 
-def graph_us(call, calls_per_replay: int, replays: int = 20) -> float:
-    """GPU µs per call: `calls_per_replay` calls captured in one graph, replayed `replays` times."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for i in range(2):
-            call(i)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls_per_replay):
-            call(i)
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / (replays * calls_per_replay)
+def rotating(call, weights: list[torch.Tensor]):
+    """A call that takes the next weight copy each time (a graph of len(weights) calls reads each once)."""
+    index = iter(range(1 << 62))
+    return lambda: call(weights[next(index) % len(weights)])
 
 
 def measure(name: str, n: int, k: int, parts: dict, rows: int, max_launches: int) -> dict:
@@ -94,11 +79,11 @@ def measure(name: str, n: int, k: int, parts: dict, rows: int, max_launches: int
                 residual=torch.randn(rows, n, device=device, dtype=dtype, generator=gen) if parts.get("residual") else None,
                 swiglu=bool(parts.get("swiglu")), out_dtype=torch.float32 if parts.get("logits") else None)
     row = {"projection": name, "rows": rows, "n": n, "k": k, "weight_mb": round(weight_bytes / 1e6, 2),
-           "torch_us": graph_us(lambda i: fl.torch_linear(x, weights[i % copies], **args), copies)}
+           "torch_us": time_call(rotating(lambda w: fl.torch_linear(x, w, **args), weights), copies)}
     timings = []
     for launch in candidates(rows, n, k)[:max_launches]:
         try:
-            us = graph_us(lambda i: fl.fused_linear(x, weights[i % copies], **args, launch=launch), copies)
+            us = time_call(rotating(lambda w: fl.fused_linear(x, w, **args, launch=launch), weights), copies)
         except Exception as exc:  # noqa: BLE001 (a launch the GPU cannot run: out of shared memory, ...): report it
             print(f"# {name} rows {rows} {launch}: {type(exc).__name__}: {str(exc)[:120]}")
             continue

@@ -7,10 +7,6 @@ On a CUDA machine the kernels run on the GPU; without one under Triton's interpr
 `test_the_kernel_tests_pass_under_the_interpreter`). Without Triton installed they skip."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +19,7 @@ from backend_python.models.kernels import sampler
 from backend_python.models.layers.decoder import KVCache, Step, rope_cos_sin
 from backend_python.models.layers.sampling import BatchSampling, apply_repetition_penalty, sample
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
+from tests.interpreter import needs_interpreter_run, run_under_interpreter
 from tests.unit.lm_graph_helpers import decode_frames, sampling_mixes
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -37,15 +34,9 @@ EVERY_WARP = [SAMPLED, GREEDY, SamplingParams(temperature=1.2, top_k=0, top_p=0.
               SamplingParams(temperature=1.0, top_k=5000, top_p=0.5), SamplingParams(temperature=0.5, top_k=1)]
 
 
-@pytest.mark.skipif(fl.triton is None or DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1",
-                    reason="needs Triton on a machine without CUDA (with CUDA the tests below run the kernels)")
+@needs_interpreter_run
 def test_the_kernel_tests_pass_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
-                             "not under_the_interpreter", __file__], env=env, capture_output=True, text=True,
-                            cwd=Path(__file__).parents[2], timeout=900)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]
+    run_under_interpreter(__file__)
 
 
 def randn(gen: torch.Generator, *shape: int, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:

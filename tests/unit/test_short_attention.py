@@ -7,11 +7,7 @@ the CPU (`TRITON_INTERPRET=1`, which must be set before Triton compiles anything
 optional speed-up of the CUDA path, and the predictor keeps PyTorch's attention there."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +16,7 @@ from backend_python.models.base import SamplingParams
 from backend_python.models.kernels import short_attention
 from backend_python.models.layers.decoder import rope_cos_sin
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
+from tests.interpreter import needs_interpreter_run, run_under_interpreter
 from tests.unit.lm_graph_helpers import decode_frames, needs_cuda, sampling_mixes
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -30,15 +27,9 @@ SAMPLED = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, repetition_penalt
 MIXES = sampling_mixes(GREEDY, SAMPLED)
 
 
-@pytest.mark.skipif(short_attention.triton is None or DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1",
-                    reason="needs Triton on a machine without CUDA (with CUDA the tests below run the kernel itself)")
+@needs_interpreter_run
 def test_the_kernel_tests_pass_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
-                             "not under_the_interpreter and not torch_compile", __file__], env=env, capture_output=True, text=True,
-                            cwd=Path(__file__).parents[2], timeout=600)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]
+    run_under_interpreter(__file__, "not under_the_interpreter and not torch_compile")
 
 
 def random_step(batch: int, num_tokens: int, first: int, num_heads: int, num_kv_heads: int, dim: int,

@@ -4,23 +4,29 @@ Between a layer's fused q/k/v projection and its attention, PyTorch runs the per
 rotations and the two cache writes as separate kernels (Inductor fuses the first four into one and leaves the
 writes). This kernel reads the projection's output once: one program per (token, head) of the q heads and the
 KV heads, the q heads normalised and rotated into the attention's query, the KV heads' keys normalised, rotated
-and written with their values at the token's cache position. Same math as `short_attention`'s (its `_norm_rope`):
-the norm rounded once to the model's dtype (as `F.rms_norm`), RoPE in float32, rounded once.
+and written with their values at the token's cache position. Same math as `short_attention`'s (`_norm_rope`,
+which both kernels call): the norm rounded once to the model's dtype (as `F.rms_norm`), RoPE in float32, rounded once.
 `rope_write_reference` is the function in PyTorch.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
 
 from ..rope import apply_rope
-from . import short_attention
 
-triton = short_attention.triton
-if triton is not None:
+try:
+    import triton
     import triton.language as tl
+except ImportError:  # CPU-only installs: the reference's PyTorch ops
+    triton = None
 
-is_available = short_attention.is_available
+
+def is_available(device: torch.device) -> bool:
+    """CUDA with Triton, or the CPU under Triton's interpreter."""
+    return triton is not None and (torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
 
 
 def rope_write_reference(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None, eps: float,
@@ -60,6 +66,18 @@ def rope_write(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch
 
 if triton is not None:
     @triton.jit
+    def _norm_rope(x_ptr, weight_ptr, d, rolled, cos, sin, eps, D: tl.constexpr, HAS_NORM: tl.constexpr):
+        """One head's D values: RMSNorm (rounded to the input's dtype, as F.rms_norm) then RoPE, in float32."""
+        x = tl.load(x_ptr + d).to(tl.float32)
+        x_rolled = tl.load(x_ptr + rolled).to(tl.float32)
+        if HAS_NORM:
+            r = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)
+            x = (x * r * tl.load(weight_ptr + d).to(tl.float32)).to(x_ptr.dtype.element_ty).to(tl.float32)
+            x_rolled = (x_rolled * r * tl.load(weight_ptr + rolled).to(tl.float32)).to(
+                x_ptr.dtype.element_ty).to(tl.float32)
+        return x * cos + x_rolled * sin
+
+    @triton.jit
     def _rope_write_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, sin_ptr, write_ptr, k_cache_ptr,
                            v_cache_ptr, q_ptr, stride_qkv, stride_cos_b, stride_cos_t, stride_write_b,
                            stride_write_t, stride_cache_pos, stride_cache_head, eps, T: tl.constexpr,
@@ -75,11 +93,11 @@ if triton is not None:
         cos = tl.load(cos_ptr + b * stride_cos_b + t * stride_cos_t + d).to(tl.float32)
         sin = tl.load(sin_ptr + b * stride_cos_b + t * stride_cos_t + d).to(tl.float32)
         if head < HEADS:
-            q = short_attention._norm_rope(row + head * D, q_weight_ptr, d, rolled, cos, sin, eps, D, HAS_NORM)
+            q = _norm_rope(row + head * D, q_weight_ptr, d, rolled, cos, sin, eps, D, HAS_NORM)
             tl.store(q_ptr + (token * HEADS + head) * D + d, q.to(q_ptr.dtype.element_ty))
         else:
             kv = head - HEADS
-            k = short_attention._norm_rope(row + (HEADS + kv) * D, k_weight_ptr, d, rolled, cos, sin, eps, D,
+            k = _norm_rope(row + (HEADS + kv) * D, k_weight_ptr, d, rolled, cos, sin, eps, D,
                                            HAS_NORM)
             v = tl.load(row + (HEADS + KV_HEADS + kv) * D + d)
             at = tl.load(write_ptr + b * stride_write_b + t * stride_write_t) * stride_cache_pos + kv * stride_cache_head

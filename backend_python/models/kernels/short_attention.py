@@ -22,7 +22,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from ..rope import apply_rope
+from .rope_write import _norm_rope, rope_write_reference
 
 try:
     import triton
@@ -78,20 +78,15 @@ def short_cache_attention_reference(qkv: torch.Tensor, q_weight: torch.Tensor | 
     cache position; its key j sits at key_starts + j), k/v_cache [pool, kv_heads, D] (written in place)
     -> [B, T, heads * D]."""
     b, t, _ = qkv.shape
-    dim = cos.shape[-1]
-    q, k, v = qkv.split((num_heads * dim, num_kv_heads * dim, num_kv_heads * dim), dim=-1)
-    q, k, v = q.view(b, t, num_heads, dim), k.view(b, t, num_kv_heads, dim), v.view(b, t, num_kv_heads, dim)
-    if q_weight is not None:
-        q, k = F.rms_norm(q, (dim,), q_weight, eps), F.rms_norm(k, (dim,), k_weight, eps)
-    q, k = (apply_rope(x.float(), cos.float(), sin.float()).to(x.dtype) for x in (q, k))
-    k_cache[write_index], v_cache[write_index] = k.to(k_cache.dtype), v.to(v_cache.dtype)
+    q = rope_write_reference(qkv, q_weight, k_weight, eps, cos, sin, write_index, k_cache, v_cache, num_heads,
+                             num_kv_heads)
     max_keys = max_keys_for(int(positions.max()) + 1)
     keys = torch.arange(max_keys, device=qkv.device)
     index = (key_starts[:, None] + keys).clamp(max=k_cache.shape[0] - 1)  # [B, K]
     mask = keys[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, K]
     out = F.scaled_dot_product_attention(q.transpose(1, 2).float(), k_cache[index].transpose(1, 2).float(),
                                          v_cache[index].transpose(1, 2).float(), attn_mask=mask, enable_gqa=True)
-    return out.transpose(1, 2).reshape(b, t, num_heads * dim).to(qkv.dtype)
+    return out.transpose(1, 2).reshape(b, t, -1).to(qkv.dtype)
 
 
 def short_cache_attention(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
@@ -109,18 +104,6 @@ def short_cache_attention(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_we
 
 
 if triton is not None:
-    @triton.jit
-    def _norm_rope(x_ptr, weight_ptr, d, rolled, cos, sin, eps, D: tl.constexpr, HAS_NORM: tl.constexpr):
-        """One head's D values: RMSNorm (rounded to the input's dtype, as F.rms_norm) then RoPE, in float32."""
-        x = tl.load(x_ptr + d).to(tl.float32)
-        x_rolled = tl.load(x_ptr + rolled).to(tl.float32)
-        if HAS_NORM:
-            r = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)
-            x = (x * r * tl.load(weight_ptr + d).to(tl.float32)).to(x_ptr.dtype.element_ty).to(tl.float32)
-            x_rolled = (x_rolled * r * tl.load(weight_ptr + rolled).to(tl.float32)).to(
-                x_ptr.dtype.element_ty).to(tl.float32)
-        return x * cos + x_rolled * sin
-
     @triton.jit
     def _short_cache_attention_kernel(
             qkv_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, sin_ptr, positions_ptr, write_ptr, starts_ptr,
