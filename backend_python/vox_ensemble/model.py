@@ -81,13 +81,11 @@ class RouterModel:
         self.cancel_watch.start()
         self.outlet = Outlet(self.metrics, self.cancel_watch)
         self.lm_watch = LaneWatch(StubWatch(LM).is_dead, self._on_lm_dead,
-                                  has_streams=lambda: self.outlet.num_live > 0,
                                   is_lane_available=lambda: self.lane_health.unavailable(LM) is None)
         self.lm_watch.start()
         # a codec lane's dead stub is noticed by its process too, not only by the next chunk that fails on it:
         # under load every chunk may go to the urgent lane and leave a dead background lane unhealed
         self.codec_watches = [LaneWatch(StubWatch(model).is_dead, functools.partial(self._on_codec_dead, model),
-                                        has_streams=lambda: True,
                                         is_lane_available=functools.partial(self._is_in_service, model), name=model)
                               for model in (CODEC, CODEC_URGENT, *(REFINER_MODELS if self.refines else ()))]
         for watch in self.codec_watches:
