@@ -22,6 +22,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backend_python.stub_common import unloads
+
 
 @dataclass(frozen=True)
 class TritonInstall:
@@ -128,6 +130,13 @@ EXIT_TIMEOUT_S = 3
 # killed stubs). Its models had their exit timeout; `stop` kills it then, whatever the grace.
 EXIT_HANG_S = 1.5
 SHM_REGION = b"triton_python_backend_shm_region_"  # a stub's shared memory in /dev/shm, named on its command line
+SHM_DIR = Path("/dev/shm")
+
+
+def shm_prefix() -> str:
+    """A region prefix of one server's own (Triton's, then a random tag): every stub it starts names its shared memory
+    with it, so its stop finds them all, a stub's that died and was replaced too (Triton 2.51 never frees those)."""
+    return f"{SHM_REGION.decode()}voxlane-{secrets.token_hex(4)}-"
 
 
 @dataclass(frozen=True)
@@ -184,8 +193,8 @@ class Exposure:
         return flags
 
 
-def server_command(install: TritonInstall, repository: Path, ports: Ports,
-                   exit_timeout_s: int = EXIT_TIMEOUT_S, exposure: Exposure = Exposure()) -> list[str]:
+def server_command(install: TritonInstall, repository: Path, ports: Ports, exit_timeout_s: int = EXIT_TIMEOUT_S,
+                   exposure: Exposure = Exposure(), region_prefix: str | None = None) -> list[str]:
     return [
         str(install.binary),
         f"--model-repository={repository}",
@@ -202,6 +211,7 @@ def server_command(install: TritonInstall, repository: Path, ports: Ports,
         "--exit-on-error=true",
         f"--exit-timeout-secs={exit_timeout_s}",
         "--log-verbose=0",
+        *([f"--backend-config=python,shm-region-prefix-name={region_prefix}"] if region_prefix else []),
         *os.environ.get("VOXLANE_TRITON_ARGS", "").split(),  # extra server flags, e.g. for debugging
     ]
 
@@ -222,7 +232,8 @@ def load_failures(log: str) -> list[str]:
 
 class TritonProcess:
     """A running `tritonserver`; `stop()` sends SIGTERM, then SIGKILL after a grace period, and leaves
-    no stub process or stub shared memory behind."""
+    nothing behind: no stub process, no stub shared memory (of the stubs it runs, and of those that died before),
+    no folder of unload marks."""
 
     def __init__(self, install: TritonInstall, repository: Path, ports: Ports,
                  env: dict[str, str] | None = None, log_path: Path | None = None,
@@ -231,10 +242,12 @@ class TritonProcess:
         self._log_path = Path(log_path) if log_path else None
         self._log = open(log_path, "ab" if append_log else "wb") if log_path else None
         self._log_start = self._log.tell() if self._log else 0  # this start's lines follow an appended log's
+        self.region_prefix = shm_prefix()
         self.process = subprocess.Popen(
-            server_command(install, repository, ports, exposure=exposure), env=server_env(install, env),
-            stdout=self._log or None, stderr=subprocess.STDOUT if self._log else None,
+            server_command(install, repository, ports, exposure=exposure, region_prefix=self.region_prefix),
+            env=server_env(install, env), stdout=self._log or None, stderr=subprocess.STDOUT if self._log else None,
             start_new_session=True)
+        self._marks = unloads.folder(self.process.pid)  # named by its start time: read while it runs
 
     def is_ready(self) -> bool:
         url = f"http://{self.host}:{self.ports.http}/v2/health/ready"
@@ -276,6 +289,8 @@ class TritonProcess:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         _end_orphans(self.process.pid, regions)
+        remove_regions(self.region_prefix)
+        unloads.remove_marks(self._marks)
         if self._log:
             self._log.close()
         return self.process.returncode
@@ -291,8 +306,14 @@ def stub_shm_regions(server_pid: int) -> list[Path]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:  # gone meanwhile
             continue
-        regions += [Path("/dev/shm") / arg.decode() for arg in argv if arg.startswith(SHM_REGION)]
+        regions += [SHM_DIR / arg.decode() for arg in argv if arg.startswith(SHM_REGION)]
     return regions
+
+
+def remove_regions(prefix: str, shm_dir: Path = SHM_DIR) -> None:
+    """Remove every shared-memory region named with `prefix`: a stopped server's, live stubs' and dead ones' alike."""
+    for region in shm_dir.glob(prefix + "*"):
+        region.unlink(missing_ok=True)
 
 
 def _end_orphans(server_pid: int, regions: list[Path]) -> None:

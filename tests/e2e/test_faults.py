@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -31,7 +32,8 @@ from clients.gateway.config import GatewayConfig
 from clients.gateway.server import GatewayProcess
 from clients.serve import DRAIN_S, ServeConfig, Server
 from clients.stream import StreamError, synthesize
-from clients.triton_launch import Ports
+from backend_python.stub_common import unloads
+from clients.triton_launch import Ports, stub_shm_regions
 from tests.e2e.test_cancel import wait_for
 from tests.e2e.test_metrics import scrape
 from tools.procstats import server_processes
@@ -344,3 +346,29 @@ def lists_voices(gateway: GatewayProcess) -> bool:
 def gateway_health(gateway: GatewayProcess) -> dict:
     with urllib.request.urlopen(gateway.url + "/health", timeout=10) as response:
         return json.load(response)
+
+
+def test_a_stop_leaves_no_shared_memory_or_temporary_folder_of_its_stubs_killed_and_healed(faulty_server):
+    """Last in this module (it stops the server). A router stub killed under a stream leaves its shared memory behind
+    (Triton 2.51 never finishes unloading the dead instance that maps it, its stream's answer pending), and every
+    stub's unload leaves a mark: after the server healed, its stop removes all of it, the run directory too."""
+    seen = _server_leftovers(faulty_server)
+    with ThreadPoolExecutor(1) as pool:
+        cut = pool.submit(request, faulty_server.grpc_url, "A stream under the kill.", 1, 30.0)
+        assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 1, timeout_s=30)
+        kill_stub(faulty_server, "vox_ensemble")
+        assert isinstance(cut.result(timeout=60)[0], str)  # ended with an error
+    assert wait_for(lambda: _speaks(faulty_server.grpc_url), timeout_s=240)
+    seen |= _server_leftovers(faulty_server)
+    faulty_server.stop()  # a clean stop: the lanes' unloads leave their marks
+    assert [path for path in seen if path.exists()] == []
+
+
+def _server_leftovers(server) -> set[Path]:
+    """What a server's stop must remove: its stubs' shared memory, its folder of unload marks, its run directory."""
+    pid = server.process.process.pid
+    return {*stub_shm_regions(pid), unloads.folder(pid), server.run_dir}
+
+
+def _speaks(url: str) -> bool:
+    return not isinstance(request(url, "Back again.", seed=2, seconds=0.4)[0], str)
