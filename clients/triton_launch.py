@@ -148,32 +148,27 @@ class Ports:
 
 LOOPBACK = "127.0.0.1"
 ADMIN_KEY_HEADER = "voxlane-admin-key"  # the header Triton's restricted APIs check (gRPC metadata: lower case)
-# what an open port must not offer without the admin key: loading and unloading models, the repository's
-# index, shared-memory registration, tracing and logging settings
+# what an open port must not offer: loading and unloading models, the repository's index, shared-memory
+# registration, tracing and logging settings
 RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
+# The value Triton's restricted APIs are given to expect: a line break, which no HTTP or gRPC request can carry in a
+# header (HTTP ends the header there, gRPC refuses the value), so they are closed to every caller. Triton takes their
+# key only on its command line, which every local user reads in /proc/PID/cmdline: a real key there let anyone on
+# the host unload models. Model control goes through `voice_registry` instead (protocol/admin.py).
+CLOSED = "\n"
 
 
 @dataclass(frozen=True)
 class Exposure:
-    """Where tritonserver listens and who may use its control APIs.
+    """Where tritonserver listens and whether its control APIs are closed.
 
     `host`: the address its HTTP, gRPC and metrics ports bind (127.0.0.1: this machine only; 0.0.0.0:
-    every interface). `admin_key`: the value of the `voxlane-admin-key` header that Triton's
-    RESTRICTED_APIS need; None on loopback leaves them open to local tools, and a server exposed
-    without one restricts them to a random key nobody holds."""
+    every interface). `admin_key`: the first admin key (`voxlane serve --admin-key`; the registry checks its hash).
+    A server on a network, or given an admin key, closes Triton's RESTRICTED_APIS to every caller (CLOSED); on
+    loopback without a key they stay open to local tools."""
 
     host: str = LOOPBACK
     admin_key: str | None = field(default=None, repr=False)
-    _random_key: str | None = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.admin_key is None and self.is_exposed:  # one per server: its own supervisor holds it
-            object.__setattr__(self, "_random_key", secrets.token_urlsafe(24))
-
-    @property
-    def control_key(self) -> str | None:
-        """The `voxlane-admin-key` value the repository API needs (None: it is open)."""
-        return self.admin_key or self._random_key
 
     @property
     def local_host(self) -> str:
@@ -184,11 +179,15 @@ class Exposure:
     def is_exposed(self) -> bool:
         return self.host not in (LOOPBACK, "localhost", "::1")
 
+    @property
+    def is_restricted(self) -> bool:
+        """Whether Triton's control APIs are closed (model control then goes through `voice_registry`)."""
+        return self.is_exposed or self.admin_key is not None
+
     def flags(self) -> list[str]:
         flags = [f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.host}"]
-        key = self.control_key
-        if key is not None:
-            restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={key}"
+        if self.is_restricted:
+            restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={CLOSED}"
             flags += [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]
         return flags
 

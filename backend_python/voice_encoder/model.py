@@ -22,6 +22,7 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.stub_common import unloads
 from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
 from backend_python.stub_common.params import LaneSettings, model_parameters, set_up_lane
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference, resample
@@ -67,6 +68,7 @@ class VoiceEncoderModel:
         return [_response(encoded.get(i, item)) for i, item in enumerate(parsed)]
 
     def finalize(self) -> None:
+        unloads.mark_unloaded()  # an unload, not a death, for the router's watch of this lane
         if self.unsupported is None:
             self._heap.stop()
 

@@ -9,6 +9,12 @@ ones an inline reference would reach the LM with) and stores its answer (store.p
 JSON, the voice's metadata (register, delete, import; export adds `file`, the base64 of the voice's file) or
 `{"object": "list", "data": [...]}` (list).
 
+It also loads and unloads models (`load_model`, `unload_model`, `name` the model's; answered `{"object": "model",
+"name", "ready"}`): `voxlane serve` unloads the LM through it before a stop, and an operator may, where Triton's own
+repository API is closed (a server with keys or on a network: no key is put on tritonserver's command line). They
+need an admin key or the server's control key (protocol/admin.py), unless the server has neither (its repository
+API is open then too).
+
 A name that holds another voice is refused (`voice_exists`: delete it first); registering the same reference
 under the same name again answers the stored voice, so a gateway that registers on every server, some of them
 sharing one data directory, gets the same answer from each. Errors are `Ended` values in the wire form.
@@ -22,13 +28,14 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.stub_common import unloads
 from backend_python.stub_common.encoder_client import VoiceEncoderClient
 from backend_python.stub_common.params import model_parameters
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference
 from backend_python.stub_common.request_inputs import RequestError
 from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, fingerprint
 from protocol.voices import check_name
-from protocol.admin import ADMIN_KEY_PARAMETER, WRITE_ACTIONS, is_admin
+from protocol.admin import ADMIN_KEY_PARAMETER, CONTROL_ACTIONS, WRITE_ACTIONS, is_admin, key_hash
 from protocol.models import VOICE_ENCODER
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
@@ -38,7 +45,7 @@ from protocol.wire import encode_error
 log = logging.getLogger("voxlane.voice_registry")
 # the inputs each action takes; export and import copy a voice between servers (the gateway's sync)
 ACTIONS = {"register": ("name", *REFERENCE_INPUTS), "list": (), "delete": ("name",), "export": ("name",),
-           "import": ("name", "voice_file")}
+           "import": ("name", "voice_file"), "load_model": ("name",), "unload_model": ("name",)}
 
 
 class VoiceRegistryModel:
@@ -49,11 +56,17 @@ class VoiceRegistryModel:
         self.store = VoiceStore.from_settings(self.settings)
         # where set (`voxlane serve` with admin keys): writes need one of these keys (protocol/admin.py)
         self.admin_key_hashes = tuple(h for h in params.get("admin_key_sha256", "").split(",") if h)
+        # model control: those keys, and the server's own control key (`voxlane serve` writes it to a file only its
+        # user reads); with neither, model control is as open as Triton's repository API then is
+        self.control_key_hashes = self.admin_key_hashes + _file_key_hash(params.get("control_key_file", ""))
         self.encoder = VoiceEncoderClient(_NoHealing())
         self._presets: tuple[str, ...] | None = None  # read at the first register: it imports the model registry
 
     def execute(self, requests: list) -> list:
         return [self._respond(request) for request in requests]
+
+    def finalize(self) -> None:
+        unloads.mark_unloaded()  # an unload, not a death, for the router's watch of this model
 
     def _respond(self, request):
         def get(name: str):
@@ -73,11 +86,9 @@ class VoiceRegistryModel:
 
     def _run(self, get, names: set[str], parameters) -> dict | Ended:
         action = _action(get, names)
-        if action in WRITE_ACTIONS and self.admin_key_hashes and \
-                not is_admin(parameters().get(ADMIN_KEY_PARAMETER), self.admin_key_hashes):
-            raise RequestError(f"{action} needs an admin key of this server (the request parameter "
-                               f"'{ADMIN_KEY_PARAMETER}'; the gateway sends its own)", param=ADMIN_KEY_PARAMETER,
-                               code="admin_key_required")
+        _check_key(action, parameters, self.admin_key_hashes, self.control_key_hashes)
+        if action in CONTROL_ACTIONS:
+            return _control_model(action, _text(get, "name", required=True))
         if action == "list":
             return {"object": "list", "data": self.store.list()}
         name = _text(get, "name", required=True)
@@ -138,6 +149,34 @@ class _NoHealing:
 
     def on_dead(self, model: str, message: str, generation: int | None = None) -> Ended:
         return Ended(EndReason.LANE_DOWN, f"the {VOICE_ENCODER} lane is down ({message}); retry")
+
+
+def _check_key(action: str, parameters, admin_hashes: tuple[str, ...], control_hashes: tuple[str, ...]) -> None:
+    """Refuse a write without an admin key, and model control without an admin or the control key, where set."""
+    hashes = control_hashes if action in CONTROL_ACTIONS else admin_hashes if action in WRITE_ACTIONS else ()
+    if hashes and not is_admin(parameters().get(ADMIN_KEY_PARAMETER), hashes):
+        what = "an admin key of this server, or its control key" if action in CONTROL_ACTIONS else \
+            "an admin key of this server"
+        raise RequestError(f"{action} needs {what} (the request parameter '{ADMIN_KEY_PARAMETER}'; the gateway "
+                           "sends its own)", param=ADMIN_KEY_PARAMETER, code="admin_key_required")
+
+
+def _control_model(action: str, model: str) -> dict:
+    """Load or unload `model` through the Python backend's model control (the load returns once it is done)."""
+    try:
+        (pb_utils.load_model if action == "load_model" else pb_utils.unload_model)(model)
+    except pb_utils.TritonModelException as exc:
+        raise RequestError(f"{action} {quoted(model)} failed: {exc}", param="name", code="model_control_failed") \
+            from None
+    return {"object": "model", "name": model, "ready": bool(pb_utils.is_model_ready(model))}
+
+
+def _file_key_hash(path: str) -> tuple[str, ...]:
+    """The SHA-256 of the key in `path` (one line), or () where no file is named."""
+    if not path:
+        return ()
+    with open(path, encoding="utf-8") as f:
+        return (key_hash(f.read().strip()),)
 
 
 def _parameters(request) -> dict:

@@ -318,3 +318,31 @@ def test_with_admin_keys_writes_need_one_and_reads_do_not(pb, tmp_path):
     refused(as_admin(None, "import", name="bob", voice_file=np.array([base64.b64decode(exported["file"])],
                                                                       dtype=np.object_)), "admin_key", "admin_key_required")
     assert as_admin("first", "delete", name="alice")["deleted"] is True
+
+
+def test_model_control_needs_the_control_key_or_an_admin_key_and_says_whether_the_model_serves(pb, tmp_path):
+    """`voxlane serve` hands the registry its control key in a file; writes stay open without admin keys, model
+    control does not."""
+    from backend_python.voice_registry.model import VoiceRegistryModel
+    pb.SERVER.reset()
+    key_file = tmp_path / "control_key"
+    key_file.write_text("control-key-123\n")
+    model = VoiceRegistryModel()
+    params = {"model": "qwen3-tts-tiny-base", "data_dir": str(tmp_path), "control_key_file": str(key_file)}
+    model.initialize({"model_config": json.dumps(
+        {"parameters": {key: {"string_value": value} for key, value in params.items()}})})
+
+    def control(key, action: str, name: str):
+        tensors = [pb.Tensor("action", np.array([action.encode()], dtype=np.object_)),
+                   pb.Tensor("name", np.array([name.encode()], dtype=np.object_))]
+        response, = model.execute([pb.Request(tensors, parameters=None if key is None else {"admin_key": key})])
+        if response.has_error():
+            return decode_error(response.error().message())
+        return json.loads(pb.get_output_tensor_by_name(response, "voices").as_numpy()[0])
+
+    for key in (None, "wrong"):
+        refused(control(key, "unload_model", "speechlm_lm"), "admin_key", "admin_key_required")
+    assert pb.SERVER.unloaded == []
+    assert control("control-key-123", "unload_model", "speechlm_lm") == {"object": "model", "name": "speechlm_lm",
+                                                                         "ready": False}
+    assert pb.SERVER.unloaded == ["speechlm_lm"]
