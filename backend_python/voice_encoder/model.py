@@ -27,9 +27,9 @@ from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
 from backend_python.stub_common.params import LaneSettings, model_parameters, set_up_lane
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference, resample
 from backend_python.stub_common.request_inputs import RequestError
+from backend_python.stub_common.responses import error_response
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import INPUT_CHUNK_PARAMETER, REFERENCE_TENSORS
-from protocol.wire import encode_error
 from scheduler.family_plans import clones_voices
 
 log = logging.getLogger("voxlane.voice_encoder")
@@ -57,7 +57,7 @@ class VoiceEncoderModel:
 
     def execute(self, requests: list) -> list:
         if self.unsupported is not None:
-            return [_error_response(self.unsupported) for _ in requests]
+            return [error_response(self.unsupported) for _ in requests]
         is_chunk = [is_input_chunk(request.parameters()) for request in requests]
         parsed = [self._reference(request, chunk) for request, chunk in zip(requests, is_chunk)]
         encoded = {}
@@ -170,10 +170,8 @@ def _as_output(name: str, tensor) -> np.ndarray:
 
 def _response(result: dict[str, np.ndarray] | Ended):
     if isinstance(result, Ended):
-        return _error_response(result)
+        return error_response(result)
     return pb_utils.InferenceResponse(
         output_tensors=[pb_utils.Tensor(name, array[None]) for name, array in result.items()])
 
 
-def _error_response(ended: Ended):
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(encode_error(ended)))

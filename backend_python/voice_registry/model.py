@@ -33,6 +33,7 @@ from backend_python.stub_common.encoder_client import VoiceEncoderClient
 from backend_python.stub_common.params import model_parameters
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference
 from backend_python.stub_common.request_inputs import RequestError
+from backend_python.stub_common.responses import error_response
 from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, fingerprint
 from protocol.voices import check_name
 from protocol.admin import ADMIN_KEY_PARAMETER, CONTROL_ACTIONS, WRITE_ACTIONS, is_admin, key_hash
@@ -40,7 +41,6 @@ from protocol.models import VOICE_ENCODER
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import REFERENCE_INPUTS, REFERENCE_TENSORS
-from protocol.wire import encode_error
 
 log = logging.getLogger("voxlane.voice_registry")
 # the inputs each action takes; export and import copy a voice between servers (the gateway's sync)
@@ -75,12 +75,12 @@ class VoiceRegistryModel:
         try:
             answer = self._run(get, {t.name() for t in request.inputs()}, lambda: _parameters(request))
         except RequestError as exc:
-            return _error(exc.ended)
+            return error_response(exc.ended)
         except (OSError, ValueError) as exc:  # the data directory (a full disk, a damaged file)
             log.error("voice registry failed: %s", exc)
-            return _error(Ended(EndReason.INTERNAL, f"voice registry failed: {exc}"))
+            return error_response(Ended(EndReason.INTERNAL, f"voice registry failed: {exc}"))
         if isinstance(answer, Ended):
-            return _error(answer)
+            return error_response(answer)
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("voices", np.array([json.dumps(answer).encode("utf-8")], dtype=np.object_))])
 
@@ -226,7 +226,3 @@ def _file(get) -> bytes:
 
 def _fingerprint(reference: ReferenceAudio) -> str:
     return fingerprint(reference.audio, reference.sample_rate, reference.text, reference.x_vector_only)
-
-
-def _error(ended: Ended):
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(encode_error(ended)))

@@ -28,7 +28,8 @@ from backend_python.vox_ensemble.codec_lanes import CodecLanes
 from backend_python.stub_common.lane_health import HealPolicy, LaneHealth, ModelControl
 from backend_python.vox_ensemble.lm_client import LMClient
 from backend_python.vox_ensemble.lane_watch import LaneWatch
-from backend_python.vox_ensemble.outlet import FINAL, Outlet, error_response
+from backend_python.vox_ensemble.outlet import FINAL, Outlet
+from backend_python.stub_common.responses import error_response
 from backend_python.vox_ensemble.relay import Relay
 from backend_python.vox_ensemble.stream import Job, PendingReference, as_numpy, typed_request
 from backend_python.vox_ensemble.audio_sessions import AudioInLimits, AudioSessions, InputChunker

@@ -271,6 +271,32 @@ def test_delete_through_the_gateway_and_a_taken_name(gateway, servers):
     assert gone.status_code == 400 and gone.json()["error"]["code"] == "unknown_voice"
 
 
+def _tensor(name: str, datatype: str, shape: list[int], data: list) -> dict:
+    return {"name": name, "datatype": datatype, "shape": shape, "data": data}
+
+
+DIRECT_BAD_INPUT = {  # a model called directly over Triton's HTTP, with input that is the caller's fault
+    "voice_encoder: a rate out of range": ("voice_encoder/infer", {"inputs": [
+        _tensor("ref_audio", "FP32", [1, RATE], [0.1] * RATE), _tensor("ref_sample_rate", "INT32", [1, 1], [100])]}),
+    "voice_registry: an unknown action": ("voice_registry/infer", {"inputs": [
+        _tensor("action", "BYTES", [1], ["dance"])]}),
+    "codec: codes of the wrong shape": ("codec/infer", {"inputs": [
+        _tensor("codes", "INT32", [1, 3, 16], [99_999] * 48), _tensor("context_frames", "INT32", [1, 1], [0])]}),
+    "speechlm_lm: a temperature out of range": ("speechlm_lm/generate", {"text": "Hi.", "temperature": -5.0}),
+    "vox_ensemble: an empty text": ("vox_ensemble/generate", {"text": " "}),
+}
+
+
+@pytest.mark.parametrize("path, body", DIRECT_BAD_INPUT.values(), ids=DIRECT_BAD_INPUT)
+def test_every_model_answers_bad_input_over_http_with_a_400_and_its_reason(servers, path, body):
+    """Each model's own refusal is INVALID_ARG (stub_common/responses.py): a 400 carrying the reason code, where it
+    was a 500 (Triton's default code). Triton's own parser of `generate` bodies still answers a JSON object where it
+    wants text with a 500 of its own, before any model runs (docs/RELIABILITY.md)."""
+    response = httpx.post(f"{servers[0].http_url}/v2/models/{path}", json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"].startswith("[bad_input"), response.text
+
+
 def test_a_server_started_afresh_on_the_same_data_directory_has_the_voices(url, data_dirs, tmp_path_factory):
     register(url, "kept", ref_text=REF_TEXT)
     before = synthesize(url, TEXT, voice="kept", **SPEECH)
