@@ -29,7 +29,7 @@ from backend_python.stub_common.reference_inputs import ReferenceAudio, Referenc
 from backend_python.stub_common.request_inputs import RequestError
 from backend_python.stub_common.responses import error_response
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import INPUT_CHUNK_PARAMETER, REFERENCE_TENSORS
+from protocol.tensors import INPUT_CHUNK_PARAMETER, REFERENCE_TENSORS, VOICE_SPEC
 from scheduler.family_plans import clones_voices
 
 log = logging.getLogger("voxlane.voice_encoder")
@@ -58,7 +58,10 @@ class VoiceEncoderModel:
     def execute(self, requests: list) -> list:
         if self.unsupported is not None:
             return [error_response(self.unsupported) for _ in requests]
-        is_chunk = [is_input_chunk(request.parameters()) for request in requests]
+        if any(is_flagged(request.parameters(), VOICE_SPEC) for request in requests):
+            return [self._spec_response() if is_flagged(request.parameters(), VOICE_SPEC) else
+                    self.execute([request])[0] for request in requests]
+        is_chunk = [is_flagged(request.parameters(), INPUT_CHUNK_PARAMETER) for request in requests]
         parsed = [self._reference(request, chunk) for request, chunk in zip(requests, is_chunk)]
         encoded = {}
         for chunks, run in ((False, self._encode), (True, self._code)):  # references, then input chunks
@@ -66,6 +69,12 @@ class VoiceEncoderModel:
             encoded.update(zip(indexes, _isolated([parsed[i] for i in indexes], run)))
         self._heap.on_batch()
         return [_response(encoded.get(i, item)) for i, item in enumerate(parsed)]
+
+    def _spec_response(self):
+        """What this model's voices hold (protocol.voices.VoiceSpec), for the registry's checks."""
+        spec = self.encoder.voice_spec().to_json()
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor(VOICE_SPEC, np.array([[spec.encode("utf-8")]], dtype=np.object_))])
 
     def finalize(self) -> None:
         unloads.mark_unloaded()  # an unload, not a death, for the router's watch of this lane
@@ -122,10 +131,11 @@ def _isolated(items: list[ReferenceAudio], run) -> list:
     return [_isolated([item], run)[0] for item in items]
 
 
-def is_input_chunk(parameters: str | None) -> bool:
+def is_flagged(parameters: str | None, name: str) -> bool:
+    """Whether a request's parameters (Triton's JSON) set `name` true."""
     import json
     try:
-        return bool(json.loads(parameters or "{}").get(INPUT_CHUNK_PARAMETER))
+        return bool(json.loads(parameters or "{}").get(name))
     except (ValueError, AttributeError):
         return False
 

@@ -32,10 +32,10 @@ from backend_python.stub_common import unloads
 from backend_python.stub_common.encoder_client import VoiceEncoderClient
 from backend_python.stub_common.params import model_parameters
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference
-from backend_python.stub_common.request_inputs import RequestError
+from backend_python.stub_common.request_inputs import RequestError, control_character
 from backend_python.stub_common.responses import error_response
 from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, fingerprint
-from protocol.voices import check_name
+from protocol.voices import VoiceSpec, check_name
 from protocol.admin import ADMIN_KEY_PARAMETER, CONTROL_ACTIONS, WRITE_ACTIONS, is_admin, key_hash
 from protocol.models import VOICE_ENCODER
 from protocol.quoting import quoted
@@ -61,6 +61,7 @@ class VoiceRegistryModel:
         self.control_key_hashes = self.admin_key_hashes + _file_key_hash(params.get("control_key_file", ""))
         self.encoder = VoiceEncoderClient(_NoHealing())
         self._presets: tuple[str, ...] | None = None  # read at the first register: it imports the model registry
+        self._voice_spec: VoiceSpec | None = None  # asked of the encoder lane at the first register or import
 
     def execute(self, requests: list) -> list:
         return [self._respond(request) for request in requests]
@@ -97,7 +98,7 @@ class VoiceRegistryModel:
         if action == "export":
             return self._export(name)
         if action == "import":
-            return self.store.import_file(check_name(name, self._preset_voices()), _file(get)).metadata()
+            return self._import(check_name(name, self._preset_voices()), _file(get))
         answer = self._register(check_name(name, self._preset_voices()), get)
         return answer if isinstance(answer, Ended) else answer.metadata()
 
@@ -107,6 +108,26 @@ class VoiceRegistryModel:
         if voice is None:
             raise self.store.not_found(name)
         return {**voice.metadata(), "file": base64.b64encode(self.store.export(name)).decode("ascii")}
+
+    def _import(self, name: str, data: bytes) -> dict | Ended:
+        """Another server's voice, refused before it is stored where the served model could not speak it."""
+        spec = self._spec()
+        if isinstance(spec, Ended):
+            return spec
+
+        def check(voice: Voice) -> None:
+            _check_transcript(voice.transcript, self.limits)
+            spec.check(voice.tensors, voice.transcript, voice.x_vector_only, param="voice_file")
+        return self.store.import_file(name, data, check).metadata()
+
+    def _spec(self) -> VoiceSpec | Ended:
+        """What the served model's voices hold, asked of its encoder lane once."""
+        if self._voice_spec is None:
+            answer = self.encoder.voice_spec()
+            if isinstance(answer, Ended):
+                return answer
+            self._voice_spec = answer
+        return self._voice_spec
 
     def _register(self, name: str, get) -> Voice | Ended:
         reference = parse_reference(get, self.limits)
@@ -118,9 +139,10 @@ class VoiceRegistryModel:
             return existing  # registered before, from this reference: nothing to encode
         if existing is not None:
             raise self.store.exists(name)
-        tensors = self._encode(reference)
-        if isinstance(tensors, Ended):
-            return tensors
+        tensors, spec = self._encode(reference), self._spec()
+        if isinstance(tensors, Ended) or isinstance(spec, Ended):
+            return tensors if isinstance(tensors, Ended) else spec
+        spec.check(tensors, reference.text, reference.x_vector_only, param="ref_audio")
         return self.store.add(self.store.new_voice(name, tensors, reference.audio, reference.sample_rate,
                                                    reference.text, reference.x_vector_only))
 
@@ -222,6 +244,18 @@ def _file(get) -> bytes:
         raise RequestError(f"input 'voice_file' must hold exactly one value, got shape {list(array.shape)}",
                            param="voice_file")
     return bytes(array.reshape(-1)[0])
+
+
+def _check_transcript(transcript: str | None, limits: ReferenceLimits) -> None:
+    """An imported voice's transcript follows the rules of `ref_text` (reference_inputs.py)."""
+    if transcript is None:
+        return
+    if (bad := control_character(transcript)) is not None:
+        raise RequestError(f"the voice's transcript contains control character U+{ord(bad):04X}",
+                           param="voice_file", code="bad_voice_file")
+    if len(transcript) > limits.max_ref_text_chars:
+        raise RequestError(f"the voice's transcript has {len(transcript)} characters; the limit is "
+                           f"{limits.max_ref_text_chars}", param="voice_file", code="bad_voice_file")
 
 
 def _fingerprint(reference: ReferenceAudio) -> str:
