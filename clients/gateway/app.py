@@ -215,7 +215,7 @@ async def speech_stream(request: web.Request) -> web.StreamResponse:
 async def register_voice(request: web.Request) -> web.Response:
     """A multipart upload (voices.py) registered on every ready server."""
     gateway = request.app[GATEWAY]
-    upload = await read_upload(request, gateway.decoders)
+    upload = await read_upload(request, gateway.decoders, gateway.reference_limits)
     if isinstance(upload, ApiError):
         return error_response(gateway, upload)
     answers = await gateway.call_voice_registry(registry_request("register", upload.name, upload))

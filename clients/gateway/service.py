@@ -29,6 +29,7 @@ from clients.gateway.voices import copy_missing_voices
 from protocol.metrics import parse_live
 from protocol.models import LM, ROUTER
 from protocol.reasons import EndReason
+from protocol.reference import ReferenceLimits
 from protocol.wire import decode_error
 
 log = logging.getLogger("voxlane.gateway")
@@ -51,6 +52,7 @@ class Gateway:
         self.decoders = asyncio.Semaphore(MAX_CONCURRENT_DECODES)
         self.model_ids: tuple[str, ...] = ()
         self.server_info: dict = {}
+        self.reference_limits = ReferenceLimits()  # the first server's own, once it answered (start)
         self._channels: dict[str, list[grpc.aio.Channel]] = {}
         self._turn = itertools.count()
         self._scraper: asyncio.Task | None = None
@@ -66,6 +68,7 @@ class Gateway:
                                            for _ in range(self.config.channels_per_server)]
         self.server_info = await self._discover()
         self.model_ids = model_ids(self.server_info["model"], self.config.model_name, self.config.served_model_names)
+        self.reference_limits = self.server_info["reference_limits"]
         if any(b.metrics_url for b in self.balancer.backends):
             self._scraper = asyncio.create_task(self._scrape_forever())
         await self.poll_readiness()
@@ -87,7 +90,7 @@ class Gateway:
         if not (isinstance(body, dict) and body.get("ref_audio") is not None):
             return parse_speech(body, self.model_ids)
         async with self.decoders:
-            return await asyncio.to_thread(parse_speech, body, self.model_ids)
+            return await asyncio.to_thread(parse_speech, body, self.model_ids, self.reference_limits)
 
     def stream_speech(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
         """The request's chunks from the least loaded ready server; before any audio, a 503 (overloaded,
@@ -231,11 +234,17 @@ async def server_settings(url: str) -> dict | None:
     finally:
         await client.close()
     return {"model": _parameter(lm, "model") or "voxlane", "mode": _parameter(router, "mode"),
-            "device": _parameter(lm, "device")}
+            "device": _parameter(lm, "device"), "reference_limits": ReferenceLimits.from_parameters(_parameters(router))}
 
 
 def _parameter(config: dict, key: str) -> str | None:
-    return config.get("config", config).get("parameters", {}).get(key, {}).get("string_value")
+    return _parameters(config).get(key)
+
+
+def _parameters(config: dict) -> dict[str, str]:
+    """A model config's parameters as strings (what the server was rendered with)."""
+    params = config.get("config", config).get("parameters", {})
+    return {key: value.get("string_value") for key, value in params.items() if "string_value" in value}
 
 
 async def scrape_live(session: aiohttp.ClientSession, url: str) -> int | None:

@@ -20,6 +20,7 @@ from tritonclient.grpc import service_pb2
 
 from backend_python.audio.decoding import AudioFileError, DecodedAudio, decode_reference
 from protocol.errors import RequestError
+from protocol.reference import ReferenceLimits
 from protocol.voices import check_name
 from clients.gateway.errors import ApiError, bad_request, unavailable
 from clients.gateway.speech import OPENAI_VOICES, check_unicode
@@ -42,8 +43,10 @@ class VoiceUpload:
     x_vector_only: bool | None
 
 
-async def read_upload(request: web.Request, decoders: asyncio.Semaphore) -> VoiceUpload | ApiError:
-    """The multipart form of `POST /v1/audio/voices`, decoded; or the first thing wrong with it."""
+async def read_upload(request: web.Request, decoders: asyncio.Semaphore,
+                      limits: ReferenceLimits = ReferenceLimits()) -> VoiceUpload | ApiError:
+    """The multipart form of `POST /v1/audio/voices`, decoded within `limits` (the server's); or the first thing wrong
+    with it."""
     if not request.content_type.startswith("multipart/"):
         return bad_request("send the voice as multipart/form-data: 'file' (WAV, FLAC or Ogg), 'name', and "
                            "optionally 'transcript' and 'x_vector_only'", param="file")
@@ -65,7 +68,7 @@ async def read_upload(request: web.Request, decoders: asyncio.Semaphore) -> Voic
             return checked
     try:
         async with decoders:  # off the event loop, a bounded number at once (Gateway.decoders)
-            audio = await asyncio.to_thread(decode_reference, fields["file"])
+            audio = await asyncio.to_thread(decode_reference, fields["file"], limits)
     except AudioFileError as exc:
         return bad_request(f"'file': {exc}", param="file", code=exc.code)
     return VoiceUpload(name, audio, transcript, x_vector_only)
