@@ -119,6 +119,12 @@ def _libpython_dir() -> str:
     return libdir if libdir and (Path(libdir) / ldlibrary).exists() else ""
 
 
+# gRPC request and response states tritonserver keeps for reuse (its default is 8 per handler). Each keeps the
+# buffers of the largest request and response it ever carried, and a reference is megabytes (60 s at 48 kHz: 11.5 MB):
+# under cloning with references of every length its private memory rose to 66-114 MB within a minute and kept 68 MB
+# at rest; with none kept it moved within 13-25 MB and kept 13 MB (tiny Base preset, 4 minutes, docs/RELIABILITY.md,
+# "Memory"). A state costs one allocation per stream without them: nothing beside a stream's model work.
+GRPC_STATES_KEPT = 0
 # How long tritonserver waits on SIGTERM for its models to unload before it exits anyway. A clean
 # unload takes 1-4.5 s on 2 CPU cores (most of it the codec stubs' teardown); a model that can never
 # finish unloading (the old instance of a lane whose stub was killed, a client stream whose state the
@@ -210,6 +216,7 @@ def server_command(install: TritonInstall, repository: Path, ports: Ports, exit_
         "--exit-on-error=true",
         f"--exit-timeout-secs={exit_timeout_s}",
         "--log-verbose=0",
+        f"--grpc-infer-allocation-pool-size={GRPC_STATES_KEPT}",
         *([f"--backend-config=python,shm-region-prefix-name={region_prefix}"] if region_prefix else []),
         *os.environ.get("VOXLANE_TRITON_ARGS", "").split(),  # extra server flags, e.g. for debugging
     ]

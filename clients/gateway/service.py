@@ -18,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from clients.gateway.balancer import Backend, Balancer
 from clients.gateway.config import GatewayConfig
+from clients.gateway.limits import ClientTable, Lease
 from protocol.admin import ADMIN_KEY_PARAMETER
 from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
 from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve, probe
@@ -47,6 +48,7 @@ class Gateway:
         metrics = config.metrics_urls or (None,) * len(config.tritons)
         self.balancer = Balancer([Backend(url, m) for url, m in zip(config.tritons, metrics)], config.down_s)
         self.stats = GatewayStats()
+        self.clients = ClientTable(config.client_caps)  # what each client holds (limits.py)
         # reference files decoded at once, each in a worker thread: a large or hostile upload never stalls the
         # event loop, and a burst of them holds a bounded amount of memory
         self.decoders = asyncio.Semaphore(MAX_CONCURRENT_DECODES)
@@ -92,11 +94,12 @@ class Gateway:
         async with self.decoders:
             return await asyncio.to_thread(parse_speech, body, self.model_ids, self.reference_limits)
 
-    def stream_speech(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
+    def stream_speech(self, request: SpeechRequest, lease: Lease | None = None) -> AsyncIterator[AudioChunk]:
         """The request's chunks from the least loaded ready server; before any audio, a 503 (overloaded,
         a lane down, stopping, unreachable) is tried once more on another server (`max_attempts`). A
-        server that is unreachable or has a lane down is skipped for `down_s` after."""
-        return self._failover(lambda stub: stream_chunks(stub, request, self.config.request_timeout_s))
+        server that is unreachable or has a lane down is skipped for `down_s` after. The audio waiting for the
+        client is charged to its `lease` (limits.py)."""
+        return self._failover(lambda stub: stream_chunks(stub, request, self.config.request_timeout_s, lease))
 
     def speak_text(self, request: SpeechRequest, text: SessionText) -> AsyncIterator[SessionEvent]:
         """A streaming-text session's events (its chunks and refused pieces), its text taken from `text`
