@@ -26,9 +26,9 @@ from backend_python.voice_registry.store import VoiceStoreSettings
 from clients.model_watch import ModelWatch
 from clients.mps import MpsDaemon
 from clients.triton_launch import Exposure, Ports, TritonProcess, find_triton
-from protocol import models
-from protocol.admin import key_hash
 from clients.voices import RegistryError, call_registry
+from protocol import models
+from protocol.admin import CONTROL_KEY_FILE, key_hash
 from protocol.metrics import parse_live
 from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
 
@@ -45,7 +45,6 @@ _ENGINE, _LANE = EngineConfig(), LaneSettings()  # the defaults, stated there on
 FROM_MODEL = "model"  # a chunk growth not given: the model family's
 log = logging.getLogger("voxlane.serve")
 REVIVE_PERIOD_S = 0.5  # how often the server's keeper looks whether tritonserver still runs
-CONTROL_KEY_PARAMETER = "control_key_file"  # `voice_registry`'s parameter: the file of the server's control key
 REVIVE_BACKOFF_S = (1.0, 5.0, 30.0)  # waits before the keeper's next start after one failed (last one repeats)
 # Starts of a tritonserver that a signal ends before it is ready: Triton 2.51's Python backend can abort as its stubs
 # start on a loaded host (boost::interprocess::lock_exception; upstream server#8882, #5949). One that exits with a
@@ -313,7 +312,7 @@ class ServeConfig:
         if model_name == models.VOICE_REGISTRY:
             keys = self.admin_keys or tuple(k for k in (self.exposure.admin_key,) if k)
             return {**voices, **reference, **({"admin_key_sha256": ",".join(map(key_hash, keys))} if keys else {}),
-                    **({CONTROL_KEY_PARAMETER: str(self.control_key_file)} if self.control_key_file else {})}
+                    **({CONTROL_KEY_FILE: str(self.control_key_file)} if self.control_key_file else {})}
         params = self.lane_settings(model_name).to_parameters()
         if model_name == models.LM:
             params.update(self.engine_config().to_parameters(), **text)
@@ -412,8 +411,9 @@ class Server:
 
     A keeper thread starts tritonserver again (same repository, ports and environment, its log appended)
     when it exits on its own: Triton 2.51's Python backend can abort the whole server when a stub dies
-    holding a lock it shares with it (upstream server#8882), so a killed router sometimes takes its server
-    down with it. `revivals` counts those starts; the gateway's streams on the dead server end with 503."""
+    holding a lock it shares with it (upstream server#8882), and the model watch ends a server whose router died (its
+    streams could end no other way). `revivals` counts those starts; the gateway's streams on the dead server end
+    with 503."""
 
     def __init__(self, config: ServeConfig, run_dir: Path | None = None, log_path: Path | None = None,
                  shared_mps: MpsDaemon | None = None) -> None:
@@ -425,7 +425,7 @@ class Server:
         self.run_dir = Path(run_dir or self._tmp.name)
         self.log_path = log_path
         self.process: TritonProcess | None = None
-        self.watch: ModelWatch | None = None  # heals the router and the registry (model_watch.py)
+        self.watch: ModelWatch | None = None  # ends the server when its router dies (model_watch.py)
         self.mps: MpsDaemon | None = None
         self.revivals = 0
         self._control_key: str | None = None  # this start's key of model control (write_key)
@@ -519,6 +519,12 @@ class Server:
             self.revivals += 1
             self._reviving.clear()
             log.warning("tritonserver serves again (revival %d)", self.revivals)
+
+    @property
+    def control_key(self) -> str | None:
+        """This start's key of model control (`voice_registry`'s `load_model` and `unload_model`, beside the admin
+        keys); it lives in a file of the run directory only this user reads, never on a command line."""
+        return self._control_key
 
     @property
     def is_reviving(self) -> bool:

@@ -14,6 +14,7 @@ import hmac
 ADMIN_KEY_PARAMETER = "admin_key"  # the request parameter (gRPC and HTTP `parameters`) that carries the key
 WRITE_ACTIONS = ("register", "delete", "import")
 CONTROL_ACTIONS = ("load_model", "unload_model")  # `name` is the model's
+CONTROL_KEY_FILE = "control_key_file"  # `voice_registry`'s parameter: the file that holds the server's control key
 
 
 def key_hash(key: str) -> str:

@@ -36,7 +36,7 @@ from backend_python.stub_common.request_inputs import RequestError, control_char
 from backend_python.stub_common.responses import error_response
 from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, fingerprint
 from protocol.voices import VoiceSpec, check_name
-from protocol.admin import ADMIN_KEY_PARAMETER, CONTROL_ACTIONS, WRITE_ACTIONS, is_admin, key_hash
+from protocol.admin import ADMIN_KEY_PARAMETER, CONTROL_ACTIONS, CONTROL_KEY_FILE, WRITE_ACTIONS, is_admin, key_hash
 from protocol.models import VOICE_ENCODER
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
@@ -58,7 +58,7 @@ class VoiceRegistryModel:
         self.admin_key_hashes = tuple(h for h in params.get("admin_key_sha256", "").split(",") if h)
         # model control: those keys, and the server's own control key (`voxlane serve` writes it to a file only its
         # user reads); with neither, model control is as open as Triton's repository API then is
-        self.control_key_hashes = self.admin_key_hashes + _file_key_hash(params.get("control_key_file", ""))
+        self.control_key_hashes = self.admin_key_hashes + _file_key_hash(params.get(CONTROL_KEY_FILE, ""))
         self.encoder = VoiceEncoderClient(_NoHealing())
         self._presets: tuple[str, ...] | None = None  # read at the first register: it imports the model registry
         self._voice_spec: VoiceSpec | None = None  # asked of the encoder lane at the first register or import

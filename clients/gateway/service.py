@@ -237,7 +237,8 @@ async def server_settings(url: str) -> dict | None:
     finally:
         await client.close()
     return {"model": _parameter(lm, "model") or "voxlane", "mode": _parameter(router, "mode"),
-            "device": _parameter(lm, "device"), "reference_limits": ReferenceLimits.from_parameters(_parameters(router))}
+            "device": _parameter(lm, "device"),
+            "reference_limits": ReferenceLimits.from_parameters(_parameters(router))}
 
 
 def _parameter(config: dict, key: str) -> str | None:

@@ -136,7 +136,8 @@ async def _read_responses(call, arrivals: asyncio.Queue, lease: Lease | None) ->
                 return
         raise StreamFailure(unavailable("the Triton stream closed before its final response"), is_connection=True)
     except grpc.aio.AioRpcError as exc:
-        arrivals.put_nowait(StreamFailure(from_grpc_error(exc), is_connection=exc.code() == grpc.StatusCode.UNAVAILABLE))
+        is_connection = exc.code() == grpc.StatusCode.UNAVAILABLE
+        arrivals.put_nowait(StreamFailure(from_grpc_error(exc), is_connection=is_connection))
     except StreamFailure as exc:
         arrivals.put_nowait(exc)
 

@@ -131,7 +131,7 @@ def test_no_key_is_on_the_command_line_of_any_process_the_server_starts(locked):
     """`/proc/PID/cmdline` is any local user's to read: tritonserver, each stub and the gateway carry no key there;
     the server's control key sits in a file only its user reads."""
     srv, gateway = locked
-    secrets = (API, ADMIN, srv._control_key)
+    secrets = (API, ADMIN, srv.control_key)
     pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _session(int(p.name)) ==
             srv.process.process.pid] + [gateway.process.pid]
     assert len(pids) >= 8  # tritonserver, its seven stubs, the gateway
@@ -139,7 +139,7 @@ def test_no_key_is_on_the_command_line_of_any_process_the_server_starts(locked):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         assert not any(secret in cmdline for secret in secrets), (pid, cmdline[:300])
     key_file = srv.run_dir / "control_key"
-    assert key_file.read_text().strip() == srv._control_key and key_file.stat().st_mode & 0o077 == 0
+    assert key_file.read_text().strip() == srv.control_key and key_file.stat().st_mode & 0o077 == 0
 
 
 def _session(pid: int) -> int | None:
