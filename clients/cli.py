@@ -10,7 +10,8 @@ import wave
 from pathlib import Path
 
 from clients.bench.cli import add_commands, bench_config
-from clients.gateway.cli import add_gateway_command, add_key_flags, admin_keys, gateway_keys
+from clients.gateway.cli import (add_client_flags, add_gateway_command, add_key_flags, admin_keys, client_caps,
+                                 gateway_keys)
 from clients.microbench.cli import add_command as add_microbench
 from clients.mps import MpsError
 from clients.fleet import LAYOUTS, Fleet, FleetConfig
@@ -217,7 +218,8 @@ def _add_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gateway-port", type=int, default=None,
                         help="also run the OpenAI-compatible gateway on this port in front of the servers")
     parser.add_argument("--gateway-host", default="127.0.0.1")
-    add_key_flags(parser)  # the gateway's; the first admin key also opens Triton's repository API
+    add_key_flags(parser)  # the gateway's; the server's registry takes the admin keys too (model control)
+    add_client_flags(parser)  # the gateway's
     parser.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
                         help="another id the gateway answers as the model (repeat for several)")
 
@@ -229,7 +231,8 @@ def _gpu_list(value: str) -> tuple[str, ...]:
 def _fleet_config(args: argparse.Namespace) -> FleetConfig:
     return FleetConfig(server=_serve_config(args), gpus=args.gpus, layout=args.layout, replicas=args.replicas,
                        gateway_port=args.gateway_port, gateway_host=args.gateway_host, gateway_keys=gateway_keys(args),
-                       served_model_names=tuple(args.served_model_name))
+                       served_model_names=tuple(args.served_model_name), gateway_caps=client_caps(args),
+                       gateway_read_timeout_s=args.read_timeout_s)
 
 
 def _serve(args: argparse.Namespace) -> int:

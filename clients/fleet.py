@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clients.gateway.auth import Keys
+from clients.gateway.config import GatewayConfig
+from clients.gateway.limits import ClientCaps
 from clients.serve import ServeConfig, Server
 from clients.triton_launch import Ports
 
@@ -30,6 +32,8 @@ class FleetConfig:
     gateway_host: str = "127.0.0.1"
     gateway_keys: Keys = field(default_factory=Keys)  # the gateway's API and admin keys (gateway/auth.py)
     served_model_names: tuple[str, ...] = ()  # more ids the gateway answers as the model (--served-model-name)
+    gateway_caps: ClientCaps = field(default_factory=ClientCaps)  # what one client may hold in it (gateway/limits.py)
+    gateway_read_timeout_s: float = GatewayConfig.read_timeout_s
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -82,11 +86,11 @@ class Fleet:
 
     def gateway_config(self):
         """The gateway in front of these servers, with the ids it answers to besides the model's own."""
-        from clients.gateway.config import GatewayConfig
         return GatewayConfig(tritons=tuple(s.grpc_url for s in self.servers),
                              metrics_urls=tuple(s.metrics_url for s in self.servers),
                              host=self.config.gateway_host, port=self.config.gateway_port,
-                             keys=self.config.gateway_keys, served_model_names=self.config.served_model_names)
+                             keys=self.config.gateway_keys, served_model_names=self.config.served_model_names,
+                             client_caps=self.config.gateway_caps, read_timeout_s=self.config.gateway_read_timeout_s)
 
     def _start_gateway(self, timeout_s: float) -> None:
         from clients.gateway.server import GatewayProcess

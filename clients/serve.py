@@ -5,6 +5,7 @@ import dataclasses
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import tempfile
@@ -25,8 +26,9 @@ from backend_python.voice_registry.store import VoiceStoreSettings
 from clients.model_watch import ModelWatch
 from clients.mps import MpsDaemon
 from clients.triton_launch import Exposure, Ports, TritonProcess, find_triton
+from clients.voices import RegistryError, call_registry
 from protocol import models
-from protocol.admin import key_hash
+from protocol.admin import CONTROL_KEY_FILE, key_hash
 from protocol.metrics import parse_live
 from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
 
@@ -130,6 +132,9 @@ class ServeConfig:
     # the admin keys whose holders may write voices straight through Triton (protocol/admin.py): every one
     # `voxlane serve` was given; () with an `exposure.admin_key`: that key alone; () without: writes are open
     admin_keys: tuple[str, ...] = field(default=(), repr=False)
+    # a file holding the server's control key (protocol/admin.py), which `voice_registry`'s model control takes
+    # beside the admin keys; `Server` writes one per start. None: none (a rendering of the committed repository)
+    control_key_file: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", _mode(self.mode))
@@ -306,7 +311,8 @@ class ServeConfig:
                     **voices, **family}
         if model_name == models.VOICE_REGISTRY:
             keys = self.admin_keys or tuple(k for k in (self.exposure.admin_key,) if k)
-            return {**voices, **reference, **({"admin_key_sha256": ",".join(map(key_hash, keys))} if keys else {})}
+            return {**voices, **reference, **({"admin_key_sha256": ",".join(map(key_hash, keys))} if keys else {}),
+                    **({CONTROL_KEY_FILE: str(self.control_key_file)} if self.control_key_file else {})}
         params = self.lane_settings(model_name).to_parameters()
         if model_name == models.LM:
             params.update(self.engine_config().to_parameters(), **text)
@@ -360,6 +366,16 @@ def set_instance_kind(config_text: str, device: str, gpu: int = 0) -> str:
     return re.sub(r"instance_group\s*\[[^\]]*?\{[^}]*\}\s*\]", f"instance_group [ {{ {kind} }} ]", config_text)
 
 
+def write_key(folder: Path, key: str) -> Path:
+    """`key` in a file of `folder` that only this user may read (never on a command line: `ps` shows those)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "control_key"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as f:
+        f.write(key + "\n")
+    return path
+
+
 def render_repository(config: ServeConfig, target: Path, source: Path = REPOSITORY) -> Path:
     """Copy the model repository to `target` with this run's settings written into each config."""
     if target.exists():
@@ -395,8 +411,9 @@ class Server:
 
     A keeper thread starts tritonserver again (same repository, ports and environment, its log appended)
     when it exits on its own: Triton 2.51's Python backend can abort the whole server when a stub dies
-    holding a lock it shares with it (upstream server#8882), so a killed router sometimes takes its server
-    down with it. `revivals` counts those starts; the gateway's streams on the dead server end with 503."""
+    holding a lock it shares with it (upstream server#8882), and the model watch ends a server whose router died (its
+    streams could end no other way). `revivals` counts those starts; the gateway's streams on the dead server end
+    with 503."""
 
     def __init__(self, config: ServeConfig, run_dir: Path | None = None, log_path: Path | None = None,
                  shared_mps: MpsDaemon | None = None) -> None:
@@ -408,9 +425,10 @@ class Server:
         self.run_dir = Path(run_dir or self._tmp.name)
         self.log_path = log_path
         self.process: TritonProcess | None = None
-        self.watch: ModelWatch | None = None  # heals the router and the registry (model_watch.py)
+        self.watch: ModelWatch | None = None  # ends the server when its router dies (model_watch.py)
         self.mps: MpsDaemon | None = None
         self.revivals = 0
+        self._control_key: str | None = None  # this start's key of model control (write_key)
         self.last_stop: StopTimes | None = None
         self._launch: dict | None = None  # what a revival starts again
         self._stopping = threading.Event()
@@ -425,7 +443,9 @@ class Server:
             self.run_dir = Path(self._tmp.name)
         self._stopping.clear()
         self._reviving.clear()
-        repository = render_repository(self.config, self.run_dir / "model_repository")
+        self._control_key = secrets.token_urlsafe(24)  # model control through voice_registry (protocol/admin.py)
+        rendered = dataclasses.replace(self.config, control_key_file=write_key(self.run_dir, self._control_key))
+        repository = render_repository(rendered, self.run_dir / "model_repository")
         try:
             mps_env = self._start_mps()
             env = {**mps_env, **self.config.server_env(has_mps=bool(mps_env))}
@@ -463,7 +483,15 @@ class Server:
         self.process.wait_ready(launch["timeout_s"])  # a stop meanwhile ends it: wait_ready raises
         if self.watch is not None:
             self.watch.stop()  # a watch of this server's last start
-        self.watch = ModelWatch(self.http_url, self.process.process.pid, self.config.exposure.control_key).start()
+        self.watch = ModelWatch(self.http_url, self.process.process.pid, self._end_for_router).start()
+
+    def _end_for_router(self) -> None:
+        """The router died (model_watch.py): kill tritonserver, which ends every client's stream on it at once; the
+        keeper starts it again."""
+        try:
+            os.killpg(self.process.process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # gone already: the keeper has seen it
+            pass
 
     def _keep(self) -> None:
         failures = 0
@@ -491,6 +519,12 @@ class Server:
             self.revivals += 1
             self._reviving.clear()
             log.warning("tritonserver serves again (revival %d)", self.revivals)
+
+    @property
+    def control_key(self) -> str | None:
+        """This start's key of model control (`voice_registry`'s `load_model` and `unload_model`, beside the admin
+        keys); it lives in a file of the run directory only this user reads, never on a command line."""
+        return self._control_key
 
     @property
     def is_reviving(self) -> bool:
@@ -541,11 +575,21 @@ class Server:
         closed socket instead of the reason. Unloading the router first aborted it the same way (its `finalize`
         answers raced its own unload). -> the streams still live at its end (0: none; None: the metrics did not say)."""
         deadline = time.monotonic() + timeout_s
-        if (live := self._live_requests()) == 0 or not self.watch.unload(models.LM, timeout_s):
+        if (live := self._live_requests()) == 0 or not self._unload_lm(timeout_s):
             return live  # 0: nothing to end, the LM unloads with the rest; else the unload was refused
         while (live := self._live_requests()) not in (0, None) and time.monotonic() <= deadline:
             time.sleep(0.05)
         return live
+
+    def _unload_lm(self, timeout_s: float) -> bool:
+        """Unload the LM lane through `voice_registry`'s model control (Triton's own API may be closed); whether the
+        request went through."""
+        try:
+            call_registry(self.grpc_url, "unload_model", self._control_key, timeout_s=timeout_s, name=models.LM)
+        except RegistryError as exc:
+            log.warning("unloading %s failed: %s", models.LM, exc)
+            return False
+        return True
 
     def _live_requests(self) -> int | None:
         """The router's `voxlane_live_requests`, or None where the metrics do not answer or lack it."""

@@ -22,6 +22,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backend_python.stub_common import unloads
+
 
 @dataclass(frozen=True)
 class TritonInstall:
@@ -117,6 +119,12 @@ def _libpython_dir() -> str:
     return libdir if libdir and (Path(libdir) / ldlibrary).exists() else ""
 
 
+# gRPC request and response states tritonserver keeps for reuse (its default is 8 per handler). Each keeps the
+# buffers of the largest request and response it ever carried, and a reference is megabytes (60 s at 48 kHz: 11.5 MB):
+# under cloning with references of every length its private memory rose to 66-114 MB within a minute and kept 68 MB
+# at rest; with none kept it moved within 13-25 MB and kept 13 MB (tiny Base preset, 4 minutes, docs/RELIABILITY.md,
+# "Memory"). A state costs one allocation per stream without them: nothing beside a stream's model work.
+GRPC_STATES_KEPT = 0
 # How long tritonserver waits on SIGTERM for its models to unload before it exits anyway. A clean
 # unload takes 1-4.5 s on 2 CPU cores (most of it the codec stubs' teardown); a model that can never
 # finish unloading (the old instance of a lane whose stub was killed, a client stream whose state the
@@ -128,6 +136,13 @@ EXIT_TIMEOUT_S = 3
 # killed stubs). Its models had their exit timeout; `stop` kills it then, whatever the grace.
 EXIT_HANG_S = 1.5
 SHM_REGION = b"triton_python_backend_shm_region_"  # a stub's shared memory in /dev/shm, named on its command line
+SHM_DIR = Path("/dev/shm")
+
+
+def shm_prefix() -> str:
+    """A region prefix of one server's own (Triton's, then a random tag): every stub it starts names its shared memory
+    with it, so its stop finds them all, a stub's that died and was replaced too (Triton 2.51 never frees those)."""
+    return f"{SHM_REGION.decode()}voxlane-{secrets.token_hex(4)}-"
 
 
 @dataclass(frozen=True)
@@ -139,32 +154,27 @@ class Ports:
 
 LOOPBACK = "127.0.0.1"
 ADMIN_KEY_HEADER = "voxlane-admin-key"  # the header Triton's restricted APIs check (gRPC metadata: lower case)
-# what an open port must not offer without the admin key: loading and unloading models, the repository's
-# index, shared-memory registration, tracing and logging settings
+# what an open port must not offer: loading and unloading models, the repository's index, shared-memory
+# registration, tracing and logging settings
 RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
+# The value Triton's restricted APIs are given to expect: a line break, which no HTTP or gRPC request can carry in a
+# header (HTTP ends the header there, gRPC refuses the value), so they are closed to every caller. Triton takes their
+# key only on its command line, which every local user reads in /proc/PID/cmdline: a real key there let anyone on
+# the host unload models. Model control goes through `voice_registry` instead (protocol/admin.py).
+CLOSED = "\n"
 
 
 @dataclass(frozen=True)
 class Exposure:
-    """Where tritonserver listens and who may use its control APIs.
+    """Where tritonserver listens and whether its control APIs are closed.
 
     `host`: the address its HTTP, gRPC and metrics ports bind (127.0.0.1: this machine only; 0.0.0.0:
-    every interface). `admin_key`: the value of the `voxlane-admin-key` header that Triton's
-    RESTRICTED_APIS need; None on loopback leaves them open to local tools, and a server exposed
-    without one restricts them to a random key nobody holds."""
+    every interface). `admin_key`: the first admin key (`voxlane serve --admin-key`; the registry checks its hash).
+    A server on a network, or given an admin key, closes Triton's RESTRICTED_APIS to every caller (CLOSED); on
+    loopback without a key they stay open to local tools."""
 
     host: str = LOOPBACK
     admin_key: str | None = field(default=None, repr=False)
-    _random_key: str | None = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.admin_key is None and self.is_exposed:  # one per server: its own supervisor holds it
-            object.__setattr__(self, "_random_key", secrets.token_urlsafe(24))
-
-    @property
-    def control_key(self) -> str | None:
-        """The `voxlane-admin-key` value the repository API needs (None: it is open)."""
-        return self.admin_key or self._random_key
 
     @property
     def local_host(self) -> str:
@@ -175,17 +185,21 @@ class Exposure:
     def is_exposed(self) -> bool:
         return self.host not in (LOOPBACK, "localhost", "::1")
 
+    @property
+    def is_restricted(self) -> bool:
+        """Whether Triton's control APIs are closed (model control then goes through `voice_registry`)."""
+        return self.is_exposed or self.admin_key is not None
+
     def flags(self) -> list[str]:
         flags = [f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.host}"]
-        key = self.control_key
-        if key is not None:
-            restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={key}"
+        if self.is_restricted:
+            restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={CLOSED}"
             flags += [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]
         return flags
 
 
-def server_command(install: TritonInstall, repository: Path, ports: Ports,
-                   exit_timeout_s: int = EXIT_TIMEOUT_S, exposure: Exposure = Exposure()) -> list[str]:
+def server_command(install: TritonInstall, repository: Path, ports: Ports, exit_timeout_s: int = EXIT_TIMEOUT_S,
+                   exposure: Exposure = Exposure(), region_prefix: str | None = None) -> list[str]:
     return [
         str(install.binary),
         f"--model-repository={repository}",
@@ -202,6 +216,8 @@ def server_command(install: TritonInstall, repository: Path, ports: Ports,
         "--exit-on-error=true",
         f"--exit-timeout-secs={exit_timeout_s}",
         "--log-verbose=0",
+        f"--grpc-infer-allocation-pool-size={GRPC_STATES_KEPT}",
+        *([f"--backend-config=python,shm-region-prefix-name={region_prefix}"] if region_prefix else []),
         *os.environ.get("VOXLANE_TRITON_ARGS", "").split(),  # extra server flags, e.g. for debugging
     ]
 
@@ -222,7 +238,8 @@ def load_failures(log: str) -> list[str]:
 
 class TritonProcess:
     """A running `tritonserver`; `stop()` sends SIGTERM, then SIGKILL after a grace period, and leaves
-    no stub process or stub shared memory behind."""
+    nothing behind: no stub process, no stub shared memory (of the stubs it runs, and of those that died before),
+    no folder of unload marks."""
 
     def __init__(self, install: TritonInstall, repository: Path, ports: Ports,
                  env: dict[str, str] | None = None, log_path: Path | None = None,
@@ -231,10 +248,12 @@ class TritonProcess:
         self._log_path = Path(log_path) if log_path else None
         self._log = open(log_path, "ab" if append_log else "wb") if log_path else None
         self._log_start = self._log.tell() if self._log else 0  # this start's lines follow an appended log's
+        self.region_prefix = shm_prefix()
         self.process = subprocess.Popen(
-            server_command(install, repository, ports, exposure=exposure), env=server_env(install, env),
-            stdout=self._log or None, stderr=subprocess.STDOUT if self._log else None,
+            server_command(install, repository, ports, exposure=exposure, region_prefix=self.region_prefix),
+            env=server_env(install, env), stdout=self._log or None, stderr=subprocess.STDOUT if self._log else None,
             start_new_session=True)
+        self._marks = unloads.folder(self.process.pid)  # named by its start time: read while it runs
 
     def is_ready(self) -> bool:
         url = f"http://{self.host}:{self.ports.http}/v2/health/ready"
@@ -276,6 +295,8 @@ class TritonProcess:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         _end_orphans(self.process.pid, regions)
+        remove_regions(self.region_prefix)
+        unloads.remove_marks(self._marks)
         if self._log:
             self._log.close()
         return self.process.returncode
@@ -291,8 +312,14 @@ def stub_shm_regions(server_pid: int) -> list[Path]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:  # gone meanwhile
             continue
-        regions += [Path("/dev/shm") / arg.decode() for arg in argv if arg.startswith(SHM_REGION)]
+        regions += [SHM_DIR / arg.decode() for arg in argv if arg.startswith(SHM_REGION)]
     return regions
+
+
+def remove_regions(prefix: str, shm_dir: Path = SHM_DIR) -> None:
+    """Remove every shared-memory region named with `prefix`: a stopped server's, live stubs' and dead ones' alike."""
+    for region in shm_dir.glob(prefix + "*"):
+        region.unlink(missing_ok=True)
 
 
 def _end_orphans(server_pid: int, regions: list[Path]) -> None:

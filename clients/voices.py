@@ -50,15 +50,17 @@ def delete_voice(url: str, name: str, admin_key: str | None = None) -> dict:
     return call_registry(url, "delete", admin_key, name=name)
 
 
-def call_registry(url: str, action: str, admin_key: str | None = None, **values) -> dict:
+def call_registry(url: str, action: str, admin_key: str | None = None, timeout_s: float | None = None,
+                  **values) -> dict:
     """One `voice_registry` request (`name` and the reference inputs by the router's table); its JSON answer, or
-    RegistryError. `admin_key`: what a server given admin keys needs for register, delete and import."""
+    RegistryError. `admin_key`: what a server given admin keys needs for register, delete and import (and model
+    control, which the server's control key opens too: protocol/admin.py)."""
     inputs = [_input("action", _text(action))]
     for key, value in values.items():
         inputs.append(_input(key, _text(value) if key == "name" else scalar_array(key, value)))
     client = grpcclient.InferenceServerClient(url)
     try:
-        result = client.infer(VOICE_REGISTRY, inputs,
+        result = client.infer(VOICE_REGISTRY, inputs, client_timeout=timeout_s,
                               parameters={ADMIN_KEY_PARAMETER: admin_key} if admin_key else None)
     except InferenceServerException as exc:
         if exc.status() in _UNREACHABLE:

@@ -134,6 +134,9 @@ VOICES_OUTPUT = "voices"
 # The BLS request parameter (true) on the router's call to `voice_encoder` for a chunk of a stream's input
 # audio: the lane codes it whole (`ref_codes`), without a reference's length and level checks.
 INPUT_CHUNK_PARAMETER = "input_chunk"
+# The BLS request parameter (true) on `voice_registry`'s call to `voice_encoder` for what the served model's voices
+# hold: the lane answers `VOICE_SPEC` BYTES [1], protocol.voices.VoiceSpec as JSON (its reference inputs ignored)
+VOICE_SPEC = "voice_spec"
 
 # A streaming-text session on `vox_ensemble` is a Triton sequence: its requests share a `sequence_id`,
 # the first has the sequence-start flag (and carries the voice and sampling inputs), later ones carry only

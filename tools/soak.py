@@ -33,6 +33,7 @@ from clients.live_stream import LiveStream, tensor
 from clients.reference_clip import voiced
 from clients.stream import build_inputs
 from clients.voices import register_voice
+from protocol.reference import ReferenceLimits
 from tools.procstats import ProcStat, snapshot
 
 CLONING_PRESET = "qwen3-tts-tiny-base"  # a tiny Qwen3-TTS Base model with its voice encoder
@@ -120,14 +121,27 @@ def run_cloned(url: str, rng: random.Random, tally: SoakTally) -> None:
     tally.add("cloned", whole_stream_problem(outcome, frames))
 
 
+def run_long_reference(url: str, rng: random.Random, tally: SoakTally) -> None:
+    """A reference of up to the server's longest (60 s) at its highest rate (48 kHz): up to 11.5 MB in one request,
+    which tritonserver's gRPC frontend once kept for reuse (its private memory grew to 8 such requests)."""
+    limits = ReferenceLimits()
+    frames = rng.randint(3, 6)
+    reference = voiced(rng.uniform(10.0, limits.max_ref_audio_s - 1.0), limits.max_rate, f0=rng.uniform(90.0, 220.0))
+    with LiveStream(url, build_inputs(f"Long reference {rng.random():.6f}.", seed=rng.randrange(1 << 30),
+                                      max_audio_seconds=frames / FRAME_RATE, ignore_eos=True, ref_audio=reference,
+                                      ref_sample_rate=limits.max_rate, x_vector_only=True)) as stream:
+        outcome = stream.read(timeout_s=120)
+    tally.add("cloned", whole_stream_problem(outcome, frames))
+
+
 PLAIN_KINDS = [(run_valid, 0.6), (run_invalid, 0.2), (run_cancelled, 0.2)]
 SOAK_VOICE = "soak-voice"
 
 
 # The mix for a model that clones: the voice `register_soak_voice` registers speaks the valid and cancelled
-# requests, and a fifth of the requests clone their own reference inline.
-CLONING_KINDS = [(partial(run_valid, voice=SOAK_VOICE), 0.4), (run_invalid, 0.2),
-                 (partial(run_cancelled, voice=SOAK_VOICE), 0.2), (run_cloned, 0.2)]
+# requests, and a quarter of the requests clone their own reference inline, some of the longest a server takes.
+CLONING_KINDS = [(partial(run_valid, voice=SOAK_VOICE), 0.35), (run_invalid, 0.2),
+                 (partial(run_cancelled, voice=SOAK_VOICE), 0.2), (run_cloned, 0.15), (run_long_reference, 0.1)]
 
 
 def run_audio_in(url: str, rng: random.Random, tally: SoakTally) -> None:

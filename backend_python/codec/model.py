@@ -28,6 +28,8 @@ import triton_python_backend_utils as pb_utils
 from backend_python.stub_common import fault_inject, unloads
 from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
 from backend_python.stub_common.params import set_up_lane
+from backend_python.stub_common.responses import error_response
+from protocol.reasons import Ended, EndReason
 
 log = logging.getLogger("voxlane.codec")
 
@@ -58,9 +60,9 @@ class CodecModel:
             try:
                 windows.append(self._window(request))
                 errors.append(None)
-            except ValueError as exc:
+            except ValueError as exc:  # the request itself is wrong
                 windows.append(None)
-                errors.append(str(exc))
+                errors.append(Ended(EndReason.REFUSED_BAD_INPUT, str(exc)))
             faulty.append(fault_inject.is_tagged(self._fault_marker, request.parameters()))
         valid = [i for i, w in enumerate(windows) if w is not None]
         started = time.perf_counter()
@@ -68,7 +70,7 @@ class CodecModel:
         run_ms = (time.perf_counter() - started) * 1e3
         for i, audio in decoded.items():
             if isinstance(audio, str):
-                errors[i] = audio
+                errors[i] = Ended(EndReason.INTERNAL, audio)
         responses = [self._response(err, decoded.get(i) if err is None else None, len(windows), run_ms)
                      for i, err in enumerate(errors)]
         self._heap.on_batch()
@@ -137,9 +139,9 @@ class CodecModel:
             audio = self.runner.decode_chunks(chunks)
         return [a.float().cpu().numpy() for a in audio]
 
-    def _response(self, error: str | None, audio: np.ndarray | None, batch_size: int, run_ms: float):
+    def _response(self, error: Ended | None, audio: np.ndarray | None, batch_size: int, run_ms: float):
         if error is not None:
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(error))
+            return error_response(error)
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("audio", audio.reshape(1, -1).astype(np.float32)),
             pb_utils.Tensor("sample_rate", np.array([[self.codec.sample_rate]], dtype=np.int32)),

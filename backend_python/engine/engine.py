@@ -283,9 +283,13 @@ class LMEngine:
 
     def _admission_state(self) -> AdmissionState:
         now = self._clock()
-        # a stream waiting for its text stalls whatever admission does: it is not protected from prefills
+        # a stream waiting for its text stalls whatever admission does: it is not protected from prefills; nor is
+        # one paused on its client, which holds the bound of audio it has not taken: a prefill cannot starve it
+        # (its playback clock ran on while it waited, and read as a stall it held every new request back for
+        # max_wait_s: 200 slow readers put 2 s and more on everyone's first audio)
         running = [StreamStatus(s.request_id, s.emitted_frames / self.model.frame_rate,
-                                s.t_first_emitted) for s in self._running if not self._needs_text(s)]
+                                s.t_first_emitted) for s in self._running
+                   if not self._needs_text(s) and not s.is_paused(now)]
         waiting = [WaitingRequest(s.request_id, s.arrival_time, self._timing.prefill_s(s.prompt.num_tokens))
                    for s in self._waiting if s.prompt is not None]
         return AdmissionState(now=now, num_free_slots=len(self._free_slots), step_time_s=self._timing.step_s,

@@ -22,6 +22,7 @@ from backend_python.models.codec_stream import CodecStreamState, StreamCarry, sp
 from backend_python.models.delay_pattern import DelayPattern
 from backend_python.models.input_feed import InputFeed
 from protocol.tensors import REQUEST_INPUTS
+from protocol.voices import VoiceSpec
 
 SAMPLING_SPECS = {name: REQUEST_INPUTS[name] for name in ("temperature", "top_k", "top_p", "repetition_penalty")}
 
@@ -142,6 +143,13 @@ class VoiceEncoder(nn.Module, ABC):
     """
 
     reference_tensors: dict[str, tuple[str, list[int]]]
+    code_limits: tuple[int, ...] = ()  # `ref_codes`' exclusive bound per codebook (its quantizers' sizes)
+    in_context_needs_text: bool = True  # an in-context voice's prompt holds its transcript (TontaubeV1's does not)
+
+    def voice_spec(self) -> VoiceSpec:
+        """What this encoder's voices hold, which a stored or imported voice must match (protocol/voices.py)."""
+        return VoiceSpec({name: tuple(shape) for name, (_, shape) in self.reference_tensors.items()},
+                         tuple(self.code_limits), self.in_context_needs_text)
 
     @property
     def device(self) -> torch.device:

@@ -22,6 +22,8 @@ import triton_python_backend_utils as pb_utils
 from backend_python.stub_common import fault_inject, unloads
 from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
 from backend_python.stub_common.params import set_up_lane
+from backend_python.stub_common.responses import error_response
+from protocol.reasons import Ended, EndReason
 
 log = logging.getLogger("voxlane.refiner")
 
@@ -40,17 +42,19 @@ class RefinerModel:
     def execute(self, requests: list) -> list:
         if self.refiner is None:
             message = f"{self.model_name} has no refinement stage: its chunks go to the codec lanes as they are"
-            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message)) for _ in requests]
+            return [error_response(Ended(EndReason.REFUSED_BAD_INPUT, message)) for _ in requests]
         parsed, errors = [], []
         for request in requests:
+            if fault_inject.is_tagged(self._fault_marker, request.parameters()):
+                parsed.append(None)
+                errors.append(Ended(EndReason.INTERNAL, "injected refiner fault (VOXLANE_FAULT_INJECT)"))
+                continue
             try:
-                if fault_inject.is_tagged(self._fault_marker, request.parameters()):
-                    raise ValueError("injected refiner fault (VOXLANE_FAULT_INJECT)")
                 parsed.append(self._request(request))
                 errors.append(None)
-            except ValueError as exc:
+            except ValueError as exc:  # the request itself is wrong
                 parsed.append(None)
-                errors.append(str(exc))
+                errors.append(Ended(EndReason.REFUSED_BAD_INPUT, str(exc)))
         valid = [i for i, r in enumerate(parsed) if r is not None]
         started = time.perf_counter()
         refined = dict(zip(valid, self._refine_isolated([parsed[i] for i in valid])))
@@ -58,7 +62,7 @@ class RefinerModel:
         responses = []
         for i, error in enumerate(errors):
             codes = refined.get(i)
-            error = error or (codes if isinstance(codes, str) else None)
+            error = error or (Ended(EndReason.INTERNAL, codes) if isinstance(codes, str) else None)
             responses.append(self._response(error, codes, len(requests), run_ms))
         self._heap.on_batch()
         return responses
@@ -91,9 +95,9 @@ class RefinerModel:
         return [self._refine_isolated([r])[0] for r in requests]
 
     @staticmethod
-    def _response(error: str | None, codes, batch_size: int, run_ms: float):
+    def _response(error: Ended | None, codes, batch_size: int, run_ms: float):
         if error is not None:
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(error))
+            return error_response(error)
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("codes", np.ascontiguousarray(codes, dtype=np.int32)[None]),
             pb_utils.Tensor("batch_size", np.array([[batch_size]], dtype=np.int32)),

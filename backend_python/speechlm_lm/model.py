@@ -8,12 +8,11 @@ INT32 [1], `chunk_index` INT32 [1], `start_frame` INT32 [1] (the first new frame
 request), `is_last` BOOL [1]; `lookahead_frames` INT32 [1] and `overlap_frames` INT32 [1] only for
 a codec with lookahead (models/base.py CodecWindowing); `codec_condition` FP32 [D] for a codec with
 a condition — plus `audio` FP32 [n] and `sample_rate` INT32 [1] in timeshare mode, where the codec
-runs inline — then the final flag. A request that
-fails gets one response with only `error` BYTES [1] (its `Ended` in the wire form of
-protocol/wire.py), then the final flag.
+runs inline — then the final flag. A direct client's request that fails gets a Triton error response (its
+`Ended` in the wire form of protocol/wire.py, INVALID_ARG for bad input: a 400 over HTTP) with the final flag.
 
 The router's requests name its chunk channel (`voxlane_channel` parameters): those get a single
-response at once, the final flag (with `error` when refused), and their chunks, the same arrays,
+response at once, the final flag (with the `error` output BYTES [1] when refused), and their chunks, the same arrays,
 go through the channel (see backend_python/stub_common/chunk_channel.py for why). A `list_voices` request (the
 voice registry's, for the voice listing) gets one response: `voices`, the model's preset voice names as JSON.
 """
@@ -31,7 +30,7 @@ import triton_python_backend_utils as pb_utils
 from backend_python.engine.sequence import Sequence
 from backend_python.speechlm_lm.prompt_options import option_kwargs, prompt_options
 from backend_python.speechlm_lm.reference import check_can_clone, voice_reference
-from backend_python.speechlm_lm.sinks import FINAL, ChannelSink, ResponseSink, error_response
+from backend_python.speechlm_lm.sinks import FINAL, ChannelSink, ResponseSink, error_output
 from backend_python.speechlm_lm.text import SpeakableText
 from backend_python.stub_common import unloads
 from backend_python.stub_common.chunk_channel import CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients, ChannelError
@@ -60,7 +59,7 @@ def _scalar_input(request, name: str):
 
 def _refuse(sender, ended: Ended) -> None:
     """A router request's single response: the final flag, carrying the error."""
-    sender.send(error_response(ended), flags=FINAL)
+    sender.send(error_output(ended), flags=FINAL)
 
 
 def _channel_of(request) -> tuple[str, str] | None:

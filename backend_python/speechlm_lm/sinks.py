@@ -16,6 +16,7 @@ from backend_python.engine.sequence import Chunk
 from protocol.channel import ChannelKind
 from protocol.reasons import CANCELLED_BY_CLIENT, DONE, Ended, EndReason
 from protocol.wire import encode_error
+from backend_python.stub_common.responses import error_response
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -52,12 +53,14 @@ class ResponseSink:
         self.end(ended_of(error))
 
     def end(self, ended: Ended) -> None:
-        # every stream ends with a plain final flag, and an error travels before it as the `error`
-        # output: through BLS in Triton 2.51 an error response never ended the router's response
-        # iterator, and tritonserver then hung at shutdown (the router's model never unloaded)
+        # a direct client's stream (the router's requests name its channel: never this sink) ends with a Triton
+        # error response where it failed, coded by its reason (a 400 over HTTP for the client's own bad input). The
+        # router's single response carries the `error` output instead (`error_output`): through BLS in Triton 2.51
+        # an error response never ended the router's response iterator, and tritonserver then hung at shutdown
         if ended.is_error:
-            self._sender.send(error_response(ended))
-        self._sender.send(flags=FINAL)
+            self._sender.send(error_response(ended), flags=FINAL)
+        else:
+            self._sender.send(flags=FINAL)
 
 
 class ChannelSink:
@@ -99,7 +102,7 @@ def chunk_arrays(chunk: Chunk, sample_rate: int | None) -> dict:
     return arrays
 
 
-def error_response(ended: Ended):
-    """A response carrying only the `error` output BYTES [1]: the ending in its wire form."""
+def error_output(ended: Ended):
+    """A response carrying only the `error` output BYTES [1]: the ending in its wire form (the router's requests)."""
     error = np.array([encode_error(ended).encode("utf-8")], dtype=np.object_)
     return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("error", error)])

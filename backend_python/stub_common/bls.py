@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton_python_backend_utils as pb_utils
 
 from protocol.reasons import Ended, EndReason
-from protocol.wire import decode_error, is_triton_unavailable
+from protocol.wire import decode_error, is_encoded, is_triton_unavailable
 
 _STUB_DIED = "is not healthy"  # Triton 2.51's error for a call to a model whose stub died
 
@@ -26,6 +26,13 @@ def stopping(model: str, error_message: str) -> Ended | None:
 def triton_failure(error_message: str) -> EndReason:
     """The reason behind Triton's own error for a BLS call: LANE_DOWN when the model's stub died."""
     return EndReason.LANE_DOWN if _STUB_DIED in error_message else EndReason.INTERNAL
+
+
+def lane_failure(model: str, error_message: str) -> Ended:
+    """A lane's failed call as the router's own INTERNAL ending: the lane's words, without its wire code (a lane
+    codes its errors for a direct caller; a router that sent a lane a bad request has a bug of its own)."""
+    words = decode_error(error_message).message if is_encoded(error_message) else error_message
+    return Ended(EndReason.INTERNAL, f"{model} failed: {words}")
 
 
 def lm_refusal(response) -> Ended | None:

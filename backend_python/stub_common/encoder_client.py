@@ -16,7 +16,8 @@ from backend_python.stub_common.lane_health import LaneHealth
 from backend_python.stub_common.reference_inputs import ReferenceAudio
 from protocol.models import VOICE_ENCODER
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import REFERENCE_TENSORS
+from protocol.tensors import REFERENCE_TENSORS, VOICE_SPEC
+from protocol.voices import VoiceSpec
 from protocol.wire import decode_error, is_encoded
 
 
@@ -46,6 +47,21 @@ class VoiceEncoderClient:
         if reference.text is not None:
             tensors.append(pb_utils.Tensor("ref_text", np.array([reference.text.encode("utf-8")], dtype=np.object_)))
         return tensors
+
+    def voice_spec(self) -> VoiceSpec | Ended:
+        """What the served model's voices hold (the lane's encoder says), or why it cannot say."""
+        if (down := self._lane_health.unavailable(VOICE_ENCODER)) is not None:
+            return down
+        request = pb_utils.InferenceRequest(  # the lane's required inputs, which it ignores here
+            model_name=VOICE_ENCODER, requested_output_names=[VOICE_SPEC], parameters={VOICE_SPEC: True},
+            inputs=[pb_utils.Tensor("ref_audio", np.zeros((1, 1), dtype=np.float32)),
+                    pb_utils.Tensor("ref_sample_rate", np.array([[16000]], dtype=np.int32))])
+        generation = self._lane_health.generation(VOICE_ENCODER)
+        response = request.exec()
+        if response.has_error():
+            return self._on_call_error(response.error().message(), generation)
+        spec = pb_utils.get_output_tensor_by_name(response, VOICE_SPEC).as_numpy().reshape(-1)[0]
+        return VoiceSpec.from_json(bytes(spec).decode("utf-8"))
 
     def _on_call_error(self, message: str, generation: int) -> Ended:
         if is_encoded(message):  # the lane's own answer: bad reference, no encoder, or its failure

@@ -15,7 +15,8 @@ finds the LM's stub gone, the lane is down at once: codec chunks go to the other
 
 Model control needs tritonserver's explicit mode (`--model-control-mode=explicit --load-model=*`,
 what `voxlane serve` starts); without it, or once every attempt failed, the lane stays down until
-an operator loads it (`POST /v2/repository/models/<model>/load`) or restarts the server, and the
+an operator loads it (`voice_registry`'s `load_model` with an admin key, or `POST
+/v2/repository/models/<model>/load` where Triton's repository API is open) or restarts the server, and the
 errors and the log say so. While a lane is unloaded Triton's strict readiness
 (`/v2/health/ready`) says not ready: for a codec lane that is the seconds of its reload.
 """
@@ -176,8 +177,8 @@ class LaneHealth:
                 self._given_up[model] = time.monotonic()
             self._down[model] = Ended(
                 EndReason.LANE_DOWN,
-                f"the {model} lane is down: its process died and {why}; load it again "
-                f"(POST /v2/repository/models/{model}/load) or restart the server")
+                f"the {model} lane is down: its process died and {why}; load it again (voice_registry's "
+                f"load_model, or POST /v2/repository/models/{model}/load where open) or restart the server")
 
     def _mark_up(self, model: str, is_restart: bool = False) -> None:
         with self._lock:

@@ -13,40 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from backend_python.stub_common.request_inputs import GetInput, RequestError, control_character
+from protocol.reference import ReferenceLimits  # the one table of a reference's limits; re-exported here
 from protocol.tensors import REFERENCE_INPUTS, REQUEST_INPUTS
 
+__all__ = ["ReferenceAudio", "ReferenceLimits", "check_reference_audio", "parse_reference", "resample"]
+
 RATE = REQUEST_INPUTS["ref_sample_rate"]
-
-
-@dataclass(frozen=True)
-class ReferenceLimits:
-    """What a reference may be: parameters of `vox_ensemble` and `voice_encoder` (`voxlane serve` renders them)."""
-
-    max_ref_audio_s: float = 60.0
-    min_ref_audio_s: float = 0.5  # shorter carries too little of a voice
-    max_ref_text_chars: int = 2000  # the transcript's length
-    range_tolerance: float = 0.01  # how far past [-1, 1] a sample may go (resampled PCM overshoots a little)
-    min_peak: float = 1e-3  # a reference whose loudest sample is below this (-60 dBFS) is silence
-
-    def __post_init__(self) -> None:
-        if not 0 < self.min_ref_audio_s <= self.max_ref_audio_s:
-            raise ValueError(f"inconsistent reference limits: {self}")
-        if self.max_ref_text_chars < 1 or self.range_tolerance < 0 or not 0 <= self.min_peak < 1:
-            raise ValueError(f"inconsistent reference limits: {self}")
-
-    @classmethod
-    def from_parameters(cls, params: dict[str, str]) -> "ReferenceLimits":
-        """From a model's config.pbtxt parameters; absent keys keep the defaults."""
-        return cls(**{name: parse(params[name]) for name, parse in _PARSERS.items() if name in params})
-
-    def to_parameters(self) -> dict[str, str]:
-        """Every field as the string `from_parameters` reads back."""
-        return {name: f"{value:g}" if isinstance(value := getattr(self, name), float) else str(value)
-                for name in _PARSERS}
-
-
-_PARSERS = {"max_ref_audio_s": float, "min_ref_audio_s": float, "max_ref_text_chars": int,
-            "range_tolerance": float, "min_peak": float}
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,14 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.stub_common import unloads
 from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
 from backend_python.stub_common.params import LaneSettings, model_parameters, set_up_lane
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference, resample
 from backend_python.stub_common.request_inputs import RequestError
+from backend_python.stub_common.responses import error_response
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import INPUT_CHUNK_PARAMETER, REFERENCE_TENSORS
-from protocol.wire import encode_error
+from protocol.tensors import INPUT_CHUNK_PARAMETER, REFERENCE_TENSORS, VOICE_SPEC
 from scheduler.family_plans import clones_voices
 
 log = logging.getLogger("voxlane.voice_encoder")
@@ -56,8 +57,11 @@ class VoiceEncoderModel:
 
     def execute(self, requests: list) -> list:
         if self.unsupported is not None:
-            return [_error_response(self.unsupported) for _ in requests]
-        is_chunk = [is_input_chunk(request.parameters()) for request in requests]
+            return [error_response(self.unsupported) for _ in requests]
+        if any(is_flagged(request.parameters(), VOICE_SPEC) for request in requests):
+            return [self._spec_response() if is_flagged(request.parameters(), VOICE_SPEC) else
+                    self.execute([request])[0] for request in requests]
+        is_chunk = [is_flagged(request.parameters(), INPUT_CHUNK_PARAMETER) for request in requests]
         parsed = [self._reference(request, chunk) for request, chunk in zip(requests, is_chunk)]
         encoded = {}
         for chunks, run in ((False, self._encode), (True, self._code)):  # references, then input chunks
@@ -66,7 +70,14 @@ class VoiceEncoderModel:
         self._heap.on_batch()
         return [_response(encoded.get(i, item)) for i, item in enumerate(parsed)]
 
+    def _spec_response(self):
+        """What this model's voices hold (protocol.voices.VoiceSpec), for the registry's checks."""
+        spec = self.encoder.voice_spec().to_json()
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor(VOICE_SPEC, np.array([[spec.encode("utf-8")]], dtype=np.object_))])
+
     def finalize(self) -> None:
+        unloads.mark_unloaded()  # an unload, not a death, for the router's watch of this lane
         if self.unsupported is None:
             self._heap.stop()
 
@@ -120,10 +131,11 @@ def _isolated(items: list[ReferenceAudio], run) -> list:
     return [_isolated([item], run)[0] for item in items]
 
 
-def is_input_chunk(parameters: str | None) -> bool:
+def is_flagged(parameters: str | None, name: str) -> bool:
+    """Whether a request's parameters (Triton's JSON) set `name` true."""
     import json
     try:
-        return bool(json.loads(parameters or "{}").get(INPUT_CHUNK_PARAMETER))
+        return bool(json.loads(parameters or "{}").get(name))
     except (ValueError, AttributeError):
         return False
 
@@ -168,10 +180,8 @@ def _as_output(name: str, tensor) -> np.ndarray:
 
 def _response(result: dict[str, np.ndarray] | Ended):
     if isinstance(result, Ended):
-        return _error_response(result)
+        return error_response(result)
     return pb_utils.InferenceResponse(
         output_tensors=[pb_utils.Tensor(name, array[None]) for name, array in result.items()])
 
 
-def _error_response(ended: Ended):
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(encode_error(ended)))

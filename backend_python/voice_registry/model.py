@@ -10,6 +10,12 @@ JSON, the voice's metadata (register, delete, import; export adds `file`, the ba
 `{"object": "list", "data": [...], "presets": [...]}` (list: the registered voices, and the model's preset voices as
 the LM lane names them; `presets` is absent while the LM lane does not answer).
 
+It also loads and unloads models (`load_model`, `unload_model`, `name` the model's; answered `{"object": "model",
+"name", "ready"}`): `voxlane serve` unloads the LM through it before a stop, and an operator may, where Triton's own
+repository API is closed (a server with keys or on a network: no key is put on tritonserver's command line). They
+need an admin key or the server's control key (protocol/admin.py), unless the server has neither (its repository
+API is open then too).
+
 A name that holds another voice is refused (`voice_exists`: delete it first); registering the same reference
 under the same name again answers the stored voice, so a gateway that registers on every server, some of them
 sharing one data directory, gets the same answer from each. Errors are `Ended` values in the wire form.
@@ -23,24 +29,25 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.stub_common import unloads
 from backend_python.stub_common.encoder_client import VoiceEncoderClient
 from backend_python.stub_common.logs import configure_stub_logging
 from backend_python.stub_common.params import model_parameters
 from backend_python.stub_common.reference_inputs import ReferenceAudio, ReferenceLimits, parse_reference
-from backend_python.stub_common.request_inputs import RequestError
+from backend_python.stub_common.request_inputs import RequestError, control_character
+from backend_python.stub_common.responses import error_response
 from backend_python.voice_registry.store import Voice, VoiceStore, VoiceStoreSettings, fingerprint
-from protocol.voices import check_name
-from protocol.admin import ADMIN_KEY_PARAMETER, WRITE_ACTIONS, is_admin
+from protocol.voices import VoiceSpec, check_name
+from protocol.admin import ADMIN_KEY_PARAMETER, CONTROL_ACTIONS, CONTROL_KEY_FILE, WRITE_ACTIONS, is_admin, key_hash
 from protocol.models import LM, VOICE_ENCODER
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import LIST_VOICES, REFERENCE_INPUTS, REFERENCE_TENSORS, VOICES_OUTPUT
-from protocol.wire import encode_error
 
 log = logging.getLogger("voxlane.voice_registry")
 # the inputs each action takes; export and import copy a voice between servers (the gateway's sync)
 ACTIONS = {"register": ("name", *REFERENCE_INPUTS), "list": (), "delete": ("name",), "export": ("name",),
-           "import": ("name", "voice_file")}
+           "import": ("name", "voice_file"), "load_model": ("name",), "unload_model": ("name",)}
 
 
 class VoiceRegistryModel:
@@ -52,12 +59,19 @@ class VoiceRegistryModel:
         self.store = VoiceStore.from_settings(self.settings)
         # where set (`voxlane serve` with admin keys): writes need one of these keys (protocol/admin.py)
         self.admin_key_hashes = tuple(h for h in params.get("admin_key_sha256", "").split(",") if h)
+        # model control: those keys, and the server's own control key (`voxlane serve` writes it to a file only its
+        # user reads); with neither, model control is as open as Triton's repository API then is
+        self.control_key_hashes = self.admin_key_hashes + _file_key_hash(params.get(CONTROL_KEY_FILE, ""))
         self.encoder = VoiceEncoderClient(_NoHealing())
         self.lm_voices = LMVoices()
         self._presets: tuple[str, ...] | None = None  # read at the first register: it imports the model registry
+        self._voice_spec: VoiceSpec | None = None  # asked of the encoder lane at the first register or import
 
     def execute(self, requests: list) -> list:
         return [self._respond(request) for request in requests]
+
+    def finalize(self) -> None:
+        unloads.mark_unloaded()  # an unload, not a death, for the router's watch of this model
 
     def _respond(self, request):
         def get(name: str):
@@ -66,22 +80,20 @@ class VoiceRegistryModel:
         try:
             answer = self._run(get, {t.name() for t in request.inputs()}, lambda: _parameters(request))
         except RequestError as exc:
-            return _error(exc.ended)
+            return error_response(exc.ended)
         except (OSError, ValueError) as exc:  # the data directory (a full disk, a damaged file)
             log.error("voice registry failed: %s", exc)
-            return _error(Ended(EndReason.INTERNAL, f"voice registry failed: {exc}"))
+            return error_response(Ended(EndReason.INTERNAL, f"voice registry failed: {exc}"))
         if isinstance(answer, Ended):
-            return _error(answer)
+            return error_response(answer)
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("voices", np.array([json.dumps(answer).encode("utf-8")], dtype=np.object_))])
 
     def _run(self, get, names: set[str], parameters) -> dict | Ended:
         action = _action(get, names)
-        if action in WRITE_ACTIONS and self.admin_key_hashes and \
-                not is_admin(parameters().get(ADMIN_KEY_PARAMETER), self.admin_key_hashes):
-            raise RequestError(f"{action} needs an admin key of this server (the request parameter "
-                               f"'{ADMIN_KEY_PARAMETER}'; the gateway sends its own)", param=ADMIN_KEY_PARAMETER,
-                               code="admin_key_required")
+        _check_key(action, parameters, self.admin_key_hashes, self.control_key_hashes)
+        if action in CONTROL_ACTIONS:
+            return _control_model(action, _text(get, "name", required=True))
         if action == "list":
             return self._list()
         name = _text(get, "name", required=True)
@@ -90,7 +102,7 @@ class VoiceRegistryModel:
         if action == "export":
             return self._export(name)
         if action == "import":
-            return self.store.import_file(check_name(name, self._preset_voices()), _file(get)).metadata()
+            return self._import(check_name(name, self._preset_voices()), _file(get))
         answer = self._register(check_name(name, self._preset_voices()), get)
         return answer if isinstance(answer, Ended) else answer.metadata()
 
@@ -108,6 +120,26 @@ class VoiceRegistryModel:
             raise self.store.not_found(name)
         return {**voice.metadata(), "file": base64.b64encode(self.store.export(name)).decode("ascii")}
 
+    def _import(self, name: str, data: bytes) -> dict | Ended:
+        """Another server's voice, refused before it is stored where the served model could not speak it."""
+        spec = self._spec()
+        if isinstance(spec, Ended):
+            return spec
+
+        def check(voice: Voice) -> None:
+            _check_transcript(voice.transcript, self.limits)
+            spec.check(voice.tensors, voice.transcript, voice.x_vector_only, param="voice_file")
+        return self.store.import_file(name, data, check).metadata()
+
+    def _spec(self) -> VoiceSpec | Ended:
+        """What the served model's voices hold, asked of its encoder lane once."""
+        if self._voice_spec is None:
+            answer = self.encoder.voice_spec()
+            if isinstance(answer, Ended):
+                return answer
+            self._voice_spec = answer
+        return self._voice_spec
+
     def _register(self, name: str, get) -> Voice | Ended:
         reference = parse_reference(get, self.limits)
         if reference is None:
@@ -118,9 +150,10 @@ class VoiceRegistryModel:
             return existing  # registered before, from this reference: nothing to encode
         if existing is not None:
             raise self.store.exists(name)
-        tensors = self._encode(reference)
-        if isinstance(tensors, Ended):
-            return tensors
+        tensors, spec = self._encode(reference), self._spec()
+        if isinstance(tensors, Ended) or isinstance(spec, Ended):
+            return tensors if isinstance(tensors, Ended) else spec
+        spec.check(tensors, reference.text, reference.x_vector_only, param="ref_audio")
         return self.store.add(self.store.new_voice(name, tensors, reference.audio, reference.sample_rate,
                                                    reference.text, reference.x_vector_only))
 
@@ -185,6 +218,34 @@ class _NoHealing:
         return Ended(EndReason.LANE_DOWN, f"the {VOICE_ENCODER} lane is down ({message}); retry")
 
 
+def _check_key(action: str, parameters, admin_hashes: tuple[str, ...], control_hashes: tuple[str, ...]) -> None:
+    """Refuse a write without an admin key, and model control without an admin or the control key, where set."""
+    hashes = control_hashes if action in CONTROL_ACTIONS else admin_hashes if action in WRITE_ACTIONS else ()
+    if hashes and not is_admin(parameters().get(ADMIN_KEY_PARAMETER), hashes):
+        what = "an admin key of this server, or its control key" if action in CONTROL_ACTIONS else \
+            "an admin key of this server"
+        raise RequestError(f"{action} needs {what} (the request parameter '{ADMIN_KEY_PARAMETER}'; the gateway "
+                           "sends its own)", param=ADMIN_KEY_PARAMETER, code="admin_key_required")
+
+
+def _control_model(action: str, model: str) -> dict:
+    """Load or unload `model` through the Python backend's model control (the load returns once it is done)."""
+    try:
+        (pb_utils.load_model if action == "load_model" else pb_utils.unload_model)(model)
+    except pb_utils.TritonModelException as exc:
+        raise RequestError(f"{action} {quoted(model)} failed: {exc}", param="name", code="model_control_failed") \
+            from None
+    return {"object": "model", "name": model, "ready": bool(pb_utils.is_model_ready(model))}
+
+
+def _file_key_hash(path: str) -> tuple[str, ...]:
+    """The SHA-256 of the key in `path` (one line), or () where no file is named."""
+    if not path:
+        return ()
+    with open(path, encoding="utf-8") as f:
+        return (key_hash(f.read().strip()),)
+
+
 def _parameters(request) -> dict:
     """The request's parameters (Triton hands them over as JSON); {} where none or unreadable."""
     try:
@@ -230,9 +291,17 @@ def _file(get) -> bytes:
     return bytes(array.reshape(-1)[0])
 
 
+def _check_transcript(transcript: str | None, limits: ReferenceLimits) -> None:
+    """An imported voice's transcript follows the rules of `ref_text` (reference_inputs.py)."""
+    if transcript is None:
+        return
+    if (bad := control_character(transcript)) is not None:
+        raise RequestError(f"the voice's transcript contains control character U+{ord(bad):04X}",
+                           param="voice_file", code="bad_voice_file")
+    if len(transcript) > limits.max_ref_text_chars:
+        raise RequestError(f"the voice's transcript has {len(transcript)} characters; the limit is "
+                           f"{limits.max_ref_text_chars}", param="voice_file", code="bad_voice_file")
+
+
 def _fingerprint(reference: ReferenceAudio) -> str:
     return fingerprint(reference.audio, reference.sample_rate, reference.text, reference.x_vector_only)
-
-
-def _error(ended: Ended):
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(encode_error(ended)))

@@ -25,6 +25,7 @@ import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -153,8 +154,9 @@ class VoiceStore:
         except FileNotFoundError:
             raise self.not_found(name) from None
 
-    def import_file(self, name: str, data: bytes) -> Voice:
-        """Register the voice another store exported as `name` (checked as a lookup reads it), as `add` does."""
+    def import_file(self, name: str, data: bytes, check: Callable[[Voice], None] = lambda voice: None) -> Voice:
+        """Register the voice another store exported as `name` (checked as a lookup reads it, then by `check`, which
+        raises what is wrong with it for the served model), as `add` does."""
         try:
             voice = _read(io.BytesIO(data), name)
         except ValueError as exc:
@@ -162,6 +164,7 @@ class VoiceStore:
         if not voice.tensors:
             raise RequestError(f"the voice file of {quoted(name)} holds none of {sorted(REFERENCE_TENSORS)}",
                                param="voice_file", code="bad_voice_file")
+        check(voice)
         return self._link(voice, data)
 
     def _link(self, voice: Voice, data: bytes) -> Voice:
@@ -272,6 +275,7 @@ def _write(path: Path, data: bytes) -> None:
 # codebooks below 2**16, at most ~4k frames; an embedding of at most 8k values), and nothing that expands more
 # than a real file does (a member 8 MiB at most, and at most 200 times its compressed size)
 MAX_MEMBER_BYTES = 8 << 20
+MAX_META_BYTES = 64 << 10  # its metadata: a transcript of at most 2,000 characters and a few fields fill ~8 kB
 MAX_EXPANSION = 200
 MAX_EMBEDDING = 8192
 MAX_CODE_FRAMES, MAX_CODEBOOKS, MAX_CODE = 4096, 64, 1 << 16
@@ -301,6 +305,8 @@ def _read(f, name: str) -> Voice:
 def _check_members(npz) -> None:
     """Sizes from the zip's directory, before anything is decompressed: no member may expand like a bomb."""
     for info in npz.zip.infolist():
+        if info.filename == META + ".npy" and info.file_size > MAX_META_BYTES:
+            raise ValueError(f"its metadata holds {info.file_size} bytes (at most {MAX_META_BYTES})")
         if info.file_size > MAX_MEMBER_BYTES or info.file_size > MAX_EXPANSION * max(info.compress_size, 1) + 4096:
             raise ValueError(f"its member {quoted(info.filename)} expands to {info.file_size} bytes from "
                              f"{info.compress_size} (at most {MAX_MEMBER_BYTES}, and {MAX_EXPANSION}x)")

@@ -139,4 +139,4 @@ class CodecLanes:
             return stopping
         if bls.triton_failure(message) is EndReason.LANE_DOWN:
             return self._lane_health.on_dead(model, message, generation)
-        return Ended(EndReason.INTERNAL, f"{model} failed: {message}")
+        return bls.lane_failure(model, message)

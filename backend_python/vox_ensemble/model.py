@@ -29,7 +29,8 @@ from backend_python.vox_ensemble.codec_lanes import CodecLanes
 from backend_python.stub_common.lane_health import HealPolicy, LaneHealth, ModelControl
 from backend_python.vox_ensemble.lm_client import LMClient
 from backend_python.vox_ensemble.lane_watch import LaneWatch
-from backend_python.vox_ensemble.outlet import FINAL, Outlet, error_response
+from backend_python.vox_ensemble.outlet import FINAL, Outlet
+from backend_python.stub_common.responses import error_response
 from backend_python.vox_ensemble.relay import Relay
 from backend_python.vox_ensemble.stream import Job, PendingReference, as_numpy, typed_request
 from backend_python.vox_ensemble.audio_sessions import AudioInLimits, AudioSessions, InputChunker
@@ -47,7 +48,7 @@ from backend_python.stub_common.request_inputs import (RequestError, RequestLimi
                                                   check_request_parameters, parse_audio_options,
                                                   parse_speech_request, with_start_text)
 from backend_python.voice_registry.store import VoiceStore, VoiceStoreSettings
-from protocol.models import CODEC, CODEC_URGENT, LANE_MODELS, LM, REFINER_MODELS
+from protocol.models import CODEC, CODEC_URGENT, LANE_MODELS, LM, REFINER_MODELS, VOICE_ENCODER, VOICE_REGISTRY
 from protocol.quoting import quoted
 from protocol.reasons import ROUTER_STOPPING, Ended, EndReason
 from protocol.tensors import MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, SEQUENCE_END, SEQUENCE_START
@@ -91,16 +92,20 @@ class RouterModel:
         self.cancel_watch.start()
         self.outlet = Outlet(self.metrics, self.cancel_watch)
         self.lm_watch = LaneWatch(StubWatch(LM).is_dead, self._on_lm_dead,
-                                  has_streams=lambda: self.outlet.num_live > 0,
                                   is_lane_available=lambda: self.lane_health.unavailable(LM) is None)
         self.lm_watch.start()
         # a codec lane's dead stub is noticed by its process too, not only by the next chunk that fails on it:
-        # under load every chunk may go to the urgent lane and leave a dead background lane unhealed
-        self.codec_watches = [LaneWatch(StubWatch(model).is_dead, functools.partial(self._on_codec_dead, model),
-                                        has_streams=lambda: True,
+        # under load every chunk may go to the urgent lane and leave a dead background lane unhealed; and the
+        # encoder's though no cloning stream meets it
+        self.lane_watches = [LaneWatch(StubWatch(model).is_dead, functools.partial(self._on_lane_dead, model),
                                         is_lane_available=functools.partial(self._is_in_service, model), name=model)
-                              for model in (CODEC, CODEC_URGENT, *(REFINER_MODELS if self.refines else ()))]
-        for watch in self.codec_watches:
+                              for model in (CODEC, CODEC_URGENT, VOICE_ENCODER,
+                                            *(REFINER_MODELS if self.refines else ()))]
+        # the voice registry is no lane (no stream waits on it), but nothing else in the server reloads it
+        self.registry_health = LaneHealth(control, HealPolicy.from_parameters(params))
+        self.lane_watches.append(LaneWatch(StubWatch(VOICE_REGISTRY).is_dead, self._on_registry_dead,
+                                            is_lane_available=self._is_registry_in_service, name=VOICE_REGISTRY))
+        for watch in self.lane_watches:
             watch.start()
 
     def execute(self, requests: list) -> None:
@@ -184,8 +189,9 @@ class RouterModel:
         if num_ended:
             log.info("unloading: ended %d live streams", num_ended)
         self.lane_health.stop()
+        self.registry_health.stop()
         self.lm_watch.stop()
-        for watch in self.codec_watches:
+        for watch in self.lane_watches:
             watch.stop()
         self.cancel_watch.stop()
         self.channel.close()
@@ -310,10 +316,16 @@ class RouterModel:
         log.info("request %s: stream %s ended: %s", job.request_id or NO_ID, job.stream_id, _ending(ended))
         self.outlet.end(job, ended)
 
-    def _on_codec_dead(self, model: str) -> None:
-        """A codec (or refinement) lane's process died: out of service and reloaded (its chunks go to the other
-        lane meanwhile)."""
+    def _on_lane_dead(self, model: str) -> None:
+        """A codec (refinement, encoder) lane's process died: out of service and reloaded (a codec lane's chunks go
+        to the other lane meanwhile)."""
         self.lane_health.on_dead(model, "its stub process exited")
+
+    def _on_registry_dead(self) -> None:
+        self.registry_health.on_dead(VOICE_REGISTRY, "its stub process exited")
+
+    def _is_registry_in_service(self) -> bool:
+        return self.registry_health.unavailable(VOICE_REGISTRY) is None
 
     def _is_in_service(self, model: str) -> bool:
         return self.lane_health.unavailable(model) is None

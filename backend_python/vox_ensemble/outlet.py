@@ -14,16 +14,11 @@ from backend_python.vox_ensemble.cancel_watch import CancelWatch
 from backend_python.vox_ensemble.live_streams import LiveStreams
 from backend_python.vox_ensemble.stream import DecodedChunk, Job
 from backend_python.stub_common.metrics import RouterMetrics
+from backend_python.stub_common.responses import error_response
 from protocol.reasons import Ended, EndReason
-from protocol.wire import encode_error
 from scheduler import PlaybackClock
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-
-
-def error_response(ended: Ended):
-    """A Triton error response carrying `ended` in its wire form."""
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(encode_error(ended)))
 
 
 class Outlet:

@@ -56,7 +56,7 @@ class RefinerLanes:
                 return stopping
             if bls.triton_failure(message) is EndReason.LANE_DOWN:
                 return self._lane_health.on_dead(model, message, generation)
-            return Ended(EndReason.INTERNAL, f"{model} failed: {message}")
+            return bls.lane_failure(model, message)
         codes = pb_utils.get_output_tensor_by_name(response, "codes").as_numpy()
         return np.array(codes[0], dtype=np.int32)  # a copy: the response's memory goes with it
 

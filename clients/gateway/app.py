@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from contextlib import aclosing
 from dataclasses import replace
@@ -19,9 +20,10 @@ from backend_python.audio.encoders import ChunkEncoder
 from protocol.formats import FORMATS
 from protocol.quoting import quoted
 from backend_python.audio.pcm import with_wav_sizes
-from clients.gateway.auth import is_open_path, needs_admin
+from clients.gateway.auth import bearer, is_open_path, needs_admin
 from clients.gateway.audio import audio_delta, audio_done, error_event
-from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request, load_json
+from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request, load_json, request_timeout
+from clients.gateway.limits import ADDRESS, KEY, Lease
 from clients.gateway.playground import add_playground_routes
 from clients.gateway.service import Gateway
 from clients.gateway.listings import audio_models_json, model_json, voice_listing
@@ -29,8 +31,8 @@ from clients.gateway.request_ids import current_id, on_response_prepare, request
 from clients.gateway.speech import OPENAI_PCM_RATE, SpeechRequest, model_not_found, served_models
 from clients.gateway.speech_socket import serve_socket
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
-from clients.gateway.voices import (merged_delete, merged_list, merged_register, no_server, read_upload,
-                                    registry_request, upload_param)
+from clients.gateway.voices import (MAX_UPLOAD_BYTES, merged_delete, merged_list, merged_register, no_server,
+                                    read_upload, registry_request, upload_param)
 
 log = logging.getLogger("voxlane.gateway")
 GATEWAY = web.AppKey("gateway", Gateway)
@@ -38,7 +40,7 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[traced, json_errors, authenticate])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[traced, json_errors, authenticate, limit_clients])
     app[GATEWAY] = gateway
     app.on_response_prepare.append(on_response_prepare)
     app.add_routes([web.post("/v1/audio/speech", speech), web.get("/v1/audio/speech/stream", speech_stream),
@@ -110,6 +112,56 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
     return await handler(request)
 
 
+# the routes that hold a stream (a speech request, a WebSocket session, a voice upload), and the most their body
+# may be when it comes without a length (chunked)
+STREAM_ROUTES = {("POST", "/v1/audio/speech"): MAX_BODY_BYTES, ("GET", "/v1/audio/speech/stream"): 0,
+                 ("POST", "/v1/audio/voices"): MAX_UPLOAD_BYTES}
+LEASE = web.RequestKey("lease", Lease)
+
+
+@web.middleware
+async def limit_clients(request: web.Request, handler) -> web.StreamResponse:
+    """Each stream counts against its client's caps (limits.py), and is refused with 429 past one of them, before
+    its body is read. Its connection's send buffer is made small, so that a client that stops reading is seen at
+    once (and its stream paused on the server) rather than after the kernel took megabytes for it."""
+    most = STREAM_ROUTES.get((request.method, request.path.rstrip("/")))
+    if most is None:
+        return await handler(request)
+    gateway = request.app[GATEWAY]
+    body_bytes = request.content_length if request.content_length is not None else most
+    lease = gateway.clients.admit(identities(request, gateway), body_bytes)
+    if isinstance(lease, ApiError):
+        return error_response(gateway, lease)
+    request[LEASE] = lease
+    _limit_send_buffer(request, gateway.config.send_buffer_bytes)
+    try:
+        return await handler(request)
+    finally:
+        lease.release()
+
+
+def identities(request: web.Request, gateway: Gateway) -> tuple[tuple[str, str], ...]:
+    """Who the client is: its address, and its API key where keys are set (authenticate checked it)."""
+    address = ((ADDRESS, request.remote or ""),)
+    key = bearer(request.headers.get("Authorization")) if not gateway.config.keys.is_open else None
+    return address + (((KEY, key),) if key else ())
+
+
+def _limit_send_buffer(request: web.Request, num_bytes: int) -> None:
+    connection = request.transport.get_extra_info("socket") if request.transport is not None else None
+    if connection is not None and connection.family in (socket.AF_INET, socket.AF_INET6):
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, num_bytes)
+
+
+async def read_body(request: web.Request, gateway: Gateway) -> bytes | ApiError:
+    """The request's body, or a 408 where it did not arrive within the read timeout (its connection then closes:
+    what is left of the body is not waited for)."""
+    try:
+        return await asyncio.wait_for(request.read(), gateway.config.read_timeout_s)
+    except asyncio.TimeoutError:
+        return request_timeout(gateway.config.read_timeout_s)
+
+
 def _http_error_message(request: web.Request, exc: web.HTTPException) -> str:
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         return f"the request body is larger than the limit of {MAX_BODY_BYTES} bytes"
@@ -122,16 +174,24 @@ def _http_error_message(request: web.Request, exc: web.HTTPException) -> str:
 
 def error_response(gateway: Gateway, error: ApiError) -> web.Response:
     gateway.stats.num_errors[error.status] += 1
-    return web.json_response(error.to_json(), status=error.status, headers=error.headers)
+    response = web.json_response(error.to_json(), status=error.status, headers=error.headers)
+    if error.status == 408:  # the body is still coming, or never will: the connection is not read further
+        response.force_close()
+    return response
 
 
 async def speech(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
+    raw = await read_body(request, gateway)
+    if isinstance(raw, ApiError):
+        return error_response(gateway, raw)
     try:
-        body = load_json(await request.read())
+        body = load_json(raw)
     except ValueError as exc:
         return error_response(gateway, bad_request(f"the request body is not valid JSON: {exc}"))
     parsed = await gateway.parse_speech(body)
+    request[LEASE].refund(request[LEASE].num_bytes)  # read and parsed: from now the lease holds the unread audio
+    del raw, body
     if isinstance(parsed, ApiError):
         return error_response(gateway, parsed)
     parsed = replace(parsed, request_id=request_id_of(request))
@@ -139,7 +199,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
         return error_response(gateway, bad_request("timestamps 'word' come as SSE events: send 'stream_format': "
                                                    "'sse' (or use the WebSocket route)", param="timestamps"))
     gateway.stats.num_streams += 1
-    async with aclosing(gateway.stream_speech(parsed)) as chunks:
+    async with aclosing(gateway.stream_speech(parsed, request[LEASE])) as chunks:
         if not parsed.is_streamed:
             return await _whole_file(gateway, parsed, chunks)
         try:
@@ -244,7 +304,7 @@ async def speech_stream(request: web.Request) -> web.StreamResponse:
 async def register_voice(request: web.Request) -> web.Response:
     """A multipart upload (voices.py) registered on every ready server."""
     gateway = request.app[GATEWAY]
-    upload = await read_upload(request, gateway.decoders)
+    upload = await read_upload(request, gateway.decoders, gateway.reference_limits, gateway.config.read_timeout_s)
     if isinstance(upload, ApiError):
         return error_response(gateway, upload)
     answers = await gateway.call_voice_registry(registry_request("register", upload.name, upload,

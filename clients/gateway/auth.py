@@ -44,7 +44,7 @@ class Keys:
         """None when `authorization` (the header) may make this call, else the 401/403 to answer."""
         if self.is_open:
             return None
-        key = _bearer(authorization)
+        key = bearer(authorization)
         if key is None:
             return ApiError(401, "no API key: send the header 'Authorization: Bearer YOUR_KEY'", INVALID_REQUEST,
                             code="missing_api_key")
@@ -60,7 +60,8 @@ class Keys:
         return ApiError(401, "incorrect API key provided", INVALID_REQUEST, code="invalid_api_key")
 
 
-def _bearer(authorization: str | None) -> str | None:
+def bearer(authorization: str | None) -> str | None:
+    """The key of an `Authorization: Bearer KEY` header, or None."""
     scheme, _, key = (authorization or "").strip().partition(" ")
     return key.strip() or None if scheme.lower() == "bearer" else None
 

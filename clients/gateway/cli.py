@@ -8,6 +8,7 @@ from typing import Callable
 
 from clients.gateway.auth import ADMIN_KEYS_ENV, API_KEYS_ENV, Keys, read_keys
 from clients.gateway.config import GatewayConfig
+from clients.gateway.limits import ClientCaps
 
 
 def add_gateway_command(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -23,9 +24,30 @@ def add_gateway_command(subparsers) -> dict[str, Callable[[argparse.Namespace], 
                         help="another id that answers as the same model (repeat for several); the served "
                              "checkpoint's own id always does")
     parser.add_argument("--write-timeout-s", type=float, default=GatewayConfig.write_timeout_s,
-                        help="drop an HTTP client that takes no bytes this long (its stream is cancelled)")
+                        help="drop an HTTP client that takes no chunk this long (its stream is cancelled)")
+    add_client_flags(parser)
     add_key_flags(parser)
     return {"gateway": _gateway}
+
+
+def add_client_flags(parser: argparse.ArgumentParser) -> None:
+    """What one client may hold in the gateway (limits.py) and how long a request may take to arrive."""
+    caps = ClientCaps()
+    parser.add_argument("--read-timeout-s", type=float, default=GatewayConfig.read_timeout_s,
+                        help="a request's headers, then its body, must arrive within this (else the connection "
+                             "closes; 408 for a body)")
+    parser.add_argument("--max-streams-per-key", type=int, default=caps.max_streams_per_key,
+                        help="streams one API key may have in flight (0: no cap); past it, 429")
+    parser.add_argument("--max-streams-per-address", type=int, default=caps.max_streams_per_address,
+                        help="streams one client address may have in flight (0: no cap; behind a proxy every client "
+                             "has its address)")
+    parser.add_argument("--max-client-bytes", type=int, default=caps.max_bytes,
+                        help="bytes the gateway holds for one key or address: bodies being read, audio its client has "
+                             "not taken")
+
+
+def client_caps(args: argparse.Namespace) -> ClientCaps:
+    return ClientCaps(args.max_streams_per_key, args.max_streams_per_address, args.max_client_bytes)
 
 
 def add_key_flags(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +77,8 @@ def admin_keys(args: argparse.Namespace) -> tuple[str, ...]:
 def gateway_config(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(tritons=args.triton, metrics_urls=args.triton_metrics, host=args.host, port=args.port,
                          model_name=args.model_name, served_model_names=tuple(args.served_model_name),
-                         write_timeout_s=args.write_timeout_s, keys=gateway_keys(args))
+                         write_timeout_s=args.write_timeout_s, read_timeout_s=args.read_timeout_s,
+                         client_caps=client_caps(args), keys=gateway_keys(args))
 
 
 def _urls(value: str) -> tuple[str, ...]:

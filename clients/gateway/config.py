@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clients.gateway.auth import Keys
+from clients.gateway.limits import ClientCaps
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,14 @@ class GatewayConfig:
     readiness_interval_s: float = 0.5  # how often each server's readiness is asked (readiness.py)
     max_attempts: int = 2  # servers a stream refused with 503 before any audio is tried on: one retry
     startup_timeout_s: float = 60.0  # for a first server to answer
-    write_timeout_s: float = 30.0  # an HTTP client that takes no bytes this long is dropped (its stream cancelled)
+    write_timeout_s: float = 30.0  # an HTTP client that takes no chunk this long is dropped (its stream cancelled)
+    # a connection's request line and headers must arrive within this of its start (or of its last response), and a
+    # request's body within this of its headers; else the connection is closed (408 for a body)
+    read_timeout_s: float = 30.0
+    # what the kernel holds of one response's bytes that its client has not read: small, so that a client that stops
+    # reading stops taking audio at once (the server then pauses its stream) and meets the write timeout
+    send_buffer_bytes: int = 64 << 10
+    client_caps: ClientCaps = field(default_factory=ClientCaps)  # per client: streams and bytes (limits.py)
     registry_timeout_s: float = 60.0  # a call to a server's voice_registry (a register encodes the reference)
     keys: Keys = field(default_factory=Keys)  # API and admin keys (auth.py); none: open
 
@@ -35,5 +43,6 @@ class GatewayConfig:
         if self.max_attempts < 1:
             raise ValueError("a stream needs at least one attempt")
         if min(self.request_timeout_s, self.scrape_interval_s, self.down_s, self.startup_timeout_s,
-               self.readiness_interval_s, self.write_timeout_s, self.registry_timeout_s) <= 0:
+               self.readiness_interval_s, self.write_timeout_s, self.registry_timeout_s, self.read_timeout_s,
+               self.send_buffer_bytes) <= 0:
             raise ValueError("timeouts and intervals must be > 0")

@@ -8,6 +8,9 @@
 | `lane_down` | 503 | `lane_down` | `Retry-After`; the gateway tries another server first |
 | `cancelled` with a code (a streaming-text session's `text_idle_timeout`) | 408 | the server's | the client's text stopped coming |
 | `internal`, `cancelled` | 500 | `internal_error` | |
+
+The gateway's own refusals beside these: 429 `too_many_streams` / `too_many_bytes` with `Retry-After` (a client past
+its caps, limits.py), 408 `request_timeout` (a body that did not arrive within the read timeout).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from protocol.reasons import Ended, EndReason
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
+RATE_LIMIT = "rate_limit_error"
 RETRY_AFTER_S = 1  # what a 503 asks a client to wait: the gateway has already tried its other servers
 # Triton input names that the OpenAI request spells differently
 _PARAMS = {"text": "input"}
@@ -36,7 +40,7 @@ class ApiError:
     type: str = INVALID_REQUEST
     param: str | None = None
     code: str | None = None
-    retry_after_s: int | None = None  # the Retry-After header of a 503
+    retry_after_s: int | None = None  # the Retry-After header of a 503 or 429
 
     def to_json(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -52,6 +56,16 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 def unavailable(message: str, code: str = "unavailable") -> ApiError:
     return ApiError(503, message, SERVER_ERROR, None, code, RETRY_AFTER_S)
+
+
+def too_many(code: str, message: str) -> ApiError:
+    """A client past its caps (limits.py): 429 with `Retry-After`, as OpenAI's rate limits answer."""
+    return ApiError(429, message, RATE_LIMIT, None, code, RETRY_AFTER_S)
+
+
+def request_timeout(timeout_s: float) -> ApiError:
+    return ApiError(408, f"the request body did not arrive within {timeout_s:g} s (the gateway's read timeout)",
+                    INVALID_REQUEST, None, "request_timeout")
 
 
 def internal(message: str) -> ApiError:

@@ -23,7 +23,10 @@ async def serve_gateway(config: GatewayConfig, on_ready=print) -> None:
     """Serve until SIGINT/SIGTERM; a client that disconnects cancels its handler (and so its Triton stream)."""
     gateway = Gateway(config)
     await gateway.start()
-    runner = web.AppRunner(build_app(gateway), handler_cancellation=True, access_log=None)
+    # keepalive_timeout: aiohttp closes a connection whose request line and headers are not whole this long after it
+    # opened or answered its last request (a slowloris client's); the body's own deadline is read_body's
+    runner = web.AppRunner(build_app(gateway), handler_cancellation=True, access_log=None,
+                           keepalive_timeout=config.read_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
@@ -51,6 +54,11 @@ def gateway_command(config: GatewayConfig) -> list[str]:
         command += ["--served-model-name", name]
     if config.write_timeout_s != GatewayConfig.write_timeout_s:
         command += ["--write-timeout-s", f"{config.write_timeout_s:g}"]
+    if config.read_timeout_s != GatewayConfig.read_timeout_s:
+        command += ["--read-timeout-s", f"{config.read_timeout_s:g}"]
+    caps = config.client_caps
+    command += ["--max-streams-per-key", str(caps.max_streams_per_key), "--max-streams-per-address",
+                str(caps.max_streams_per_address), "--max-client-bytes", str(caps.max_bytes)]
     return command
 
 

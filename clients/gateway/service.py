@@ -20,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from clients.gateway.balancer import Backend, Balancer
 from clients.gateway.config import GatewayConfig
+from clients.gateway.limits import ClientTable, Lease
 from protocol.admin import ADMIN_KEY_PARAMETER
 from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
 from clients.gateway.readiness import PROBE_TIMEOUT_S, can_serve, probe
@@ -32,6 +33,7 @@ from clients.gateway.voices import copy_missing_voices
 from protocol.metrics import parse_live
 from protocol.models import LM, ROUTER
 from protocol.reasons import EndReason
+from protocol.reference import ReferenceLimits
 from protocol.wire import decode_error
 
 log = logging.getLogger("voxlane.gateway")
@@ -49,12 +51,14 @@ class Gateway:
         metrics = config.metrics_urls or (None,) * len(config.tritons)
         self.balancer = Balancer([Backend(url, m) for url, m in zip(config.tritons, metrics)], config.down_s)
         self.stats = GatewayStats()
+        self.clients = ClientTable(config.client_caps)  # what each client holds (limits.py)
         # reference files decoded at once, each in a worker thread: a large or hostile upload never stalls the
         # event loop, and a burst of them holds a bounded amount of memory
         self.decoders = asyncio.Semaphore(MAX_CONCURRENT_DECODES)
         self.model_ids: tuple[str, ...] = ()
         self.triton_ids = TritonIds()
         self.server_info: dict = {}
+        self.reference_limits = ReferenceLimits()  # the first server's own, once it answered (start)
         self._channels: dict[str, list[grpc.aio.Channel]] = {}
         self._turn = itertools.count()
         self._scraper: asyncio.Task | None = None
@@ -70,6 +74,7 @@ class Gateway:
                                            for _ in range(self.config.channels_per_server)]
         self.server_info = await self._discover()
         self.model_ids = model_ids(self.server_info["model"], self.config.model_name, self.config.served_model_names)
+        self.reference_limits = self.server_info["reference_limits"]
         if any(b.metrics_url for b in self.balancer.backends):
             self._scraper = asyncio.create_task(self._scrape_forever())
         await self.poll_readiness()
@@ -91,13 +96,14 @@ class Gateway:
         if not (isinstance(body, dict) and body.get("ref_audio") is not None):
             return parse_speech(body, self.model_ids)
         async with self.decoders:
-            return await asyncio.to_thread(parse_speech, body, self.model_ids)
+            return await asyncio.to_thread(parse_speech, body, self.model_ids, self.reference_limits)
 
-    def stream_speech(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
+    def stream_speech(self, request: SpeechRequest, lease: Lease | None = None) -> AsyncIterator[AudioChunk]:
         """The request's chunks from the least loaded ready server; before any audio, a 503 (overloaded,
         a lane down, stopping, unreachable) is tried once more on another server (`max_attempts`). A
-        server that is unreachable or has a lane down is skipped for `down_s` after."""
-        return self._failover(request, lambda stub, req: stream_chunks(stub, req, self.config.request_timeout_s))
+        server that is unreachable or has a lane down is skipped for `down_s` after. The audio waiting for the
+        client is charged to its `lease` (limits.py)."""
+        return self._failover(request, lambda stub, req: stream_chunks(stub, req, self.config.request_timeout_s, lease))
 
     def speak_text(self, request: SpeechRequest, text: SessionText) -> AsyncIterator[SessionEvent]:
         """A streaming-text session's events (its chunks and refused pieces), its text taken from `text`
@@ -252,11 +258,18 @@ async def server_settings(url: str) -> dict | None:
     finally:
         await client.close()
     return {"model": _parameter(lm, "model") or "voxlane", "mode": _parameter(router, "mode"),
-            "device": _parameter(lm, "device")}
+            "device": _parameter(lm, "device"),
+            "reference_limits": ReferenceLimits.from_parameters(_parameters(router))}
 
 
 def _parameter(config: dict, key: str) -> str | None:
-    return config.get("config", config).get("parameters", {}).get(key, {}).get("string_value")
+    return _parameters(config).get(key)
+
+
+def _parameters(config: dict) -> dict[str, str]:
+    """A model config's parameters as strings (what the server was rendered with)."""
+    params = config.get("config", config).get("parameters", {})
+    return {key: value.get("string_value") for key, value in params.items() if "string_value" in value}
 
 
 async def scrape_live(session: aiohttp.ClientSession, url: str) -> int | None:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from backend_python.audio.decoding import AudioFileError, decode_reference
+from protocol.reference import ReferenceLimits
 from protocol.formats import FORMATS, SAMPLE_RATES
 from clients.gateway.errors import ApiError, bad_request
 from protocol.quoting import quoted
@@ -60,8 +61,9 @@ class SpeechRequest:
         return self.params.get("timestamps") == "word"
 
 
-def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | ApiError:
-    """The request, or the first thing wrong with it (OpenAI's error shape)."""
+def parse_speech(body: object, model_ids: tuple[str, ...],
+                 limits: ReferenceLimits = ReferenceLimits()) -> SpeechRequest | ApiError:
+    """The request, or the first thing wrong with it (OpenAI's error shape); `limits`: the server's on a reference."""
     if not isinstance(body, dict):
         return bad_request("the request body must be a JSON object")
     unknown = sorted(set(body) - set(OPENAI_FIELDS) - set(EXTRA_FIELDS) - set(OUTPUT_FIELDS) - set(REFERENCE_FIELDS)
@@ -76,7 +78,7 @@ def parse_speech(body: object, model_ids: tuple[str, ...]) -> SpeechRequest | Ap
     voice = _voice(body.get("voice"))
     if isinstance(voice, ApiError):
         return voice
-    params = _params(body)
+    params = _params(body, limits)
     if isinstance(params, ApiError):
         return params
     fmt = body.get("response_format", DEFAULT_RESPONSE_FORMAT)
@@ -92,7 +94,7 @@ def output_rate(response_format: str, sample_rate: int | float | None) -> int | 
     return OPENAI_PCM_RATE if response_format in HEADERLESS_FORMATS else None
 
 
-def _params(body: dict) -> dict | ApiError:
+def _params(body: dict, limits: ReferenceLimits) -> dict | ApiError:
     """The router's inputs beside `text` and `voice`: sampling, prompt options, the voice to clone."""
     params = extra_params(body)
     if isinstance(params, ApiError):
@@ -100,7 +102,7 @@ def _params(body: dict) -> dict | ApiError:
     prompt = prompt_params(body)
     if isinstance(prompt, ApiError):
         return prompt
-    reference = reference_params(body)
+    reference = reference_params(body, limits)
     if isinstance(reference, ApiError):
         return reference
     return {**params, **prompt, **reference, **_output_params(body)}
@@ -229,12 +231,12 @@ def _voice(voice: object) -> str | None | ApiError:
     return check_unicode(voice, "voice") or voice
 
 
-def reference_params(body: dict) -> dict | ApiError:
+def reference_params(body: dict, limits: ReferenceLimits = ReferenceLimits()) -> dict | ApiError:
     """The router's reference inputs from `ref_audio` (decoded here: samples and their rate), `ref_text` and
     `x_vector_only`; the server checks the rest (length, level, a transcript for in-context cloning)."""
     params = {}
     if body.get("ref_audio") is not None:
-        audio = decode_audio_field(body["ref_audio"])
+        audio = decode_audio_field(body["ref_audio"], limits)
         if isinstance(audio, ApiError):
             return audio
         params.update(ref_audio=audio.samples, ref_sample_rate=audio.sample_rate)
@@ -249,7 +251,7 @@ def reference_params(body: dict) -> dict | ApiError:
     return flags if isinstance(flags, ApiError) else {**params, **flags}
 
 
-def decode_audio_field(value: object):
+def decode_audio_field(value: object, limits: ReferenceLimits = ReferenceLimits()):
     """`ref_audio`: the base64 of a WAV, FLAC or Ogg file (a `data:audio/...;base64,` URL too), decoded."""
     if not isinstance(value, str):
         return bad_request("'ref_audio' must be a string: the base64 of a WAV, FLAC or Ogg file", param="ref_audio")
@@ -260,7 +262,7 @@ def decode_audio_field(value: object):
     except (binascii.Error, ValueError):
         return bad_request("'ref_audio' is not valid base64", param="ref_audio", code="invalid_base64")
     try:
-        return decode_reference(data)
+        return decode_reference(data, limits)
     except AudioFileError as exc:
         return bad_request(f"'ref_audio': {exc}", param="ref_audio", code=exc.code)
 

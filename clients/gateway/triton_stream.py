@@ -19,7 +19,8 @@ import numpy as np
 from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
-from clients.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
+from clients.gateway.errors import ApiError, from_ended, from_grpc_error, too_many, unavailable
+from clients.gateway.limits import Lease
 from clients.gateway.speech import SpeechRequest
 from protocol.models import ROUTER
 from protocol.reasons import EndReason
@@ -73,12 +74,17 @@ def add_tensor(proto: service_pb2.ModelInferRequest, name: str, datatype: str, a
     proto.raw_input_contents.append(raw)
 
 
-async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> AsyncIterator[AudioChunk]:
+async def stream_chunks(stub, request: SpeechRequest, timeout_s: float, lease: Lease | None = None
+                        ) -> AsyncIterator[AudioChunk]:
     """Yield each audio chunk as Triton sends it; raise StreamFailure on an error response or RPC failure.
 
     The stream acks each chunk once the caller asks for the next (`client_acks`): the gateway asks
     when it has written the chunk to its HTTP client, so the server runs at most its bound ahead of
-    what that client took, and a client that stops reading stops the stream's generation."""
+    what that client took, and a client that stops reading stops the stream's generation. Meanwhile the
+    stream's responses are read as they come, into a queue that the server's bound keeps small: left in gRPC,
+    a slow client's unread responses filled the window of the connection its stream shares with others, and
+    held back every stream on it. What the queue holds is charged to the client's `lease` (limits.py): past
+    its byte cap the stream is cancelled (`too_many_bytes`)."""
     proto = infer_request(request)
     add_input(proto, "client_acks", True)
     outgoing: asyncio.Queue = asyncio.Queue()  # acks; None closes our half of the stream
@@ -89,25 +95,51 @@ async def stream_chunks(stub, request: SpeechRequest, timeout_s: float) -> Async
             yield message
 
     call = stub.ModelStreamInfer(requests(), timeout=timeout_s)
+    arrivals: asyncio.Queue = asyncio.Queue()  # (chunk, is_final), or the StreamFailure that ends the stream
+    reader = asyncio.create_task(_read_responses(call, arrivals, lease))
     is_ended = False  # the final response came: the request is over
     try:
-        async for response in call:
-            chunk, is_final = parse_response(response, time.perf_counter())
+        while True:
+            item = await arrivals.get()
+            if isinstance(item, StreamFailure):
+                raise item
+            chunk, is_final = item
             is_ended = is_final
             if chunk is not None:
                 yield chunk
-                outgoing.put_nowait(ack_request(proto.id, chunk.index))  # the caller has taken it
+                if lease is not None:
+                    lease.refund(chunk.audio.nbytes)  # taken: written to its client
+                outgoing.put_nowait(ack_request(proto.id, chunk.index))
             if is_final:
                 return
-        raise StreamFailure(unavailable("the Triton stream closed before its final response"), is_connection=True)
-    except grpc.aio.AioRpcError as exc:
-        raise StreamFailure(from_grpc_error(exc), is_connection=exc.code() == grpc.StatusCode.UNAVAILABLE) from None
     except StreamFailure as exc:
         is_ended = exc.reason is not None  # the server's error response ended the request
         raise
     finally:
+        reader.cancel()
         outgoing.put_nowait(None)  # half-closes the call
         await end_call(call, is_ended)
+
+
+async def _read_responses(call, arrivals: asyncio.Queue, lease: Lease | None) -> None:
+    """Every response of `call` into `arrivals` as it comes; the stream's end (a failure) last."""
+    try:
+        async for response in call:
+            chunk, is_final = parse_response(response, time.perf_counter())
+            if chunk is not None and lease is not None and not lease.charge(chunk.audio.nbytes):
+                arrivals.put_nowait(StreamFailure(too_many("too_many_bytes", "the stream's audio waiting for its "
+                                                                             "client passed the client's byte cap: "
+                                                                             "it reads too slowly")))
+                return
+            arrivals.put_nowait((chunk, is_final))
+            if is_final:
+                return
+        raise StreamFailure(unavailable("the Triton stream closed before its final response"), is_connection=True)
+    except grpc.aio.AioRpcError as exc:
+        is_connection = exc.code() == grpc.StatusCode.UNAVAILABLE
+        arrivals.put_nowait(StreamFailure(from_grpc_error(exc), is_connection=is_connection))
+    except StreamFailure as exc:
+        arrivals.put_nowait(exc)
 
 
 async def end_call(call, is_ended: bool) -> None:

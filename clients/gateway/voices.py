@@ -20,8 +20,9 @@ from tritonclient.grpc import service_pb2
 
 from backend_python.audio.decoding import AudioFileError, DecodedAudio, decode_reference
 from protocol.errors import RequestError
+from protocol.reference import ReferenceLimits
 from protocol.voices import check_name
-from clients.gateway.errors import ApiError, bad_request, unavailable
+from clients.gateway.errors import ApiError, bad_request, request_timeout, unavailable
 from clients.gateway.speech import OPENAI_VOICES, check_unicode
 from clients.gateway.triton_stream import add_input, add_tensor
 from protocol.models import VOICE_REGISTRY
@@ -42,13 +43,17 @@ class VoiceUpload:
     x_vector_only: bool | None
 
 
-async def read_upload(request: web.Request, decoders: asyncio.Semaphore) -> VoiceUpload | ApiError:
-    """The multipart form of `POST /v1/audio/voices`, decoded; or the first thing wrong with it."""
+async def read_upload(request: web.Request, decoders: asyncio.Semaphore, limits: ReferenceLimits = ReferenceLimits(),
+                      read_timeout_s: float | None = None) -> VoiceUpload | ApiError:
+    """The multipart form of `POST /v1/audio/voices`, read within `read_timeout_s` (else a 408) and decoded within
+    `limits` (the server's); or the first thing wrong with it."""
     if not request.content_type.startswith("multipart/"):
         return bad_request("send the voice as multipart/form-data: 'file' (WAV, FLAC or Ogg), 'name', and "
                            "optionally 'transcript' and 'x_vector_only'", param="file")
     try:
-        fields = await _read_fields(await request.multipart())
+        fields = await asyncio.wait_for(_read_fields(await request.multipart()), read_timeout_s)
+    except asyncio.TimeoutError:
+        return request_timeout(read_timeout_s)
     except (ValueError, AssertionError) as exc:  # aiohttp: no boundary, a part cut off before its closing one
         return bad_request(f"the multipart body is malformed: {exc or type(exc).__name__}", param="file",
                            code="invalid_multipart")
@@ -65,7 +70,7 @@ async def read_upload(request: web.Request, decoders: asyncio.Semaphore) -> Voic
             return checked
     try:
         async with decoders:  # off the event loop, a bounded number at once (Gateway.decoders)
-            audio = await asyncio.to_thread(decode_reference, fields["file"])
+            audio = await asyncio.to_thread(decode_reference, fields["file"], limits)
     except AudioFileError as exc:
         return bad_request(f"'file': {exc}", param="file", code=exc.code)
     return VoiceUpload(name, audio, transcript, x_vector_only)

@@ -1,10 +1,12 @@
 """Who may call what, against a real tritonserver and the gateway in front of it: the gateway's API keys
 (`Authorization: Bearer`, 401 in OpenAI's JSON), the voice registry's writes behind an admin key (403 for an API
-key), Triton's ports bound to this machine, and its repository API (load, unload, index) closed to a caller
-without the admin key while inference stays open."""
+key), Triton's ports bound to this machine, and its repository API (load, unload, index) closed to every caller
+(no key on any command line: model control goes through the registry with an admin key) while inference stays
+open."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -97,16 +99,54 @@ def test_triton_listens_on_this_machine_only(locked):
         assert bound.get(port) == "127.0.0.1", (port, bound.get(port))
 
 
-def test_tritons_repository_api_needs_the_admin_key_and_inference_does_not(locked):
+def test_tritons_control_apis_are_closed_to_every_key_and_inference_is_open(locked):
+    """Closed by a header value no request can carry (a line break): the admin key opens them no more."""
     srv, _ = locked
-    status, _, body = call(srv.http_url + "/v2/repository/models/voice_registry/unload", "POST", {})
-    assert status in (401, 403) and ADMIN_KEY_HEADER in body.decode()
-    assert call(srv.http_url + "/v2/repository/index", "POST", {}, headers={ADMIN_KEY_HEADER: ADMIN})[0] == 200
+    for headers in ({}, {ADMIN_KEY_HEADER: ADMIN}):
+        status, _, body = call(srv.http_url + "/v2/repository/models/voice_registry/unload", "POST", {},
+                               headers=headers)
+        assert status in (401, 403) and ADMIN_KEY_HEADER in body.decode()
+        assert call(srv.http_url + "/v2/repository/index", "POST", {}, headers=headers)[0] in (401, 403)
     client = grpcclient.InferenceServerClient(srv.grpc_url)
     with pytest.raises(InferenceServerException, match=ADMIN_KEY_HEADER):
-        client.unload_model("voice_registry")
+        client.unload_model("voice_registry", headers={ADMIN_KEY_HEADER: ADMIN})
     assert client.is_model_ready("voice_registry")  # still loaded
     assert synthesize(srv.grpc_url, "Still open.", seed=2, max_audio_seconds=0.4, ignore_eos=True).audio.size
+
+
+def test_models_load_and_unload_through_the_registry_with_an_admin_key_only(locked):
+    srv, _ = locked
+    for key in (None, API):
+        with pytest.raises(RegistryError) as caught:
+            call_registry(srv.grpc_url, "unload_model", admin_key=key, name="voice_encoder")
+        assert caught.value.ended.code == "admin_key_required"
+    assert call_registry(srv.grpc_url, "unload_model", admin_key=ADMIN, name="voice_encoder")["ready"] is False
+    assert call_registry(srv.grpc_url, "load_model", admin_key=ADMIN, name="voice_encoder")["ready"] is True
+    with pytest.raises(RegistryError) as caught:
+        call_registry(srv.grpc_url, "load_model", admin_key=ADMIN, name="no_such_model")
+    assert caught.value.ended.code == "model_control_failed"
+
+
+def test_no_key_is_on_the_command_line_of_any_process_the_server_starts(locked):
+    """`/proc/PID/cmdline` is any local user's to read: tritonserver, each stub and the gateway carry no key there;
+    the server's control key sits in a file only its user reads."""
+    srv, gateway = locked
+    secrets = (API, ADMIN, srv.control_key)
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _session(int(p.name)) ==
+            srv.process.process.pid] + [gateway.process.pid]
+    assert len(pids) >= 8  # tritonserver, its seven stubs, the gateway
+    for pid in pids:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        assert not any(secret in cmdline for secret in secrets), (pid, cmdline[:300])
+    key_file = srv.run_dir / "control_key"
+    assert key_file.read_text().strip() == srv.control_key and key_file.stat().st_mode & 0o077 == 0
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def _listening_addresses() -> dict[int, str]:

@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -30,8 +31,9 @@ from clients.bench.compare import free_ports
 from clients.gateway.config import GatewayConfig
 from clients.gateway.server import GatewayProcess
 from clients.serve import DRAIN_S, ServeConfig, Server
-from clients.stream import StreamError, synthesize
-from clients.triton_launch import Ports
+from clients.stream import ServerUnreachable, StreamError, synthesize
+from backend_python.stub_common import unloads
+from clients.triton_launch import Ports, stub_shm_regions
 from tests.e2e.test_cancel import wait_for
 from tests.e2e.test_metrics import scrape
 from tools.procstats import server_processes
@@ -60,7 +62,7 @@ def is_ready(server, path: str = "/v2/health/ready") -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.config.ports.http}{path}", timeout=2) as response:
             return response.status == 200
-    except urllib.error.HTTPError:
+    except OSError:  # not ready (an HTTP error), or not listening (a server being started again)
         return False
 
 
@@ -69,7 +71,7 @@ def request(url: str, text: str, seed: int, seconds: float = 2.0):
     try:
         result = synthesize(url, text, seed=seed, max_audio_seconds=seconds, ignore_eos=True, timeout_s=60)
         return result, time.perf_counter() - started
-    except StreamError as exc:
+    except (StreamError, ServerUnreachable) as exc:  # unreachable: the server went down under the stream
         return str(exc), time.perf_counter() - started
 
 
@@ -197,8 +199,9 @@ def test_a_killed_lm_stub_ends_its_streams_is_503_behind_the_gateway_and_comes_b
 STORM_CLIENTS = 3  # gateway clients, beside one direct gRPC client of the faulty server
 STOPPED_STREAMS = 8  # live when the server is stopped (a stop during 8 streams once took 5.4 s)
 CLEAR_CODES = {"lane_down", "overloaded", "unavailable", "router_restarted"}  # what a server fault may end a stream with
-DIRECT_ENDS = ("lane is down", "shutting down", "overloaded", "cannot serve the model now", "was unloaded")
-WATCHED = ("vox_ensemble", "voice_registry", "voice_encoder")  # healed by the model watch, not the router
+DIRECT_ENDS = ("lane is down", "shutting down", "overloaded", "cannot serve the model now", "was unloaded",
+               "cannot reach the server")
+WATCHED = ("vox_ensemble", "voice_registry", "voice_encoder")  # no lane: the router's death ends the server
 
 
 def sse_stream(gateway: GatewayProcess, text: str, seed: int) -> tuple[int, list[int], str | None, int]:
@@ -270,9 +273,10 @@ def long_streams(url: str, num: int) -> list:
 
 def test_a_fault_storm_ends_every_stream_cleanly_and_heals_without_an_operator(faulty_server, server, tmp_path):
     """Traffic through a gateway in front of two servers while each lane stub of one server is killed
-    in turn, then its router's, registry's and encoder's stubs (the model watch reloads them), then that
-    server is stopped (with 8 streams in flight: they end with `lane_down`, "the server is shutting down",
-    before the SIGTERM, and tritonserver exits within 5 s of it) and started again."""
+    in turn, then its router's, registry's and encoder's stubs (the router's death restarts the server; the router
+    reloads the registry and the encoder), then that server is stopped (with 8 streams in flight: they end with
+    `lane_down`, "the server is shutting down", before the SIGTERM, and tritonserver exits within 5 s of it) and
+    started again."""
     faulty, healthy = faulty_server.grpc_url, server.grpc_url
     gateway = GatewayProcess(GatewayConfig(tritons=(faulty, healthy), port=free_ports(1)[0]),
                              log_path=tmp_path / "gateway.log")
@@ -286,14 +290,16 @@ def test_a_fault_storm_ends_every_stream_cleanly_and_heals_without_an_operator(f
             kill_stub(faulty_server, model)
             wait_reloaded(faulty_server, model, restarts + 1, revivals)
         for model in WATCHED:
-            healed, revivals = faulty_server.watch.restarts[model] + 1, faulty_server.revivals
+            revivals, dead = faulty_server.revivals, server_processes(faulty_server.process.process.pid)[model]
             time.sleep(1.0)
             kill_stub(faulty_server, model)
-            # reloaded by the model watch; or, where the stub's death aborted tritonserver (Triton 2.51,
-            # upstream server#8882), the server's keeper started the whole server again
-            assert wait_for(lambda: faulty_server.watch.restarts[model] == healed
-                            or faulty_server.revivals > revivals, timeout_s=120), model
-            assert wait_for(lambda: is_ready(faulty_server, f"/v2/models/{model}/ready"), timeout_s=30), model
+            # the registry and the encoder reloaded by the router; the router's death ends its server, whose keeper
+            # starts it again (as it does where a stub's death aborted tritonserver: Triton 2.51, upstream
+            # server#8882)
+            assert wait_for(lambda: faulty_server.revivals > revivals or
+                            server_processes(faulty_server.process.process.pid).get(model) not in (None, dead),
+                            timeout_s=120), model
+            assert wait_for(lambda: is_ready(faulty_server, f"/v2/models/{model}/ready"), timeout_s=120), model
         assert wait_for(lambda: is_ready(faulty_server), timeout_s=30)
         assert wait_for(lambda: lists_voices(gateway), timeout_s=30)  # the registries answer again
         cut = long_streams(faulty, STOPPED_STREAMS)
@@ -344,3 +350,31 @@ def lists_voices(gateway: GatewayProcess) -> bool:
 def gateway_health(gateway: GatewayProcess) -> dict:
     with urllib.request.urlopen(gateway.url + "/health", timeout=10) as response:
         return json.load(response)
+
+
+def test_a_stop_leaves_no_shared_memory_or_temporary_folder_of_its_stubs_killed_and_healed(faulty_server):
+    """Last in this module (it stops the server). A router stub killed under a stream leaves its shared memory behind
+    (Triton 2.51 never finishes unloading the dead instance that maps it, its stream's answer pending; now its
+    server ends and is started again), and every stub's unload leaves a mark: after the server healed, nothing of
+    either start is left once it stops, its run directory neither."""
+    assert wait_for(lambda: _speaks(faulty_server.grpc_url), timeout_s=240)
+    seen = _server_leftovers(faulty_server)
+    with ThreadPoolExecutor(1) as pool:
+        cut = pool.submit(request, faulty_server.grpc_url, "A stream under the kill.", 1, 30.0)
+        assert wait_for(lambda: scrape(faulty_server)["voxlane_live_requests"] == 1, timeout_s=30)
+        kill_stub(faulty_server, "vox_ensemble")
+        assert isinstance(cut.result(timeout=60)[0], str)  # ended with an error
+    assert wait_for(lambda: _speaks(faulty_server.grpc_url), timeout_s=240)
+    seen |= _server_leftovers(faulty_server)
+    faulty_server.stop()  # a clean stop: the lanes' unloads leave their marks
+    assert [path for path in seen if path.exists()] == []
+
+
+def _server_leftovers(server) -> set[Path]:
+    """What a server's stop must remove: its stubs' shared memory, its folder of unload marks, its run directory."""
+    pid = server.process.process.pid
+    return {*stub_shm_regions(pid), unloads.folder(pid), server.run_dir}
+
+
+def _speaks(url: str) -> bool:
+    return not isinstance(request(url, "Back again.", seed=2, seconds=0.4)[0], str)

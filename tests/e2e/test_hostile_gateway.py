@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import struct
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
+import numpy as np
 import pytest
 
 SPEECH = {"model": "qwen3-tts-tiny", "input": "Hi.", "voice": "tiny", "seed": 1, "max_audio_seconds": 0.4,
@@ -106,3 +109,30 @@ def test_a_websocket_message_nested_too_deep_is_invalid_json_and_the_socket_stay
 def test_the_gateway_serves_on_after_all_of_it(gateway):
     status, _, audio = post(gateway.url + "/v1/audio/speech", json.dumps({**SPEECH, "response_format": "pcm"}).encode())
     assert status == 200 and len(audio) == 5 * 1920 * 2
+
+
+def memory_kb(pid: int) -> dict[str, int]:
+    """VmHWM (the process's peak resident memory so far) and VmRSS, in kB."""
+    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+    return {key: int(fields[key].split()[0]) for key in ("VmHWM", "VmRSS")}
+
+
+def test_references_the_server_would_refuse_are_refused_from_their_header_in_little_memory(gateway):
+    """Sixteen ~40 kB FLACs of 59 s at 192 kHz at once: each was decoded into 45 MB of samples, sent through Triton
+    and only then refused (the gateway peaked at 852 MB and kept 766 MB). The gateway's limits are the server's: a
+    rate past 48 kHz is refused from the file's header, with the server's code, and nothing is decoded."""
+    import soundfile
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.full(59 * 192_000, 3, np.int16), 192_000, format="FLAC")
+    body = json.dumps({**SPEECH, "ref_audio": base64.b64encode(buffer.getvalue()).decode(), "ref_text": "hello"})
+    post(gateway.url + "/v1/audio/speech", body.encode())  # the first loads PyAV and starts the decoding threads
+    before = memory_kb(gateway.process.pid)
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: post(gateway.url + "/v1/audio/speech", body.encode()), range(16)))
+    after = memory_kb(gateway.process.pid)
+    print(f"gateway memory before and after (kB): {before} {after}")  # shown with -s
+    for answer in answers:
+        status, code, message = refusal(answer)
+        assert (status, code) == (400, "unsupported_ref_sample_rate") and "192000 Hz" in message, message
+    assert after["VmHWM"] - before["VmHWM"] < 32 * 1024, (before, after)  # the peak, in kB
+    assert after["VmRSS"] - before["VmRSS"] < 16 * 1024, (before, after)  # what it keeps

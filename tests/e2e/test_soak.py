@@ -24,17 +24,16 @@ RATE = 4.0  # requests a second in the soak's minute, after a closed-loop warm-u
 
 
 MAX_GROWTH_KB = 16 * 1024  # any process, after the warm-up (the 30-minute soak's bound; docs/RELIABILITY.md)
-TRITON_BASE_KB = 1536  # tritonserver itself: see rss_tolerance_kb
-TRITON_KB_PER_REQUEST = 1
+TRITON_KB_PER_MINUTE = 1024  # tritonserver itself: flat, less than 1 MB a minute after the warm-up
 
 
 def rss_tolerance_kb(name: str, num_valid: int) -> int:
-    """Allowed private growth after warm-up: 16 MB for any process. tritonserver is held closer, so that a
-    per-request leak shows within a minute: 1.5 MB plus 1 kB per valid request (it grew 0.05 kB per
-    request in a 30-minute soak; when clients cancelled their streams after the final response it kept
-    ~10 kB of each, 3-5 MB in this test's minute)."""
+    """Allowed private growth after warm-up: 16 MB for any process. tritonserver is held flat, under 1 MB a minute,
+    so that a per-request leak shows within a minute (it grew 0.05 kB per request in a 30-minute soak; when clients
+    cancelled their streams after the final response it kept ~10 kB of each, 3-5 MB in this test's minute; with
+    the longest references it kept the largest requests for reuse, up to 8 of them)."""
     if name == "tritonserver":
-        return min(MAX_GROWTH_KB, TRITON_BASE_KB + TRITON_KB_PER_REQUEST * num_valid)
+        return round(TRITON_KB_PER_MINUTE * SOAK_MINUTES)
     return MAX_GROWTH_KB
 
 
@@ -52,19 +51,19 @@ def test_soak_keeps_memory_threads_and_chunk_order(server, url):
 
 @pytest.mark.soak
 def test_soak_with_cloning_keeps_memory_threads_and_chunk_order(cloning_server):
-    """A fifth of the requests clone a reference of 1-4 s at 16-44.1 kHz: the voice encoder meets a new shape
-    each time (it grew 15 MB a minute with oneDNN's primitive cache and an untrimmed heap) and tritonserver
-    carries the references. tritonserver is held to the same 1.5 MB + 1 kB a served request (plain or cloned)
+    """A quarter of the requests clone a reference, of 1-4 s at 16-44.1 kHz or of 10-59 s at 48 kHz (up to 11.5 MB
+    a request): the voice encoder meets a new shape each time (it grew 15 MB a minute with oneDNN's primitive cache
+    and an untrimmed heap) and tritonserver carries the references. tritonserver is held to the same 1 MB a minute
     after a longer warm-up: its heap settles under the references' sizes in about 30 s (after 15 s it could
     still grow 1.8 MB in the minute; after 30 s it shrank 0.6 MB over 183 requests)."""
     url = cloning_server.grpc_url
     register_soak_voice(url)
     check_soak(cloning_server, url, CLONING_KINDS,
-               minimum={"valid": 50, "invalid": 20, "cancelled": 20, "cloned": 20}, warm_up_s=CLONING_WARM_UP_S)
+               minimum={"valid": 40, "invalid": 20, "cancelled": 20, "cloned": 20}, warm_up_s=CLONING_WARM_UP_S)
 
 
 def check_soak(server, url: str, kinds, minimum: dict[str, int], warm_up_s: float = WARM_UP_S) -> None:
-    """Every process within 16 MB of its warm-up peak; tritonserver within 1.5 MB + 1 kB a served request."""
+    """Every process within 16 MB of its warm-up peak; tritonserver within 1 MB a minute."""
     before, after, tally = soak(url, server.process.process.pid, SOAK_MINUTES, warm_up_s, NUM_WORKERS, seed=7,
                                 kinds=kinds, rate=RATE)
     figures = format_figures(before, after, SOAK_MINUTES, sum(tally.counts.values()))

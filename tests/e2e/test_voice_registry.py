@@ -28,6 +28,7 @@ from clients.procstats import server_processes
 from clients.stream import StreamError, synthesize
 from clients.voices import RegistryError, call_registry
 from protocol.reasons import EndReason
+from protocol.wire import decode_error
 from tests.audio_decode import assert_same_pcm16
 from tests.e2e.conftest import start_server
 from tests.e2e.test_text_stream import assert_same_audio
@@ -275,6 +276,92 @@ def test_delete_through_the_gateway_and_a_taken_name(gateway, servers):
     gone = httpx.post(gateway.url + "/v1/audio/speech", json={"model": BASE_PRESET, "input": TEXT,
                                                                 "voice": "gw-delete", **SPEECH}, timeout=60)
     assert gone.status_code == 400 and gone.json()["error"]["code"] == "unknown_voice"
+
+
+def import_voice(url: str, name: str, data: bytes) -> dict:
+    """`voice_registry`'s import of a voice's file, as the gateway sends it to a server that lacks the voice."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+    inputs = []
+    for key, value in (("action", b"import"), ("name", name.encode()), ("voice_file", data)):
+        tensor = grpcclient.InferInput(key, [1], "BYTES")
+        tensor.set_data_from_numpy(np.array([value], dtype=np.object_))
+        inputs.append(tensor)
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return json.loads(client.infer("voice_registry", inputs).as_numpy("voices")[0])
+    except InferenceServerException as exc:
+        raise RegistryError(decode_error(exc.message())) from None
+    finally:
+        client.close()
+
+
+def voice_file(tensors: dict, transcript: str | None = REF_TEXT, x_vector_only: bool = False,
+               meta_pad: int = 0) -> bytes:
+    from backend_python.voice_registry.store import META, Voice, _encoded
+    voice = Voice("v", tensors, transcript, x_vector_only, RATE, 2.0, 1, "f" * 64)
+    if not meta_pad:
+        return _encoded(voice)
+    meta = {**voice.metadata(), "duration_s": 2.0, "fingerprint": "f" * 64, "pad": "x" * meta_pad}
+    buffer = io.BytesIO()
+    np.savez(buffer, **tensors, **{META: np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)})
+    return buffer.getvalue()
+
+
+def test_an_imported_voice_the_model_cannot_speak_is_refused_and_never_listed(url):
+    """Each of these was stored, listed and copied to other servers, then failed every request that named it."""
+    from backend_python.models import registry
+    spec = registry.load_voice_encoder(registry.resolve(BASE_PRESET), "cpu", "float32").voice_spec()
+    (dim,), (_, num_codebooks), limit = spec.shapes["speaker_embedding"], spec.shapes["ref_codes"], spec.code_limits[0]
+    embedding, codes = np.zeros(dim, np.float32), np.zeros((20, num_codebooks), np.int64)
+    unusable = {
+        "an embedding of 3": voice_file({"speaker_embedding": np.zeros(3, np.float32)}, x_vector_only=True),
+        "an embedding one short": voice_file({"speaker_embedding": np.zeros(dim - 1, np.float32)}, x_vector_only=True),
+        "an embedding of 8192": voice_file({"speaker_embedding": np.zeros(8192, np.float32)}, x_vector_only=True),
+        "codes of a codebook more": voice_file({"speaker_embedding": embedding,
+                                                "ref_codes": np.zeros((20, num_codebooks + 1), np.int64)}),
+        "codes past the codebook": voice_file({"speaker_embedding": embedding, "ref_codes": codes + limit}),
+        "in context, no transcript": voice_file({"speaker_embedding": embedding, "ref_codes": codes}, transcript=None),
+        "a control character": voice_file({"speaker_embedding": embedding, "ref_codes": codes}, transcript="a\x07"),
+        "a 50k transcript": voice_file({"speaker_embedding": embedding, "ref_codes": codes}, transcript="w" * 50_000),
+        "5 MB of metadata": voice_file({"speaker_embedding": embedding, "ref_codes": codes}, meta_pad=5 << 20),
+    }
+    for i, (what, data) in enumerate(unusable.items()):
+        with pytest.raises(RegistryError) as caught:
+            import_voice(url, f"unusable-{i}", data)
+        ended = caught.value.ended
+        assert (ended.reason, ended.param) == (EndReason.REFUSED_BAD_INPUT, "voice_file"), (what, ended)
+        assert ended.code in ("voice_mismatch", "bad_voice_file", "missing_ref_text"), (what, ended)
+    assert not any(v["name"].startswith("unusable-") for v in call_registry(url, "list")["data"])
+    assert import_voice(url, "usable", voice_file({"speaker_embedding": embedding, "ref_codes": codes}))["name"] == \
+        "usable"
+    call_registry(url, "delete", name="usable")
+
+
+def _tensor(name: str, datatype: str, shape: list[int], data: list) -> dict:
+    return {"name": name, "datatype": datatype, "shape": shape, "data": data}
+
+
+DIRECT_BAD_INPUT = {  # a model called directly over Triton's HTTP, with input that is the caller's fault
+    "voice_encoder: a rate out of range": ("voice_encoder/infer", {"inputs": [
+        _tensor("ref_audio", "FP32", [1, RATE], [0.1] * RATE), _tensor("ref_sample_rate", "INT32", [1, 1], [100])]}),
+    "voice_registry: an unknown action": ("voice_registry/infer", {"inputs": [
+        _tensor("action", "BYTES", [1], ["dance"])]}),
+    "codec: codes of the wrong shape": ("codec/infer", {"inputs": [
+        _tensor("codes", "INT32", [1, 3, 16], [99_999] * 48), _tensor("context_frames", "INT32", [1, 1], [0])]}),
+    "speechlm_lm: a temperature out of range": ("speechlm_lm/generate", {"text": "Hi.", "temperature": -5.0}),
+    "vox_ensemble: an empty text": ("vox_ensemble/generate", {"text": " "}),
+}
+
+
+@pytest.mark.parametrize("path, body", DIRECT_BAD_INPUT.values(), ids=DIRECT_BAD_INPUT)
+def test_every_model_answers_bad_input_over_http_with_a_400_and_its_reason(servers, path, body):
+    """Each model's own refusal is INVALID_ARG (stub_common/responses.py): a 400 carrying the reason code, where it
+    was a 500 (Triton's default code). Triton's own parser of `generate` bodies still answers a JSON object where it
+    wants text with a 500 of its own, before any model runs (docs/RELIABILITY.md)."""
+    response = httpx.post(f"{servers[0].http_url}/v2/models/{path}", json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"].startswith("[bad_input"), response.text
 
 
 def test_a_server_started_afresh_on_the_same_data_directory_has_the_voices(url, data_dirs, tmp_path_factory):

@@ -28,11 +28,20 @@ class Tensor:
 
 
 class TritonError:
-    def __init__(self, message: str) -> None:
-        self._message = message
+    UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = range(8)
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        self._message, self._code = message, code
 
     def message(self) -> str:
         return self._message
+
+    def code(self) -> int:
+        return self._code
+
+
+class TritonModelException(Exception):
+    """What the Python backend's model control raises (a model it cannot load)."""
 
 
 class InferenceResponse:

@@ -13,6 +13,9 @@ def direct_request(pb, text: str = "Hello."):
 
 
 def error_of(response):
+    """The ending a response carries: a direct client's as a Triton error, the router's as the `error` output."""
+    if response.has_error():
+        return decode_error(response.error().message())
     tensor = next(t for t in response.output_tensors() if t.name() == "error")
     return decode_error(tensor.as_numpy()[0].decode())
 
@@ -30,14 +33,18 @@ def test_a_direct_stream_gets_its_chunks_then_a_plain_final_flag(pb):
     assert request.sender.sent[-1] == (None, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
-def test_a_failed_direct_stream_carries_its_reason_in_the_error_output(pb):
+def test_a_failed_direct_stream_ends_with_an_error_response_coded_by_its_reason(pb):
+    """A direct client's error is a Triton error (a 500 over HTTP for the server's failure, a 400 for its own bad
+    input); the router's single response keeps the `error` output (see the chunk channel's test below)."""
     engine = FakeEngine()
     lm = lm_glue(engine)
     request = direct_request(pb)
     lm.execute([request])
     engine.finish(engine.next_sequence().request_id, "decode failed: boom")
-    ended = error_of(request.sender.responses[-1])
+    response = request.sender.responses[-1]
+    ended = error_of(response)
     assert (ended.reason, ended.message) == (EndReason.INTERNAL, "decode failed: boom")
+    assert response.error().code() == pb.TritonError.INTERNAL and request.sender.is_final.is_set()
 
 
 def test_a_cancelled_direct_stream_ends_without_an_error(pb):
@@ -73,6 +80,7 @@ def test_prompt_options_the_model_does_not_take_are_refused_by_name_before_any_w
         lm.execute([request])
         ended = error_of(request.sender.responses[-1])
         assert (ended.reason, ended.param) == (EndReason.REFUSED_BAD_INPUT, name)
+        assert request.sender.responses[-1].error().code() == pb.TritonError.INVALID_ARG  # a 400 over HTTP
     auto = pb.Request([pb.Tensor("text", np.array([b"Hi."], dtype=np.object_)),
                        pb.Tensor("language", np.array([b"Auto"], dtype=np.object_))], request_id="auto")
     lm.execute([auto])

@@ -318,7 +318,7 @@ def test_a_family_without_refinement_never_calls_a_refiner(cascade):
     assert [inputs["codes"][0].tolist() for _, inputs in decodes] == [w.tolist() for w in windows]  # as the LM sent
     for refiner in cascade.refiners.values():  # nor does it watch refinement lanes: none is loaded
         refiner.is_dead = True
-    assert [watch.check() for watch in cascade.router.codec_watches] == [False, False]
+    assert not any(watch.check() for watch in cascade.router.lane_watches)
     assert cascade.pb.SERVER.unloaded == []
 
 
@@ -444,7 +444,7 @@ def test_a_dead_refinement_lanes_chunk_goes_to_the_other_lane_at_once_and_the_la
 @pytest.mark.parametrize("dead", REFINERS)
 def test_a_refinement_lane_whose_stub_died_is_found_by_its_watch_and_reloaded_with_no_chunk_sent(cascade, dead):
     cascade.refiners[dead].is_dead = True
-    found = [watch.check() for watch in cascade.router.codec_watches]  # what the watches' next tick does
+    found = [watch.check() for watch in cascade.router.lane_watches]  # what the watches' next tick does
     assert found.count(True) == 1
     assert wait_for(lambda: cascade.router.lane_health.unavailable(dead) is None)
     assert cascade.pb.SERVER.unloaded == [dead] and cascade.pb.SERVER.loaded == [dead]

@@ -3,12 +3,14 @@ stores exactly what an inline reference would hand the LM; list and delete; ever
 from __future__ import annotations
 
 import base64
+import io
 import json
 
 import numpy as np
 import pytest
 
 from protocol.reasons import Ended, EndReason
+from protocol.voices import VoiceSpec
 from protocol.wire import decode_error, encode_error
 from tests.middle.conftest import STUB_DIED
 from tests.reference_audio import voiced
@@ -22,11 +24,17 @@ class FakeEncoderLane:
     """`voice_encoder`: an embedding that depends on the audio, and codes in context; or a refusal."""
 
     def __init__(self, pb) -> None:
-        self.pb, self.calls, self.refusal, self.is_dead = pb, [], None, False
+        self.pb, self.calls, self.refusal, self.is_dead, self.spec_calls = pb, [], None, False, 0
+
+    SPEC = VoiceSpec({"speaker_embedding": (8,), "ref_codes": (-1, 16)}, (1 << 12,) * 16)  # what it makes
 
     def __call__(self, request, decoupled: bool):
         pb = self.pb
         assert not decoupled, "one request, one response"
+        if json.loads(request.parameters() or "{}").get("voice_spec"):
+            self.spec_calls += 1
+            return [pb.InferenceResponse(output_tensors=[
+                pb.Tensor("voice_spec", np.array([[self.SPEC.to_json().encode()]], dtype=np.object_))])]
         inputs = {t.name(): t.as_numpy() for t in request.inputs()}
         self.calls.append(inputs)
         if self.is_dead:
@@ -348,3 +356,87 @@ def test_with_admin_keys_writes_need_one_and_reads_do_not(pb, tmp_path):
     refused(as_admin(None, "import", name="bob", voice_file=np.array([base64.b64decode(exported["file"])],
                                                                       dtype=np.object_)), "admin_key", "admin_key_required")
     assert as_admin("first", "delete", name="alice")["deleted"] is True
+
+
+def test_model_control_needs_the_control_key_or_an_admin_key_and_says_whether_the_model_serves(pb, tmp_path):
+    """`voxlane serve` hands the registry its control key in a file; writes stay open without admin keys, model
+    control does not."""
+    from backend_python.voice_registry.model import VoiceRegistryModel
+    pb.SERVER.reset()
+    key_file = tmp_path / "control_key"
+    key_file.write_text("control-key-123\n")
+    model = VoiceRegistryModel()
+    params = {"model": "qwen3-tts-tiny-base", "data_dir": str(tmp_path), "control_key_file": str(key_file)}
+    model.initialize({"model_config": json.dumps(
+        {"parameters": {key: {"string_value": value} for key, value in params.items()}})})
+
+    def control(key, action: str, name: str):
+        tensors = [pb.Tensor("action", np.array([action.encode()], dtype=np.object_)),
+                   pb.Tensor("name", np.array([name.encode()], dtype=np.object_))]
+        response, = model.execute([pb.Request(tensors, parameters=None if key is None else {"admin_key": key})])
+        if response.has_error():
+            return decode_error(response.error().message())
+        return json.loads(pb.get_output_tensor_by_name(response, "voices").as_numpy()[0])
+
+    for key in (None, "wrong"):
+        refused(control(key, "unload_model", "speechlm_lm"), "admin_key", "admin_key_required")
+    assert pb.SERVER.unloaded == []
+    assert control("control-key-123", "unload_model", "speechlm_lm") == {"object": "model", "name": "speechlm_lm",
+                                                                         "ready": False}
+    assert pb.SERVER.unloaded == ["speechlm_lm"]
+
+
+def voice_file(name: str = "v", transcript: str | None = REF_TEXT, x_vector_only: bool = False, meta_pad: int = 0,
+               **tensors) -> np.ndarray:
+    """A voice's file as an export answers it, holding `tensors` (the fake encoder's by default) and its metadata."""
+    from backend_python.voice_registry.store import META, Voice, _encoded
+    tensors = tensors or {"speaker_embedding": np.zeros(8, np.float32),
+                          "ref_codes": np.arange(30 * 16, dtype=np.int64).reshape(30, 16)}
+    voice = Voice(name, tensors, transcript, x_vector_only, RATE, 1.5, 1, "f" * 64)
+    data = _encoded(voice)
+    if meta_pad:  # the same voice, its metadata padded with an unknown field
+        meta = {**voice.metadata(), "duration_s": 1.5, "fingerprint": "f" * 64, "pad": "x" * meta_pad}
+        buffer = io.BytesIO()
+        np.savez(buffer, **tensors, **{META: np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)})
+        data = buffer.getvalue()
+    return np.array([data], dtype=np.object_)
+
+
+UNUSABLE_VOICES = {
+    "an embedding of 3": (dict(speaker_embedding=np.zeros(3, np.float32)), True, "voice_mismatch"),
+    "an embedding of 8192": (dict(speaker_embedding=np.zeros(8192, np.float32)), True, "voice_mismatch"),
+    "codes of 8 codebooks": (dict(speaker_embedding=np.zeros(8, np.float32),
+                                  ref_codes=np.zeros((30, 8), np.int64)), False, "voice_mismatch"),
+    "codes past the codebook": (dict(speaker_embedding=np.zeros(8, np.float32),
+                                     ref_codes=np.full((30, 16), 1 << 12, np.int64)), False, "voice_mismatch"),
+    "in context without codes": (dict(speaker_embedding=np.zeros(8, np.float32)), False, "voice_mismatch"),
+}
+
+
+@pytest.mark.parametrize("tensors, x_vector_only, code", UNUSABLE_VOICES.values(), ids=UNUSABLE_VOICES)
+def test_an_imported_voice_the_model_cannot_speak_is_refused_before_it_is_stored(pb, registry, tensors,
+                                                                                 x_vector_only, code):
+    """Checked against what the served model's encoder makes (asked of it once): such a voice would fail every
+    request that names it, on this server and on each the gateway copies it to."""
+    answer = call(pb, registry, "import", name="bad", voice_file=voice_file(x_vector_only=x_vector_only, **tensors))
+    refused(answer, "voice_file", code)
+    assert call(pb, registry, "list")["data"] == [] and registry.store.get("bad") is None
+
+
+@pytest.mark.parametrize("transcript, meta_pad, code", [
+    (None, 0, "missing_ref_text"),  # in context: its prompt holds the transcript
+    ("bell\x07", 0, "bad_voice_file"),
+    ("w" * 50_000, 0, "bad_voice_file"),
+    (REF_TEXT, 5 << 20, "bad_voice_file"),  # 5 MB of metadata
+], ids=["no-transcript", "control-character", "50k-characters", "5MB-metadata"])
+def test_an_imported_voice_with_a_bad_transcript_or_metadata_is_refused(pb, registry, transcript, meta_pad, code):
+    answer = call(pb, registry, "import", name="bad", voice_file=voice_file(transcript=transcript, meta_pad=meta_pad))
+    refused(answer, "voice_file", code)
+    assert registry.store.get("bad") is None
+
+
+def test_a_voice_the_model_can_speak_imports_and_the_spec_is_asked_once(pb, registry):
+    assert call(pb, registry, "import", name="good", voice_file=voice_file())["name"] == "good"
+    assert call(pb, registry, "import", name="xv", voice_file=voice_file(
+        transcript=None, x_vector_only=True, speaker_embedding=np.zeros(8, np.float32)))["name"] == "xv"
+    assert registry.encoder_lane.spec_calls == 1

@@ -10,7 +10,10 @@ import wave
 import numpy as np
 import pytest
 
-from backend_python.audio.decoding import MAX_SECONDS, AudioFileError, decode_reference
+from backend_python.audio.decoding import AudioFileError, decode_reference
+from protocol.reference import ReferenceLimits
+
+MAX_SECONDS = ReferenceLimits().max_ref_audio_s
 
 
 def pcm_wav(channels: int, seconds: float, rate: int = 16_000) -> tuple[bytes, np.ndarray]:
@@ -97,3 +100,63 @@ def test_a_wav_sample_size_its_format_cannot_have_is_refused_by_name(bits, tag, 
 def test_pcm_wav_of_any_whole_sample_size_decodes(bits):
     decoded = decode_reference(wav_with_header(bits))
     assert decoded.samples.size == 8_000 and decoded.sample_rate == 16_000
+
+
+FRAME_BYTES = 1 << 16  # one decoded frame and its conversions
+
+
+def flac(samples: np.ndarray, rate: int) -> bytes:
+    import soundfile
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, rate, format="FLAC")
+    return buffer.getvalue()
+
+
+def test_a_rate_the_server_refuses_is_refused_from_the_header_with_the_servers_code(monkeypatch):
+    """59 s of near-silence at 192 kHz is a ~40 kB FLAC that decoded into a 45 MB tensor, crossed Triton and was only
+    then refused (the server takes 8-48 kHz): now nothing is decoded, and the code is the server's."""
+    data = flac(np.full(59 * 192_000, 3, np.int16), 192_000)
+    assert len(data) < 100_000
+    from backend_python.audio import decoding
+    monkeypatch.setattr(decoding, "_decode_mono", lambda *args: pytest.fail("decoded a file refused by its header"))
+    with pytest.raises(AudioFileError, match="192000 Hz") as error:
+        decode_reference(data)
+    assert error.value.code == "unsupported_ref_sample_rate"
+    assert ReferenceLimits().max_rate == 48_000  # the server's, from the input's table (protocol/tensors.py)
+
+
+def test_a_longest_reference_decodes_into_one_buffer_of_its_samples():
+    """Peak memory per reference: its samples once (11.5 MB for 60 s at 48 kHz), its file once and a frame, where
+    the parts and their concatenation held the samples twice."""
+    import tracemalloc
+    limits = ReferenceLimits()
+    data, _ = pcm_wav(1, limits.max_ref_audio_s, rate=limits.max_rate)
+    tracemalloc.start()
+    try:
+        decoded = decode_reference(data, limits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    samples_bytes = limits.max_samples(limits.max_rate) * 4
+    assert decoded.samples.size == limits.max_samples(limits.max_rate)
+    assert peak <= samples_bytes + len(data) + FRAME_BYTES, (peak, samples_bytes)
+
+
+def test_a_file_whose_header_hides_its_length_is_decoded_no_further_than_the_limit():
+    """A FLAC whose STREAMINFO says nothing of its length (0 samples: unknown) and holds 70 s: decoding stops at the
+    limit, with at most that in memory, whatever the file claims."""
+    import tracemalloc
+    limits = ReferenceLimits()
+    data = bytearray(flac(np.random.default_rng(0).integers(-300, 300, 70 * 8_000).astype(np.int16), 8_000))
+    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0  # STREAMINFO first: its total samples are 36 bits at 21.4
+    data[21] &= 0xF0
+    data[22:26] = bytes(4)
+    tracemalloc.start()
+    try:
+        with pytest.raises(AudioFileError) as error:
+            decode_reference(bytes(data), limits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert error.value.code == "audio_too_long"
+    assert peak <= (limits.max_ref_audio_s + 0.5) * 8_000 * 4 + len(data) + FRAME_BYTES, peak

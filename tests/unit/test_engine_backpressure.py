@@ -92,3 +92,23 @@ def test_a_cancel_ends_a_paused_request_and_frees_its_slot(lm, acks):
     engine.cancel_id("gone")
     steps(engine, 2)
     assert sink.done.is_set() and len(engine._free_slots) == 4
+
+
+def test_a_stream_paused_on_its_slow_client_holds_no_new_request_back(lm):
+    """Deadline-aware admission protects playing streams from a prefill; a stream paused on its client holds the
+    bound of audio its client has not taken, so a prefill cannot starve it. Its playback clock ran on meanwhile, and
+    read as a stall it kept every new request waiting for the starvation guard (`max_wait_s`)."""
+    clock = StepClock()
+    config = EngineConfig(max_slots=4, max_seq_len=256, codec_left_context_frames=3,
+                          scheduler=SchedulerConfig(chunking=ChunkingConfig(first_chunk_frames=2, chunk_frames=2,
+                                                                            chunk_growth=None),
+                                                    admission_policy=AdmissionPolicyName.DEADLINE_AWARE,
+                                                    max_wait_s=5.0))
+    engine = LMEngine(lm, config, clock=clock)
+    slow = add(engine, lm, "slow", 40, UnreadBound(BOUND_FRAMES, FRAME_RATE, acks=True))
+    steps(engine, 10)
+    assert emitted(slow) == BOUND_FRAMES  # paused: its client took nothing
+    clock.now = 3.0  # its playback clock says 3 s were played of its 0.48 s
+    new = add(engine, lm, "new", 4, None)
+    steps(engine, 3)  # the clock stands still: the starvation guard (5 s) never comes
+    assert emitted(new) > 0  # admitted at once

@@ -21,7 +21,7 @@ def fake_streams(monkeypatch, behaviour: dict[str, object]) -> list[str]:
     """Replace the Triton stream: each server URL either fails with a StreamFailure or yields two chunks."""
     calls = []
 
-    async def stream_chunks(stub, request, timeout_s):
+    async def stream_chunks(stub, request, timeout_s, lease=None):
         calls.append(stub)
         outcome = behaviour[stub]
         if isinstance(outcome, StreamFailure):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 
+from tests.unit.test_stub_process import SERVER, fake_proc
 from backend_python.vox_ensemble.live_streams import LiveStreams
 from backend_python.vox_ensemble.lane_watch import LaneWatch
+from backend_python.vox_ensemble.stub_process import StubWatch
 from protocol.reasons import DONE, Ended, EndReason
 
 LM_DIED = Ended(EndReason.LANE_DOWN, "the LM died")
@@ -65,14 +67,14 @@ def test_ending_waits_for_a_chunk_being_sent():
     assert finished == [("job-a", GONE)]
 
 
-def watch(is_dead: bool, has_streams: bool = True, available: bool = True):
+def watch(is_dead: bool, available: bool = True):
     dead: list[int] = []
     probes: list[int] = []
 
     def probe() -> bool:
         probes.append(1)
         return is_dead
-    return LaneWatch(probe, lambda: dead.append(1), lambda: has_streams, lambda: available), dead, probes
+    return LaneWatch(probe, lambda: dead.append(1), lambda: available), dead, probes
 
 
 def test_a_probe_that_finds_the_stub_gone_reports_the_dead_lm():
@@ -85,7 +87,16 @@ def test_a_living_stub_is_not_a_death():
     assert lm_watch.check() is False and dead == [] and probes == [1]
 
 
-def test_no_probe_without_streams_or_while_the_lm_is_known_down():
-    for has_streams, available in ((False, True), (True, False)):
-        lm_watch, dead, probes = watch(True, has_streams, available)
-        assert lm_watch.check() is False and probes == [] and dead == []
+def test_no_probe_while_the_lm_is_known_down():
+    lm_watch, dead, probes = watch(True, available=False)
+    assert lm_watch.check() is False and probes == [] and dead == []
+
+
+def test_a_stub_killed_as_the_first_stream_starts_is_a_death(tmp_path):
+    """The watch probes with no stream live, so it knows the LM's stub before a stream starts: a kill right then is a
+    death (it once first looked with a stream live, found no stub, took that for "not found yet", and the stream hung)."""
+    proc = fake_proc(tmp_path)
+    lm_watch = LaneWatch(StubWatch("speechlm_lm", SERVER, proc).is_dead, lambda: None, lambda: True)
+    assert lm_watch.check() is False  # idle: the stub is found
+    (proc / "202" / "stat").unlink()  # killed; then a stream starts
+    assert lm_watch.check() is True

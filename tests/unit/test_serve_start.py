@@ -11,6 +11,8 @@ import pytest
 from clients import serve
 from clients.serve import START_ATTEMPTS, ServeConfig, Server
 from clients.triton_launch import Ports
+from clients.voices import RegistryError
+from protocol.reasons import Ended, EndReason
 
 
 class FakePopen:
@@ -49,9 +51,14 @@ class FakeWatch:
     def __init__(self, *args):
         pass
 
-    def unload(self, model, timeout_s):
-        FakeWatch.unloaded.append(model)
-        return FakeWatch.UNLOAD_WORKS
+    @staticmethod
+    def call_registry(url, action, key, timeout_s, name):
+        """The server's model control through voice_registry (the drain's unload of the LM)."""
+        assert action == "unload_model" and key
+        FakeWatch.unloaded.append(name)
+        if not FakeWatch.UNLOAD_WORKS:
+            raise RegistryError(Ended(EndReason.LANE_DOWN, "refused"))
+        return {"object": "model", "name": name, "ready": False}
 
     def start(self):
         return self
@@ -66,6 +73,7 @@ def server(tmp_path, monkeypatch):
     monkeypatch.setattr(serve, "TritonProcess", FakeTriton)
     monkeypatch.setattr(serve, "find_triton", lambda: "tritonserver")
     monkeypatch.setattr(serve, "ModelWatch", FakeWatch)
+    monkeypatch.setattr(serve, "call_registry", FakeWatch.call_registry)
     FakeTriton.started, FakeWatch.unloaded, FakeWatch.UNLOAD_WORKS = [], [], True
     srv = Server(ServeConfig(ports=Ports(8000, 8001, 8002)), run_dir=tmp_path / "run", log_path=tmp_path / "t.log")
     yield srv

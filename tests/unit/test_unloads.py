@@ -24,3 +24,12 @@ def test_a_killed_servers_mark_is_not_read_by_a_later_server_with_its_pid(tmp_pa
 def test_the_start_ticks_are_the_process_s_own():
     assert unloads._start_ticks(os.getpid()) == unloads._start_ticks(os.getpid()) != "0"
     assert unloads._start_ticks(os.getpid()) != unloads._start_ticks(1)
+
+
+def test_a_stopped_servers_marks_are_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr(unloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    unloads.mark_unloaded(pid=201, server_pid=os.getpid())
+    unloads.mark_unloaded(pid=202, server_pid=os.getpid())
+    unloads.remove_marks(unloads.folder(os.getpid()))
+    assert list(tmp_path.iterdir()) == []
+    unloads.remove_marks(unloads.folder(os.getpid()))  # none left: nothing to do

@@ -24,6 +24,7 @@ class CsmVoiceEncoder(VoiceEncoder):
         self.num_codebooks, self.samples_per_frame = codec.num_codebooks, codec.samples_per_frame
         self._sample_rate = codec.sample_rate
         self.reference_tensors = {REF_CODES: ("INT32", [-1, codec.num_codebooks])}
+        self.code_limits = (codec.codebook_size,) * codec.num_codebooks
 
     @property
     def sample_rate(self) -> int:

@@ -91,6 +91,7 @@ class HiggsVoiceEncoder(VoiceEncoder):
         self.fc_prior = nn.Linear(cfg.D + cfg.semantic_dim, cfg.quantizer_dim)
         self.quantizer = codec.quantizer
         self.reference_tensors = {REF_CODES: ("INT32", [-1, cfg.n_q])}
+        self.code_limits = (cfg.bins,) * cfg.n_q
 
     @property
     def sample_rate(self) -> int:

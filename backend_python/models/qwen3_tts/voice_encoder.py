@@ -37,6 +37,7 @@ class Qwen3TTSVoiceEncoder(VoiceEncoder):
         self._sample_rate = speaker.sample_rate
         self.reference_tensors = {SPEAKER_EMBEDDING: ("FP32", [speaker.enc_dim]),
                                   REF_CODES: ("INT32", [-1, codec.valid_num_quantizers])}
+        self.code_limits = (codec.codebook_size,) * codec.valid_num_quantizers
 
     @property
     def sample_rate(self) -> int:

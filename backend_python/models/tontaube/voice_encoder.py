@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..base import VoiceEncoder
-from .config import NUM_CODEBOOKS, SAMPLE_RATE
+from .config import NUM_CODEBOOKS, SAMPLE_RATE, codebook_size
 from .dualcodec_encoder import (DualCodecEncoder, DualCodecEncoderConfig, SemanticFeatures, encoder_state,
                                 semantic_frames)
 
@@ -31,6 +31,8 @@ class TontaubeVoiceEncoder(VoiceEncoder):
         super().__init__()
         self.features, self.encoder = features.eval(), encoder.eval()
         self.reference_tensors = {REF_CODES: ("INT64", [-1, NUM_CODEBOOKS])}
+        self.code_limits = tuple(codebook_size(k) for k in range(NUM_CODEBOOKS))
+        self.in_context_needs_text = False  # its prompt holds the reference's codes alone
 
     @property
     def sample_rate(self) -> int:
