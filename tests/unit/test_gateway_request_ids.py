@@ -117,7 +117,7 @@ def fake_triton(monkeypatch) -> list[str]:
     """Each speech stream's Triton request id, as the gateway hands it to the Triton stream."""
     seen = []
 
-    async def stream_chunks(stub, request, timeout_s):
+    async def stream_chunks(stub, request, timeout_s, lease=None):
         seen.append(request.request_id)
         yield AudioChunk(0, np.zeros(240, np.float32), 24000, "urgent", 0.0)
 
