@@ -5,6 +5,7 @@ LM's stream id, so one request can be followed from the gateway's log through th
 """
 from __future__ import annotations
 
+import faulthandler
 import logging
 import sys
 
@@ -15,6 +16,8 @@ LOGGER = "voxlane"
 def configure_stub_logging(level: int = logging.INFO) -> None:
     """One stderr handler on the `voxlane` logger of this stub process (idempotent: a reload runs initialize again
     in a new process, a second call in one process adds nothing)."""
+    if not faulthandler.is_enabled():  # a stub that crashes (a signal) prints its Python threads' stacks there too
+        faulthandler.enable(sys.stderr, all_threads=True)
     logger = logging.getLogger(LOGGER)
     if any(getattr(handler, "is_voxlane_stub", False) for handler in logger.handlers):
         return

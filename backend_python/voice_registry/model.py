@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -62,6 +63,8 @@ class VoiceRegistryModel:
         # model control: those keys, and the server's own control key (`voxlane serve` writes it to a file only its
         # user reads); with neither, model control is as open as Triton's repository API then is
         self.control_key_hashes = self.admin_key_hashes + _file_key_hash(params.get(CONTROL_KEY_FILE, ""))
+        # the served repository (this model's folder is in it): model control names only the models it holds
+        self.repository = Path(args["model_repository"]).parent if args.get("model_repository") else None
         self.encoder = VoiceEncoderClient(_NoHealing())
         self.lm_voices = LMVoices()
         self._presets: tuple[str, ...] | None = None  # read at the first register: it imports the model registry
@@ -93,7 +96,7 @@ class VoiceRegistryModel:
         action = _action(get, names)
         _check_key(action, parameters, self.admin_key_hashes, self.control_key_hashes)
         if action in CONTROL_ACTIONS:
-            return _control_model(action, _text(get, "name", required=True))
+            return _control_model(action, _text(get, "name", required=True), self.repository)
         if action == "list":
             return self._list()
         name = _text(get, "name", required=True)
@@ -228,14 +231,32 @@ def _check_key(action: str, parameters, admin_hashes: tuple[str, ...], control_h
                            "sends its own)", param=ADMIN_KEY_PARAMETER, code="admin_key_required")
 
 
-def _control_model(action: str, model: str) -> dict:
-    """Load or unload `model` through the Python backend's model control (the load returns once it is done)."""
+def _control_model(action: str, model: str, repository: Path | None) -> dict:
+    """Load or unload `model` through the Python backend's model control (the load returns once it is done).
+
+    Only a model of this server's repository is asked for: in Triton 2.51 a load or unload that fails sends its
+    error to the stub in shared memory the server frees as it answers, and the stub that reads it may die of a
+    segmentation fault (with the request in flight, tritonserver aborts as the registry is reloaded). A name the
+    repository does not hold is the failure any client can cause; it is refused here, before Triton sees it."""
+    if repository is not None and model not in repository_models(repository):
+        raise RequestError(f"{action} {quoted(model)} failed: this server's repository has no model of that name "
+                           f"(it has {', '.join(map(quoted, repository_models(repository)))})", param="name",
+                           code="model_control_failed")
     try:
         (pb_utils.load_model if action == "load_model" else pb_utils.unload_model)(model)
     except pb_utils.TritonModelException as exc:
         raise RequestError(f"{action} {quoted(model)} failed: {exc}", param="name", code="model_control_failed") \
             from None
     return {"object": "model", "name": model, "ready": bool(pb_utils.is_model_ready(model))}
+
+
+def repository_models(repository: Path) -> tuple[str, ...]:
+    """The models of a Triton repository: its folders with a `config.pbtxt` (read on each call: an operator may add
+    one to a server in explicit model control mode)."""
+    try:
+        return tuple(sorted(entry.name for entry in repository.iterdir() if (entry / "config.pbtxt").is_file()))
+    except OSError:
+        return ()
 
 
 def _file_key_hash(path: str) -> tuple[str, ...]:

@@ -386,6 +386,30 @@ def test_model_control_needs_the_control_key_or_an_admin_key_and_says_whether_th
     assert pb.SERVER.unloaded == ["speechlm_lm"]
 
 
+def test_model_control_asks_triton_only_for_a_model_of_the_served_repository(pb, tmp_path):
+    """In Triton 2.51 a failed load may kill the stub that asked (its error is read from freed shared memory): a name
+    the repository does not hold is refused before Triton sees it, and a model it holds is loaded."""
+    from backend_python.voice_registry.model import VoiceRegistryModel
+    pb.SERVER.reset()
+    repository = tmp_path / "model_repository"
+    for model in ("voice_registry", "speechlm_lm", "codec"):
+        (repository / model / "1").mkdir(parents=True)
+        (repository / model / "config.pbtxt").write_text(f'name: "{model}"\n')
+    (repository / "notes").mkdir()  # a folder with no config is no model
+    model = VoiceRegistryModel()
+    params = {"model": "qwen3-tts-tiny-base", "data_dir": str(tmp_path / "voices")}
+    model.initialize({"model_repository": str(repository / "voice_registry"), "model_config": json.dumps(
+        {"parameters": {key: {"string_value": value} for key, value in params.items()}})})
+    for action in ("load_model", "unload_model"):
+        for name in ("no_such_model", "notes", "../model_repository", "codec/1"):
+            answer = call(pb, model, action, name=name)
+            refused(answer, "name", "model_control_failed", EndReason.REFUSED_BAD_INPUT)
+            assert "has no model of that name" in answer.message and "'codec', 'speechlm_lm'" in answer.message
+    assert pb.SERVER.loaded == [] and pb.SERVER.unloaded == []
+    assert call(pb, model, "load_model", name="codec") == {"object": "model", "name": "codec", "ready": True}
+    assert pb.SERVER.loaded == ["codec"]
+
+
 def voice_file(name: str = "v", transcript: str | None = REF_TEXT, x_vector_only: bool = False, meta_pad: int = 0,
                **tensors) -> np.ndarray:
     """A voice's file as an export answers it, holding `tensors` (the fake encoder's by default) and its metadata."""
