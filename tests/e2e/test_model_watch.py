@@ -132,21 +132,25 @@ def perf_analyzer_stream(url: str, folder: Path, ending: Ending, started: thread
 
 
 def streams_beside_a_kill(srv, gateway, tmp_path: Path, model: str) -> tuple[float, list[Ending]]:
-    """Start one stream of each client kind, kill `model`'s stub once all run; (the kill's time, the endings)."""
-    runs = {"gateway": lambda e, s: gateway_stream(gateway.url, e, s),
+    """Start one stream of each client kind, kill `model`'s stub once all run; (the kill's time, the endings).
+
+    One at a time, each once the ones before are live, the gateway's last: it acks as it reads, so it runs at the
+    LM's full speed (a 20 s stream in about a second on two idle cores) while the other two, with no acks, go at
+    the pace of playback; started first, it could end before perf_analyzer's process had even started."""
+    runs = {"perf_analyzer": lambda e, s: perf_analyzer_stream(srv.grpc_url, tmp_path, e, s),
             "grpc": lambda e, s: raw_grpc_stream(srv.grpc_url, e, s),
-            "perf_analyzer": lambda e, s: perf_analyzer_stream(srv.grpc_url, tmp_path, e, s)}
+            "gateway": lambda e, s: gateway_stream(gateway.url, e, s)}
     if model == "vox_ensemble":
         del runs["perf_analyzer"]  # see the module's docstring
     endings = [Ending(kind) for kind in runs]
-    starts = [threading.Event() for _ in endings]
-    threads = [threading.Thread(target=run, args=(e, s), daemon=True)
-               for run, e, s in zip(runs.values(), endings, starts)]
-    for thread in threads:
-        thread.start()
-    assert all(started.wait(60) for started in starts)
-    assert wait_for(lambda: scrape(srv)["voxlane_live_requests"] >= len(runs), timeout_s=30, poll_s=0.1), \
-        server_state(srv)
+    threads = []
+    for live, (run, ending) in enumerate(zip(runs.values(), endings), start=1):
+        started = threading.Event()
+        threads.append(threading.Thread(target=run, args=(ending, started), daemon=True))
+        threads[-1].start()
+        assert started.wait(60), ending
+        assert wait_for(lambda: scrape(srv)["voxlane_live_requests"] >= live, timeout_s=60, poll_s=0.05), \
+            (ending, server_state(srv))
     killed_at = time.monotonic()
     os.kill(stub_pid(srv, model), signal.SIGKILL)
     for thread in threads:
