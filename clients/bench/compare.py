@@ -5,6 +5,7 @@ The headline is each mode's capacity divided by `timeshare`'s, measured in one r
 from __future__ import annotations
 
 import json
+import random
 import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -122,8 +123,46 @@ def _num(value) -> str:
     return "-" if value is None else f"{value:g}x"
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free TCP ports on the loopback interface."""
+    """`count` distinct free TCP ports on the loopback interface, below the kernel's ephemeral range where there is
+    room: a port from that range (the kernel's pick for `bind(0)`) may be taken by any outgoing connection's local
+    end before the server that was given it binds it (a fleet's gateway binds a minute after its ports are chosen,
+    while other tests open thousands of connections), and that server then fails to start."""
+    low = _ephemeral_low()
+    if low - LOWEST_PORT < 50 * count:
+        return _kernel_ports(count)
+    ports: list[int] = []
+    pick = random.SystemRandom()
+    for _ in range(200 * count):
+        port = pick.randrange(LOWEST_PORT, low)
+        if port not in ports and _is_bindable(port):
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    return _kernel_ports(count)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return LOWEST_PORT  # not Linux: the kernel's picks
+
+
+def _is_bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _kernel_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:
         s.bind(("127.0.0.1", 0))

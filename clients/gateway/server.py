@@ -66,7 +66,7 @@ class GatewayProcess:
     """`voxlane gateway` as a child process; `stop()` sends SIGTERM, then SIGKILL after a grace period."""
 
     def __init__(self, config: GatewayConfig, log_path: Path | None = None) -> None:
-        self.config = config
+        self.config, self.log_path = config, log_path
         self._log = open(log_path, "wb") if log_path else None
         self.process = subprocess.Popen(gateway_command(config), stdout=self._log, env={**os.environ, **config.keys.env()},
                                         stderr=subprocess.STDOUT if self._log else None)
@@ -79,11 +79,21 @@ class GatewayProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the gateway exited with code {self.process.returncode} before ready")
+                raise RuntimeError(f"the gateway exited with code {self.process.returncode} before ready"
+                                   + self._log_tail())
             if _is_healthy(self.url + "/health"):
                 return
             time.sleep(0.2)
         raise TimeoutError(f"the gateway was not ready after {timeout_s:.0f} s")
+
+    def _log_tail(self, chars: int = 2000) -> str:
+        """The end of the gateway's log, for an error that says why it exited ("" where it has none)."""
+        if self.log_path is None:
+            return ""
+        try:
+            return ":\n" + Path(self.log_path).read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
 
     def stop(self, grace_s: float = 10.0) -> int:
         if self.process.poll() is None:

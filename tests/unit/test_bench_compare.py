@@ -44,3 +44,20 @@ def test_ratio_is_against_timeshare():
                              "0.99": {"rate": rate99, "is_lower_bound": False}}, "summaries": []}
     report = compare_report({"timeshare": result(2.0, None), "voxlane@c25": result(8.0, 4.0)})
     assert report["modes"]["voxlane@c25"]["ratio_to_baseline"] == {"0.90": 4.0, "0.99": None}
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range(tmp_path, monkeypatch):
+    """Outgoing connections take their local ports from the ephemeral range: a server given one of those may find
+    it taken by the time it binds, so test and benchmark servers get ports from below it."""
+    import socket
+
+    from clients.bench import compare
+    monkeypatch.setattr(compare, "EPHEMERAL_RANGE", tmp_path / "range")
+    (tmp_path / "range").write_text("32768\t60999\n")
+    ports = compare.free_ports(5)
+    assert len(set(ports)) == 5 and all(compare.LOWEST_PORT <= port < 32768 for port in ports), ports
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    (tmp_path / "range").write_text(f"{compare.LOWEST_PORT + 10}\t60999\n")  # no room below: the kernel's picks
+    assert len(set(compare.free_ports(3))) == 3
