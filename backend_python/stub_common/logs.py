@@ -16,7 +16,8 @@ LOGGER = "voxlane"
 def configure_stub_logging(level: int = logging.INFO) -> None:
     """One stderr handler on the `voxlane` logger of this stub process (idempotent: a reload runs initialize again
     in a new process, a second call in one process adds nothing)."""
-    if not faulthandler.is_enabled():  # a stub that crashes (a signal) prints its Python threads' stacks there too
+    # a stub that crashes (a signal) prints its Python threads' stacks there too, until it is unloaded
+    if not faulthandler.is_enabled():
         faulthandler.enable(sys.stderr, all_threads=True)
     logger = logging.getLogger(LOGGER)
     if any(getattr(handler, "is_voxlane_stub", False) for handler in logger.handlers):
@@ -27,3 +28,10 @@ def configure_stub_logging(level: int = logging.INFO) -> None:
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False  # the root's last-resort printing would repeat warnings bare
+
+
+def stop_fault_reports() -> None:
+    """The stub is being unloaded: its process exits next, and Triton 2.51's stubs often die of a segmentation
+    fault on the way out (after "successfully unloaded"), which is no fault of a model's and would print a
+    "Fatal Python error" into the server's log at every stop."""
+    faulthandler.disable()

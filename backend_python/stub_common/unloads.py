@@ -14,6 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from backend_python.stub_common.logs import stop_fault_reports
 from backend_python.stub_common.procfs import START_TICKS, stat_fields
 
 log = logging.getLogger("voxlane")
@@ -33,6 +34,8 @@ def _start_ticks(pid: int) -> str:
 
 def mark_unloaded(pid: int | None = None, server_pid: int | None = None) -> None:
     """This stub (or `pid`, a stub of `server_pid`) is being unloaded: called first in a lane's `finalize`."""
+    if pid is None:
+        stop_fault_reports()
     marks = folder(os.getppid() if server_pid is None else server_pid)
     try:
         marks.mkdir(exist_ok=True)

@@ -40,7 +40,7 @@ from backend_python.stub_common.encoder_client import VoiceEncoderClient
 from backend_python.stub_common import fault_inject
 from backend_python.stub_common.chunk_channel import ChunkChannel
 from backend_python.stub_common.metrics import RouterMetrics
-from backend_python.stub_common.logs import configure_stub_logging
+from backend_python.stub_common.logs import configure_stub_logging, stop_fault_reports
 from backend_python.stub_common.params import model_parameters
 from backend_python.audio.stream import StreamAudio
 from backend_python.stub_common.reference_inputs import ReferenceLimits, parse_reference
@@ -184,6 +184,7 @@ class RouterModel:
         sent its final response when the stub went left its client with a closed socket instead of a
         reason. Then free the held BLS iterators: left to the stub's own teardown, they kept this model
         from unloading and tritonserver waited out its exit timeout on SIGTERM."""
+        stop_fault_reports()
         num_ended = self.outlet.end_all(ROUTER_STOPPING)
         self.channel.end_all(ROUTER_STOPPING)  # wakes their worker threads
         if num_ended:

@@ -33,3 +33,27 @@ def test_a_stopped_servers_marks_are_removed(tmp_path, monkeypatch):
     unloads.remove_marks(unloads.folder(os.getpid()))
     assert list(tmp_path.iterdir()) == []
     unloads.remove_marks(unloads.folder(os.getpid()))  # none left: nothing to do
+
+
+def test_a_stub_reports_a_crash_until_it_is_unloaded(tmp_path, monkeypatch):
+    """A stub prints its Python stacks on a fatal signal (faulthandler), but not once it is being unloaded: Triton
+    2.51's stubs often crash on their way out, which would print a "Fatal Python error" at every stop."""
+    import faulthandler
+    import logging
+
+    from backend_python.stub_common.logs import LOGGER, configure_stub_logging
+    monkeypatch.setattr(unloads.tempfile, "gettempdir", lambda: str(tmp_path))
+    was_enabled, logger = faulthandler.is_enabled(), logging.getLogger(LOGGER)
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    try:
+        faulthandler.disable()
+        configure_stub_logging()
+        assert faulthandler.is_enabled()
+        unloads.mark_unloaded(pid=201, server_pid=os.getpid())  # another stub's mark: this one is not unloading
+        assert faulthandler.is_enabled()
+        unloads.mark_unloaded(server_pid=os.getpid())  # this stub's finalize
+        assert not faulthandler.is_enabled()
+    finally:
+        logger.handlers[:], logger.propagate = handlers, propagate
+        logger.setLevel(level)
+        faulthandler.enable() if was_enabled else faulthandler.disable()
