@@ -2,10 +2,12 @@
 
 A request is one stream's chunk: its segment's semantic codes so far, the acoustic codes already refined for
 the first of them (kept: forced into the prefill, as the reference forces its early codes), and the stream's
-`refine_context` (refine_context.py). The answer is codebooks 1..3 for the rest. For each codebook in turn, every
-request's sequence is prefilled on its own row of one KV cache, then their greedy steps run together, one batch
-row per request still writing (each at its own positions); a request's codes are what `Cascade.refine` gives it
-alone (tests/unit/test_tontaube_refiner.py).
+`refine_context` (refine_context.py). The answer is codebooks 1..3 for the rest. For each codebook in turn, the
+requests' sequences are prefilled in one call, each on its own row of one KV cache (right-padded to the longest),
+then their greedy steps run together, one batch row per request still writing (each at its own positions), with
+one host read of a step's codes; a request's codes are what `Cascade.refine` gives it alone
+(tests/unit/test_tontaube_refiner.py). A step of N streams' chunks is one call of each refiner per token, whatever
+N (tests/unit/test_step_batching.py).
 """
 from __future__ import annotations
 
@@ -75,44 +77,58 @@ class TontaubeRefiner:
         return [np.array(done, dtype=np.int32).T[len(r.refined):] for r, done in zip(requests, rows)]
 
     def _greedy(self, refiner: Predictor, sequences: list[list[int]], wanted: list[int]) -> list[list[int]]:
-        """Each sequence's next `wanted` codes, greedy, the steps of all of them batched."""
+        """Each sequence's next `wanted` codes, greedy: one prefill of every sequence that writes, then one step of
+        all that still write; one host read of their codes a step."""
         c, ids = refiner.config, self.config.ids
-        max_len = max(len(s) + w for s, w in zip(sequences, wanted))
-        weight = refiner.model.embed_tokens.weight
-        cache = KVCache.allocate(c.num_hidden_layers, len(sequences), c.num_key_value_heads, max_len, c.head_dim,
-                                 weight.device, weight.dtype, is_varlen=False)
-        logits, schemes = [], []
-        for row, seq in enumerate(sequences):
-            schemes.append(rope_positions(seq, ids, c.target_codebook, c.max_position_embeddings))
-            logits.append(self._run(refiner, cache, [row], [seq], [0], [schemes[-1].prefill])[0])
-        out: list[list[int]] = [[] for _ in sequences]
         live = [row for row, w in enumerate(wanted) if w > 0]
-        while live:
-            codes = {row: int(torch.argmax(logits[row][:ACOUSTIC_CODES])) for row in live}
-            for row in live:
-                out[row].append(codes[row])
-            live = [row for row in live if len(out[row]) < wanted[row]]
-            if not live:
-                break
-            places = [len(sequences[row]) + len(out[row]) - 1 for row in live]
+        out: list[list[int]] = [[] for _ in sequences]
+        if not live:
+            return out
+        weight = refiner.model.embed_tokens.weight
+        cache = KVCache.allocate(c.num_hidden_layers, len(live), c.num_key_value_heads,
+                                 max(len(sequences[row]) + wanted[row] for row in live), c.head_dim, weight.device,
+                                 weight.dtype, is_varlen=False)
+        schemes = {row: rope_positions(sequences[row], ids, c.target_codebook, c.max_position_embeddings)
+                   for row in live}
+        logits = self._prefill(refiner, cache, [sequences[row] for row in live], [schemes[row].prefill for row in live])
+        cache_rows = {row: i for i, row in enumerate(live)}
+        while True:
+            codes = logits[:, :ACOUSTIC_CODES].argmax(dim=-1).tolist()  # [live] codes: the step's one host read
+            for row, code in zip(live, codes):
+                out[row].append(code)
+            going = [i for i, row in enumerate(live) if len(out[row]) < wanted[row]]
+            if not going:
+                return out
+            live, codes = [live[i] for i in going], [codes[i] for i in going]
+            tokens = [[ids.code(c.target_codebook, code)] for code in codes]
+            places = [[len(sequences[row]) + len(out[row]) - 1] for row in live]
             rope = [[schemes[row].decoded(len(out[row]) - 1, c.max_position_embeddings)] for row in live]
-            stepped = self._run(refiner, cache, live, [[ids.code(c.target_codebook, codes[row])] for row in live],
-                                places, rope)
-            for row, row_logits in zip(live, stepped):
-                logits[row] = row_logits
-        return out
+            logits = self._run(refiner, cache, [cache_rows[row] for row in live], tokens, places, rope)
+
+    def _prefill(self, refiner: Predictor, cache: KVCache, sequences: list[list[int]],
+                 rope: list[list[int]]) -> torch.Tensor:
+        """Sequence i into cache row i, all in one call, right-padded to the longest (a padded token sits past its
+        row's last, where no real query reads it and the row's next step overwrites it) -> [n, head] logits for
+        the token after each sequence's last."""
+        length = max(len(seq) for seq in sequences)
+        pad = lambda row, value: row + [value] * (length - len(row))  # noqa: E731
+        places = [list(range(length))] * len(sequences)
+        ends = torch.tensor([len(seq) - 1 for seq in sequences], device=refiner.device)
+        return self._run(refiner, cache, list(range(len(sequences))),
+                         [pad(seq, self.config.ids.pad) for seq in sequences], places,
+                         [pad(r, r[-1]) for r in rope], ends)
 
     @staticmethod
-    def _run(refiner: Predictor, cache: KVCache, rows: list[int], ids: list[list[int]], starts: list[int],
-             rope: list[list[int]]) -> list[torch.Tensor]:
-        """Tokens `ids` (one list per row, of one length) at places `starts`.. of their rows -> each row's logits
-        for the token after its last."""
+    def _run(refiner: Predictor, cache: KVCache, rows: list[int], ids: list[list[int]], places: list[list[int]],
+             rope: list[list[int]], ends: torch.Tensor | None = None) -> torch.Tensor:
+        """Tokens `ids` [n, T] at `places` [n, T] of cache `rows`, RoPE at `rope` [n, T] -> [n, head] float32 logits
+        for the token after each row's token at `ends` [n] (None: its last)."""
         device = refiner.device
-        places = torch.tensor(starts, device=device)[:, None] + torch.arange(len(ids[0]), device=device)
         hidden = refiner.model.run(refiner.model.embed_tokens(torch.tensor(ids, device=device)),
-                                   torch.tensor(rows, device=device), places, torch.tensor(rope, device=device),
-                                   cache)[:, -1]
-        return list(refiner.audio_head(hidden).float())
+                                   torch.tensor(rows, device=device), torch.tensor(places, device=device),
+                                   torch.tensor(rope, device=device), cache)
+        last = hidden[:, -1] if ends is None else hidden[torch.arange(hidden.shape[0], device=device), ends]
+        return refiner.audio_head(last).float()
 
 
 def build_request(semantic, refined, context) -> RefineRequest:
