@@ -31,8 +31,11 @@ class SchedulerConfig:
     margin = margin_floor_s + safety_factor * expected background latency, or, with
     `margin_quantile` q set, margin_floor_s + safety_factor * (q-quantile - expected): the
     latency tail beyond the mean that the slack already counts.
-    With `urgent_budget` N > 0, a low-slack chunk that finds N chunks in flight on the urgent
-    lane goes to the background lane instead (first chunks stay urgent).
+    A cascade's chunk that needs a refinement call counts the background refinement lane's
+    expected latency (and its tail) with the background codec's.
+    With `urgent_budget` N > 0, a low-slack chunk that finds N calls in flight on the urgent
+    lane (the urgent codec's and a cascade's urgent refiner's) goes to the background lane
+    instead (first chunks stay urgent).
     """
 
     mode: ServingMode = ServingMode.VOXLANE
@@ -45,7 +48,7 @@ class SchedulerConfig:
     latency_alpha: float = 0.2  # EWMA weight of a new latency observation
     margin_quantile: float | None = None  # None: the margin scales the mean; q in (0, 1): that quantile's tail
     latency_window: int = 64  # latest observations per (lane, batch size) the quantile is taken over
-    urgent_budget: int = 0  # urgent-lane chunks in flight beyond which low-slack chunks go background; 0: none
+    urgent_budget: int = 0  # urgent-lane calls in flight beyond which low-slack chunks go background; 0: none
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
 
     def __post_init__(self) -> None:

@@ -1,4 +1,5 @@
-"""Online estimate of codec decode latency per lane and batch size."""
+"""Online estimate of a lane call's latency per lane and batch size: the codec lanes' decodes, and (another
+instance) a cascade's refinement lanes' refinements."""
 from __future__ import annotations
 
 import math

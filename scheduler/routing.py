@@ -10,9 +10,16 @@ margin = margin_floor_s + safety_factor * that same expected latency, or, with
          so that (safety 1) a chunk goes background only if the lane's q-quantile
          latency plus the floor fits before its deadline
 
-With an `urgent_budget` N, a chunk of low slack that finds N chunks in flight
-on the urgent lane goes to the background lane (`URGENT_FULL`): the urgent lane
-stays short for first chunks, which are urgent whatever the budget.
+A cascade's chunk that needs a refinement call first (`refine_batch_size` given)
+takes the background refinement lane before the background codec: its expected
+latency is the sum of both lanes' estimates (each at the batch the chunk would
+join there), and its tail the sum of both lanes' tails.
+
+With an `urgent_budget` N, a chunk of low slack that finds N calls in flight
+on the urgent lane (the caller counts the urgent codec's and the urgent
+refiner's: both run on the whole GPU) goes to the background lane
+(`URGENT_FULL`): the urgent lane stays short for first chunks, which are urgent
+whatever the budget.
 
 While chunk 0 is still in flight the deadline is unknown, but playback cannot
 start before `now`, so `now + offset(i)` is a lower bound on the deadline; the
@@ -57,33 +64,45 @@ class RouteDecision:
     is_slack_bound: bool = False  # slack from a lower bound: chunk 0 still in flight
 
 
-class ChunkRouter:
-    """Applies the routing rule of `config.mode`; shared by all requests (stateless)."""
+_Stage = tuple[LatencyEstimator, int]  # one background call a chunk takes: its lane's estimate, the batch it joins
 
-    def __init__(self, config: SchedulerConfig, estimator: LatencyEstimator) -> None:
+
+class ChunkRouter:
+    """Applies the routing rule of `config.mode`; shared by all requests (stateless).
+
+    `estimator` holds the codec lanes' call times; `refiner_estimator` a cascade's refinement lanes' (None: the
+    server refines nothing, and no chunk may ask for a refinement)."""
+
+    def __init__(self, config: SchedulerConfig, estimator: LatencyEstimator,
+                 refiner_estimator: LatencyEstimator | None = None) -> None:
         self._config = config
         self._estimator = estimator
+        self._refiner_estimator = refiner_estimator
 
-    def margin(self, background_batch_size: int = 1) -> float:
+    def margin(self, background_batch_size: int = 1, refine_batch_size: int | None = None) -> float:
         """Slack below which a chunk is urgent."""
-        return self._margin_for(self._estimator.expected(Lane.BACKGROUND, background_batch_size),
-                                background_batch_size)
+        stages = self._background_stages(background_batch_size, refine_batch_size)
+        return self._margin_for(stages, _expected(stages))
 
     def route(self, clock: PlaybackClock, chunk_index: int, now: float,
-              background_batch_size: int = 1, urgent_in_flight: int = 0) -> RouteDecision:
+              background_batch_size: int = 1, urgent_in_flight: int = 0,
+              refine_batch_size: int | None = None) -> RouteDecision:
         """Pick the lane for chunk `chunk_index` of the request whose clock is `clock`.
 
         `background_batch_size` is the batch the chunk would join on the
-        background lane, itself included; `urgent_in_flight` the chunks in
-        flight on the urgent lane now (the budget's count). Durations of all
-        earlier chunks must be known to the clock (`on_emitted` or `on_sent`).
+        background lane, itself included; `urgent_in_flight` the calls in
+        flight on the urgent lane now (the budget's count); `refine_batch_size`
+        the batch it would join on the background refinement lane, for a
+        cascade's chunk that needs a refinement call (None: it needs none).
+        Durations of all earlier chunks must be known to the clock (`on_emitted` or `on_sent`).
         """
         lanes = self._config.mode.lanes
         if len(lanes) == 1:
             return RouteDecision(lanes[0], RouteReason.MODE)
         if chunk_index == 0:
             return RouteDecision(Lane.URGENT, RouteReason.FIRST_CHUNK)
-        decision = self._route_by_slack(clock, chunk_index, now, background_batch_size)
+        stages = self._background_stages(background_batch_size, refine_batch_size)
+        decision = self._route_by_slack(clock, chunk_index, now, stages)
         if decision.lane is Lane.URGENT and self._is_urgent_full(urgent_in_flight):
             return replace(decision, lane=Lane.BACKGROUND, reason=RouteReason.URGENT_FULL)
         return decision
@@ -92,22 +111,37 @@ class ChunkRouter:
         budget = self._config.urgent_budget
         return budget > 0 and urgent_in_flight >= budget
 
+    def _background_stages(self, batch_size: int, refine_batch_size: int | None) -> list[_Stage]:
+        """The background calls a chunk takes: a refinement first where it needs one, then its decode."""
+        stages = [(self._estimator, batch_size)]
+        if refine_batch_size is not None:
+            if self._refiner_estimator is None:
+                raise ValueError("a chunk asked for a refinement from a router that has no refinement estimate")
+            stages.insert(0, (self._refiner_estimator, refine_batch_size))
+        return stages
+
     def _route_by_slack(self, clock: PlaybackClock, chunk_index: int, now: float,
-                        batch_size: int) -> RouteDecision:
-        expected = self._estimator.expected(Lane.BACKGROUND, batch_size)
+                        stages: list[_Stage]) -> RouteDecision:
+        expected = _expected(stages)
         deadline = clock.deadline(chunk_index)
         is_bound = deadline is None
         if deadline is None:
             deadline = now + clock.offset(chunk_index)
         slack = deadline - now - expected
-        margin = self._margin_for(expected, batch_size)
+        margin = self._margin_for(stages, expected)
         if slack < margin:
             return RouteDecision(Lane.URGENT, RouteReason.LOW_SLACK, slack, margin, is_bound)
         return RouteDecision(Lane.BACKGROUND, RouteReason.SLACK_OK, slack, margin, is_bound)
 
-    def _margin_for(self, expected_latency: float, batch_size: int) -> float:
+    def _margin_for(self, stages: list[_Stage], expected_latency: float) -> float:
         config = self._config
         if config.margin_quantile is None:
             return config.margin_floor_s + config.safety_factor * expected_latency
-        tail = self._estimator.quantile(Lane.BACKGROUND, batch_size, config.margin_quantile) - expected_latency
-        return config.margin_floor_s + config.safety_factor * max(0.0, tail)
+        tail = sum(max(0.0, estimator.quantile(Lane.BACKGROUND, size, config.margin_quantile)
+                       - estimator.expected(Lane.BACKGROUND, size)) for estimator, size in stages)
+        return config.margin_floor_s + config.safety_factor * tail
+
+
+def _expected(stages: list[_Stage]) -> float:
+    """Expected seconds of a chunk's background calls, one after the other."""
+    return sum(estimator.expected(Lane.BACKGROUND, size) for estimator, size in stages)
