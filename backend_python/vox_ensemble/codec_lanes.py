@@ -9,7 +9,6 @@ stream's state afresh at that stream's next chunk.
 """
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
@@ -19,32 +18,13 @@ import triton_python_backend_utils as pb_utils
 from backend_python.stub_common import bls
 from backend_python.stub_common.lane_health import LaneHealth
 from backend_python.stub_common.metrics import RouterMetrics
+from backend_python.vox_ensemble.in_flight import InFlight
 from protocol.models import CODEC, CODEC_URGENT
 from protocol.reasons import Ended, EndReason
 from scheduler import Lane, LatencyEstimator
 
 LANE_MODELS = {Lane.URGENT: CODEC_URGENT, Lane.BACKGROUND: CODEC}
 OTHER_LANE = {Lane.URGENT: Lane.BACKGROUND, Lane.BACKGROUND: Lane.URGENT}
-
-
-class _InFlight:
-    """Chunks in flight per lane: the batch a new chunk would join."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts = {lane: 0 for lane in Lane}
-
-    def enter(self, lane: Lane) -> None:
-        with self._lock:
-            self._counts[lane] += 1
-
-    def leave(self, lane: Lane) -> None:
-        with self._lock:
-            self._counts[lane] -= 1
-
-    def count(self, lane: Lane) -> int:
-        with self._lock:
-            return self._counts[lane]
 
 
 @dataclass(frozen=True)
@@ -70,7 +50,7 @@ class CodecLanes:
         self.estimator = estimator
         self._metrics = metrics
         self._lane_health = lane_health
-        self._in_flight = _InFlight()
+        self._in_flight = InFlight()
 
     def batch_size_if_joined(self, lane: Lane) -> int:
         """The batch a chunk sent to `lane` now would join (the routing's latency estimate keys on it)."""
