@@ -11,6 +11,9 @@
 | `voxlane_codec_ms` | histogram | `lane` | a chunk's codec call as the router sees it (queueing + batch decode) |
 | `voxlane_codec_run_ms` | histogram | `lane` | the lane's own run time of the batch decode that held the chunk |
 | `voxlane_codec_queue_ms` | histogram | `lane` | the rest of the call: `voxlane_codec_ms` minus the run time (queueing, transfer) |
+| `voxlane_refiner_ms` | histogram | `lane` | a cascade's refinement call as the router sees it (queueing + batch refinement; cascades only) |
+| `voxlane_refiner_run_ms` | histogram | `lane` | the refinement lane's own run time of the batch that held the chunk |
+| `voxlane_refiner_queue_ms` | histogram | `lane` | the rest of the call: `voxlane_refiner_ms` minus the run time |
 | `voxlane_chunks_routed_total` | counter | `lane`, `reason` | chunks sent, by routed lane and the reason the rule gave (`first_chunk`, `low_slack`, `slack_ok`, `urgent_full`, `mode`) |
 | `voxlane_chunk_slack_ms` | histogram | | a chunk's playback deadline minus its send time (chunk 0 has none; below 0 is a stall) |
 | `voxlane_lm_batch_size` | gauge | | streams holding an LM slot after its last step (`voxlane_lm_live_streams`) |
@@ -47,12 +50,39 @@ CODEC_BUCKETS_MS = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0
 SLACK_BUCKETS_MS = [-500.0, -200.0, -100.0, -50.0, 0.0, 50.0, 100.0, 200.0, 300.0, 500.0, 1000.0, 2000.0, 5000.0]
 
 
+class _CallMetrics:
+    """One kind of lane call's histograms per routed lane: `voxlane_{kind}_ms` (the call as the router sees it),
+    `voxlane_{kind}_run_ms` (the lane's own run time of the batch that held the chunk) and `voxlane_{kind}_queue_ms`
+    (the rest: queueing, transfers). Not locked: RouterMetrics' lock holds."""
+
+    def __init__(self, kind: str, what: str, batch_work: str) -> None:
+        call = pb_utils.MetricFamily(f"voxlane_{kind}_ms", f"{what} call latency per chunk as the router sees it",
+                                     pb_utils.MetricFamily.HISTOGRAM)
+        run = pb_utils.MetricFamily(f"voxlane_{kind}_run_ms",
+                                    f"The {kind} lane's run time of the {batch_work} per chunk",
+                                    pb_utils.MetricFamily.HISTOGRAM)
+        queue = pb_utils.MetricFamily(f"voxlane_{kind}_queue_ms",
+                                      f"{what} call time per chunk less the lane's run time",
+                                      pb_utils.MetricFamily.HISTOGRAM)
+        self.families = (call, run, queue)  # a family must outlive its metrics
+        self._metrics = {lane: tuple(family.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)
+                                     for family in self.families) for lane in (Lane.URGENT, Lane.BACKGROUND)}
+
+    def observe(self, lane: Lane, seconds: float, run_s: float) -> None:
+        """One call: its time as the router saw it and the lane's own run time within it."""
+        call, run, queue = self._metrics[lane]
+        call.observe(seconds * 1e3)
+        run.observe(run_s * 1e3)
+        queue.observe(max(0.0, seconds - run_s) * 1e3)
+
+
 class RouterMetrics:
     """Thread-safe: every update holds one lock. Concurrent metric calls from several
     threads crashed the stub (they share its message queue to the server)."""
 
-    def __init__(self, lanes: tuple[str, ...] = LANE_MODELS) -> None:
-        """`lanes`: the lane models this server runs (a cascade's refinement lanes only where it serves one)."""
+    def __init__(self, lanes: tuple[str, ...] = LANE_MODELS, refines: bool = False) -> None:
+        """`lanes`: the lane models this server runs (a cascade's refinement lanes only where it serves one);
+        `refines`: it serves a cascade, whose refinement calls are timed too."""
         self._lock = threading.Lock()
         self._num_live = 0
         chunks = pb_utils.MetricFamily("voxlane_chunks_total", "Audio chunks sent, by the lane that decoded them",
@@ -63,33 +93,23 @@ class RouterMetrics:
                                        pb_utils.MetricFamily.COUNTER)
         live = pb_utils.MetricFamily("voxlane_live_requests", "Streams in flight in the router",
                                      pb_utils.MetricFamily.GAUGE)
-        codec = pb_utils.MetricFamily("voxlane_codec_ms", "Codec call latency per chunk as the router sees it",
-                                      pb_utils.MetricFamily.HISTOGRAM)
         up = pb_utils.MetricFamily("voxlane_lane_up", "1 while the lane model serves, 0 while it is down",
                                    pb_utils.MetricFamily.GAUGE)
         restarts = pb_utils.MetricFamily("voxlane_lane_restarts_total",
                                          "Times the router reloaded the lane after its process died",
                                          pb_utils.MetricFamily.COUNTER)
-        run = pb_utils.MetricFamily("voxlane_codec_run_ms", "The codec lane's run time of the batch decode per chunk",
-                                    pb_utils.MetricFamily.HISTOGRAM)
-        queue = pb_utils.MetricFamily("voxlane_codec_queue_ms", "Codec call time per chunk less the lane's run time",
-                                      pb_utils.MetricFamily.HISTOGRAM)
         routed = pb_utils.MetricFamily("voxlane_chunks_routed_total", "Chunks sent, by routed lane and routing reason",
                                        pb_utils.MetricFamily.COUNTER)
         slack = pb_utils.MetricFamily("voxlane_chunk_slack_ms", "A chunk's playback deadline minus its send time",
                                       pb_utils.MetricFamily.HISTOGRAM)
-        self._families = (chunks, ttfa, stalls, live, codec, up, restarts,
-                          run, queue, routed, slack)  # a family must outlive its metrics
+        self._codec = _CallMetrics("codec", "Codec", "batch decode")
+        self._refiner = _CallMetrics("refiner", "Refinement", "batch refinement") if refines else None
+        self._families = (chunks, ttfa, stalls, live, up, restarts, routed, slack, *self._codec.families,
+                          *(self._refiner.families if refines else ()))  # a family must outlive its metrics
         self._lane_up = {model: up.Metric(labels={"lane": model}) for model in lanes}
         self._lane_restarts = {model: restarts.Metric(labels={"lane": model}) for model in lanes}
         for gauge in self._lane_up.values():
             gauge.set(1)
-        self._codec = {lane: codec.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)
-                       for lane in (Lane.URGENT, Lane.BACKGROUND)}
-        self._codec_run = {lane: run.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)
-                           for lane in (Lane.URGENT, Lane.BACKGROUND)}
-        self._codec_queue = {lane: queue.Metric(labels={"lane": lane.value}, buckets=CODEC_BUCKETS_MS)
-                             for lane in (Lane.URGENT, Lane.BACKGROUND)}
         self._routed = {(lane, reason): routed.Metric(labels={"lane": lane.value, "reason": reason.value})
                         for lane, reason in ROUTES}
         self._slack = slack.Metric(labels={}, buckets=SLACK_BUCKETS_MS)
@@ -113,9 +133,12 @@ class RouterMetrics:
     def on_codec_call(self, lane: Lane, seconds: float, run_s: float) -> None:
         """One codec call: its time as the router saw it and the lane's own run time within it."""
         with self._lock:
-            self._codec[lane].observe(seconds * 1e3)
-            self._codec_run[lane].observe(run_s * 1e3)
-            self._codec_queue[lane].observe(max(0.0, seconds - run_s) * 1e3)
+            self._codec.observe(lane, seconds, run_s)
+
+    def on_refiner_call(self, lane: Lane, seconds: float, run_s: float) -> None:
+        """One refinement call of a cascade: its time as the router saw it and the lane's own run time within it."""
+        with self._lock:
+            self._refiner.observe(lane, seconds, run_s)
 
     def on_first_chunk(self, ttfa_s: float) -> None:
         with self._lock:

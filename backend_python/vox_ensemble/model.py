@@ -73,7 +73,8 @@ class RouterModel:
         self.reference_limits = ReferenceLimits.from_parameters(params)
         self.voices = VoiceStore.from_settings(VoiceStoreSettings.from_parameters(params))  # registered voices
         self.refines = params.get("refines", "false") == "true"  # the served family is a cascade (serve)
-        self.metrics = RouterMetrics(tuple(m for m in LANE_MODELS if self.refines or m not in REFINER_MODELS))
+        self.metrics = RouterMetrics(tuple(m for m in LANE_MODELS if self.refines or m not in REFINER_MODELS),
+                                     refines=self.refines)
         control = ModelControl(pb_utils.unload_model, pb_utils.load_model, pb_utils.is_model_ready, stub_is_running)
         self.lane_health = LaneHealth(control, HealPolicy.from_parameters(params), self.metrics.on_lane_change)
         self._fault_marker = fault_inject.marker_from_env()  # None unless a test turned the hook on
@@ -85,9 +86,12 @@ class RouterModel:
         self.sessions = TextSessions(self.limits.max_text_chars)
         self.audio_sessions = AudioSessions(AudioInLimits.from_parameters(params))
         self.takes_input_audio = params.get("takes_input_audio", "false") == "true"  # the served family's (serve)
-        self.relay = Relay(self.channel, self.lm, ChunkRouter(self.config, self.codecs.estimator), self.codecs,
-                           self.flow, VoiceEncoderClient(self.lane_health),
-                           RefinerLanes(self.lane_health) if self.refines else None)
+        self.refiners = (RefinerLanes(LatencyEstimator.from_config(self.config), self.metrics, self.lane_health)
+                         if self.refines else None)
+        refiner_estimator = None if self.refiners is None else self.refiners.estimator
+        router = ChunkRouter(self.config, self.codecs.estimator, refiner_estimator)
+        self.relay = Relay(self.channel, self.lm, router, self.codecs, self.flow, VoiceEncoderClient(self.lane_health),
+                           self.refiners)
         self.cancel_watch = CancelWatch(self.lm.cancel)
         self.cancel_watch.start()
         self.outlet = Outlet(self.metrics, self.cancel_watch)

@@ -126,7 +126,7 @@ class Relay:
         index = int(arrays["chunk_index"][0])
         now = time.monotonic()
         route = self._router.route(clock, index, now, self._codecs.batch_size_if_joined(Lane.BACKGROUND),
-                                   self._codecs.in_flight(Lane.URGENT))
+                                   self._urgent_in_flight(), self._refine_batch_size(arrays, track))
         lane = route.lane
         tokens = self._refined(arrays, lane, job, track)
         if isinstance(tokens, Ended):
@@ -143,6 +143,19 @@ class Relay:
                              reason=route.reason, words=_words(arrays, job.audio.speed), speed=job.audio.speed)
         clock.on_emitted(index, chunk.duration_s)
         return chunk
+
+    def _urgent_in_flight(self) -> int:
+        """Calls in flight on the urgent lane (the budget's count): codec_urgent's, and refiner_urgent's, which
+        runs on the same whole GPU."""
+        refining = 0 if self._refiners is None else self._refiners.in_flight(Lane.URGENT)
+        return self._codecs.in_flight(Lane.URGENT) + refining
+
+    def _refine_batch_size(self, arrays: dict, track: RefineTrack) -> int | None:
+        """The batch a cascade's chunk would join on the background refinement lane; None where the chunk needs
+        no refinement call (no cascade, no refiners, or a window refined already)."""
+        if "refine_context" not in arrays or self._refiners is None or not track.needs_refinement(arrays):
+            return None
+        return self._refiners.batch_size_if_joined(Lane.BACKGROUND)
 
     def _refined(self, arrays: dict, lane: Lane, job: Job, track: RefineTrack) -> np.ndarray | Ended:
         """The chunk's window as the codec takes it: as the LM sent it, or a cascade's refined to whole frames."""
