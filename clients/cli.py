@@ -144,7 +144,8 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codec-mps-priority", type=int, choices=(0, 1), default=defaults.codec_mps_priority,
                         help="MPS client priority of the background codec lane in voxlane mode (1: below the LM and the urgent lane)")
     parser.add_argument("--urgent-budget", type=int, default=defaults.urgent_budget,
-                        help="urgent-lane chunks in flight beyond which a low-slack chunk goes background (0: no limit)")
+                        help="urgent-lane calls in flight (codec_urgent's and a cascade's refiner_urgent's) beyond "
+                             "which a low-slack chunk goes background (0: no limit)")
     parser.add_argument("--margin-quantile", type=_growth, default=defaults.margin_quantile,
                         help="routing margin from this quantile of the background lane's latency ('none': the mean)")
     parser.add_argument("--data-dir", default=defaults.data_dir or None,
