@@ -21,7 +21,7 @@ from backend_python.models.tontaube.codec import LEFT_CONTEXT_FRAMES, LOOKAHEAD_
 from backend_python.models.tontaube.dualcodec import (DualCodecConfig, DualCodecDecoder, lookahead_reach_frames,
                                                       tiny_config)
 from backend_python.models.tontaube.vibevoice import HOP_LENGTH as VV_HOP
-from tests.unit.test_tontaube_codec import (SPF, STREAMS, WINDOW_TOLERANCE, dualcodec_only, engine_chunks,  # noqa: F401
+from tests.unit.test_tontaube_codec import (SPF, WINDOW_TOLERANCE, dualcodec_only, engine_chunks,  # noqa: F401
                                             errors, random_codes, streams, with_vibevoice)
 
 torch.set_flush_denormal(True)
