@@ -11,7 +11,13 @@ graphs (and then decodes plain windows eagerly: a lane uses one path or the othe
 A chunk of a codec with lookahead (models/base.py CodecWindowing) holds frames after its new ones; its window
 is decoded whole and the chunk gets its new frames' samples plus min(overlap_frames, lookahead) frames past
 them, which the router cross-fades into the stream's next chunk. Such codecs are not causal, so they keep no
-stream state: their chunks always take the windowed path.
+stream state, unless the state covers a causal stage behind the non-causal one (`state_reads_windows`,
+TontaubeV1's VibeVoice behind DualCodec): then a chunk with a state decodes its window cut to the codec's
+`state_context_frames` of left context (its lookahead kept), and one without decodes its whole window from a
+fresh state (`Codec.decode_stream_windows`).
+
+A decode that raises puts back the states it took (they are not modified), so the chunks retried alone, and
+every other stream of the batch, continue from them.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import torch
 from backend_python.engine.codec_states import CodecStateLimits, CodecStateStore
 from backend_python.models.base import Codec
 from backend_python.models.graphs.codec import CodecGraphs
-from backend_python.models.codec_stream import CodecStreamState
+from backend_python.models.codec_stream import CodecStreamState, StreamWindow
 from backend_python.models.graphs.codec_stream import CodecStreamGraphs
 
 
@@ -77,7 +83,8 @@ class CodecRunner:
         self.states = CodecStateStore(stream_states, clock) if is_stateful else None  # None: windowed
         self.graphs = CodecGraphs(codec) if can_graph and not is_stateful else None
         self._own_graphs = use_cuda_graphs and codec.device.type == "cuda" and self.graphs is None and not is_stateful
-        self.stream_graphs = CodecStreamGraphs(codec) if can_graph and is_stateful else None
+        self.stream_graphs = CodecStreamGraphs(codec) if can_graph and is_stateful and not codec.state_reads_windows \
+            else None
         self._decode_stream = self.stream_graphs.decode_stream if self.stream_graphs else codec.decode_stream
         self.frames = FrameCounts()
         if codec.device.type == "cuda" and self.graphs is None and self.stream_graphs is None:
@@ -89,6 +96,8 @@ class CodecRunner:
         """Capture every bucket up front (or run one eager window), so no request pays for it."""
         if self.stream_graphs is not None:
             self.stream_graphs.capture_all()
+        elif self.states is not None and self.codec.state_reads_windows:
+            self.codec.decode_stream_windows([None], [StreamWindow(self._zero_codes(2), 0, 0, 0, is_last=True)])
         elif self.states is not None:
             self.codec.decode_stream([self.codec.new_stream_state()], [self._zero_codes(2)])
         elif self.graphs is not None:
@@ -128,13 +137,22 @@ class CodecRunner:
     def decode_chunks(self, chunks: list[StreamChunk]) -> list[torch.Tensor]:
         """Each chunk's new samples [num_new * samples_per_frame] float32 (plus its overlap, where the codec has
         lookahead): stateful when the lane keeps states, else windowed (and then as `decode_windowed`)."""
-        if self.states is None or any(c.lookahead_frames or c.condition is not None for c in chunks):
+        reads_windows = self.codec.state_reads_windows
+        if self.states is None or any(c.condition is not None or (c.lookahead_frames and not reads_windows)
+                                      for c in chunks):
             return decode_windowed(self, chunks)
         self.states.expire_idle()
         states = [self.states.take(c.stream_id, c.start_frame) for c in chunks]
         audio: list[torch.Tensor | None] = [None] * len(chunks)
-        self._continue([i for i, s in enumerate(states) if s is not None], chunks, states, audio)
-        self._rebuild([i for i, s in enumerate(states) if s is None], chunks, audio)
+        try:
+            if reads_windows:
+                self._decode_windows_from_states(chunks, states, audio)
+            else:
+                self._continue([i for i, s in enumerate(states) if s is not None], chunks, states, audio)
+                self._rebuild([i for i, s in enumerate(states) if s is None], chunks, audio)
+        except Exception:
+            self._put_back(chunks, states)
+            raise
         return audio
 
     def release_stream(self, stream_id: str) -> bool:
@@ -154,6 +172,29 @@ class CodecRunner:
             fresh = [self.codec.new_stream_state() for _ in rows]
             pieces, new_states = self._decode_stream(fresh, [chunks[i].codes for i in rows])
             self._keep(rows, chunks, pieces, new_states, audio, [chunks[i].context_frames for i in rows])
+
+    def _decode_windows_from_states(self, chunks: list[StreamChunk], states: list, audio: list) -> None:
+        """A codec whose state reads windows: every chunk in one call, each with its state's short window or,
+        without one, its whole window; a returned state is kept for the stream's next chunk."""
+        windows = [self._stream_window(chunk, state is not None) for chunk, state in zip(chunks, states)]
+        pieces, new_states = self.codec.decode_stream_windows(states, windows)
+        for i, (chunk, window, piece, state) in enumerate(zip(chunks, windows, pieces, new_states)):
+            audio[i] = piece
+            self._count(window.codes.shape[0], chunk.num_new)
+            if state is not None and not chunk.is_last:
+                self.states.put(chunk.stream_id, state, chunk.start_frame + chunk.num_new)
+
+    def _stream_window(self, chunk: StreamChunk, has_state: bool) -> StreamWindow:
+        """The chunk's window, its left context cut to the codec's `state_context_frames` where a state continues."""
+        context = min(chunk.context_frames, self.codec.state_context_frames) if has_state else chunk.context_frames
+        return StreamWindow(chunk.codes[chunk.context_frames - context:], context, chunk.lookahead_frames,
+                            chunk.start_frame, chunk.is_last)
+
+    def _put_back(self, chunks: list[StreamChunk], states: list) -> None:
+        """A failed decode's taken states, back at their chunks' start frames (where no newer state was kept)."""
+        for chunk, state in zip(chunks, states):
+            if state is not None and chunk.stream_id not in self.states:
+                self.states.put(chunk.stream_id, state, chunk.start_frame)
 
     def _keep(self, rows: list[int], chunks: list[StreamChunk], pieces: list[torch.Tensor],
               new_states: list[CodecStreamState], audio: list, num_skipped: list[int]) -> None:

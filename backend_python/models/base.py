@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from backend_python.models.codec_stream import CodecStreamState, StreamCarry, split_states, stack_states
+from backend_python.models.codec_stream import (CodecStreamState, StreamCarry, StreamWindow, split_states,
+                                                stack_states)
 from backend_python.models.delay_pattern import DelayPattern
 from backend_python.models.input_feed import InputFeed
 from protocol.tensors import REQUEST_INPUTS
@@ -474,6 +475,20 @@ class Codec(nn.Module, ABC):
                 raise ValueError(f"a condition must be [{self.condition_dim}], got {list(c.shape)}")
 
     supports_streaming_state = False  # True where `decode_stream` is exact: a strictly causal decoder
+    # True: the kept state covers only a causal stage behind a non-causal one (TontaubeV1: VibeVoice behind
+    # DualCodec), so a chunk continued from its state still decodes a window, `state_context_frames` of left
+    # context and its lookahead, through `decode_stream_windows` (not `decode_stream`); no overlap
+    state_reads_windows = False
+    state_context_frames = 0
+
+    def decode_stream_windows(self, states: list[CodecStreamState | None],
+                              windows: list[StreamWindow]) -> tuple[list[torch.Tensor], list[CodecStreamState | None]]:
+        """A codec with `state_reads_windows`: each window's new frames' audio [num_new * samples_per_frame]
+        float32, continuing `states[b]` (None: a fresh stream state at the window's start, its whole context
+        decoded), in one batch where shapes allow; and each row's state after its new frames, or None where no
+        next chunk can continue it (a chunk that ends off the codec's grid, or the stream's last). The input
+        states are not modified."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no windowed streaming state")
 
     def new_stream_state(self) -> CodecStreamState:
         """The state of a stream before its first frame (zero tails, position 0), on the codec's device."""

@@ -33,6 +33,22 @@ class CodecStreamState:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
 
+@dataclass(frozen=True)
+class StreamWindow:
+    """A chunk as a codec whose state reads windows (`Codec.state_reads_windows`) decodes it: its new frames
+    with the left context and lookahead its non-causal front stage needs."""
+
+    codes: torch.Tensor  # [context_frames + num_new + lookahead_frames, K] int64: left context first
+    context_frames: int
+    lookahead_frames: int
+    start_frame: int  # the stream's index of the first new frame
+    is_last: bool  # the stream ends with this chunk: its state is not kept
+
+    @property
+    def num_new(self) -> int:
+        return self.codes.shape[0] - self.context_frames - self.lookahead_frames
+
+
 def stack_states(states: list[CodecStreamState]) -> dict[str, torch.Tensor]:
     """Row b of every batched tensor is `states[b]`'s."""
     return {key: torch.cat([s.tensors[key] for s in states]) for key in states[0].tensors}

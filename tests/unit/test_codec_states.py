@@ -178,6 +178,21 @@ def test_release_stream_frees_a_cancelled_stream(codec):
     assert runner.release_stream("a") and runner.states.num_states == 0 and runner.states.num_bytes == 0
 
 
+def test_a_failed_decode_puts_the_taken_states_back(codec, monkeypatch):
+    # the lane answers the batch's chunks with an error and retries each alone: no stream loses its state
+    runner = CodecRunner(codec, stream_states=CodecStateLimits())
+    a, b = chunks_of("a", random_codes(40, seed=18)), chunks_of("b", random_codes(40, seed=19))
+    runner.decode_chunks([a[0], b[0]])
+    decode_stream = runner._decode_stream
+    monkeypatch.setattr(runner, "_decode_stream", lambda *args: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        runner.decode_chunks([a[1], b[1]])
+    monkeypatch.setattr(runner, "_decode_stream", decode_stream)
+    assert runner.states.num_states == 2
+    runner.decode_chunks([a[1], b[1]])
+    assert runner.states.counters.num_hits == 4 and runner.states.counters.num_misses == 2
+
+
 def background_chunks(num_frames: int, seed: int) -> list[StreamChunk]:
     """One utterance's chunks as the background lane sees them in `voxlane` mode: chunk 0 went urgent."""
     return chunks_of("s", random_codes(num_frames, seed))[1:]

@@ -29,18 +29,41 @@ near the whole stream's audio, not equal (at a segment's end DualCodec alone is 
 there). A window's start needs no grid: it re-synthesises from the frame boundary before it. The price of exact
 windows is their length: a 25-frame chunk's window decodes 222 + 25 + 5 frames through both models (10x its new
 frames; DualCodec alone 2.3x), where the reference re-decodes its whole stream for every 0.4 s. The reference clips
-at ±1 when it writes PCM; the re-synthesised audio is clamped to [-1, 1] here (DualCodec's ends in tanh)."""
+at ±1 when it writes PCM; the re-synthesised audio is clamped to [-1, 1] here (DualCodec's ends in tanh).
+
+Stream state. A lane that keeps stream states (engine/codec_runner.py; `state_reads_windows`) keeps VibeVoice's
+causal tails per stream instead (vibevoice.py `resynth_stream`: every causal convolution's last inputs, encoder and
+decoder; 6 kB a stream at the tiny size, 1.4 MB at VibeVoice-1.5B's in float32), and a chunk that continues its
+stream's state decodes a window of `state_context_frames` before its new frames and its lookahead through
+DualCodec, then only the new frames' audio (and the lag's) through VibeVoice. DualCodec is not causal, so its
+window stays, and its audio of a window's last new frames misses lookahead: DAC's decoder reads
+`lookahead_reach_frames` ahead (9 frames at the tiny shape, 27 at the official one), 5 of which a window holds. A
+state that held that audio would carry its error on for VibeVoice's whole reach (tiny: 1.3e-3 in the chunked
+audio), so the state stays `state_lag_frames` VibeVoice frames behind the chunk's end (those that hold the last 4,
+or 22, new frames: 3 frames, or 14), and a continued chunk re-reads them from its own window, where they have their
+lookahead; DualCodec's context grows by their frames: 27 + 5 = 32 at the tiny shapes (62 for the whole window), 27
++ 24 = 51 at the official ones (222), so a 25-frame chunk decodes 51 + 25 + 5 frames through DualCodec and 29
+VibeVoice frames, where its whole window is 252 and 151. The tails are kept only after a chunk with its full
+lookahead that ends on the grid and is not its stream's last; a chunk without a state (the stream's first on the
+lane, one after a chunk that went to the other lane, the first after the lane was reloaded) decodes its whole
+window from a fresh state, as `decode_windows` does, and leaves one. Chunked with the state equals the whole
+stream within the windows' tolerance (tests/unit/test_tontaube_codec_state.py: max 1.8e-5, as today's windows).
+At the official DualCodec shape 27 frames of context and 5 of lookahead are short of the decoder's reach (51 back
+with the ConvNeXt stack's 24, 27 ahead): with random weights today's windows are 0.072 off the whole stream, and
+the state path as far (rms 5.6e-3 either way)."""
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..base import Codec, CodecShape, CodecWindowing
+from ..codec_stream import CodecStreamState, StreamWindow, split_states, stack_states
 from .config import SAMPLE_RATE, SEMANTIC_CODES
-from .dualcodec import DualCodecConfig, DualCodecDecoder, decoder_state
+from .dualcodec import DualCodecConfig, DualCodecDecoder, decoder_state, lookahead_reach_frames
 from .vibevoice import AcousticResynth, lookback_samples, read_dir_config
 
 LEFT_CONTEXT_FRAMES = 27  # DualCodec's
@@ -64,6 +87,14 @@ def left_context_frames(vibevoice_config=None, samples_per_frame: int = HOP_LENG
     return LEFT_CONTEXT_FRAMES + math.ceil(lookback_samples(vibevoice_config) / samples_per_frame)
 
 
+def state_lag_frames(config: DualCodecConfig, vibevoice_hop: int) -> int:
+    """VibeVoice frames a stream's kept state stays behind its last chunk's end: those that hold DualCodec audio a
+    window's lookahead does not cover (its last `lookahead_reach_frames` − `LOOKAHEAD_FRAMES` new frames): 3 for
+    the tiny shapes, 14 for the official ones (module doc, "Stream state")."""
+    missing = max(0, lookahead_reach_frames(config) - LOOKAHEAD_FRAMES) * config.hop_length
+    return math.ceil(missing / vibevoice_hop)
+
+
 def windowing(vibevoice_config=None) -> CodecWindowing:
     """How the codec's chunks are cut, with VibeVoice at `vibevoice_config` (None: DualCodec alone)."""
     return CodecWindowing(left_context_frames(vibevoice_config), LOOKAHEAD_FRAMES, 0)
@@ -75,6 +106,15 @@ def checkpoint_vibevoice_config(path: Path):
     return read_dir_config(folder) if (folder / "config.json").is_file() else None
 
 
+@dataclass(frozen=True)
+class VibeVoicePiece:
+    """The waveform VibeVoice reads for one window, from a frame boundary of its stream."""
+
+    samples: torch.Tensor  # [N] float32
+    skip: int  # output samples before the window's new frames'
+    keep: int | None  # samples after which the tails are the stream's state (None: no state to keep)
+
+
 class TontaubeCodec(Codec):
     def __init__(self, config: DualCodecConfig, vibevoice: AcousticResynth | None = None) -> None:
         super().__init__()
@@ -82,6 +122,11 @@ class TontaubeCodec(Codec):
         self.resynth = vibevoice
         self.vibevoice = None if vibevoice is None else vibevoice.model  # a submodule: it moves with the codec
         self.uses_stream_position = vibevoice is not None  # VibeVoice's frames are laid out from the stream's start
+        # a stateful lane keeps VibeVoice's tails per stream; DualCodec's windows stay (module doc, "Stream state")
+        self.supports_streaming_state = self.state_reads_windows = vibevoice is not None
+        self.state_lag_frames = 0 if vibevoice is None else state_lag_frames(config, vibevoice.hop_length)
+        self.state_context_frames = LEFT_CONTEXT_FRAMES + (0 if vibevoice is None else math.ceil(
+            self.state_lag_frames * vibevoice.hop_length / config.hop_length))  # DualCodec's, and the lag's frames
         self.shape = CodecShape(num_codebooks=4, codebook_size=SEMANTIC_CODES, sample_rate=SAMPLE_RATE,
                                 samples_per_frame=config.hop_length,
                                 left_context_frames=left_context_frames(
@@ -187,3 +232,75 @@ class TontaubeCodec(Codec):
             for row, i in enumerate(group):
                 out[i] = audio[row, windows[i][1] * self.samples_per_frame:]
         return out
+
+    @property
+    def state_lag_samples(self) -> int:
+        return self.state_lag_frames * self.resynth.hop_length
+
+    def new_stream_state(self) -> CodecStreamState:
+        """VibeVoice's tails before a stream's first sample (zeros: its causal padding)."""
+        return CodecStreamState(self.resynth.new_stream_tails())
+
+    @torch.inference_mode()
+    def decode_stream_windows(self, states: list[CodecStreamState | None],
+                              windows: list[StreamWindow]) -> tuple[list[torch.Tensor], list[CodecStreamState | None]]:
+        """As `Codec.decode_stream_windows` (module doc, "Stream state"): DualCodec's windows in one batch per
+        length, then VibeVoice's pieces from each row's tails in one batch per piece shape."""
+        if len(states) != len(windows) or not windows:
+            raise ValueError(f"need one state per window, got {len(states)} states for {len(windows)} windows")
+        audio = self._dualcodec_windows([w.codes for w in windows])
+        pieces = [self._vibevoice_piece(w, a, s is None) for w, s, a in zip(windows, states, audio)]
+        out: list[torch.Tensor | None] = [None] * len(windows)
+        new_states: list[CodecStreamState | None] = [None] * len(windows)
+        for shape in dict.fromkeys((p.samples.shape[0], p.keep) for p in pieces):
+            rows = [i for i, p in enumerate(pieces) if (p.samples.shape[0], p.keep) == shape]
+            tails = stack_states([states[i] or self.new_stream_state() for i in rows])
+            decoded, kept = self._resynth_keeping(tails, torch.stack([pieces[i].samples for i in rows]), shape[1])
+            kept_states = [None] * len(rows) if kept is None else split_states(kept, len(rows))
+            for row, i in enumerate(rows):
+                skip = pieces[i].skip
+                out[i] = self.fit(decoded[row:row + 1, skip:].clamp(-1.0, 1.0), windows[i].num_new)[0]
+                new_states[i] = kept_states[row]
+        return out, new_states
+
+    def _resynth_keeping(self, tails: dict, samples: torch.Tensor, keep: int | None):
+        """VibeVoice over a batch of pieces from `tails`: (audio [B, ...], the tails after the pieces' first
+        `keep` samples, or None: keep nothing)."""
+        if keep is None:
+            return self.resynth.resynth_stream(tails, samples)[0], None
+        first, kept = self.resynth.resynth_stream(tails, samples[:, :keep]) if keep else (samples[:, :0], tails)
+        if keep == samples.shape[1]:
+            return first, kept
+        rest, _ = self.resynth.resynth_stream(kept, samples[:, keep:])
+        return torch.cat((first, rest), dim=1), kept
+
+    def _dualcodec_windows(self, windows: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each window's DualCodec audio [1920 · T − 4]: one batch per window length (the decoder is not causal)."""
+        audio: list[torch.Tensor | None] = [None] * len(windows)
+        for length in sorted({codes.shape[0] for codes in windows}):
+            group = [i for i, codes in enumerate(windows) if codes.shape[0] == length]
+            decoded = self.dualcodec_audio(torch.stack([windows[i] for i in group]))
+            for row, i in enumerate(group):
+                audio[i] = decoded[row]
+        return audio
+
+    def _vibevoice_piece(self, window: StreamWindow, audio: torch.Tensor, is_fresh: bool) -> VibeVoicePiece:
+        """What VibeVoice reads of a window (module doc, "Stream state"). Continued: from `state_lag_frames`
+        VibeVoice frames before the new frames (where the state stopped). Fresh: the whole window, after the zeros
+        back to the VibeVoice frame boundary at or before its start (as `decode_windows`). Either runs on to the
+        first boundary at or after the new frames' end, into the lookahead's audio (cut at the window's end: a
+        partial last frame is padded as the whole stream's is)."""
+        spf, hop, lag = self.samples_per_frame, self.resynth.hop_length, self.state_lag_samples
+        if is_fresh:
+            head = self.head_samples(window.start_frame - window.context_frames)
+            begin, pad, skip = 0, head, head + window.context_frames * spf
+        else:
+            begin, pad, skip = window.context_frames * spf - lag, 0, lag
+            if (window.start_frame * spf - lag) % hop or begin < 0:
+                raise ValueError(f"no stream state can stand {lag} samples before frame {window.start_frame} with "
+                                 f"{window.context_frames} frames of context")
+        reach = skip + window.num_new * spf  # the new frames' end in the piece's samples
+        samples = torch.nn.functional.pad(audio[begin:begin - pad + math.ceil(reach / hop) * hop], (pad, 0))
+        can_keep = (not window.is_last and window.lookahead_frames >= self.lookahead_frames
+                    and samples.shape[0] == reach and reach >= lag)
+        return VibeVoicePiece(samples, skip, reach - lag if can_keep else None)

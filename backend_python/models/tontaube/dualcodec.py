@@ -70,6 +70,18 @@ def tiny_config() -> DualCodecConfig:
                            semantic_codebook_size=32, semantic_codebook_dim=3, codebook_size=16, codebook_dim=2)
 
 
+def lookahead_reach_frames(config: DualCodecConfig) -> int:
+    """Frames after its own that an output frame of DAC's decoder reads (its convolutions are centred; the ConvNeXt
+    stack in front is causal): 9 for `tiny_config`, 27 for the official shape (autograd: tests). Index arithmetic
+    from a frame's last sample back: a 7-tap conv reads 3 samples ahead, a block's residual units 3 · (1 + 3 + 9),
+    its transposed conv (stride r, padding ceil(r / 2)) makes output m from inputs up to floor((m + pad) / r)."""
+    frame = 64  # any frame: the stack repeats every frame
+    index = (frame + 1) * config.hop_length - 1 + 3  # the frame's last sample, through the last 7-tap conv
+    for rate in reversed(config.decoder_rates):
+        index = (index + 3 * sum(RESIDUAL_DILATIONS) + math.ceil(rate / 2)) // rate
+    return index + 3 - frame  # the first 7-tap conv
+
+
 def output_length(config: DualCodecConfig, frames: int) -> int:
     """The samples `frames` frames decode to (each transposed conv: L -> L * rate - rate % 2)."""
     length = frames

@@ -40,6 +40,7 @@ HOP_LENGTH = 3200  # samples a latent frame (7.5 Hz)
 LATENT_DIM = 64
 REFERENCE_PREFIX = "model.acoustic_tokenizer."  # the acoustic tokenizer's names inside VibeVoice-1.5B
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"  # a tokenizer folder (`AcousticResynth.from_dir`)
+STREAM_SIDES = ("encoder", "decoder")  # the halves whose causal convolutions keep tails (`resynth_stream`)
 
 # VibeVoice-1.5B's `acoustic_tokenizer_config` (its config.json), in the reference's fields
 VIBEVOICE_1P5B_ACOUSTIC = {
@@ -203,9 +204,9 @@ def from_reference_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tens
 
 def _pad_to_stride(conv: nn.Module, args: tuple, kwargs: dict):
     """Forward pre-hook: right-pad a strided convolution's input with zeros to a whole number of strides, as the
-    reference's non-streaming `SConv1d` does (for kernel 2·stride its extra padding is exactly that)."""
-    if kwargs.get("padding_cache") is not None:
-        return None
+    reference's non-streaming `SConv1d` does (for kernel 2·stride its extra padding is exactly that). A streamed
+    piece of whole frames needs none; a partial piece is padded as a waveform ending there is (its cache then
+    holds the padding: no piece may follow it, `AcousticResynth.resynth_stream`)."""
     hidden = args[0]
     extra = -hidden.shape[-1] % conv.conv.stride[0]
     if extra == 0:
@@ -393,6 +394,45 @@ class AcousticResynth:
         audio = self.model.decode(latents, padding_cache=stream.cache, use_cache=True).audio
         stream.frames += latents.shape[1]
         return audio[:, 0].float()
+
+    def new_stream_tails(self) -> dict[str, torch.Tensor]:
+        """A stream's encoder and decoder state before its first sample: every causal convolution's left tail
+        ("encoder.<cache key>", "decoder.<cache key>": [1, in_channels, left_pad]), zeros as its causal padding."""
+        return {f"{side}.{conv.cache_key}": torch.zeros(1, conv.in_channels, conv.left_pad, device=self.device,
+                                                       dtype=self.dtype)
+                for side in STREAM_SIDES for conv in self._cached_convs(side)}
+
+    @torch.no_grad()
+    def resynth_stream(self, tails: dict[str, torch.Tensor],
+                       audio: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The next piece of B streams' waveforms through the encoder's mean latents and the decoder, each row
+        continuing its tails ([B, ...] each, as `new_stream_tails` stacked): audio [B, N] -> (audio [B, ceil(N /
+        hop) · hop] float32, the tails after it). Pieces of whole frames decoded in turn equal the whole waveform's
+        `decode(encode_mean(...))`; a partial piece is padded as the whole waveform's end is, so it must be the
+        stream's last (its tails are not a stream's state). The input tails are not modified."""
+        if audio.dim() != 2:
+            raise ValueError(f"audio must be [batch, samples], got {tuple(audio.shape)}")
+        caches = {side: self._padding_cache(side, tails) for side in STREAM_SIDES}
+        wav = audio.to(self.device, self.dtype)[:, None]
+        latents = self.model.encode(wav, padding_cache=caches["encoder"], use_cache=True, sample=False).latents
+        decoded = self.model.decode(latents, padding_cache=caches["decoder"], use_cache=True).audio[:, 0].float()
+        return decoded, {f"{side}.{key}": layer.cache for side, cache in caches.items()
+                         for key, layer in cache.layers.items()}
+
+    def _cached_convs(self, side: str) -> list[nn.Module]:
+        """The causal (transposed) convolutions of one half that keep a tail when streamed."""
+        return [m for m in getattr(self.model, side).modules() if hasattr(m, "cache_key") and hasattr(m, "left_pad")]
+
+    def _padding_cache(self, side: str, tails: dict[str, torch.Tensor]):
+        """transformers' padding cache of one half, holding copies of `tails` (its update writes in place)."""
+        module = _tokenizer_module()
+        cache = module.VibeVoiceAcousticTokenizerConv1dPaddingCache()
+        for conv in self._cached_convs(side):
+            layer = module.VibeVoiceAcousticTokenizerConv1dCacheLayer()
+            layer.cache = tails[f"{side}.{conv.cache_key}"].to(self.device, self.dtype).clone()
+            layer.left_pad, layer.in_channels, layer.is_initialized = conv.left_pad, conv.in_channels, True
+            cache.layers[conv.cache_key] = layer
+        return cache
 
     def _latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Checked [B, n, latent_dim] latents in the model's dtype and device."""
