@@ -1,0 +1,61 @@
+"""The aten ops and module calls of each family's batched stages, for 1 stream and for 8, on the CPU.
+
+    python3 -m tools.step_ops [--presets qwen3-tts-tiny voxtral-tiny ...]
+
+What `tests/unit/test_step_batching.py` checks (each module called as often for 8 streams as for 1, ops at most
+1.5x), printed as a table: one line per family and stage (decode step, codec call, and TontaubeV1's refiners).
+Counts, not times: they hold on any machine.
+"""
+from __future__ import annotations
+
+import argparse
+
+from torch import nn
+
+from backend_python.models import registry
+from tests.unit.test_step_batching import (NUM_STREAMS, PRESETS, Work, decode_batch, decode_windows, measure, prompt,
+                                           refine_requests)
+
+
+def decode_work(spec: registry.ModelSpec) -> tuple[Work, Work]:
+    lm = registry.load_lm(spec, "cpu", "float32")
+    lm.allocate_slots(NUM_STREAMS, 256)
+    for row in range(NUM_STREAMS):
+        lm.prefill(row, prompt(lm, row))
+    lm.decode(decode_batch(NUM_STREAMS))
+    return measure(lm, lambda: lm.decode(decode_batch(1))), measure(lm, lambda: lm.decode(decode_batch(NUM_STREAMS)))
+
+
+def codec_work(spec: registry.ModelSpec) -> tuple[Work, Work]:
+    codec = registry.load_codec(spec, "cpu", "float32")
+    decode_windows(codec, NUM_STREAMS)()
+    return measure(codec, decode_windows(codec, 1)), measure(codec, decode_windows(codec, NUM_STREAMS))
+
+
+def refiner_work(spec: registry.ModelSpec) -> tuple[Work, Work]:
+    refiner, lm = registry.load_refiner(spec, "cpu", "float32"), registry.load_lm(spec, "cpu", "float32")
+    models = nn.ModuleList(refiner.refiners)
+    one, many = refine_requests(refiner, lm, 1), refine_requests(refiner, lm, NUM_STREAMS)
+    return measure(models, lambda: refiner.refine(one)), measure(models, lambda: refiner.refine(many))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS))
+    args = parser.parse_args()
+    print(f"| preset | stage | ops, 1 stream | ops, {NUM_STREAMS} streams | growth | module calls, 1 / "
+          f"{NUM_STREAMS} |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for preset in args.presets:
+        spec = registry.resolve(preset)
+        stages = [("decode step", decode_work), ("codec call", codec_work)]
+        if spec.family == "tontaube":
+            stages.append(("refiners", refiner_work))
+        for stage, work in stages:
+            one, many = work(spec)
+            print(f"| `{preset}` | {stage} | {one.num_ops:,} | {many.num_ops:,} | {many.num_ops / one.num_ops:.2f}× | "
+                  f"{sum(one.calls.values()):,} / {sum(many.calls.values()):,} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
