@@ -9,7 +9,6 @@ stream's state afresh at that stream's next chunk.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +17,7 @@ import triton_python_backend_utils as pb_utils
 from backend_python.stub_common import bls
 from backend_python.stub_common.lane_health import LaneHealth
 from backend_python.stub_common.metrics import RouterMetrics
-from backend_python.vox_ensemble.in_flight import InFlight
+from backend_python.vox_ensemble.in_flight import InFlight, exec_in_flight
 from protocol.models import CODEC, CODEC_URGENT
 from protocol.reasons import Ended, EndReason
 from scheduler import Lane, LatencyEstimator
@@ -98,15 +97,10 @@ class CodecLanes:
                     pb_utils.Tensor("context_frames", np.array([[context]], dtype=np.int32)),
                     *place_tensors, *(extra or [])],
             parameters=parameters)
-        self._in_flight.enter(lane)
-        generation, started = self._lane_health.generation(model), time.monotonic()
-        try:
-            response = request.exec()
-        finally:
-            self._in_flight.leave(lane)
+        generation = self._lane_health.generation(model)
+        response, elapsed = exec_in_flight(request, self._in_flight, lane)
         if response.has_error():
             return self._on_call_error(model, response.error().message(), generation)
-        elapsed = time.monotonic() - started
         self.estimator.observe(lane, max(1, bls.scalar_output(response, "batch_size")), elapsed)
         self._metrics.on_codec_call(lane, elapsed, bls.float_output(response, "run_ms") / 1e3)
         audio = pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from scheduler import Lane
 
@@ -24,3 +25,15 @@ class InFlight:
     def count(self, lane: Lane) -> int:
         with self._lock:
             return self._counts[lane]
+
+
+def exec_in_flight(request, in_flight: InFlight, lane: Lane) -> tuple[object, float]:
+    """`request.exec()` counted in flight on `lane` while it runs (a raise releases the count too) -> (its response,
+    the seconds it took)."""
+    in_flight.enter(lane)
+    started = time.monotonic()
+    try:
+        response = request.exec()
+    finally:
+        in_flight.leave(lane)
+    return response, time.monotonic() - started

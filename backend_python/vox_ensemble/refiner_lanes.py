@@ -13,7 +13,6 @@ count toward the urgent lane's budget.
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -21,7 +20,7 @@ import triton_python_backend_utils as pb_utils
 from backend_python.stub_common import bls
 from backend_python.stub_common.lane_health import LaneHealth
 from backend_python.stub_common.metrics import RouterMetrics
-from backend_python.vox_ensemble.in_flight import InFlight
+from backend_python.vox_ensemble.in_flight import InFlight, exec_in_flight
 from protocol.models import REFINER, REFINER_URGENT
 from protocol.reasons import Ended, EndReason
 from scheduler import Lane, LatencyEstimator
@@ -67,15 +66,10 @@ class RefinerLanes:
                     pb_utils.Tensor("refined", refined[None].astype(np.int32)),
                     pb_utils.Tensor("refine_context", context[None].astype(np.int32))],
             parameters=parameters)
-        self._in_flight.enter(lane)
-        generation, started = self._lane_health.generation(model), time.monotonic()
-        try:
-            response = request.exec()
-        finally:
-            self._in_flight.leave(lane)
+        generation = self._lane_health.generation(model)
+        response, elapsed = exec_in_flight(request, self._in_flight, lane)
         if response.has_error():
             return self._on_call_error(model, response.error().message(), generation)
-        elapsed = time.monotonic() - started
         self.estimator.observe(lane, max(1, bls.scalar_output(response, "batch_size")), elapsed)
         self._metrics.on_refiner_call(lane, elapsed, bls.float_output(response, "run_ms") / 1e3)
         codes = pb_utils.get_output_tensor_by_name(response, "codes").as_numpy()

@@ -139,7 +139,7 @@ def free_ports(count: int) -> list[int]:
     pick = random.SystemRandom()
     for _ in range(200 * count):
         port = pick.randrange(LOWEST_PORT, low)
-        if port not in ports and _is_bindable(port):
+        if port not in ports and is_port_free(port):
             ports.append(port)
             if len(ports) == count:
                 return ports
@@ -153,7 +153,8 @@ def _ephemeral_low() -> int:
         return LOWEST_PORT  # not Linux: the kernel's picks
 
 
-def _is_bindable(port: int) -> bool:
+def is_port_free(port: int) -> bool:
+    """Whether a TCP socket can bind `port` on the loopback interface now."""
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 
-from clients.bench.compare import free_ports
+from clients.bench.compare import free_ports, is_port_free
 from clients.fleet import PORT_STRIDE
 
 EXTRA = {"seed": 2, "max_audio_seconds": 0.8, "ignore_eos": True}
@@ -24,18 +24,9 @@ def _free_base() -> int:
     """A base port with base, +1, +2 and the same + PORT_STRIDE free."""
     for _ in range(50):
         base = free_ports(1)[0]
-        if base + PORT_STRIDE + 2 < 65536 and all(_is_free(base + d) for d in (0, 1, 2, 10, 11, 12)):
+        if base + PORT_STRIDE + 2 < 65536 and all(is_port_free(base + d) for d in (0, 1, 2, 10, 11, 12)):
             return base
     raise RuntimeError("no free port block")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.fixture(scope="module")

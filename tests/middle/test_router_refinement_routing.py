@@ -14,7 +14,7 @@ import pytest
 from protocol.reasons import EndReason
 from scheduler import Lane
 from tests.middle.test_router_lane_metrics import by_lane, family, routed
-from tests.middle.test_router_refinement import (CASCADE, CONTEXT, NUM_OTHER, CascadeLanes, arrays_of,
+from tests.middle.test_router_refinement import (CASCADE, CONTEXT, NUM_OTHER, arrays_of, cascade,  # noqa: F401
                                                  cascade_chunk, emit_plan, stream_semantic)
 from tests.middle.test_router_relay import outcome
 from tests.waiting import wait_for
@@ -22,14 +22,6 @@ from tests.waiting import wait_for
 REFINE_DELAY_S = 0.3  # the background refiner's time in the routing test
 # two chunks of 8 frames (0.64 s of audio each), no lookahead: each chunk's window needs a refinement call
 TWO_CHUNKS = [(0, 8, 0, 0), (8, 8, 0, 0)]
-
-
-@pytest.fixture
-def cascade(pb, request):
-    settings = dict(getattr(request, "param", CASCADE))
-    built = CascadeLanes(pb, settings.pop("mode"), settings)
-    yield built
-    built.close()
 
 
 def delay(cascade, model: str, seconds: float) -> None:
