@@ -10,33 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from torch import nn
-
 from backend_python.models import registry
-from tests.unit.test_step_batching import (NUM_STREAMS, PRESETS, Work, decode_batch, decode_windows, measure, prompt,
-                                           refine_requests)
-
-
-def decode_work(spec: registry.ModelSpec) -> tuple[Work, Work]:
-    lm = registry.load_lm(spec, "cpu", "float32")
-    lm.allocate_slots(NUM_STREAMS, 256)
-    for row in range(NUM_STREAMS):
-        lm.prefill(row, prompt(lm, row))
-    lm.decode(decode_batch(NUM_STREAMS))
-    return measure(lm, lambda: lm.decode(decode_batch(1))), measure(lm, lambda: lm.decode(decode_batch(NUM_STREAMS)))
-
-
-def codec_work(spec: registry.ModelSpec) -> tuple[Work, Work]:
-    codec = registry.load_codec(spec, "cpu", "float32")
-    decode_windows(codec, NUM_STREAMS)()
-    return measure(codec, decode_windows(codec, 1)), measure(codec, decode_windows(codec, NUM_STREAMS))
-
-
-def refiner_work(spec: registry.ModelSpec) -> tuple[Work, Work]:
-    refiner, lm = registry.load_refiner(spec, "cpu", "float32"), registry.load_lm(spec, "cpu", "float32")
-    models = nn.ModuleList(refiner.refiners)
-    one, many = refine_requests(refiner, lm, 1), refine_requests(refiner, lm, NUM_STREAMS)
-    return measure(models, lambda: refiner.refine(one)), measure(models, lambda: refiner.refine(many))
+from tests.unit.test_step_batching import NUM_STREAMS, PRESETS, codec_work, decode_work, refiner_work
 
 
 def main() -> None:

@@ -88,15 +88,18 @@ def decode_batch(num_rows: int) -> DecodeBatch:
                        ignore_eos=[True] * num_rows)
 
 
-def test_a_decode_step_of_8_streams_is_one_batched_call_of_each_stage(spec):
+def decode_work(spec: registry.ModelSpec) -> tuple[Work, Work]:
+    """A decode step of 1 stream and of NUM_STREAMS (tools/step_ops.py prints them)."""
     lm = registry.load_lm(spec, "cpu", "float32")
     lm.allocate_slots(NUM_STREAMS, 256)
     for row in range(NUM_STREAMS):
         lm.prefill(row, prompt(lm, row))
     lm.decode(decode_batch(NUM_STREAMS))  # past the first step's one-off work (a delayed family's empty rows)
-    one = measure(lm, lambda: lm.decode(decode_batch(1)))
-    many = measure(lm, lambda: lm.decode(decode_batch(NUM_STREAMS)))
-    assert_batched(one, many)
+    return measure(lm, lambda: lm.decode(decode_batch(1))), measure(lm, lambda: lm.decode(decode_batch(NUM_STREAMS)))
+
+
+def test_a_decode_step_of_8_streams_is_one_batched_call_of_each_stage(spec):
+    assert_batched(*decode_work(spec))
 
 
 # ---- the codec's windows -----------------------------------------------------------------------------------------
@@ -121,12 +124,15 @@ def decode_windows(codec: Codec, num_rows: int) -> Callable[[], object]:
     return lambda: codec.decode_windows(batch)
 
 
-def test_a_codec_call_decodes_8_streams_windows_in_one_batch(spec):
+def codec_work(spec: registry.ModelSpec) -> tuple[Work, Work]:
+    """A codec call on the windows of 1 stream and of NUM_STREAMS."""
     codec = registry.load_codec(spec, "cpu", "float32")
     decode_windows(codec, NUM_STREAMS)()  # lazy set-up (windows of a shape, tables) is not the step's work
-    one = measure(codec, decode_windows(codec, 1))
-    many = measure(codec, decode_windows(codec, NUM_STREAMS))
-    assert_batched(one, many)
+    return measure(codec, decode_windows(codec, 1)), measure(codec, decode_windows(codec, NUM_STREAMS))
+
+
+def test_a_codec_call_decodes_8_streams_windows_in_one_batch(spec):
+    assert_batched(*codec_work(spec))
 
 
 # ---- a cascade's refiners ----------------------------------------------------------------------------------------
@@ -139,10 +145,13 @@ def refine_requests(refiner: TontaubeRefiner, lm: SpeechLM, num_rows: int) -> li
             for row in range(num_rows)]
 
 
-def test_the_refiners_refine_8_streams_chunks_in_one_batch():
-    spec = registry.resolve("tontaube-tiny")
-    refiner = registry.load_refiner(spec, "cpu", "float32")
-    lm = registry.load_lm(spec, "cpu", "float32")
+def refiner_work(spec: registry.ModelSpec) -> tuple[Work, Work]:
+    """A cascade's refinement of the first chunks of 1 stream and of NUM_STREAMS."""
+    refiner, lm = registry.load_refiner(spec, "cpu", "float32"), registry.load_lm(spec, "cpu", "float32")
     models = nn.ModuleList(refiner.refiners)
     one, many = refine_requests(refiner, lm, 1), refine_requests(refiner, lm, NUM_STREAMS)
-    assert_batched(measure(models, lambda: refiner.refine(one)), measure(models, lambda: refiner.refine(many)))
+    return measure(models, lambda: refiner.refine(one)), measure(models, lambda: refiner.refine(many))
+
+
+def test_the_refiners_refine_8_streams_chunks_in_one_batch():
+    assert_batched(*refiner_work(registry.resolve("tontaube-tiny")))
