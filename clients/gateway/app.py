@@ -16,10 +16,10 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from backend_python.audio.encoders import ChunkEncoder
+from audio.encoders import ChunkEncoder
 from protocol.formats import FORMATS
 from protocol.quoting import quoted
-from backend_python.audio.pcm import with_wav_sizes
+from audio.pcm import with_wav_sizes
 from clients.gateway.auth import bearer, is_open_path, needs_admin
 from clients.gateway.audio import audio_delta, audio_done, error_event
 from clients.gateway.errors import INVALID_REQUEST, SERVER_ERROR, ApiError, bad_request, load_json, request_timeout

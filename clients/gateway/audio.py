@@ -1,4 +1,4 @@
-"""Bytes on the wire: server-sent events (16-bit PCM and the WAV header: backend_python.audio.pcm)."""
+"""Bytes on the wire: server-sent events (16-bit PCM and the WAV header: audio.pcm)."""
 from __future__ import annotations
 
 import base64

@@ -6,7 +6,7 @@ import binascii
 import math
 from dataclasses import dataclass, field
 
-from backend_python.audio.decoding import AudioFileError, decode_reference
+from audio.decoding import AudioFileError, decode_reference
 from protocol.reference import ReferenceLimits
 from protocol.formats import FORMATS, SAMPLE_RATES
 from clients.gateway.errors import ApiError, bad_request

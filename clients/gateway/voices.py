@@ -18,7 +18,7 @@ import numpy as np
 from aiohttp import BodyPartReader, web
 from tritonclient.grpc import service_pb2
 
-from backend_python.audio.decoding import AudioFileError, DecodedAudio, decode_reference
+from audio.decoding import AudioFileError, DecodedAudio, decode_reference
 from protocol.errors import RequestError
 from protocol.reference import ReferenceLimits
 from protocol.voices import check_name

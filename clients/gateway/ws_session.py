@@ -32,7 +32,7 @@ from enum import Enum
 
 import numpy as np
 
-from backend_python.audio.encoders import ChunkEncoder
+from audio.encoders import ChunkEncoder
 from protocol.formats import FORMATS
 from clients.gateway.errors import ApiError, load_json
 from clients.gateway.speech import (EXTRA_FIELDS, OPENAI_FIELDS, OUTPUT_FIELDS, PEER_FIELDS, REFERENCE_FIELDS,

@@ -240,7 +240,7 @@ def test_the_gateway_s_websocket_streams_audio_in_as_binary_pcm_or_base64(ws_bas
     import asyncio
     import base64
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
     from tests.audio_decode import assert_same_pcm16
 
     pcm = pcm16(INPUT)
@@ -259,7 +259,7 @@ def test_the_gateway_s_websocket_streams_audio_in_as_binary_pcm_or_base64(ws_bas
 def test_the_websocket_refuses_text_in_an_audio_in_session_and_goes_on(ws_base):
     import asyncio
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
 
     update = {"type": "session.update", "session": {"voice": "target", "input_sample_rate": RATE, "seed": 7}}
     pcm = pcm16(INPUT[:9600])
@@ -315,7 +315,7 @@ def wav_base64(samples: np.ndarray, rate: int) -> str:
     import io
     import wave
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
     with io.BytesIO() as buffer:
         with wave.open(buffer, "wb") as out:
             out.setnchannels(1), out.setsampwidth(2), out.setframerate(rate)
@@ -329,7 +329,7 @@ def test_the_websocket_takes_the_enrollment_inline_and_speaks_as_grpc_with_that_
     holds it), with the same seed."""
     import asyncio
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
     from tests.audio_decode import assert_same_pcm16
 
     as_sent = np.frombuffer(pcm16(ENROLL), "<i2").astype(np.float32) / 32768.0  # the enrollment the WAV holds
@@ -348,7 +348,7 @@ def test_the_websocket_takes_the_enrollment_inline_and_speaks_as_grpc_with_that_
 def test_an_audio_in_session_without_an_enrollment_is_refused_naming_what_the_socket_takes(ws_base):
     import asyncio
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
 
     update = {"type": "session.update", "session": {"input_sample_rate": RATE, "seed": 7}}
     audio, events = asyncio.run(_socket_session(ws_base, [update, pcm16(INPUT[:9600]), {"type": "input_audio.done"}]))

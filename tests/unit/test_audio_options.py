@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from protocol.formats import SAMPLE_RATES, TRITON_FORMATS
-from backend_python.audio.pcm import pcm16
-from backend_python.audio.stream import StreamAudio
+from audio.pcm import pcm16
+from audio.stream import StreamAudio
 from backend_python.stub_common.request_inputs import AudioOptions, RequestError, parse_audio_options
 from protocol.tensors import LM_INPUT_NAMES, REQUEST_INPUTS
 from tests.audio_decode import decode

@@ -10,7 +10,7 @@ import wave
 import numpy as np
 import pytest
 
-from backend_python.audio.pcm import pcm16, wav_header, with_wav_sizes
+from audio.pcm import pcm16, wav_header, with_wav_sizes
 from clients.gateway.audio import audio_delta, audio_done
 from clients.gateway.errors import ApiError, from_ended
 from clients.gateway.speech import DEFAULT_RESPONSE_FORMAT, OPENAI_PCM_RATE, SpeechRequest, parse_speech

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from backend_python.audio.decoding import AudioFileError, decode_reference
+from audio.decoding import AudioFileError, decode_reference
 from clients.gateway.errors import ApiError, from_ended
 from clients.gateway.speech import parse_speech
 from clients.gateway.voices import merged_delete, merged_list, merged_register, registry_request, upload_param

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import deserialize_bytes_tensor
 
-from backend_python.audio.pcm import pcm16, wav_header
+from audio.pcm import pcm16, wav_header
 from clients.gateway import service
 from clients.gateway.app import build_app
 from clients.gateway.config import GatewayConfig

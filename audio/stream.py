@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend_python.audio.encoders import ChunkEncoder, Resampler
+from audio.encoders import ChunkEncoder, Resampler
 from protocol.formats import FORMATS, PCM_F32
-from backend_python.audio.tempo import TempoStream
+from audio.tempo import TempoStream
 
 NO_SAMPLES = np.zeros(0, np.float32)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from protocol.formats import AudioFormat
-from backend_python.audio.pcm import pcm16, wav_header
+from audio.pcm import pcm16, wav_header
 
 # muxer options: hand each packet to the sink at once; Ogg pages of at most 20 ms instead of 1 s
 MUX_OPTIONS = {"flush_packets": "1"}
