@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Mapping
 
+from protocol.chunks import PARSERS as CHUNK_SIZE_PARSERS, optional_float
+
 from .chunking import ChunkingConfig
 from .lanes import ServingMode
 
@@ -108,11 +110,6 @@ def render_value(value: Any) -> str:
     return str(value)
 
 
-def _optional_float(value: Any) -> float | None:
-    """A number, or None written as "none" (no chunk ramp, no margin quantile)."""
-    return None if value is None or (isinstance(value, str) and value.lower() == "none") else float(value)
-
-
 _CHUNKING_KEYS = tuple(f.name for f in dataclasses.fields(ChunkingConfig))
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "mode": ServingMode,
@@ -123,18 +120,16 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_wait_s": float,
     "latency_prior_s": float,
     "latency_alpha": float,
-    "margin_quantile": _optional_float,
+    "margin_quantile": optional_float,
     "latency_window": int,
     "urgent_budget": int,
-    "first_chunk_frames": int,
-    "chunk_frames": int,
-    "chunk_growth": _optional_float,
-    "first_chunk_frames_idle": lambda value: None if _optional_float(value) is None else int(value),
-    "first_chunk_frames_busy": lambda value: None if _optional_float(value) is None else int(value),
+    **CHUNK_SIZE_PARSERS,  # first_chunk_frames, chunk_frames, chunk_growth: as a client reads them
+    "first_chunk_frames_idle": lambda value: None if optional_float(value) is None else int(value),
+    "first_chunk_frames_busy": lambda value: None if optional_float(value) is None else int(value),
     "busy_streams": int,
     "first_chunk_room": float,
     "next_chunk_codec_s": float,
-    "chunk_frames_busy": lambda value: None if _optional_float(value) is None else int(value),
+    "chunk_frames_busy": lambda value: None if optional_float(value) is None else int(value),
 }
 
 
