@@ -10,14 +10,14 @@ import wave
 from pathlib import Path
 
 from clients.bench.cli import add_commands, bench_config
-from clients.gateway.cli import (add_client_flags, add_gateway_command, add_key_flags, admin_keys, client_caps,
+from server.gateway.cli import (add_client_flags, add_gateway_command, add_key_flags, admin_keys, client_caps,
                                  gateway_keys)
-from clients.microbench.cli import add_command as add_microbench
-from clients.mps import MpsError
-from clients.fleet import LAYOUTS, Fleet, FleetConfig
-from clients.serve import ADMISSION_POLICIES, FROM_MODEL, MODES, ServeConfig, Server
+from server.microbench.cli import add_command as add_microbench
+from server.mps import MpsError
+from server.fleet import LAYOUTS, Fleet, FleetConfig
+from server.serve import ADMISSION_POLICIES, FROM_MODEL, MODES, ServeConfig, Server
 from backend_python.engine.config import KVLayout
-from clients.triton_launch import Exposure, Ports, find_triton
+from server.triton_launch import Exposure, Ports, find_triton
 from clients.voices import add_voices_command
 from scheduler import FlowConfig
 
@@ -418,7 +418,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _microbench(args: argparse.Namespace) -> int:
-    from clients.microbench.cli import run
+    from server.microbench.cli import run
     return run(args)
 
 

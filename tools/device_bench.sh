@@ -28,7 +28,7 @@ common="--model $model --device cuda --duration 6 --max-audio-seconds 6"
   timeout 150 python3 -m tools.smoke --device cuda --models $model --modes voxlane \
     --first-chunk-frames 1 2 --sequential 8 --concurrency 16 --seconds 3.2 --log-dir /tmp --out "$out/smoke.jsonl" \
     2>&1 | tail -3
-  timeout 60 python3 -m clients.microbench.lm --model $model --batch-sizes 1 --profile 2>&1 | tail -60
+  timeout 60 python3 -m server.microbench.lm --model $model --batch-sizes 1 --profile 2>&1 | tail -60
 ) > "$out/gpu1.txt" 2>&1 &
 wait
 python3 - "$out" <<'PY'

@@ -7,7 +7,7 @@ model=qwen3-tts-1.7b
 mps_start /tmp/voxlane-mps || exit 1
 for pct in 100 25; do
   env $mps_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct timeout 60 \
-    python3 -m clients.microbench.codec --model $model --batch-sizes 1 8 16 --repeats 5 2>&1 | tail -3
+    python3 -m server.microbench.codec --model $model --batch-sizes 1 8 16 --repeats 5 2>&1 | tail -3
 done | tee "$out/codec_mps.jsonl"
 mps_stop
 python3 -m clients.cli compare --modes timeshare voxlane --model $model --device cuda \

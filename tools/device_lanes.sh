@@ -9,11 +9,11 @@ model=qwen3-tts-1.7b
 mps_start /tmp/voxlane-mps || exit 1
 for pct in 100 75; do
   env $mps_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct timeout 150 \
-    python3 -m clients.microbench.lm --model $model --batch-sizes 1 32 2>&1 | tail -6
+    python3 -m server.microbench.lm --model $model --batch-sizes 1 32 2>&1 | tail -6
 done | tee "$out/lm_mps.txt"
 for pct in 100 25; do
   env $mps_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct timeout 90 \
-    python3 -m clients.microbench.codec --model $model --batch-sizes 1 8 16 2>&1 | grep '^{'
+    python3 -m server.microbench.codec --model $model --batch-sizes 1 8 16 2>&1 | grep '^{'
 done | tee "$out/codec_mps.jsonl"
 mps_stop
 

@@ -8,7 +8,7 @@ from typing import Callable
 
 from clients.bench.arrivals import ARRIVALS
 from clients.bench.config import PROTOCOLS, BenchConfig, smoke_config
-from clients.serve import MODES
+from server.serve import MODES
 
 
 def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -130,7 +130,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from clients.bench.compare import CompareConfig, run_compare
+    from server.compare import CompareConfig, run_compare
     given = {"modes": tuple(args.modes) if args.modes else None, "model": args.model, "device": args.device}
     config = CompareConfig(bench=bench_config(args, "unused:0"), codec_sm_pcts=tuple(args.codec_sm_pcts),
                            **{key: value for key, value in given.items() if value is not None})

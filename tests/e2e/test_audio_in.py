@@ -205,9 +205,9 @@ def test_voxlane_say_streams_a_file_in_at_real_time_and_keeps_the_audio_before_a
 # ---- the gateway's WebSocket ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ws_base(tse_url, tmp_path_factory):
-    from clients.bench.compare import free_ports
-    from clients.gateway.config import GatewayConfig
-    from clients.gateway.server import GatewayProcess
+    from server.compare import free_ports
+    from server.gateway.config import GatewayConfig
+    from server.gateway.server import GatewayProcess
     from clients.voices import register_voice
 
     register_voice(tse_url, "target", ENROLL, RATE, x_vector_only=True)

@@ -28,7 +28,7 @@ def test_say_reports_server_errors(url, tmp_path):
 
 
 def test_say_with_no_server_names_the_unreachable_server(tmp_path):
-    from clients.bench.compare import free_ports
+    from server.compare import free_ports
     url = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
     done = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hi.", "-o", str(tmp_path / "x.wav"),
                            "--url", url], capture_output=True, text=True, timeout=60)

@@ -11,9 +11,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from clients.serve import REPOSITORY, START_ATTEMPTS
+from server.serve import REPOSITORY, START_ATTEMPTS
 from clients.stream import synthesize
-from clients.triton_launch import Ports, TritonProcess, find_triton, stub_shm_regions
+from server.triton_launch import Ports, TritonProcess, find_triton, stub_shm_regions
 from backend_python.vox_ensemble.stub_process import is_alive
 from tests.waiting import wait_for
 from tools.procstats import server_processes
@@ -133,7 +133,7 @@ def processes_with_argument(argument: str) -> list[int]:
 
 
 def test_only_tritonserver_runs_with_the_fixed_malloc_thresholds(server):
-    """The stubs trim their own heaps with glibc's own thresholds (clients/stub_env.sh through BASH_ENV)."""
+    """The stubs trim their own heaps with glibc's own thresholds (server/stub_env.sh through BASH_ENV)."""
     def tunables(pid: int) -> list[bytes]:
         return [e for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e.startswith(b"GLIBC_TUNABLES=")]
 

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 
-from clients.bench.compare import free_ports, is_port_free
-from clients.fleet import PORT_STRIDE
+from server.compare import free_ports, is_port_free
+from server.fleet import PORT_STRIDE
 
 EXTRA = {"seed": 2, "max_audio_seconds": 0.8, "ignore_eos": True}
 

@@ -21,10 +21,10 @@ import numpy as np
 import openai
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
-from clients.procstats import server_processes
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
+from server.procstats import server_processes
 from clients.stream import StreamError, synthesize
 from clients.voices import RegistryError, call_registry
 from protocol.reasons import EndReason

@@ -108,7 +108,7 @@ def test_every_sample_rate_is_an_input_value():
 def _config_names(model: str, section: str) -> list[str]:
     import re
 
-    from clients.serve import REPOSITORY
+    from server.serve import REPOSITORY
     text = (REPOSITORY / model / "config.pbtxt").read_text()
     block = re.search(rf"^{section} \[(.*?)^\]", text, re.S | re.M).group(1)
     return re.findall(r'name: "(\w+)"', block)

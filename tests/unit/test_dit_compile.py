@@ -9,7 +9,7 @@ from backend_python.models.cosyvoice3.codec import CosyVoice3Codec
 from backend_python.models.cosyvoice3.codec_config import CosyVoice3CodecConfig
 from backend_python.models.layers.dit import compile_blocks, uncompile_blocks
 from backend_python.stub_common.params import LaneSettings
-from clients.serve import ServeConfig
+from server.serve import ServeConfig
 
 
 def windows(shapes, seed):

@@ -6,12 +6,12 @@ import asyncio
 import numpy as np
 import pytest
 
-from clients.gateway import service
-from clients.gateway.config import GatewayConfig
-from clients.gateway.errors import bad_request, from_ended, unavailable
-from clients.gateway.readiness import Probe
-from clients.gateway.speech import SpeechRequest
-from clients.gateway.triton_stream import AudioChunk, StreamFailure
+from server.gateway import service
+from server.gateway.config import GatewayConfig
+from server.gateway.errors import bad_request, from_ended, unavailable
+from server.gateway.readiness import Probe
+from server.gateway.speech import SpeechRequest
+from server.gateway.triton_stream import AudioChunk, StreamFailure
 from protocol.reasons import Ended, EndReason
 
 REQUEST = SpeechRequest("m", "Hello.", None)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from clients.serve import REPOSITORY, ServeConfig, render_repository, set_parameter
+from server.serve import REPOSITORY, ServeConfig, render_repository, set_parameter
 
 
 def test_set_parameter_replaces_and_adds():
