@@ -20,7 +20,7 @@ mps_stop
 python3 -m tools.smoke --device cuda --models $model --modes voxlane partition timeshare \
   --sequential 5 --concurrency 16 --seconds 3.2 --log-dir /tmp --out "$out/smoke.jsonl" 2>&1 | grep '^{'
 
-python3 -m clients.cli compare --modes timeshare voxlane --model $model --device cuda \
+python3 -m server.cli compare --modes timeshare voxlane --model $model --device cuda \
   --rates 4 8 16 --duration 10 --max-audio-seconds 6 --out /tmp/compare 2>&1 | tail -12
 cp /tmp/compare/compare.json /tmp/compare/compare.png "$out/" 2>/dev/null
 for m in timeshare voxlane; do cp /tmp/compare/$m/results.json "$out/results-$m.json" 2>/dev/null; done

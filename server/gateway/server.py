@@ -44,7 +44,7 @@ async def serve_gateway(config: GatewayConfig, on_ready=print) -> None:
 
 
 def gateway_command(config: GatewayConfig) -> list[str]:
-    command = [sys.executable, "-m", "clients.cli", "gateway", "--triton", ",".join(config.tritons),
+    command = [sys.executable, "-m", "server.cli", "gateway", "--triton", ",".join(config.tritons),
                "--host", config.host, "--port", str(config.port)]
     if config.metrics_urls:
         command += ["--triton-metrics", ",".join(config.metrics_urls)]

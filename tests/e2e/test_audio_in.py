@@ -183,20 +183,20 @@ def test_voxlane_say_streams_a_file_in_at_real_time_and_keeps_the_audio_before_a
             f.writeframes((samples * 32767).astype("<i2").tobytes())
     write(tmp_path / "in.wav", INPUT[:24000])
     write(tmp_path / "enroll.wav", ENROLL)
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", "--url", tse_url, "--audio-in",
+    done = subprocess.run([sys.executable, "-m", "server.cli", "say", "--url", tse_url, "--audio-in",
                            str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav"), "--seed", "1",
                            "-o", str(tmp_path / "out.wav")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     with wave.open(str(tmp_path / "out.wav")) as f:
         assert f.getnframes() == -(-24000 // 1920) * 1920 and f.getframerate() == RATE
-    capped = subprocess.run([sys.executable, "-m", "clients.cli", "say", "--url", tse_url, "--audio-in",
+    capped = subprocess.run([sys.executable, "-m", "server.cli", "say", "--url", tse_url, "--audio-in",
                              str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav"), "--seed", "1",
                              "--max-audio-seconds", "0.64", "-o", str(tmp_path / "capped.wav")],
                             capture_output=True, text=True, timeout=120)
     assert capped.returncode == 1 and "max_audio_seconds (0.64 s)" in capped.stderr, capped.stderr
     with wave.open(str(tmp_path / "capped.wav")) as f:  # the audio up to the cap is kept
         assert f.getnframes() == 8 * 1920
-    refused = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hello.", "--url", tse_url, "--audio-in",
+    refused = subprocess.run([sys.executable, "-m", "server.cli", "say", "Hello.", "--url", tse_url, "--audio-in",
                               str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav")],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "no TEXT" in refused.stderr
@@ -296,7 +296,7 @@ def test_the_bench_streams_audio_in_at_real_time_and_reports_algorithmic_latency
 
     from clients.bench.records import RequestRecord
 
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "--smoke", "--url", tse_url, "--out",
+    done = subprocess.run([sys.executable, "-m", "server.cli", "bench", "--smoke", "--url", tse_url, "--out",
                            str(tmp_path), "--rates", "1", "--duration", "2", "--audio-in-rate", "1"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

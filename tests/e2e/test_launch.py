@@ -68,7 +68,7 @@ def test_voxlane_serve_prints_ready_starts_a_killed_tritonserver_again_and_stops
     dead server, in the moment before its keeper had seen the exit, for the whole fleet gone, and quit.)"""
     http, grpc, metrics = free_ports(3)
     process = subprocess.Popen(
-        [sys.executable, "-m", "clients.cli", "serve", "--http-port", str(http), "--grpc-port", str(grpc),
+        [sys.executable, "-m", "server.cli", "serve", "--http-port", str(http), "--grpc-port", str(grpc),
          "--metrics-port", str(metrics), "--log-file", os.devnull],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"127.0.0.1:{grpc}"
@@ -104,7 +104,7 @@ def test_voxlane_serve_names_a_model_that_cannot_load(model_cache, tmp_path):
     (checkpoint / "config.json").write_text(json.dumps(config))
     http, grpc, metrics = free_ports(3)
     done = subprocess.run(
-        [sys.executable, "-m", "clients.cli", "serve", "--model", str(checkpoint), "--http-port", str(http),
+        [sys.executable, "-m", "server.cli", "serve", "--model", str(checkpoint), "--http-port", str(http),
          "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--log-file", str(tmp_path / "triton.log")],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr

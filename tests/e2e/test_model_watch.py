@@ -117,7 +117,7 @@ def perf_analyzer_stream(url: str, folder: Path, ending: Ending, started: thread
     data.write_text(json.dumps({"data": [{"text": ["A long story."], "seed": [5], "max_audio_seconds": [STREAM_S],
                                           "ignore_eos": [True]}]}))
     intervals.write_text("1\n")
-    command = [sys.executable, "-m", "clients.cli", "perf-analyzer", "-m", "vox_ensemble", "-u", url, "-i", "grpc",
+    command = [sys.executable, "-m", "server.cli", "perf-analyzer", "-m", "vox_ensemble", "-u", url, "-i", "grpc",
                "--streaming", "--input-data", str(data), "--request-intervals", str(intervals),
                "--request-count", "1", "--max-threads", "1"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -16,7 +16,7 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from clients.bench.cli import _add_bench_flags, bench_config
+from clients.bench.cli import add_bench_flags, bench_config
 from clients.bench.config import BenchConfig
 from clients.bench.loadgen import PlannedRequest, request_schedule, run_load
 from clients.bench.plot import _label
@@ -311,7 +311,7 @@ def test_the_chunking_is_read_from_the_servers_lm_parameters():
 
 def test_text_rate_flag_and_its_checks():
     parser = argparse.ArgumentParser()
-    _add_bench_flags(parser)
+    add_bench_flags(parser)
     assert bench_config(parser.parse_args(["--text-rate", "30"]), "h:1").text_rate == 30.0
     assert bench_config(parser.parse_args([]), "h:1").text_rate is None
     for bad in ({"text_rate": 0.0}, {"text_rate": 10.0, "protocol": "openai"}):

@@ -45,7 +45,7 @@ def test_the_setting_reaches_the_lanes_on_by_default():
 def test_the_cli_turns_it_off():
     import argparse
 
-    from clients.cli import _add_server_flags
+    from server.cli import _add_server_flags
 
     parser = argparse.ArgumentParser()
     _add_server_flags(parser)

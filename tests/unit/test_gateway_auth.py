@@ -69,7 +69,7 @@ def test_tritonserver_listens_on_loopback_and_closes_its_repository_api_once_exp
 def test_voxlane_serve_hands_its_keys_to_the_gateway_and_the_first_admin_key_to_triton(monkeypatch):
     import argparse
 
-    from clients.cli import _add_serve, _fleet_config
+    from server.cli import _add_serve, _fleet_config
 
     monkeypatch.delenv(API_KEYS_ENV, raising=False)
     monkeypatch.setenv(ADMIN_KEYS_ENV, "admin-key-2")

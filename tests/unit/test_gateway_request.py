@@ -190,7 +190,7 @@ def test_voxlane_serve_hands_several_served_model_names_to_its_gateway(monkeypat
     """`voxlane serve --served-model-name A --served-model-name B`: each answers as the model, the preset too."""
     import argparse
 
-    from clients.cli import _add_serve, _fleet_config
+    from server.cli import _add_serve, _fleet_config
     from server.fleet import Fleet
     from server.gateway.auth import ADMIN_KEYS_ENV, API_KEYS_ENV
     from server.gateway.service import model_ids

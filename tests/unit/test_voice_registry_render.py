@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from backend_python.voice_registry.store import VoiceStoreSettings
-from clients.cli import _add_server_flags, _serve_config
+from server.cli import _add_server_flags, _serve_config
 from server.serve import REPOSITORY, ServeConfig, render_repository
 
 _PARAMETER = re.compile(r'key: "(\w+)" value: \{ string_value: "([^"]*)" \}')
