@@ -1,7 +1,7 @@
 """The chunk plan a model family streams with when `voxlane serve` is given none: torch-free, so the serving
 CLI reads it without loading the model stack.
 
-Most families take the engine's default ramp (2, 4, 8, 10 frames: scheduler/chunking.py). A flow-matching
+Most families take the engine's default ramp (2, 4, 8, 10 frames: protocol/chunks.py). A flow-matching
 codec pays for every window with its left context and lookahead, and some decode on a fixed grid:
 - FlashTTS: chunks of 18 tokens from the start (no ramp); with the codec's 6 tokens of lookahead the first
   leaves once 24 tokens exist, then one every 18, as FlashTTS streams. Its DiT attends in blocks of 6 tokens,
