@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 LIVE_METRIC = "voxlane_live_requests"  # streams in flight in the router
+# streams the server admits at once (the LM lane's slots): live over limit is its room, what the chart scales on
+ADMISSION_LIMIT_METRIC = "voxlane_admission_limit"
 
 
 def parse_live(text: str) -> int | None:
