@@ -141,6 +141,9 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="cancel an acking stream whose client takes nothing this long (0: never)")
     parser.add_argument("--text-idle-timeout", type=float, default=defaults.text_idle_timeout_s,
                         help="seconds a streaming-text session may wait for its next piece before it ends")
+    parser.add_argument("--max-audio-seconds", type=float, default=defaults.max_audio_seconds,
+                        help="the longest audio one request may ask for; a text that names no cap is cut there "
+                             "(bounds how long a stream lasts, and so a drain)")
     parser.add_argument("--codec-mps-priority", type=int, choices=(0, 1), default=defaults.codec_mps_priority,
                         help="MPS client priority of the background codec lane in voxlane mode (1: below the LM and the urgent lane)")
     parser.add_argument("--urgent-budget", type=int, default=defaults.urgent_budget,
@@ -190,7 +193,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
-                       text_idle_timeout_s=args.text_idle_timeout, data_dir=args.data_dir or "",
+                       text_idle_timeout_s=args.text_idle_timeout,
+                       max_audio_seconds=args.max_audio_seconds, data_dir=args.data_dir or "",
                        exposure=Exposure(args.triton_host, _first(admin_keys(args)) if "admin_key" in args else None),
                        admin_keys=admin_keys(args) if "admin_key" in args else ())
 
