@@ -1,4 +1,4 @@
-"""The `voxlane` command line: serve, say, demo, doctor, gateway, voices, perf-analyzer."""
+"""The `voxlane` command line: serve, say, demo, doctor, gateway, voices, drain, perf-analyzer."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ import wave
 from pathlib import Path
 
 from clients.bench.cli import add_commands, bench_config
+from clients.drain import add_drain_command
 from clients.gateway.cli import (add_client_flags, add_gateway_command, add_key_flags, admin_keys, client_caps,
                                  gateway_keys)
 from clients.microbench.cli import add_command as add_microbench
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the tritonclient wheel's perf_analyzer with its libraries found (ARGS pass through)")
     add_microbench(commands)
     handlers = {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor, "microbench": _microbench,
-                **add_commands(commands), **add_gateway_command(commands), **add_voices_command(commands)}
+                **add_commands(commands), **add_gateway_command(commands), **add_voices_command(commands),
+                **add_drain_command(commands)}
     handlers["bench"] = _with_perf_analyzer(handlers["bench"])
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["perf-analyzer"]:  # every later argument is perf_analyzer's own, even -h
