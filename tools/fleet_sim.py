@@ -21,7 +21,7 @@ import argparse
 import collections
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 DAY_S = 86_400
@@ -119,7 +119,7 @@ class Outcome:
     over_s: int = 0  # seconds in which the serving pods were past capacity
     peak_over: float = 0.0  # the largest share of the live streams past capacity in one second
     peak_pods: int = 0
-    serving: list[int] = None  # serving pods, each second
+    serving: list[int] = field(default_factory=list)  # serving pods, each second
 
     @property
     def over_share(self) -> float:
@@ -221,7 +221,7 @@ def simulate(workload: Workload, load: Callable[[int], float], duration_s: int, 
     fleet = Fleet(workload, config, config.pods_for(load(0) * workload.mean_s))
     for t in range(-fleet.span, 0):  # the streams at time 0 already live, at the rule's pods for them
         fleet.tick(t, poisson(rng, load(0)))
-    outcome = Outcome(serving=[])
+    outcome = Outcome()
     for t in range(duration_s):
         fleet.tick(t, poisson(rng, load(t)))
         if t % config.poll_s == 0:
@@ -257,9 +257,10 @@ def day_table(seed: int, low: float = 10, high: float = 2000) -> list[str]:
         day = simulate(workload, diurnal(low, high), DAY_S, config, seed)
         rule = [config.pods_for(rate * workload.mean_s) for rate in (low, high)]
         static = math.ceil(rule[1] * DAY_S / 3600)
-        rows.append(f"| `{workload.name}` ({workload.mean_s:g} s mean, {workload.max_s:g} s max) | {rule[0]} / {rule[1]} | "
-                    f"{math.ceil(high / workload.capacity_rps)} | {day.peak_pods} | {day.gpu_s / 3600:,.0f} ({static:,}) | "
-                    f"{day.drain_gpu_s / 3600:.1f} | {100 * day.over_share:.3f} % |")
+        lengths = f"{workload.mean_s:g} s mean, {workload.max_s:g} s max"
+        rows.append(f"| `{workload.name}` ({lengths}) | {rule[0]} / {rule[1]} | {math.ceil(high / workload.capacity_rps)} | "
+                    f"{day.peak_pods} | {day.gpu_s / 3600:,.0f} ({static:,}) | {day.drain_gpu_s / 3600:.1f} | "
+                    f"{100 * day.over_share:.3f} % |")
     return rows
 
 
@@ -274,9 +275,10 @@ def step_table(seed: int, before: float = 500, at_s: int = 1800, duration_s: int
                 run = simulate(workload, step(before, after, at_s), duration_s, config, seed)
                 settled = run.serving[-1]
                 capacity = reached_s(run, after * workload.mean_s / workload.capacity_streams, at_s)
+                ask = config.pods_for(after * workload.mean_s)
                 rows.append(f"| `{workload.name}` | {before:g} → {after:g} | {start_s} s | {run.serving[at_s - 1]} → "
-                            f"{settled} ({config.pods_for(after * workload.mean_s)}) | {capacity} s | "
-                            f"{reached_s(run, settled, at_s)} s | {run.over_s} | {100 * run.peak_over:.0f} % |")
+                            f"{settled} ({ask}) | {capacity} s | {reached_s(run, settled, at_s)} s | {run.over_s} | "
+                            f"{100 * run.peak_over:.0f} % |")
     return rows
 
 

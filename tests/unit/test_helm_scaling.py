@@ -68,7 +68,8 @@ def scaled_object_schema() -> dict:
                 "advanced": {"type": "object", "additionalProperties": False, "properties": {
                     "restoreToOriginalReplicaCount": {"type": "boolean"},
                     "horizontalPodAutoscalerConfig": {"type": "object", "additionalProperties": False, "properties": {
-                        "name": {"type": "string"}, "behavior": _schema("horizontalpodautoscalerbehavior-autoscaling-v2")}}}},
+                        "name": {"type": "string"},
+                        "behavior": _schema("horizontalpodautoscalerbehavior-autoscaling-v2")}}}},
                 "triggers": {"type": "array", "minItems": 1, "items": trigger}}}
     return {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
             "properties": {"apiVersion": {"const": "keda.sh/v1alpha1"}, "kind": {"const": "ScaledObject"},
