@@ -1,4 +1,4 @@
-"""The `voxlane` command line: serve, say, demo, doctor, gateway, voices, perf-analyzer."""
+"""The `voxlane` command line: serve, say, demo, doctor, gateway, voices, drain, perf-analyzer."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +11,7 @@ from backend_python.engine.config import KVLayout
 from clients.bench.cli import add_bench_flags, bench_config
 from clients.cli import add_client_commands, report
 from scheduler import FlowConfig
+from server.drain import add_drain_command
 from server.fleet import LAYOUTS, Fleet, FleetConfig
 from server.gateway.cli import (add_client_flags, add_gateway_command, add_key_flags, admin_keys, client_caps,
                                 gateway_keys)
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     add_microbench(commands)
     _add_compare(commands.add_parser("compare", help="start the server in each mode, bench it, print capacity ratios"))
     handlers = {"serve": _serve, "demo": _demo, "doctor": _doctor, "microbench": _microbench, "compare": _compare,
-                **client_handlers, **add_gateway_command(commands)}
+                **client_handlers, **add_gateway_command(commands), **add_drain_command(commands)}
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["perf-analyzer"]:  # every later argument is perf_analyzer's own, even -h
         from clients.perf_analyzer.runtime import exec_perf_analyzer
@@ -139,6 +140,9 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="cancel an acking stream whose client takes nothing this long (0: never)")
     parser.add_argument("--text-idle-timeout", type=float, default=defaults.text_idle_timeout_s,
                         help="seconds a streaming-text session may wait for its next piece before it ends")
+    parser.add_argument("--max-audio-seconds", type=float, default=defaults.max_audio_seconds,
+                        help="the longest audio one request may ask for; a text that names no cap is cut there "
+                             "(bounds how long a stream lasts, and so a drain)")
     parser.add_argument("--codec-mps-priority", type=int, choices=(0, 1), default=defaults.codec_mps_priority,
                         help="MPS client priority of the background codec lane in voxlane mode (1: below the LM and the urgent lane)")
     parser.add_argument("--urgent-budget", type=int, default=defaults.urgent_budget,
@@ -173,7 +177,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
-                       text_idle_timeout_s=args.text_idle_timeout, data_dir=args.data_dir or "",
+                       text_idle_timeout_s=args.text_idle_timeout,
+                       max_audio_seconds=args.max_audio_seconds, data_dir=args.data_dir or "",
                        exposure=Exposure(args.triton_host, _first(admin_keys(args)) if "admin_key" in args else None),
                        admin_keys=admin_keys(args) if "admin_key" in args else ())
 
