@@ -26,25 +26,22 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import replace
 from typing import Callable
 
 import torch
 
-from backend_python.engine.codec_runner import CodecRunner, StreamChunk, decode_windowed
+from backend_python.engine.codec_runner import CodecRunner
 from backend_python.engine import kv_memory
 from backend_python.engine.config import EngineConfig, KVLayout  # EngineConfig re-exported: the LM model imports it here
 from protocol.reasons import SHUTTING_DOWN, Ended, EndReason
 from backend_python.engine import segments
-from backend_python.engine.segments import Progress
-from backend_python.engine.chunk_cutter import ChunkCutter
 from backend_python.engine.launched_step import LaunchedStep
-from backend_python.engine.sequence import Chunk, Sequence, SeqStatus
-from backend_python.engine.input_pieces import InputPieces, input_idle_endings, past_cap_ending
+from backend_python.engine.output_stage import OutputStage
+from backend_python.engine.sequence import Sequence, SeqStatus
+from backend_python.engine.input_pieces import InputPieces, input_idle_endings
 from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, Occupancy, PhaseClock, StepTiming
-from backend_python.models.base import Codec, CodecWindowing, DecodeBatch, SpeechLM
-from backend_python.models.delay_pattern import FrameAssembler
+from backend_python.models.base import Codec, DecodeBatch, SpeechLM
 from scheduler import (AdmissionState, KVBlocks, PacedStream, StreamStatus, WaitingRequest, make_admission_policy,
                        pick_rows)
 
@@ -61,8 +58,6 @@ class LMEngine:
         `on_step(num_running)` is called after every step (metrics): the streams holding a slot."""
         _check_delays(model, config)
         self.model = model
-        self.codec = codec
-        self.refiner = refiner
         self.config = config
         self._clock = clock
         self._on_step = on_step
@@ -82,10 +77,27 @@ class LMEngine:
         self._text = TextPieces()  # streaming-text pieces not yet applied
         self._input = InputPieces()  # an interleaved model's input pieces not yet applied
         self._cancel_lock = threading.Lock()
-        self._chunks = ChunkCutter(config.scheduler.chunking, CodecWindowing(
-            config.codec_left_context_frames, config.codec_lookahead_frames, config.codec_overlap_frames))
+        self.output = OutputStage(model, config, clock, codec, refiner)  # chunks, words, sinks, inline codec
         self._kv = self._allocate(model, config)  # None: static rows, a slot is all a stream needs
         self._thread = threading.Thread(target=self._loop, name="voxlane-lm-engine", daemon=True)
+
+    @property
+    def codec(self) -> Codec | CodecRunner | None:
+        """The inline codec (`timeshare`), or None."""
+        return self.output.inline.codec
+
+    @codec.setter
+    def codec(self, codec: Codec | CodecRunner | None) -> None:
+        self.output.inline.codec = codec
+
+    @property
+    def refiner(self):
+        """A cascade's inline refiner (`timeshare`), or None."""
+        return self.output.inline.refiner
+
+    @refiner.setter
+    def refiner(self, refiner) -> None:
+        self.output.inline.refiner = refiner
 
     @staticmethod
     def _allocate(model: SpeechLM, config: EngineConfig) -> KVBlocks | None:
@@ -246,7 +258,7 @@ class LMEngine:
                 need = self._kv_need(seq)
             except ValueError as exc:
                 self._waiting.remove(seq)
-                self._finish(seq, str(exc))
+                self.output.finish(seq, str(exc))
                 continue
             if not self._take_slot(seq, need):
                 break
@@ -314,13 +326,12 @@ class LMEngine:
         for seq in seqs:
             seq.status = SeqStatus.RUNNING
             self._running.append(seq)
-            self._start_codes(seq)
-            _start_words(seq)
+            self.output.start(seq)
 
     def _fail_prefill(self, seq: Sequence, exc: Exception) -> None:
         log.warning("prefill of %s failed: %s", seq.request_id, exc)
         self._free_slot(seq)
-        self._finish(seq, str(exc))
+        self.output.finish(seq, str(exc))
 
     def _kv_need(self, seq: Sequence) -> int:
         """The KV positions `seq`'s prompt and frames (its current segment's) write; ValueError past max_seq_len."""
@@ -344,14 +355,13 @@ class LMEngine:
                 self.model.prefill_batch([seq.slot], [seq.prompt])
             except Exception as exc:  # a bad segment ends its request only
                 log.warning("prefill of a text segment of %s failed: %s", seq.request_id, exc)
-                self._finish(seq, str(exc))
+                self.output.finish(seq, str(exc))
                 continue
             finally:
                 self.phases.charge(LoopPhase.PREFILL)
             self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
             segments.start_segment(seq)
-            self._start_codes(seq)
-            _start_words(seq)
+            self.output.start(seq)
 
     def _fit_segment(self, seq: Sequence, need: int) -> bool:
         """A segment starts its slot's keys anew: grow its KV extent to `need` if it must; False when the pool
@@ -385,7 +395,7 @@ class LMEngine:
         except Exception as exc:  # a broken step ends the requests in it, not the loop
             log.exception("decode step failed")
             for seq in rows:
-                self._finish(seq, f"decode failed: {exc}")
+                self.output.finish(seq, f"decode failed: {exc}")
             return None
         finally:
             self.phases.charge(LoopPhase.DECODE)
@@ -401,145 +411,12 @@ class LMEngine:
         return [rows[i] for i in pick_rows(streams, self.config.max_batch)]
 
     def _process(self, step: LaunchedStep) -> None:
-        """Read a launched step's codes (waiting for the GPU), then cut and deliver its chunks."""
+        """Read a launched step's codes (waiting for the GPU), then hand them to the output stage."""
         self.phases.charge(LoopPhase.HOST)
         codes, is_eos = step.wait()
         self.phases.charge(LoopPhase.DECODE)
         self._timing.observe_step(self._clock() - step.launched_at)
-        progress = []
-        for row, seq in enumerate(step.rows):
-            # ended while the step ran (overlapped), or a row of a segment that has ended: a spare row
-            if seq.status is SeqStatus.FINISHED or seq.segment.index != step.segments[row]:
-                continue
-            progress.append((seq, self._advance_step(seq, codes[row], is_eos[row])))
-        self._progress(progress)
-
-    def _start_codes(self, seq: Sequence) -> None:
-        """A prompt was prefilled into `seq`'s slot: a delayed family's codes start their delay pattern anew."""
-        pattern = self.model.delay_pattern
-        seq.assembler = None if pattern is None else FrameAssembler(pattern)
-
-    def _advance_step(self, seq: Sequence, codes: torch.Tensor, is_eos: torch.Tensor) -> Progress:
-        """Take a step's frames for one row up to its first end of speech or until the request is no longer
-        going (a delayed family's first steps take none)."""
-        progress = Progress.GOING
-        for frame, eos in _step_frames(seq, codes, is_eos):
-            progress = self._advance(seq, frame, eos)
-            if progress is not Progress.GOING:
-                break
-        return progress
-
-    def _advance(self, seq: Sequence, frame: torch.Tensor | None, is_eos: bool) -> Progress:
-        """Append the step's frame; where the request stands."""
-        if not is_eos:
-            seq.frames.append(frame)
-        if seq.is_length_capped:
-            return Progress.DONE
-        if seq.is_segmented:
-            return segments.after_frame(seq, is_eos)
-        return Progress.DONE if is_eos else Progress.GOING
-
-    def _condition(self, seq: Sequence) -> torch.Tensor | None:
-        """The stream's codec condition (a flow decoder's speaker embedding) from its current prompt."""
-        if seq.prompt is not None:
-            seq.codec_condition = self.model.codec_condition(seq.prompt)
-        return seq.codec_condition
-
-    def _progress(self, progress: list[tuple[Sequence, Progress]]) -> None:
-        """Cut and deliver the chunks that are ready; move spoken segments on; finish what is done."""
-        self._deliver([(seq, self._for_refinement(seq, chunk)) for seq, p in progress
-                       for chunk in _timed(seq, p, self._chunks.cut(seq, is_finished=p is not Progress.GOING,
-                                                                    is_done=p is Progress.DONE,
-                                                                    condition=self._condition(seq)))])
-        for seq, p in progress:
-            if p is Progress.SEGMENT_SPOKEN:
-                segments.end_segment(seq)
-            elif p is Progress.WAITING:
-                segments.chunks_sent(seq)
-            elif p is Progress.DONE:
-                self._finish(seq, past_cap_ending(seq, self.model.frame_rate))
-
-    def _for_refinement(self, seq: Sequence, chunk: Chunk) -> Chunk:
-        """A cascade's chunk carries its stream's context for the refinement lane (SpeechLM.refine_context)."""
-        context = self.model.refine_context(seq.prompt) if seq.prompt is not None else None
-        return chunk if context is None else replace(chunk, refine_context=context,
-                                                     segment_start=seq.segment.first_frame)
-
-    def _deliver(self, ready: list[tuple[Sequence, Chunk]]) -> None:
-        """Hand chunks to their sinks; with an inline codec, decode them first in one batch."""
-        if self.codec is not None and ready:
-            ready = self._decode_inline(ready)
-        for seq, chunk in ready:
-            if seq.t_first_emitted is None:
-                seq.t_first_emitted = self._clock()
-            seq.emitted_frames = chunk.start_frame + chunk.num_new_frames
-            try:
-                seq.sink.emit(chunk)
-            except Exception as exc:  # the client is gone: stop generating for it, keep the others
-                log.warning("sending a chunk of %s failed, dropping it: %s", seq.request_id, exc)
-                seq.is_cancelled = True
-
-    def _decode_inline(self, ready: list[tuple[Sequence, Chunk]]) -> list[tuple[Sequence, Chunk]]:
-        try:
-            if self.refiner is not None:
-                ready = self._refine_inline(ready)
-            audio = self._inline_audio(ready)
-        except (RuntimeError, ValueError) as exc:
-            log.exception("inline codec decode failed")
-            for seq, _ in ready:
-                self._finish(seq, f"codec failed: {exc}")
-            return []
-        return [(seq, replace(chunk, audio=pcm.float().cpu())) for (seq, chunk), pcm in zip(ready, audio)]
-
-    def _refine_inline(self, ready: list[tuple[Sequence, Chunk]]) -> list[tuple[Sequence, Chunk]]:
-        """A cascade's chunks as whole frames, their other codebooks refined in one batch: each reads its stream's
-        first codebook so far and continues the codes refined for its earlier frames (as the refinement lanes
-        do for the router: vox_ensemble/refiner_lanes.py)."""
-        asks = []
-        for seq, chunk in ready:
-            end = chunk.start_frame - chunk.context_frames + chunk.tokens.shape[0]
-            if seq.refined is None:
-                seq.refined = torch.zeros(0, self.refiner.width, dtype=torch.long)
-            if chunk.refine_context is not None and end > seq.refined.shape[0]:
-                start = chunk.segment_start  # a segment is refined alone: its own text, its own codes
-                semantic = torch.cat([f.reshape(-1)[:1] for f in seq.frames[start:end]]).cpu()
-                asks.append((seq, self.refiner.request(semantic.numpy(), seq.refined[start:].numpy(),
-                                                       chunk.refine_context.numpy())))
-        for (seq, _), codes in zip(asks, self.refiner.refine([ask for _, ask in asks]) if asks else []):
-            seq.refined = torch.cat((seq.refined, torch.from_numpy(codes).long()))
-        whole = []
-        for seq, chunk in ready:
-            start = chunk.start_frame - chunk.context_frames
-            others = seq.refined[start:start + chunk.tokens.shape[0]] if chunk.refine_context is not None else None
-            whole.append((seq, chunk if others is None
-                          else replace(chunk, tokens=torch.cat((chunk.tokens, others.to(chunk.tokens.dtype)), 1))))
-        return whole
-
-    def _inline_audio(self, ready: list[tuple[Sequence, Chunk]]) -> list[torch.Tensor]:
-        """The chunks' new samples (and their overlap): through the runner's stream states where it keeps them,
-        else windowed."""
-        device = self.model.device
-        chunks = [StreamChunk(seq.request_id, chunk.tokens.to(device), chunk.context_frames, chunk.start_frame,
-                              chunk.is_last, chunk.lookahead_frames,
-                              None if chunk.condition is None else chunk.condition.to(device))
-                  for seq, chunk in ready]
-        if isinstance(self.codec, CodecRunner):
-            return self.codec.decode_chunks(chunks)
-        return decode_windowed(self.codec, chunks)
-
-    def _finish(self, seq: Sequence, error: str | EndReason | Ended | None) -> None:
-        if seq.status is SeqStatus.FINISHED:
-            return
-        seq.status = SeqStatus.FINISHED
-        if isinstance(self.codec, CodecRunner) and error is not None:
-            self.codec.release_stream(seq.request_id)  # a stream that ended early keeps no codec state
-        try:
-            seq.sink.finish(error)
-        except Exception as exc:  # a dead client must not take the loop with it
-            if seq.is_cancelled:  # its sink already failed (the router died): said once, no trace
-                log.warning("finishing %s failed too: %s", seq.request_id, exc)
-            else:
-                log.exception("finishing %s failed", seq.request_id)
+        self.output.emit(self.output.take(step, codes, is_eos))
 
     def _retire(self) -> None:
         for seq in [s for s in self._running if s.status is SeqStatus.FINISHED]:
@@ -551,12 +428,12 @@ class LMEngine:
         now, live = self._clock(), self._running + self._waiting
         endings = self._text.apply(live) + self._input.apply(live)
         for seq, ended in endings + idle_endings(live, now) + input_idle_endings(live, now):
-            self._finish(seq, ended)
+            self.output.finish(seq, ended)
             if seq in self._waiting:
                 self._waiting.remove(seq)
         blocked = [seq for seq in self._running if seq.is_segmented and segments.is_blocked(seq)
                    and seq.status is not SeqStatus.FINISHED]
-        self._progress([(seq, segments.settle(seq)) for seq in blocked])
+        self.output.emit([(seq, segments.settle(seq)) for seq in blocked])
 
     def _apply_taken(self) -> None:
         with self._cancel_lock:
@@ -573,7 +450,7 @@ class LMEngine:
             for seq in self._running + self._waiting:
                 seq.is_cancelled = seq.is_cancelled or seq.request_id in ids
         for seq in [s for s in self._running + self._waiting if s.is_cancelled]:
-            self._finish(seq, EndReason.CANCELLED)
+            self.output.finish(seq, EndReason.CANCELLED)
             if seq in self._waiting:
                 self._waiting.remove(seq)
 
@@ -593,7 +470,7 @@ class LMEngine:
 
     def _fail_all(self, reason: str | Ended) -> None:
         for seq in self._running + self._waiting:
-            self._finish(seq, reason)
+            self.output.finish(seq, reason)
 
 
 def _check_delays(model: SpeechLM, config: EngineConfig) -> None:
@@ -608,34 +485,3 @@ def _check_delays(model: SpeechLM, config: EngineConfig) -> None:
     if config.num_delay_steps != pattern.max_delay:
         raise ValueError(f"EngineConfig.num_delay_steps is {config.num_delay_steps} but "
                          f"{type(model).__name__} delays its codebooks by up to {pattern.max_delay} steps")
-
-
-def _step_frames(seq: Sequence, codes: torch.Tensor,
-                 is_eos: torch.Tensor) -> list[tuple[torch.Tensor | None, bool]]:
-    """A row's frames in order, each with whether it is the end of speech (no audio): one ([K] codes), several
-    from a multi-token model ([M, K], is_eos [M]), or the complete frames a delayed family's row releases and,
-    once its last codebook closed, the end (models/delay_pattern.py)."""
-    if seq.assembler is not None:
-        assembled = seq.assembler.push(codes, bool(is_eos))
-        return [(frame, False) for frame in assembled.frames] + ([(None, True)] if assembled.is_closed else [])
-    if codes.dim() == 1:
-        return [(codes, bool(is_eos))]
-    return list(zip(codes, is_eos.tolist()))
-
-
-def _start_words(seq: Sequence) -> None:
-    """A segmented stream's word clock learns where the segment just prefilled starts, and its words."""
-    if seq.words is not None and seq.is_segmented:
-        seq.words.start_segment(seq.segment.first_frame, seq.text.current_text)
-
-
-def _timed(seq: Sequence, progress: Progress, chunks: list[Chunk]) -> list[Chunk]:
-    """The chunks with the words they speak, for a stream that asked for them (word_clock.py)."""
-    clock = seq.words
-    if clock is None:
-        return chunks
-    if progress is Progress.SEGMENT_SPOKEN:
-        clock.end_segment(seq.num_frames)
-    elif progress is Progress.DONE:
-        clock.end(seq.num_frames, is_cut=seq.is_length_capped)
-    return [replace(chunk, words=tuple(clock.due(chunk.start_frame + chunk.num_new_frames))) for chunk in chunks]
