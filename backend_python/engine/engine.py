@@ -31,17 +31,17 @@ from typing import Callable
 import torch
 
 from backend_python.engine.codec_runner import CodecRunner
-from backend_python.engine import kv_memory
-from backend_python.engine.config import EngineConfig, KVLayout  # EngineConfig re-exported: the LM model imports it here
+from backend_python.engine.config import EngineConfig  # re-exported: the LM model imports it here
 from protocol.reasons import SHUTTING_DOWN, Ended, EndReason
 from backend_python.engine import segments
 from backend_python.engine.launched_step import LaunchedStep
+from backend_python.engine.model_runner import ModelRunner
 from backend_python.engine.output_stage import OutputStage
 from backend_python.engine.sequence import Sequence, SeqStatus
 from backend_python.engine.input_pieces import InputPieces, input_idle_endings
 from backend_python.engine.text_pieces import TextPieces, idle_endings
 from backend_python.engine.timing import LoopPhase, Occupancy, PhaseClock, StepTiming
-from backend_python.models.base import Codec, DecodeBatch, SpeechLM
+from backend_python.models.base import Codec, SpeechLM
 from scheduler import (AdmissionState, KVBlocks, PacedStream, StreamStatus, WaitingRequest, make_admission_policy,
                        pick_rows)
 
@@ -56,17 +56,14 @@ class LMEngine:
         inline in this loop; a cascade's `refiner` (registry.load_refiner) then refines them first, inline too.
 
         `on_step(num_running)` is called after every step (metrics): the streams holding a slot."""
-        _check_delays(model, config)
         self.model = model
         self.config = config
         self._clock = clock
         self._on_step = on_step
         self._admission = make_admission_policy(config.scheduler)
-        self._timing = StepTiming()
+        self._timing = StepTiming()  # the runner measures, admission reads
         self.phases = PhaseClock(clock)  # read by the lane's metrics
-        self._is_overlapped = (config.overlap_steps if config.overlap_steps is not None
-                               else model.device.type == "cuda")
-        self._pending: LaunchedStep | None = None  # the step whose codes are still on their way
+        self.runner = ModelRunner(model, config, self.phases, self._timing, clock)  # prefill, decode, slot memory
         self._inbox: queue.Queue[Sequence | None] = queue.Queue()
         self._waiting: list[Sequence] = []
         self._running: list[Sequence] = []
@@ -78,7 +75,8 @@ class LMEngine:
         self._input = InputPieces()  # an interleaved model's input pieces not yet applied
         self._cancel_lock = threading.Lock()
         self.output = OutputStage(model, config, clock, codec, refiner)  # chunks, words, sinks, inline codec
-        self._kv = self._allocate(model, config)  # None: static rows, a slot is all a stream needs
+        positions = self.runner.kv_positions  # None: static rows, a slot is all a stream needs
+        self._kv = None if positions is None else KVBlocks(positions, config.kv_block_size)
         self._thread = threading.Thread(target=self._loop, name="voxlane-lm-engine", daemon=True)
 
     @property
@@ -98,19 +96,6 @@ class LMEngine:
     @refiner.setter
     def refiner(self, refiner) -> None:
         self.output.inline.refiner = refiner
-
-    @staticmethod
-    def _allocate(model: SpeechLM, config: EngineConfig) -> KVBlocks | None:
-        """The model's slot memory: a KV pool sized from the memory budget and its block allocator, or static
-        rows (None)."""
-        if config.kv_layout is KVLayout.STATIC:
-            model.allocate_slots(config.max_slots, config.max_seq_len, config.max_batch)
-            return None
-        positions = kv_memory.pool_positions(model, config)
-        model.allocate_slots(config.max_slots, config.max_seq_len, config.max_batch, positions)
-        log.info("KV pool: %d positions (%.2f GB) for up to %d streams, steps of up to %d rows", positions,
-                 positions * model.kv_bytes_per_position() / 2**30, config.max_slots, config.max_batch)
-        return KVBlocks(positions, config.kv_block_size)
 
     # ---- called from other threads -------------------------------------------------
     def start(self) -> None:
@@ -175,7 +160,7 @@ class LMEngine:
     def _wait_s(self) -> float | None:
         """How long the loop may sleep on its inbox: 0 with work to do, None (until woken) with none,
         else until the first playback-paced request may go on (every running request is paused)."""
-        if self._pending or self._can_admit():
+        if self.runner.pending or self._can_admit():
             return 0.0
         if any(seq.segment.is_over and seq.prompt is not None for seq in self._running):
             return 0.0  # a segment's prompt to prefill
@@ -231,12 +216,7 @@ class LMEngine:
         self._retire()
         self._admit()
         self._prefill_segments()
-        launched = self._launch()
-        if not self._is_overlapped and launched is not None:
-            launched, self._pending = None, launched
-        if self._pending is not None:  # overlapped: the previous step's host work hides behind this one
-            self._process(self._pending)
-        self._pending = launched
+        self._decode()
         self._retire()
         self.phases.charge(LoopPhase.HOST)
         self.phases.set_occupancy(self._occupancy())
@@ -283,11 +263,11 @@ class LMEngine:
 
     def _place(self, seq: Sequence) -> None:
         if seq.kv_extent is not None:
-            self.model.place(seq.slot, seq.kv_extent.start, seq.kv_extent.num_positions)
+            self.runner.place(seq)
 
     def _free_slot(self, seq: Sequence) -> None:
         """Give back `seq`'s slot and KV extent (the model forgets the slot; its next prefill overwrites it)."""
-        self._release(seq.slot)
+        self.runner.release(seq.slot)
         self._free_slots.append(seq.slot)
         if seq.kv_extent is not None and self._kv is not None:
             self._kv.free(seq.kv_extent)
@@ -308,30 +288,16 @@ class LMEngine:
                               running=running, waiting=waiting)
 
     def _prefill(self, seqs: list[Sequence]) -> None:
-        """One batched prefill; if it fails, each request again alone, so a bad one ends only itself."""
-        self.phases.charge(LoopPhase.HOST)
-        started = self._clock()
-        try:
-            self.model.prefill_batch([s.slot for s in seqs], [s.prompt for s in seqs])
-        except Exception as exc:  # one request's bad prefill ends that request only
-            self.phases.charge(LoopPhase.PREFILL)
-            if len(seqs) == 1:
-                self._fail_prefill(seqs[0], exc)
-            else:
-                for seq in seqs:
-                    self._prefill([seq])
-            return
-        self.phases.charge(LoopPhase.PREFILL)
-        self._timing.observe_prefill(sum(s.prompt.num_tokens for s in seqs), self._clock() - started)
-        for seq in seqs:
+        """One batched prefill (the runner tries each request alone if it fails, so a bad one ends only itself)."""
+        prefilled = self.runner.prefill(seqs)
+        for seq, exc in prefilled.failed:
+            log.warning("prefill of %s failed: %s", seq.request_id, exc)
+            self._free_slot(seq)
+            self.output.finish(seq, str(exc))
+        for seq in prefilled.done:
             seq.status = SeqStatus.RUNNING
             self._running.append(seq)
             self.output.start(seq)
-
-    def _fail_prefill(self, seq: Sequence, exc: Exception) -> None:
-        log.warning("prefill of %s failed: %s", seq.request_id, exc)
-        self._free_slot(seq)
-        self.output.finish(seq, str(exc))
 
     def _kv_need(self, seq: Sequence) -> int:
         """The KV positions `seq`'s prompt and frames (its current segment's) write; ValueError past max_seq_len."""
@@ -346,20 +312,14 @@ class LMEngine:
     def _prefill_segments(self) -> None:
         """Prefill the next segment of each segmented request whose segment was spoken, into its own slot."""
         for seq in [s for s in self._running if s.segment.is_over and s.prompt is not None]:
-            self.phases.charge(LoopPhase.HOST)
-            started = self._clock()
             try:
                 if not self._fit_segment(seq, self._kv_need(seq)):
                     continue  # the pool is full: the segment's prefill is tried again next step
-                self._release(seq.slot)
-                self.model.prefill_batch([seq.slot], [seq.prompt])
+                self.runner.prefill_segment(seq)
             except Exception as exc:  # a bad segment ends its request only
                 log.warning("prefill of a text segment of %s failed: %s", seq.request_id, exc)
                 self.output.finish(seq, str(exc))
                 continue
-            finally:
-                self.phases.charge(LoopPhase.PREFILL)
-            self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
             segments.start_segment(seq)
             self.output.start(seq)
 
@@ -377,30 +337,23 @@ class LMEngine:
         self._place(seq)
         return fits
 
-    def _launch(self) -> "LaunchedStep | None":
-        """Launch one frame for every running request not paused on its client; its codes are copied to
-        the host asynchronously. None when there is nothing to launch."""
+    def _decode(self) -> None:
+        """Launch one frame for every running request not paused on its client, then read and emit the step
+        whose codes are due (overlapped: the one before, whose host work hides behind this one)."""
         now = self._clock()
         rows = self._pace([seq for seq in self._running if self._can_decode(seq, now)], now)
-        if not rows:
-            return None
-        batch = DecodeBatch(slots=[s.slot for s in rows], sampling=[s.sampling for s in rows],
-                            generators=[s.generator for s in rows], ignore_eos=[s.ignore_eos for s in rows])
-        self.phases.charge(LoopPhase.HOST)
-        for seq in rows:
-            seq.segment.num_launched += self.model.frames_per_step
+        done = self.runner.in_flight(self._launch(rows) if rows else None)
+        if done is not None:
+            self.output.emit(self.output.take(done, *self.runner.read(done)))
+
+    def _launch(self, rows: list[Sequence]) -> LaunchedStep | None:
         try:
-            codes, is_eos = self.model.decode(batch)
-            launched = LaunchedStep.start(rows, codes, is_eos, self._clock())
+            return self.runner.launch(rows)
         except Exception as exc:  # a broken step ends the requests in it, not the loop
             log.exception("decode step failed")
             for seq in rows:
                 self.output.finish(seq, f"decode failed: {exc}")
             return None
-        finally:
-            self.phases.charge(LoopPhase.DECODE)
-            self.phases.on_step(len(rows))
-        return launched
 
     def _pace(self, rows: list[Sequence], now: float) -> list[Sequence]:
         """At most `max_batch` rows: the streams that need frames most (scheduler/pacing.py), in running order."""
@@ -409,14 +362,6 @@ class LMEngine:
         rate = self.model.frame_rate
         streams = [PacedStream(s.request_id, s.arrival_time, s.buffered_s(now, rate)) for s in rows]
         return [rows[i] for i in pick_rows(streams, self.config.max_batch)]
-
-    def _process(self, step: LaunchedStep) -> None:
-        """Read a launched step's codes (waiting for the GPU), then hand them to the output stage."""
-        self.phases.charge(LoopPhase.HOST)
-        codes, is_eos = step.wait()
-        self.phases.charge(LoopPhase.DECODE)
-        self._timing.observe_step(self._clock() - step.launched_at)
-        self.output.emit(self.output.take(step, codes, is_eos))
 
     def _retire(self) -> None:
         for seq in [s for s in self._running if s.status is SeqStatus.FINISHED]:
@@ -456,32 +401,12 @@ class LMEngine:
 
     def _reset(self, reason: str) -> None:
         """End every live request with `reason` and free all slots."""
-        self._pending = None
+        self.runner.drop_pending()
         self._fail_all(reason)
         for seq in self._running:
             self._free_slot(seq)
         self._running, self._waiting = [], []
 
-    def _release(self, slot: int) -> None:
-        try:
-            self.model.release(slot)
-        except Exception:  # the slot is reset anyway; its next prefill overwrites it
-            log.exception("releasing slot %d failed", slot)
-
     def _fail_all(self, reason: str | Ended) -> None:
         for seq in self._running + self._waiting:
             self.output.finish(seq, reason)
-
-
-def _check_delays(model: SpeechLM, config: EngineConfig) -> None:
-    """A delayed family emits one row of its K codebooks per step, and the config's length check counts its
-    delay steps."""
-    pattern = model.delay_pattern
-    if pattern is None:
-        return
-    if pattern.num_codebooks != model.num_codebooks or model.frames_per_step != 1:
-        raise ValueError(f"{type(model).__name__}: codebook_delays need one delay per codebook "
-                         f"({model.num_codebooks}) and one frame per step")
-    if config.num_delay_steps != pattern.max_delay:
-        raise ValueError(f"EngineConfig.num_delay_steps is {config.num_delay_steps} but "
-                         f"{type(model).__name__} delays its codebooks by up to {pattern.max_delay} steps")
