@@ -28,6 +28,7 @@ HEAVY = ("torch", "torchaudio", "transformers", "numpy", "safetensors", "triton"
 # the server's code outside models/: the launcher and the gateway live in `server/` (or, before it, in clients/)
 SERVER_CODE = ("scheduler", "protocol", "backend_python", "server", "clients/serve.py", "clients/triton_launch.py",
                "clients/gateway")
+NOT_SERVER = (REPO_ROOT / "server" / "microbench",)  # benchmarks of one named model's kernels, as tools/ are
 SCHEDULER_TYPES_FOR_MODELS = {"scheduler.chunking"}  # a description states its chunk plan as a ChunkingConfig
 FACTS = {"name", "tiny_presets", "random_presets", "is_checkpoint"}  # a description's, never restated in family.py
 
@@ -137,7 +138,7 @@ def server_files() -> list[Path]:
     for root in SERVER_CODE:
         path = REPO_ROOT / root
         files += [path] if path.is_file() else sorted(path.rglob("*.py")) if path.is_dir() else []
-    return [path for path in files if MODELS_DIR not in path.parents]
+    return [path for path in files if not {MODELS_DIR, *NOT_SERVER} & set(path.parents)]
 
 
 def family_names_in(files: list[Path], pattern: re.Pattern) -> list[str]:
