@@ -314,7 +314,7 @@ async def _until_lost(events: AsyncIterator, lost: asyncio.Event, url: str) -> A
 def model_ids(served: str, model_name: str | None, aliases: tuple[str, ...]) -> tuple[str, ...]:
     """The ids a request may name the model by, the first one listed first: `model_name` (else the served
     model's own name), the `--served-model-name` aliases, and the served model's whole id (a checkpoint's path
-    or Hugging Face id, e.g. `Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice`, beside its last part)."""
+    or Hugging Face id, e.g. `org/model-1.7b`, beside its last part)."""
     whole = served if not served.startswith(("/", ".")) else None  # a hub id, not a directory on this machine
     ids = (model_name or Path(served).name, *aliases, Path(served).name, whole)
     return tuple(dict.fromkeys(i for i in ids if i))
