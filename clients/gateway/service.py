@@ -107,8 +107,6 @@ class Gateway:
                         backend.url, backend.num_live)
         for backend in change.returned:
             log.warning("server %s is back in DNS", backend.url)
-        if change.left or change.returned:
-            self._refresh_catalog()
 
     def _dns_metrics_url(self, url: str) -> str | None:
         """A DNS server's metrics URL: its address at `--triton-metrics-port` (none where that is 0)."""
@@ -119,6 +117,7 @@ class Gateway:
     async def _close(self, backend: Backend) -> None:
         """A server forgotten (membership.forget): it holds no stream, and its channels close."""
         self._router_lost.pop(backend.url, None)
+        self._refresh_catalog()
         for channel in self._channels.pop(backend.url, ()):
             await channel.close()
 
@@ -278,8 +277,10 @@ class Gateway:
         self._refresh_catalog()
 
     def _refresh_catalog(self) -> None:
-        """The models of the member servers (one that left and all its model's with it: that model's ids go)."""
-        served = {b.model for b in self.balancer.backends if b.is_member}
+        """The models of the gateway's servers. A model stays while a server of it is known, even one that left DNS
+        (until it is forgotten): a request for it meanwhile is a 503 (no server ready), never a 404 because its
+        pods were being replaced."""
+        served = {b.model for b in self.balancer.backends}
         self.catalog = build_catalog((m for m in self._models_seen if m in served), self.config.default_model,
                                      self.config.model_name, self.config.served_model_names)
         self.model_ids = self.catalog.ids

@@ -96,10 +96,17 @@ def test_requests_reach_only_their_model_s_servers(monkeypatch):
     assert caught.value.error.status == 503 and len(calls) == 4
 
 
-def test_a_model_whose_servers_all_left_is_no_longer_listed(monkeypatch):
+def test_a_model_whose_servers_all_left_is_listed_until_they_are_forgotten(monkeypatch):
     gateway = learned_gateway(monkeypatch, {"a:1": QWEN, "b:1": COSY})
-    gateway.balancer.backends[1].is_member = False
+    cosy = gateway.balancer.backends[1]
+    cosy.is_member = False  # left DNS: a request for its model is a 503 meanwhile, not a 404
     gateway._refresh_catalog()
+    assert gateway.model_ids == (QWEN, COSY)
+    with pytest.raises(StreamFailure) as caught:
+        asyncio.run(anext(gateway.stream_speech(SpeechRequest(COSY, "Hi.", None))))
+    assert caught.value.error.status == 503
+    gateway.balancer.remove(cosy)
+    asyncio.run(gateway._close(cosy))
     assert gateway.model_ids == (QWEN,)
 
 
