@@ -50,7 +50,7 @@ class GatewayConfig:
         if self.dns_server is not None:
             HostPort.parse(self.dns_server, DNS_PORT)
         if not 0 <= self.triton_metrics_port <= 65535:
-            raise ValueError("--triton-metrics-port must be in [0, 65535]")
+            raise ValueError("--metrics-port must be in [0, 65535]")
         if self.metrics_urls and len(self.metrics_urls) != len(self.tritons):
             raise ValueError(f"--triton-metrics has {len(self.metrics_urls)} URLs for {len(self.tritons)} servers")
         if not 0 <= self.port <= 65535 or self.channels_per_server < 1:

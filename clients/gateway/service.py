@@ -109,7 +109,7 @@ class Gateway:
             log.warning("server %s is back in DNS", backend.url)
 
     def _dns_metrics_url(self, url: str) -> str | None:
-        """A DNS server's metrics URL: its address at `--triton-metrics-port` (none where that is 0)."""
+        """A DNS server's metrics URL: its address at `--metrics-port` (none where that is 0)."""
         port = self.config.triton_metrics_port
         host = url.rpartition(":")[0]  # an IPv6 address keeps its brackets
         return f"http://{host}:{port}/metrics" if port else None

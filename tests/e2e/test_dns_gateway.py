@@ -1,8 +1,9 @@
 """A gateway whose servers come from DNS (a real DNS server, Debian's dnsmasq, answering names from a hosts file the
 test rewrites) and whose two models are learned from the servers themselves: streams run while one server joins and
 another leaves, every stream completes, new streams reach the joiner and none the leaver; each model's requests
-reach its servers. Then a real Prometheus (Debian's) scrapes the servers and the gateway and evaluates every Grafana
-panel's query and the autoscaler's to non-empty results.
+reach its servers. Then a real Prometheus (Debian's) scrapes the servers and the gateway, labelled as the chart's
+ServiceMonitor labels them, and evaluates every Grafana panel's query and each of the chart's KEDA queries (both
+signals) to non-empty results.
 
 The servers share their ports on loopback addresses of their own (Linux routes all of 127/8 to `lo`), as pods of a
 headless Service share theirs: a DNS name's addresses with one gRPC port."""
@@ -37,7 +38,7 @@ QWEN_NAME, COSY_NAME = "qwen.voxlane.test", "cosy.voxlane.test"
 LEAVER, JOINER, COSY_ADDRESS = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 SECONDS = 8.0  # each stream's audio: 100 frames of 1920 samples at 24 kHz
 READ_BYTES_PER_S = 96_000  # the clients read at twice real time, so a stream lives ~4 s in the gateway
-AUTOSCALER_QUERY = "sum(voxlane_live_requests) / sum(voxlane_admission_limit)"
+NAMESPACE = "tts"  # the chart's, as tests/unit/test_helm_scaling.py renders it: groups `qwen3` and `mine`
 
 
 def shared_ports(addresses: tuple[str, ...]) -> Ports:
@@ -186,12 +187,23 @@ def test_each_model_s_requests_reach_its_servers(fleet):
     assert refused.value.code == 404
 
 
+def autoscaler_queries() -> list[str]:
+    """Every KEDA trigger's query the chart writes (each group's servers and the gateways), for both signals."""
+    from tests.unit.test_helm_scaling import of_kind, render, values
+
+    return [trigger["metadata"]["query"] for signal in ("streams", "busy")
+            for scaled in of_kind(render(values("keda", signal=signal)), "ScaledObject").values()
+            for trigger in scaled["spec"]["triggers"]]
+
+
 class Prometheus:
-    def __init__(self, binary: str, directory: Path, targets: dict[str, list[str]]) -> None:
+    def __init__(self, binary: str, directory: Path, targets: dict[str, tuple[str, str]]) -> None:
+        """`targets`: the chart's Service name (the `service` label its ServiceMonitor gives) -> (job, HOST:PORT)."""
         self.port = free_ports(1)[0]
         config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                  "scrape_configs": [{"job_name": job, "metrics_path": "/metrics",
-                                      "static_configs": [{"targets": hosts}]} for job, hosts in targets.items()]}
+                  "scrape_configs": [{"job_name": job, "metrics_path": "/metrics", "static_configs": [
+                      {"targets": [target], "labels": {"namespace": NAMESPACE, "service": service}}]}
+                      for service, (job, target) in targets.items()]}
         (directory / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
         self.process = subprocess.Popen(
             [binary, f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={directory / 'data'}",
@@ -218,14 +230,16 @@ class Prometheus:
         self.process.wait(30)
 
 
-def test_prometheus_evaluates_every_dashboard_query_and_the_autoscaler_s(fleet, tmp_path_factory):
+def test_prometheus_evaluates_every_dashboard_query_and_the_autoscalers(fleet, tmp_path_factory):
     binary = system_tool("prometheus", "prometheus")
     if binary is None:
         pytest.skip("no prometheus (Debian's prometheus), and it could not be installed")
     metrics = fleet["ports"].metrics
     gateway = fleet["gateway"].url.removeprefix("http://")
     prometheus = Prometheus(binary, tmp_path_factory.mktemp("prometheus"),
-                            {"triton": [f"{JOINER}:{metrics}", f"{COSY_ADDRESS}:{metrics}"], "gateway": [gateway]})
+                            {"vl-voxlane-qwen3-pods": ("triton-qwen3", f"{JOINER}:{metrics}"),
+                             "vl-voxlane-mine-pods": ("triton-mine", f"{COSY_ADDRESS}:{metrics}"),
+                             "vl-voxlane-gateway": ("gateway", gateway)})
     try:
         assert wait_for(prometheus.targets_up, timeout_s=30, poll_s=0.2)
         with ThreadPoolExecutor(2) as pool:  # traffic on both servers, and one error, between scrapes
@@ -233,7 +247,7 @@ def test_prometheus_evaluates_every_dashboard_query_and_the_autoscaler_s(fleet, 
         with pytest.raises(urllib.error.HTTPError):
             speak(fleet, "orpheus-tiny", pace=False)
         time.sleep(3.5)  # three scrapes after it: every rate has two samples of every series
-        queries = dashboard.queries(dashboard.load()) + [AUTOSCALER_QUERY]
+        queries = dashboard.queries(dashboard.load()) + autoscaler_queries()
         empty = [expr for expr in queries if not prometheus.query(expr)]
         print(f"prometheus: {version(binary)}; {len(queries)} queries")
     finally:

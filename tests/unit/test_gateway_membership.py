@@ -207,3 +207,18 @@ def test_a_name_without_a_port_is_a_config_error():
         GatewayConfig(tritons=(), triton_dns=("pods",))
     with pytest.raises(ValueError):
         GatewayConfig(tritons=())
+
+
+def test_the_chart_s_gateway_command_parses_into_dns_membership():
+    """The Helm chart's server groups run `voxlane gateway --triton-dns=… --metrics-port=…` (deploy/helm)."""
+    import argparse
+
+    from clients.gateway.cli import add_gateway_command, gateway_config
+    from tests.unit.test_helm_scaling import container, of_kind, render, values
+
+    command = container(of_kind(render(values()), "Deployment")["vl-voxlane-gateway"])["command"]
+    parser = argparse.ArgumentParser()
+    add_gateway_command(parser.add_subparsers(dest="command"))
+    config = gateway_config(parser.parse_args(command[1:]))
+    assert config.tritons == () and [HostPort.parse(n).port for n in config.triton_dns] == [8001, 8001]
+    assert config.triton_metrics_port == 8002 and config.dns_server is None
