@@ -25,7 +25,7 @@ class Catalog:
 
     @property
     def ids(self) -> tuple[str, ...]:
-        """Every model's ids, the default model's first (OpenAI's names are added where listed: speech.served_models)."""
+        """Every model's ids, the default model's first (speech.served_models adds OpenAI's names)."""
         return tuple(dict.fromkeys(i for ids in self.ids_by_model.values() for i in ids))
 
     def model_of(self, model_id: str) -> str | None:

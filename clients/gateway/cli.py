@@ -50,7 +50,7 @@ def add_dns_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dns-server", default=None, metavar="HOST[:PORT]",
                         help="the nameserver to ask (default: the system's, /etc/resolv.conf)")
     parser.add_argument("--metrics-port", "--triton-metrics-port", dest="triton_metrics_port", type=int,
-                        default=GatewayConfig.triton_metrics_port,
+                        metavar="PORT", default=GatewayConfig.triton_metrics_port,
                         help="the metrics port of each server a --triton-dns name answers (as `voxlane serve "
                              "--metrics-port`): http://ADDRESS:PORT/metrics, scraped to cross-check its live "
                              "streams (0: not scraped)")
