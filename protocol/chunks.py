@@ -34,7 +34,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
 
 @dataclass(frozen=True)
 class ChunkSizes:
-    """Chunk sizes in frames (codec frames, e.g. 12.5 per second for Qwen3-TTS)."""
+    """Chunk sizes in frames (codec frames, e.g. 12.5 a second)."""
 
     first_chunk_frames: int = 2  # small: cuts time to first audio
     chunk_frames: int = 10

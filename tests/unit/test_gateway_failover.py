@@ -10,6 +10,7 @@ from server.gateway import service
 from server.gateway.config import GatewayConfig
 from server.gateway.errors import bad_request, from_ended, unavailable
 from server.gateway.readiness import Probe
+from server.gateway.server_settings import ServerSettings
 from server.gateway.speech import SpeechRequest
 from server.gateway.triton_stream import AudioChunk, StreamFailure
 from protocol.reasons import Ended, EndReason
@@ -112,7 +113,11 @@ def test_readiness_is_polled_per_server(monkeypatch):
     async def probe(url):
         return Probe(can_serve=url == "b:1")
 
+    async def server_settings(url):
+        return ServerSettings("qwen3-tts-tiny")
+
     monkeypatch.setattr(service, "probe", probe)
+    monkeypatch.setattr(service, "server_settings", server_settings)
     asyncio.run(gateway.poll_readiness())
     assert [b.is_ready for b in gateway.balancer.backends] == [False, True]
 
