@@ -50,8 +50,10 @@ class RequestLimits:
     def from_parameters(cls, params: dict[str, str]) -> "RequestLimits":
         """From a model's config.pbtxt parameters; the router and the LM read the same keys."""
         defaults = cls()
+        max_audio_seconds = float(params.get("max_audio_seconds", defaults.max_audio_seconds))
         return cls(max_text_chars=int(params.get("max_text_chars", defaults.max_text_chars)),
-                   max_audio_seconds=float(params.get("max_audio_seconds", defaults.max_audio_seconds)),
+                   max_audio_seconds=max_audio_seconds,
+                   default_audio_seconds=min(defaults.default_audio_seconds, max_audio_seconds),
                    text_idle_timeout_s=float(params.get("text_idle_timeout_s", defaults.text_idle_timeout_s)))
 
 
