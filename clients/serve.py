@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -17,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend_python.engine.config import LOOKAHEAD_OVERRIDE, EngineConfig, KVLayout
-from scheduler.family_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max_seq_len, refines, sm_shares,
-                                               takes_default_plan, takes_input_audio)
+from backend_python.models.description import FamilyDescription
+from backend_python.models.families import describe
 from backend_python.stub_common.params import LaneSettings
 from backend_python.stub_common.reference_inputs import ReferenceLimits
 from backend_python.stub_common.request_inputs import RequestLimits
@@ -31,6 +32,7 @@ from protocol import models
 from protocol.admin import CONTROL_KEY_FILE, key_hash
 from protocol.metrics import parse_live
 from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
+from scheduler.chunking import GPU_IDLE_FIRST_CHUNK_FRAMES
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 LANE_MODELS = models.LANE_MODELS
@@ -39,7 +41,7 @@ CODEC_MODELS = (models.CODEC, models.CODEC_URGENT)
 CODEC_GPU_MODELS = (*CODEC_MODELS, models.VOICE_ENCODER)
 ROUTER_MODEL = models.ROUTER
 # knobs `voxlane serve` has no flag for: each run keeps what the repository's config.pbtxt says (but a family with
-# frames too many for its max_seq_len sets its own: scheduler/family_plans.py MAX_SEQ_LENS)
+# frames too many for its max_seq_len sets its own: its description's `max_seq_len`)
 KEPT_FROM_REPOSITORY = ("cuda_graphs", "max_seq_len")
 _ENGINE, _LANE = EngineConfig(), LaneSettings()  # the defaults, stated there once
 FROM_MODEL = "model"  # a chunk growth not given: the model family's
@@ -70,8 +72,8 @@ class ServeConfig:
     kv_layout: KVLayout = _ENGINE.kv_layout
     kv_cache_gb: float = _ENGINE.kv_cache_gb  # 0: auto (engine/kv_memory.py)
     max_queued: int = _ENGINE.max_queued  # requests waiting for an LM slot or KV memory before new ones are refused
-    # the chunk plan; a field left at FROM_MODEL takes the model family's (scheduler/family_plans.py: most take the
-    # engine's ramp 2, 4, 8, 10, …; FlashTTS 18, 18, …). chunk_growth None: no ramp (2, 10, 10, …)
+    # the chunk plan; a field left at FROM_MODEL takes the model family's (its description's `chunk_plan`: most take
+    # the engine's ramp 2, 4, 8, 10, …; a flow-matching codec's may be 18, 18, …). chunk_growth None: no ramp
     first_chunk_frames: int | None = None
     chunk_frames: int | None = None
     chunk_growth: float | None | str = FROM_MODEL
@@ -81,27 +83,26 @@ class ServeConfig:
     busy_streams: int | None = None
     first_chunk_room: float | None = None
     chunk_frames_busy: int | None = None
-    # frames a chunk waits for after its own, as right context of a non-causal codec (Higgs v3's and Zonos's DAC
-    # decoders); None: the model family's (its decoder's whole receptive field, so a chunk decodes as a full decode
+    # frames a chunk waits for after its own, as right context of a non-causal codec (a DAC decoder); None: the
+    # model family's (its decoder's whole receptive field, so a chunk decodes as a full decode
     # does). Fewer frames: a first chunk sooner, each chunk's last samples an approximation
     codec_lookahead_frames: int | None = None
     num_threads: int = _LANE.num_threads  # torch threads per model process (cpu)
     partition: str | None = None  # None: "mps" on cuda, "none" on cpu
-    # MPS active-thread percentages: measured on an H200 with qwen3-tts-1.7b, a 60/40 split holds the SLO
-    # for 90 % of requests at 34 req/s where 75/25 holds it for 82 % (BENCHMARKS.md, "Engine work")
-    # None: the model family's (scheduler/family_plans.py: CosyVoice 3 40/60, its codec being the heavy part)
+    # MPS active-thread percentages; None: the model family's (its description's `sm_shares`: 60/40 as measured,
+    # 40/60 where the codec is the heavy part)
     lm_sm_pct: int | None = None  # of the LM lane
     codec_sm_pct: int | None = None  # of the background codec lane: 40 is ~53 of an H200's 132 SMs
     # of the voice encoder lane: it runs once per cloning request, before its LM prefill, beside the other lanes
     encoder_sm_pct: int = 25
-    # of a cascade's background refinement lane (TontaubeV1's refiners: a chunk's other codebooks); its urgent
+    # of a cascade's background refinement lane (its refiners: a chunk's other codebooks); its urgent
     # refinement lane, like the urgent codec lane, takes the whole GPU
     refiner_sm_pct: int = 25
-    # a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps, 10 by default; FlashTTS:
-    # mean-flow evaluations, 1 or 2); 0: the model's own. The codec lanes and, in timeshare, the LM lane read it
+    # a flow-matching codec's function evaluations per window (Euler steps, or mean-flow evaluations); 0: the
+    # model's own. The codec lanes and, in timeshare, the LM lane read it
     codec_steps: int = _LANE.codec_steps
     # the flow-matching codecs' DiT blocks compiled with Inductor before their graphs are captured (CUDA): on an H200
-    # CosyVoice 3's capacity at 90 % 7.5 -> 12.6 req/s (BENCHMARKS.md, "Flow-matching families")
+    # a flow-matching family's capacity at 90 % 7.5 -> 12.6 req/s (BENCHMARKS.md, "Flow-matching families")
     codec_compile: bool = _LANE.codec_compile
     # the LM's code predictor: each layer's attention as one Triton kernel (CUDA; `--no-fused-predictor`: PyTorch's)
     fused_predictor: bool = _LANE.fused_predictor
@@ -150,7 +151,7 @@ class ServeConfig:
             raise ValueError(f"--partition must be mps or none, got {self.partition!r}")
         if self.device == "cpu" and self.partition == "mps":
             raise ValueError("--partition mps needs --device cuda (MPS partitions GPU SMs)")
-        lm_share, codec_share = sm_shares(self.model)
+        lm_share, codec_share = self.family.sm_shares
         if self.lm_sm_pct is None:
             object.__setattr__(self, "lm_sm_pct", lm_share)
         if self.codec_sm_pct is None:
@@ -177,6 +178,11 @@ class ServeConfig:
         for model_name in LANE_MODELS:
             self.lane_settings(model_name)
 
+    @functools.cached_property
+    def family(self) -> FamilyDescription:
+        """The model's family as its description tells it, read without loading the model."""
+        return describe(self.model)
+
     @property
     def uses_mps(self) -> bool:
         """The MPS daemon runs for every mode on cuda unless --partition none."""
@@ -185,7 +191,7 @@ class ServeConfig:
     @property
     def runs_refiner_lanes(self) -> bool:
         """A cascade's refinement lanes run beside the codec lanes; in timeshare its LM lane refines inline."""
-        return refines(self.model) and self.mode is not ServingMode.TIMESHARE
+        return self.family.refines and self.mode is not ServingMode.TIMESHARE
 
     @property
     def is_partitioned(self) -> bool:
@@ -240,7 +246,7 @@ class ServeConfig:
 
     def chunking(self) -> ChunkingConfig:
         """The chunk plan: the fields given, the model family's plan for the rest."""
-        plan = chunk_plan(self.model)
+        plan = self.family.chunk_plan or ChunkingConfig()
         given = {"first_chunk_frames": self.first_chunk_frames, "chunk_frames": self.chunk_frames,
                  "first_chunk_frames_idle": self._idle_first_chunk(),
                  "first_chunk_frames_busy": self.first_chunk_frames_busy, "busy_streams": self.busy_streams,
@@ -252,10 +258,10 @@ class ServeConfig:
 
     def _idle_first_chunk(self) -> int | None:
         """`first_chunk_frames_idle` as given (0: off), else on cuda the GPU default for a family on the engine's
-        ramp (scheduler/family_plans.py GPU_IDLE_FIRST_CHUNK_FRAMES) unless the first chunk is set."""
+        ramp (scheduler/chunking.py GPU_IDLE_FIRST_CHUNK_FRAMES) unless the first chunk is set."""
         if self.first_chunk_frames_idle is not None:
             return self.first_chunk_frames_idle or None
-        if self.device == "cuda" and self.first_chunk_frames is None and takes_default_plan(self.model):
+        if self.device == "cuda" and self.first_chunk_frames is None and self.family.chunk_plan is None:
             return GPU_IDLE_FIRST_CHUNK_FRAMES
         return None
 
@@ -316,7 +322,7 @@ class ServeConfig:
         reference = ReferenceLimits().to_parameters()  # the router checks a reference, the encoder lane again
         voices = self.voice_store_settings().to_parameters()
         if model_name == ROUTER_MODEL:
-            family = {"takes_input_audio": str(takes_input_audio(self.model)).lower(),
+            family = {"takes_input_audio": str(self.family.takes_input_audio).lower(),
                       "refines": str(self.runs_refiner_lanes).lower()}
             return {**self.scheduler_config().to_parameters(), **self.flow.to_parameters(), **text, **reference,
                     **voices, **family}
@@ -332,7 +338,7 @@ class ServeConfig:
         if model_name == models.VOICE_ENCODER:
             params.update(reference)
         params = {key: value for key, value in params.items() if key not in KEPT_FROM_REPOSITORY}
-        family_seq_len = max_seq_len(self.model) if model_name == models.LM else None
+        family_seq_len = self.family.max_seq_len if model_name == models.LM else None
         return params if family_seq_len is None else {**params, "max_seq_len": str(family_seq_len)}
 
 

@@ -19,7 +19,7 @@ def check_name(name: str, presets: tuple[str, ...] = ()) -> str:
     if not NAME_PATTERN.fullmatch(name):
         raise RequestError(f"voice name {quoted(name)} is not valid: 1 to 64 characters, letters, digits, '_', '.' "
                            "and '-', starting with a letter or digit", param="name", code="bad_voice_name")
-    if name.lower() in {preset.lower() for preset in presets}:  # a model may take its voices in any case (Qwen3-TTS)
+    if name.lower() in {preset.lower() for preset in presets}:  # a model may take its voices in any case
         raise RequestError(f"voice name {quoted(name)} is a preset voice of this model ({', '.join(presets)}): "
                            "choose another name", param="name", code="preset_voice_name")
     return name

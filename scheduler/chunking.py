@@ -12,12 +12,15 @@ A stream's plan follows the LM's load when it is admitted (`for_stream`):
 - with `first_chunk_frames_idle`, a request gets that many frames first (smaller: its time to first audio is one
   LM step shorter) when it starts alone, or when the LM has room for it: the first chunk's audio lasts
   `first_chunk_room` times what making the next chunk takes (its frames at the measured step time, and the
-  codec's `next_chunk_codec_s`), so playback starts early and still never waits for chunk 1. Qwen3-TTS on an H200
-  (80 ms frames, the next chunk 2 frames): room while a step takes up to 10 ms, about 32 rows;
+  codec's `next_chunk_codec_s`), so playback starts early and still never waits for chunk 1. A 12.5 Hz model on an
+  H200 (80 ms frames, the next chunk 2 frames): room while a step takes up to 10 ms, about 32 rows;
 - past `busy_streams` running streams, a coarser plan where one is set: `first_chunk_frames_busy` first (fewer
   urgent first-chunk calls) and `chunk_frames_busy` frames a chunk (fewer codec windows, each carrying its left
   context, for the lanes that give out first under load).
 The rest of its ramp grows from its first chunk.
+
+A model family may bring a plan of its own (its description's `chunk_plan`); one on the default ramp starts a lone
+request on a GPU with `GPU_IDLE_FIRST_CHUNK_FRAMES`.
 """
 from __future__ import annotations
 
@@ -25,10 +28,16 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+# On a GPU, a request that starts with no other stream running sends its first chunk after one frame where the
+# family takes the default ramp: one LM frame sooner (a 12.5 Hz 1.7B model on an H200: idle TTFA 23.3 vs 28.8 ms),
+# and, acting only on a lone request, it cannot cost capacity (BENCHMARKS.md, "Lever: the first chunk from the LM's
+# load"). Not on the CPU, whose end-to-end tests pin the plan; `--first-chunk-frames-idle 0` turns it off.
+GPU_IDLE_FIRST_CHUNK_FRAMES = 1
+
 
 @dataclass(frozen=True)
 class ChunkingConfig:
-    """Chunk sizes in frames (codec frames, e.g. 12.5 per second for Qwen3-TTS)."""
+    """Chunk sizes in frames (codec frames, e.g. 12.5 a second)."""
 
     first_chunk_frames: int = 2  # small: cuts time to first audio
     chunk_frames: int = 10

@@ -1,6 +1,6 @@
 """Pacing: which live streams get a row of the next decode step.
 
-A stream needs only its real-time share of the LM: 12.5 frames per second of playback for Qwen3-TTS. So
+A stream needs only its real-time share of the LM: 12.5 frames per second of playback at a 12.5 Hz codec. So
 the LM lane keeps many more streams resident than a step has rows, and each step runs the ones that need
 frames most. Two rules, both here:
 

@@ -24,7 +24,7 @@ def main() -> None:
     for preset in args.presets:
         spec = registry.resolve(preset)
         stages = [("decode step", decode_work), ("codec call", codec_work)]
-        if spec.family == "tontaube":
+        if registry.description_of(spec).refines:
             stages.append(("refiners", refiner_work))
         for stage, work in stages:
             one, many = work(spec)

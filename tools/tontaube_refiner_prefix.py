@@ -11,7 +11,7 @@ The next chunk's new semantic codes go in before EOS, so of the previous chunk's
 semantic codes stays a prefix; its EOS, lower rows and forced codes follow later codes and are other tokens' keys
 now. The RoPE positions (positions.py) are shifted so that the written codes continue from the sequence's length:
 the shift grows with n, so even the shared head sits at other positions. Chunks are cut as the family's plan cuts
-them (scheduler/family_plans.py); a voice prompt of `--voice-frames` and a text of `--text-chars` ids. For each
+them (models/tontaube/description.py); a voice prompt of `--voice-frames` and a text of `--text-chars` ids. For each
 refiner: today's prefill, the shared head, the tokens a prefix cache would still prefill, the tokens the chunk
 adds, and how far the shared head's positions moved. Then, on the tiny refiners (random weights, float32, CPU),
 the largest difference between the shared head's last hidden state at the two chunks' positions. One JSON line.
@@ -32,14 +32,14 @@ from backend_python.models.tontaube.positions import rope_positions
 from backend_python.models.tontaube.predictor import Predictor
 from backend_python.models.tontaube.presets import tiny
 from backend_python.models.tontaube.tiny import random_voice
-from scheduler.family_plans import chunk_plan
+from backend_python.models.tontaube.description import DESCRIPTION
 
 MAX_POSITIONS = 40960  # the full refiners'
 
 
 def chunk_ends(num_chunks: int) -> list[int]:
     """The semantic codes a segment has at the end of each of its first `num_chunks` chunks (the family's plan)."""
-    plan = chunk_plan("tontaube-tiny")
+    plan = DESCRIPTION.chunk_plan
     return list(itertools.accumulate(plan.size(i) for i in range(num_chunks)))
 
 

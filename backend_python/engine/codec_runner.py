@@ -12,7 +12,7 @@ A chunk of a codec with lookahead (models/base.py CodecWindowing) holds frames a
 is decoded whole and the chunk gets its new frames' samples plus min(overlap_frames, lookahead) frames past
 them, which the router cross-fades into the stream's next chunk. Such codecs are not causal, so they keep no
 stream state, unless the state covers a causal stage behind the non-causal one (`state_reads_windows`,
-TontaubeV1's VibeVoice behind DualCodec): then a chunk with a state decodes its window cut to the codec's
+a causal re-synthesis behind a DAC decoder): then a chunk with a state decodes its window cut to the codec's
 `state_context_frames` of left context (its lookahead kept), and one without decodes its whole window from a
 fresh state (`Codec.decode_stream_windows`).
 

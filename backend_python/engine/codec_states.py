@@ -24,7 +24,7 @@ class CodecStateLimits:
     """How much streaming state one codec lane may hold."""
 
     max_states: int = 256
-    max_bytes: int = 1 << 30  # the full Qwen3-TTS decoder in bf16 keeps ~2.6 MB per stream: ~400 streams
+    max_bytes: int = 1 << 30  # a full-size 12 Hz decoder in bf16 keeps ~2.6 MB per stream: ~400 streams
     idle_timeout_s: float = 30.0  # a live stream sends a chunk every 0.8 s of audio it plays
 
     def __post_init__(self) -> None:

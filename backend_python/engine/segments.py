@@ -1,4 +1,4 @@
-"""Segmented streamed text in the LM's loop: a family whose prompt needs the whole text (CSM, Orpheus)
+"""Segmented streamed text in the LM's loop: a family whose prompt needs the whole text
 speaks a session's text segment by segment in the request's slot (models/text_segments.py).
 
 A segment ends with the model's end of speech, or at its frame limit: with `ignore_eos` its budget
@@ -6,7 +6,7 @@ A segment ends with the model's end of speech, or at its frame limit: with `igno
 segment before as context where the family takes it) is prefilled into the same slot and its frames
 continue the stream. Whether a segment is the last decides what its limit does (the last one of an
 `ignore_eos` request runs on to `max_frames`), so a segment at its limit whose text does not yet say
-whether more follows waits for the text, as a Qwen3-TTS frame waits for its text token: the frames
+whether more follows waits for the text, as a frame of a text-fed family waits for its text token: the frames
 depend on the text alone, never on when its pieces came.
 """
 from __future__ import annotations

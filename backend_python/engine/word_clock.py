@@ -1,6 +1,6 @@
 """Approximate word timestamps of one stream: which words each chunk speaks, and when, in the stream's audio time.
 
-No family here aligns its text to its audio (Qwen3-TTS feeds one text token per frame, 12.5 tokens a second
+No family here aligns its text to its audio (one that feeds a text token per frame feeds 12.5 tokens a second
 against about 4 spoken, so the feed runs ahead of the speech and only bounds it), so the clock is the speaking
 rate, held to what the LM does know:
 
@@ -11,7 +11,7 @@ rate, held to what the LM does know:
   text reached the LM (streaming text: a word is not spoken before it is there) nor before its segment's
   first frame;
 - a chunk carries the words whose end falls at or before the chunk's last frame, each sent once;
-- where a segment (a family that speaks its text segment by segment, CSM and Orpheus) or the whole stream
+- where a segment (a family that speaks its text segment by segment, engine/segments.py) or the whole stream
   ends, by the model's end of speech, its words not yet sent are fitted between the clock and that end (at no
   less than half the speaking rate: more room is a pause); a segment's words never spill into the next one's
   audio. A stream cut

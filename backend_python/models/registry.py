@@ -1,16 +1,17 @@
 """Model names -> families, checkpoints and loaders.
 
-A `--model` value is a preset name (`qwen3-tts-tiny`, `qwen3-tts-1.7b`, …), a
-local checkpoint directory, or a Hugging Face id already in the local cache.
-Tiny presets are materialised once as real checkpoints in the cache directory,
-so they load through the same `from_pretrained` code as real weights; full-size
-presets build random weights in memory (the cost of a forward pass does not
-depend on weight values).
+A `--model` value is a preset name, a local checkpoint directory, or a Hugging
+Face id already in the local cache; `families.py` tells its family (torch-free),
+and the family's `family.py` loads it. Tiny presets are materialised once as
+real checkpoints in the cache directory, so they load through the same
+`from_pretrained` code as real weights; full-size presets build random weights
+in memory (the cost of a forward pass does not depend on weight values).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import inspect
 import json
 import shutil
@@ -22,10 +23,12 @@ from typing import Protocol
 import torch
 from filelock import FileLock
 
+from backend_python.models import families as family_list
 from backend_python.models.base import Codec, CodecWindowing, SpeechLM, VoiceEncoder
+from backend_python.models.description import FamilyDescription
+from backend_python.models.families import preset_names  # noqa: F401  (a registry name as well)
 from backend_python.paths import cache_dir
 
-DEFAULT_MODEL = "qwen3-tts-tiny"
 BUILT_BY = ".built-by"  # in a materialised tiny checkpoint: the fingerprint of the model code that built it
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -41,13 +44,8 @@ class ModelSpec:
 
 
 class Family(Protocol):
-    """What a model family module provides to the registry (see qwen3_tts/family.py)."""
-
-    name: str
-    tiny_presets: tuple[str, ...]  # materialised as checkpoints
-    random_presets: tuple[str, ...]  # full shapes, random weights in memory
-
-    def is_checkpoint(self, path: Path) -> bool: ...
+    """What a model family's `family.py` provides to the registry (see qwen3_tts/family.py); its name, presets and
+    checkpoint are its description's (`description.py`)."""
 
     def build_tiny_checkpoint(self, preset: str, out_dir: Path) -> None: ...
 
@@ -66,47 +64,13 @@ class Family(Protocol):
     # `load_refiner(spec, device, dtype)` for a cascade whose chunks are refined before the codec (`load_refiner`)
 
 
-def families() -> list[Family]:
-    from backend_python.models.qwen3_tts import family as qwen3_tts
-    from backend_python.models.csm import family as csm
-    from backend_python.models.orpheus import family as orpheus
-    from backend_python.models.cosyvoice3 import family as cosyvoice3
-    from backend_python.models.flashtts import family as flashtts
-    from backend_python.models.higgs_v3 import family as higgs_v3
-    from backend_python.models.zonos import family as zonos
-    from backend_python.models.voxtral import family as voxtral
-    from backend_python.models.tse import family as tse
-    from backend_python.models.tontaube import family as tontaube
-    return [qwen3_tts, csm, orpheus, cosyvoice3, flashtts, higgs_v3, zonos, voxtral, tse, tontaube]
-
-
-def preset_names() -> list[str]:
-    return [p for f in families() for p in f.tiny_presets + f.random_presets]
-
-
 def resolve(name: str) -> ModelSpec:
-    for family in families():
-        if name in family.tiny_presets:
-            return ModelSpec(name, family.name, checkpoint=_materialise(family, name))
-        if name in family.random_presets:
-            return ModelSpec(name, family.name, preset=name)
-    path = _local_path(name)
-    for family in families():
-        if family.is_checkpoint(path):
-            return ModelSpec(name, family.name, checkpoint=path)
-    raise ValueError(f"unknown model {name!r}: not a preset ({', '.join(preset_names())}) and not a "
-                     f"checkpoint directory of a supported family")
-
-
-def _local_path(name: str) -> Path:
-    path = Path(name).expanduser()
-    if path.is_dir() or "/" not in name or name.startswith((".", "/", "~")):
-        return path
-    try:  # a Hugging Face id: only what is already cached (no downloads at serve time)
-        from huggingface_hub import snapshot_download
-        return Path(snapshot_download(name, local_files_only=True))
-    except Exception as exc:
-        raise ValueError(f"model {name!r} is neither a directory nor a cached Hugging Face repo: {exc}") from None
+    description, checkpoint = family_list.find(name)
+    if checkpoint is not None:
+        return ModelSpec(name, description.name, checkpoint=checkpoint)
+    if name in description.tiny_presets:
+        return ModelSpec(name, description.name, checkpoint=_materialise(_loader(description), name))
+    return ModelSpec(name, description.name, preset=name)
 
 
 def _materialise(family: Family, preset: str) -> Path:
@@ -134,8 +98,17 @@ def model_code_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
+def description_of(spec: ModelSpec) -> FamilyDescription:
+    return next(f for f in family_list.FAMILIES if f.name == spec.family)
+
+
 def family_of(spec: ModelSpec) -> Family:
-    return next(f for f in families() if f.name == spec.family)
+    return _loader(description_of(spec))
+
+
+def _loader(description: FamilyDescription) -> Family:
+    """The family's `family.py` (torch): the module that loads its models."""
+    return importlib.import_module(f"{description.package}.family")
 
 
 def load_lm(spec: ModelSpec, device: str, dtype: str) -> SpeechLM:
@@ -158,7 +131,7 @@ def load_codec(spec: ModelSpec, device: str, dtype: str, steps: int = 0) -> Code
     family, spec = codec_owner(spec)
     if steps:
         if "steps" not in inspect.signature(family.load_codec).parameters:
-            raise ValueError(f"codec_steps={steps}: {spec.name}'s codec ({family.name}) has no flow steps to set")
+            raise ValueError(f"codec_steps={steps}: {spec.name}'s codec ({spec.family}) has no flow steps to set")
         return family.load_codec(spec, device, DTYPES[dtype], steps=steps)
     return family.load_codec(spec, device, DTYPES[dtype])
 

@@ -1,7 +1,7 @@
 """Triton glue of a refinement lane (`refiner` and `refiner_urgent`: same code, two models on their own SM shares).
 
 A cascade's LM lane writes a stream's first codebook; its refinement lane writes the others, chunk by chunk,
-before the codec lanes decode it (TontaubeV1: models/tontaube/refiner.py). The router routes a chunk's
+before the codec lanes decode it (the family's `load_refiner`, models/registry.py). The router routes a chunk's
 refinement by the same deadline rule as its decode: a first chunk (or a late one) on the urgent lane, the rest
 on the background lane. Dynamic batching hands `execute` every queued chunk at once; they are refined in one
 batch. Inputs per request: `semantic` INT32 [1, n] (the stream's first-codebook codes so far, up to the chunk's

@@ -86,7 +86,7 @@ class LMModel:
         from backend_python.models import registry
         params, spec, device, dtype = setup.params, setup.spec, setup.device, setup.lane.dtype
         self.model = registry.load_lm(spec, device=device, dtype=dtype)
-        self.family = registry.family_of(spec).name
+        self.family = spec.family
         self.model.use_torch_compile = setup.lane.torch_compile  # read when the engine allocates slots
         self.model.use_fused_predictor = setup.lane.fused_predictor  # the same
         self.model.use_fused_frame = setup.lane.fused_frame  # the same

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Mapping
 
+from backend_python.models.families import DEFAULT_MODEL
 from backend_python.stub_common.logs import configure_stub_logging
 
 
@@ -21,7 +22,7 @@ class LaneSettings:
     and its torch settings. Rendered into the lane's config.pbtxt by `voxlane serve` (`to_parameters`),
     parsed back by the model process (`from_parameters`)."""
 
-    model: str = "qwen3-tts-tiny"  # a preset name, checkpoint directory or cached Hugging Face id
+    model: str = DEFAULT_MODEL  # a preset name, checkpoint directory or cached Hugging Face id
     device: str = "cpu"
     dtype: str = "float32"
     mps_active_thread_percentage: int = 100
@@ -34,18 +35,19 @@ class LaneSettings:
     stream_states: bool = False  # a codec lane keeps each stream's decoder state and decodes only new frames
     codec_steps: int = 0  # a flow-matching codec's function evaluations per window (0: the model's own)
     # a codec with its own graphs compiles their hot part first (`Codec.use_torch_compile`; CUDA only): measured on an
-    # H200, CosyVoice 3's window 38.7 -> 23.9 ms at batch 1 and its capacity 7.5 -> 12.6 req/s (BENCHMARKS.md)
+    # H200, a flow-matching codec's window 38.7 -> 23.9 ms at batch 1 and its capacity 7.5 -> 12.6 req/s
+    # (BENCHMARKS.md, "Flow-matching families")
     codec_compile: bool = True
     # the LM's code predictor runs each layer's attention (q/k norms, RoPE, cache writes, attention over its
     # 16 positions) as one Triton kernel (`fused_predictor`: false = PyTorch's kernels; CUDA only)
     fused_predictor: bool = True
     # the LM's whole decode frame on fused Triton kernels: projections with their norms, SwiGLU and residual adds,
     # the talker's q/k norm + RoPE + KV write, one sampling kernel per codebook drawing its own noise in the graph
-    # (`fused_frame`; Qwen3-TTS; CUDA only). Off by default: built and tested against the PyTorch frame under Triton's
+    # (`fused_frame`; a model whose LM has such a frame; CUDA only). Off by default: built and tested against the PyTorch frame under Triton's
     # interpreter, not yet run on a GPU (BENCHMARKS.md, "The frame on fused Triton kernels")
     fused_frame: bool = False
     # the fused frame's projections read float8 e4m3 weights (a scale per output row, quantised at load): half the
-    # bytes, the model's numbers rounded (`fp8_weights`; off by default; Qwen3-TTS; CUDA only)
+    # bytes, the model's numbers rounded (`fp8_weights`; off by default; the fused frame's models; CUDA only)
     fp8_weights: bool = False
     # MiB of KV for cached voice prompt prefixes in the LM lane (models/prompt_cache.py; families that declare
     # `caches_prompts`): a request whose voice's prefix is cached prefills only its own positions. 0: no cache. 256 MiB

@@ -11,8 +11,8 @@ still encode.
 
 The lane is in every repository, whatever the model: for a model without a voice encoder it loads without
 one and answers every request with `bad_input` code `reference_unsupported`, which the router passes on. Where
-the model's name or config.json tells that already (scheduler.family_plans.clones_voices: Qwen3-TTS CustomVoice,
-Orpheus, FlashTTS, Voxtral), the lane imports neither torch nor the model: 0.1 s of CPU at start
+the model's name or config.json tells that already (its family's description: `clones`, read by
+models/families.py `clones_voices`), the lane imports neither torch nor the model: 0.1 s of CPU at start
 instead of 1.4, and ~40 MB resident instead of ~290 (on the CPU).
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from backend_python.models.families import clones_voices
 from backend_python.stub_common import unloads
 from backend_python.stub_common.heap import HeapTrimmer, bound_onednn_cache
 from backend_python.stub_common.params import LaneSettings, model_parameters, set_up_lane
@@ -30,7 +31,6 @@ from backend_python.stub_common.request_inputs import RequestError
 from backend_python.stub_common.responses import error_response
 from protocol.reasons import Ended, EndReason
 from protocol.tensors import INPUT_CHUNK_PARAMETER, REFERENCE_TENSORS, VOICE_SPEC
-from scheduler.family_plans import clones_voices
 
 log = logging.getLogger("voxlane.voice_encoder")
 

@@ -1,6 +1,6 @@
 """The router's calls to a cascade's refinement lanes, and each stream's codes as its chunks are refined.
 
-A cascade's LM lane (TontaubeV1's semantic model) sends chunks of its first codebook with the stream's
+A cascade's LM lane (its semantic model) sends chunks of its first codebook with the stream's
 `refine_context`; before a chunk is decoded its other codebooks come from a refinement lane, routed as its decode
 is (a first or late chunk urgent, the rest background), over every frame the stream has so far: the refiner
 reads its first-codebook row whole and continues the codes it wrote for the earlier frames (`RefineTrack`). Both

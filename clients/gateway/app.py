@@ -307,8 +307,7 @@ async def register_voice(request: web.Request) -> web.Response:
     upload = await read_upload(request, gateway.decoders, gateway.reference_limits, gateway.config.read_timeout_s)
     if isinstance(upload, ApiError):
         return error_response(gateway, upload)
-    answers = await gateway.call_voice_registry(registry_request("register", upload.name, upload,
-                                                                 request_id_of(request)))
+    answers = await gateway.register_voice(registry_request("register", upload.name, upload, request_id_of(request)))
     result = merged_register(answers) if answers else no_server()
     if isinstance(result, ApiError):
         return error_response(gateway, upload_param(result))

@@ -1,4 +1,4 @@
-"""Which Triton server takes a new stream: the one with the fewest live streams.
+"""Which Triton server takes a new stream: the one of the request's model with the fewest live streams.
 
 Pure Python with an injected clock. The gateway counts the streams it has open on each server, at
 once. When a server's metrics are scraped, its `voxlane_live_requests` (streams from every client)
@@ -25,6 +25,11 @@ class Backend:
     num_started: int = 0  # streams sent to it so far (the tie-break)
     down_until: float = 0.0  # not chosen before this time (it refused a connection)
     is_ready: bool = True  # its last readiness poll (readiness.py): a server not ready gets no new stream
+    # in the gateway's membership (a `--triton` server, or one its DNS names answer: membership.py); one that left
+    # gets no new stream, and its live streams finish on it
+    is_member: bool = True
+    model: str | None = None  # the model it serves (its `vox_ensemble` config says); None: not learned yet
+    clones_voices: bool = True  # False once its voice registry refused a register: its model clones no voice
 
     @property
     def load(self) -> int:
@@ -34,22 +39,29 @@ class Backend:
 class Balancer:
     def __init__(self, backends: list[Backend], down_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if not backends:
-            raise ValueError("the gateway needs at least one Triton server")
-        self.backends = backends
+        self.backends = list(backends)  # a DNS name may answer none yet
         self.down_s = down_s
         self._clock = clock
 
-    def acquire(self, exclude: tuple[Backend, ...] = ()) -> Backend | None:
-        """The least loaded server that is up, ready and not in `exclude` (ties: the one used least); None if none."""
+    def acquire(self, model: str | None = None, exclude: tuple[Backend, ...] = ()) -> Backend | None:
+        """The least loaded server of `model` (None: any) that is a member, up, ready and not in `exclude` (ties: the
+        one used least); None if none."""
         now = self._clock()
-        candidates = [b for b in self.backends if b not in exclude and b.down_until <= now and b.is_ready]
+        candidates = [b for b in self.backends if b not in exclude and b.down_until <= now and b.is_ready
+                      and b.is_member and (model is None or b.model == model)]
         if not candidates:
             return None
         backend = min(candidates, key=lambda b: (b.load, b.num_started))
         backend.num_live += 1
         backend.num_started += 1
         return backend
+
+    def add(self, backend: Backend) -> None:
+        self.backends.append(backend)
+
+    def remove(self, backend: Backend) -> None:
+        """Forget a server (membership.py does so once it left and holds no stream)."""
+        self.backends.remove(backend)
 
     def release(self, backend: Backend) -> None:
         backend.num_live -= 1

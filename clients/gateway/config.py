@@ -5,12 +5,21 @@ from dataclasses import dataclass, field
 
 from clients.gateway.auth import Keys
 from clients.gateway.limits import ClientCaps
+from clients.gateway.resolver import DNS_PORT, HostPort
 
 
 @dataclass(frozen=True)
 class GatewayConfig:
     tritons: tuple[str, ...] = ("localhost:8001",)  # gRPC HOST:PORT of each Triton server
     metrics_urls: tuple[str, ...] = ()  # each server's metrics URL (same order), for the live-stream cross-check
+    # DNS NAME:PORT each (a headless Service's name, the gRPC port): the servers are the addresses the name answers,
+    # asked again every `dns_interval_s` (membership.py)
+    triton_dns: tuple[str, ...] = ()
+    dns_interval_s: float = 5.0
+    dns_server: str | None = None  # HOST[:PORT] of the nameserver to ask; None: the system's (/etc/resolv.conf)
+    triton_metrics_port: int = 8002  # a DNS server's metrics port: http://ADDRESS:PORT/metrics (0: not scraped)
+    forget_after_s: float = 60.0  # a server gone from DNS keeps its place this long after it left (and its streams)
+    default_model: str | None = None  # an id of the model OpenAI's names mean (catalog.py); None: the first learned
     host: str = "127.0.0.1"
     port: int = 9000
     model_name: str | None = None  # the id in /v1/models; None: the servers' model parameter
@@ -34,8 +43,14 @@ class GatewayConfig:
     keys: Keys = field(default_factory=Keys)  # API and admin keys (auth.py); none: open
 
     def __post_init__(self) -> None:
-        if not self.tritons or not all(self.tritons):
-            raise ValueError("--triton needs at least one HOST:PORT")
+        if not (self.tritons or self.triton_dns) or not all(self.tritons):
+            raise ValueError("--triton needs at least one HOST:PORT (or --triton-dns a NAME:PORT)")
+        for name in self.triton_dns:
+            HostPort.parse(name)  # ValueError: not NAME:PORT
+        if self.dns_server is not None:
+            HostPort.parse(self.dns_server, DNS_PORT)
+        if not 0 <= self.triton_metrics_port <= 65535:
+            raise ValueError("--metrics-port must be in [0, 65535]")
         if self.metrics_urls and len(self.metrics_urls) != len(self.tritons):
             raise ValueError(f"--triton-metrics has {len(self.metrics_urls)} URLs for {len(self.tritons)} servers")
         if not 0 <= self.port <= 65535 or self.channels_per_server < 1:
@@ -44,5 +59,5 @@ class GatewayConfig:
             raise ValueError("a stream needs at least one attempt")
         if min(self.request_timeout_s, self.scrape_interval_s, self.down_s, self.startup_timeout_s,
                self.readiness_interval_s, self.write_timeout_s, self.registry_timeout_s, self.read_timeout_s,
-               self.send_buffer_bytes) <= 0:
+               self.send_buffer_bytes, self.dns_interval_s, self.forget_after_s) <= 0:
             raise ValueError("timeouts and intervals must be > 0")

@@ -34,8 +34,9 @@ async def serve_gateway(config: GatewayConfig, on_ready=print) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     access = "open: no API key set" if config.keys.is_open else "API keys required"
-    on_ready(f"voxlane: gateway ready on http://{config.host}:{config.port} (model {gateway.model_ids[0]}, "
-             f"servers {', '.join(config.tritons)}; {access})")
+    models = ", ".join(gateway.catalog.ids_by_model)
+    on_ready(f"voxlane: gateway ready on http://{config.host}:{config.port} (model {models}, "
+             f"servers {', '.join((*config.tritons, *config.triton_dns))}; {access})")
     try:
         await stop.wait()
     finally:
@@ -44,12 +45,15 @@ async def serve_gateway(config: GatewayConfig, on_ready=print) -> None:
 
 
 def gateway_command(config: GatewayConfig) -> list[str]:
-    command = [sys.executable, "-m", "clients.cli", "gateway", "--triton", ",".join(config.tritons),
-               "--host", config.host, "--port", str(config.port)]
+    command = [sys.executable, "-m", "clients.cli", "gateway", "--host", config.host, "--port", str(config.port)]
+    if config.tritons:
+        command += ["--triton", ",".join(config.tritons)]
     if config.metrics_urls:
         command += ["--triton-metrics", ",".join(config.metrics_urls)]
-    if config.model_name:
-        command += ["--model-name", config.model_name]
+    command += _dns_flags(config)
+    for flag, value in (("--model-name", config.model_name), ("--default-model", config.default_model)):
+        if value:
+            command += [flag, value]
     for name in config.served_model_names:
         command += ["--served-model-name", name]
     if config.write_timeout_s != GatewayConfig.write_timeout_s:
@@ -60,6 +64,14 @@ def gateway_command(config: GatewayConfig) -> list[str]:
     command += ["--max-streams-per-key", str(caps.max_streams_per_key), "--max-streams-per-address",
                 str(caps.max_streams_per_address), "--max-client-bytes", str(caps.max_bytes)]
     return command
+
+
+def _dns_flags(config: GatewayConfig) -> list[str]:
+    if not config.triton_dns:
+        return []
+    flags = [f"--triton-dns={name}" for name in config.triton_dns]
+    flags += ["--dns-interval-s", f"{config.dns_interval_s:g}", "--metrics-port", str(config.triton_metrics_port)]
+    return flags + (["--dns-server", config.dns_server] if config.dns_server else [])
 
 
 class GatewayProcess:

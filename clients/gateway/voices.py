@@ -29,6 +29,7 @@ from protocol.models import VOICE_REGISTRY
 from protocol.quoting import quoted
 
 log = logging.getLogger("voxlane.gateway")
+REFERENCE_UNSUPPORTED = "reference_unsupported"  # a server's code: its model clones no voice
 MAX_UPLOAD_BYTES = 16 << 20  # a 60 s reference as 16-bit WAV at 48 kHz is 5.8 MB
 UPLOAD_FIELDS = ("file", "name", "transcript", "ref_text", "x_vector_only")  # `ref_text` as on /v1/audio/speech
 # the server's input names as the upload spells them
@@ -178,8 +179,10 @@ async def copy_missing_voices(call: RegistryCall, target, sources: list) -> list
 
 def merged_register(answers: list) -> dict | ApiError:
     """Every server's answer to one register: the voice, or the error that matters most (a client error, which
-    every server gives alike, before a 503)."""
-    return _first_error(answers) or {"object": "voice", **answers[0]}
+    every server of a model gives alike, before a 503). Behind one gateway of several models, a server whose model
+    clones no voice (`reference_unsupported`) is no failure where another server's model took the voice."""
+    cloning = [a for a in answers if not (isinstance(a, ApiError) and a.code == REFERENCE_UNSUPPORTED)]
+    return _first_error(cloning or answers) or {"object": "voice", **cloning[0]}
 
 
 def merged_delete(name: str, answers: list) -> dict | ApiError:

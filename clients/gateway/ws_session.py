@@ -18,10 +18,10 @@ audio time reached and the last word spoken there), after which the socket takes
 (speech.py checks them, `ref_audio`, `ref_text` and `x_vector_only` among them) but `input` and `stream_format`, plus
 `text_idle_timeout_s` and `input_sample_rate`.
 
-Audio in (a model that listens while it speaks, `tse-*`): a session whose `input_sample_rate` is set streams
-16-bit little-endian mono PCM at that rate in, as `input_audio.append` (base64) or binary messages, and
-`input_audio.done` closes it; its target speaker is `voice`, a registered voice (the voice API), or an enrollment
-sent inline (`ref_audio` with `x_vector_only`). One session is text or audio, never both.
+Audio in (a model that listens while it speaks: its family's `takes_input_audio`): a session whose
+`input_sample_rate` is set streams 16-bit little-endian mono PCM at that rate in, as `input_audio.append` (base64)
+or binary messages, and `input_audio.done` closes it; its target speaker is `voice`, a registered voice (the voice
+API), or an enrollment sent inline (`ref_audio` with `x_vector_only`). One session is text or audio, never both.
 """
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from scheduler.family_plans import chunk_plan
+from backend_python.models.families import describe
 from clients.stream import build_inputs, synthesize
-from scheduler import ChunkPlan
+from scheduler import ChunkingConfig, ChunkPlan
 
 TEXT = "Get the trust fund to the bank early."
 DEFAULT_MODEL = "qwen3-tts-tiny"  # its plan is the engine's default: 2, 4, 8, 10, then 10, 10, …
@@ -19,7 +19,7 @@ DEFAULT_MODEL = "qwen3-tts-tiny"  # its plan is the engine's default: 2, 4, 8, 1
 
 def chunk_frames(num_frames: int, model: str = DEFAULT_MODEL) -> list[int]:
     """The frames of each chunk of a `num_frames` stream under the chunk plan `voxlane serve` gives `model`."""
-    return [span.num_frames for span in ChunkPlan(chunk_plan(model)).ready_chunks(num_frames, 0, True)]
+    return [span.num_frames for span in ChunkPlan(describe(model).chunk_plan or ChunkingConfig()).ready_chunks(num_frames, 0, True)]
 
 
 def num_frames(family, seconds: float) -> int:

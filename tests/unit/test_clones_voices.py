@@ -1,4 +1,4 @@
-"""`clones_voices`, the torch-free answer to "has this model a voice encoder?" (the voice encoder lane asks it
+"""`families.clones_voices`, the torch-free answer to "has this model a voice encoder?" (the voice encoder lane asks it
 before it imports torch), agrees with the registry's loaders: a model it calls voiceless must load no voice
 encoder (its lane would refuse what it could serve), and a tiny model it calls cloning must load one."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from backend_python.models import registry
-from scheduler.family_plans import clones_voices
+from backend_python.models.families import clones_voices
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,4 +39,5 @@ def test_it_agrees_with_the_registry(name):
 @pytest.mark.parametrize("kind, clones", [("custom_voice", False), ("base", True), ("voice_design", False)])
 def test_a_qwen3_tts_checkpoint_directory_is_read_by_its_config(tmp_path, kind, clones):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_tts", "tts_model_type": kind}))
+    (tmp_path / "speech_tokenizer").mkdir()  # the codec: without it the directory is no Qwen3-TTS checkpoint
     assert clones_voices(str(tmp_path)) is clones

@@ -144,7 +144,6 @@ def test_bad_lane_parameters_are_refused(params):
 
 
 def test_a_model_family_brings_its_chunk_plan_and_given_fields_override_it(tmp_path):
-    from scheduler.family_plans import chunk_plan
     assert ServeConfig().chunking() == ChunkingConfig()  # Qwen3-TTS: the engine's ramp
     flash = ServeConfig(model="flashtts-0.5b")
     assert flash.chunking() == ChunkingConfig(first_chunk_frames=18, chunk_frames=18, chunk_growth=None)
@@ -155,7 +154,7 @@ def test_a_model_family_brings_its_chunk_plan_and_given_fields_override_it(tmp_p
     checkpoint = tmp_path / "my-flashtts"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text('{"model_type": "flashtts"}')
-    assert chunk_plan(str(checkpoint)).first_chunk_frames == 18  # a directory: by its config's model_type
+    assert ServeConfig(model=str(checkpoint)).chunking().first_chunk_frames == 18  # by its config's model_type
     repo = render_repository(flash, tmp_path / "repo")
     assert EngineConfig.from_parameters(parameters(repo, "speechlm_lm"), CONTEXT).scheduler.chunking == \
         flash.chunking()  # what the LM lane is given
@@ -188,7 +187,7 @@ def test_a_model_family_brings_its_sm_shares_and_given_ones_override_them(tmp_pa
 
 
 def test_on_a_gpu_a_lone_request_of_a_family_on_the_engines_ramp_starts_with_one_frame():
-    """The GPU default (scheduler/family_plans.py): measured to pay on the H200, and it acts only on a lone request."""
+    """The GPU default (scheduler/chunking.py GPU_IDLE_FIRST_CHUNK_FRAMES): measured to pay on the H200, and it acts only on a lone request."""
     assert ServeConfig(device="cuda").chunking().first_chunk_frames_idle == 1
     assert ServeConfig(device="cpu").chunking().first_chunk_frames_idle is None  # the CPU tests pin the plan
     assert ServeConfig(device="cuda", first_chunk_frames_idle=0).chunking().first_chunk_frames_idle is None  # off

@@ -14,7 +14,7 @@ from transformers import Qwen2ForCausalLM, Qwen2TokenizerFast
 
 from backend_python.models.base import DecodeBatch, SamplingParams, VoiceReference
 from backend_python.models.checkpoint_io import TINY_BPE_SENTENCES, train_byte_level_bpe
-from backend_python.models.cosyvoice3 import family
+from backend_python.models.cosyvoice3 import description, family
 from backend_python.models.cosyvoice3.checkpoint import OFFICIAL_TEXT_LM_DIR
 from backend_python.models.cosyvoice3.lm import CosyVoice3LM, random_voices
 from backend_python.models.cosyvoice3.presets import cosyvoice3_0_5b, preset_config
@@ -225,7 +225,7 @@ def test_our_checkpoint_round_trips(lm, tmp_path):
     assert all(torch.equal(loaded.voice_embeddings[v], lm.voice_embeddings[v]) for v in lm.voices)
     assert torch.equal(loaded.encode_prompt(TEXTS[0], None).tensors[TEXT_IDS],
                        lm.encode_prompt(TEXTS[0], None).tensors[TEXT_IDS])
-    assert family.is_checkpoint(tmp_path) and not family.is_checkpoint(tmp_path / "nothing")
+    assert description.is_checkpoint(tmp_path) and not description.is_checkpoint(tmp_path / "nothing")
     assert family.preset_voices(ModelSpec("x", "cosyvoice3", checkpoint=tmp_path)) == lm.voices
     assert "llm.model.model.layers.1.self_attn.k_proj.bias" in loaded.state_dict()
     assert {"speech_embedding.weight", "llm_decoder.weight"} <= loaded.state_dict().keys()
@@ -279,7 +279,7 @@ def test_an_official_directory_loads_through_the_same_code(lm, tmp_path):
     torch.save(speakers, tmp_path / "spk2info.pt")
 
     loaded = CosyVoice3LM.from_pretrained(tmp_path)
-    assert family.is_checkpoint(tmp_path) and loaded.voices == ("speaker_a", "speaker_b")
+    assert description.is_checkpoint(tmp_path) and loaded.voices == ("speaker_a", "speaker_b")
     assert_same_lm(loaded, lm)
     assert loaded.config.llm == lm.config.llm and loaded.config.speech_token_size == 6561
     # <|endofprompt|> comes right after Qwen2's tokens, as 151646 after Qwen2.5's 151646

@@ -223,7 +223,7 @@ def test_a_failing_prefill_ends_only_its_request(lm, monkeypatch):
     run_until_done(engine, [bad_sink, good_sink])
     assert "injected prefill bug" in bad_sink.error
     assert good_sink.error is None
-    assert sorted(engine._free_slots) == [0, 1, 2, 3]
+    assert sorted(engine.scheduler.free_slots) == [0, 1, 2, 3]
 
 
 def test_a_full_queue_refuses_new_requests_at_once(lm):
@@ -243,7 +243,7 @@ def test_cancel_by_request_id_frees_the_slot(lm):
     engine.cancel_id(long.request_id)
     engine.cancel_id("no-such-request")  # ignored
     run_until_done(engine, [long_sink])
-    assert long_sink.error == "cancelled" and sorted(engine._free_slots) == [0]
+    assert long_sink.error == "cancelled" and sorted(engine.scheduler.free_slots) == [0]
 
 
 def test_a_cancel_reaches_a_request_queued_behind_a_wake_up(lm):

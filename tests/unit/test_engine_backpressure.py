@@ -91,7 +91,7 @@ def test_a_cancel_ends_a_paused_request_and_frees_its_slot(lm, acks):
     steps(engine, 20)
     engine.cancel_id("gone")
     steps(engine, 2)
-    assert sink.done.is_set() and len(engine._free_slots) == 4
+    assert sink.done.is_set() and len(engine.scheduler.free_slots) == 4
 
 
 def test_a_stream_paused_on_its_slow_client_holds_no_new_request_back(lm):

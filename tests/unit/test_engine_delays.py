@@ -218,7 +218,7 @@ def test_a_stream_cancelled_mid_countdown_ends_cancelled_with_complete_frames_on
     sent = run.sink.chunks
     assert sent and not any(c.is_last for c in sent)
     assert frames_of(run) == frames_of(twin)[:len(frames_of(run))]  # a prefix of the twin's complete frames
-    assert sorted(engine._free_slots) == [0, 1, 2, 3]
+    assert sorted(engine.scheduler.free_slots) == [0, 1, 2, 3]
 
 
 def test_the_engine_refuses_a_config_that_does_not_count_the_models_delay_steps():

@@ -110,7 +110,7 @@ def test_several_frames_per_step_give_the_frames_of_one_per_step(lm, overlap):
     assert multi.num_frames == 11
     torch.testing.assert_close(torch.stack(multi.frames), torch.stack(plain.frames), rtol=0, atol=0)
     assert sum(c.num_new_frames for c in sink.chunks) == 11
-    assert sorted(engine._free_slots) == [0, 1, 2, 3]
+    assert sorted(engine.scheduler.free_slots) == [0, 1, 2, 3]
 
 
 def test_an_end_of_speech_inside_a_step_drops_the_frames_after_it(lm):

@@ -32,7 +32,7 @@ def test_overlapped_steps_serve_the_same_chunks_as_plain_steps(lm):
 def test_a_request_ending_while_the_next_step_runs_gets_no_extra_frame(lm):
     engine, (sink,) = serve(lm, True, (5,))
     assert sum(c.num_new_frames for c in sink.chunks) == 5
-    assert sorted(engine._free_slots) == [0, 1, 2, 3]
+    assert sorted(engine.scheduler.free_slots) == [0, 1, 2, 3]
 
 
 def test_overlapped_engine_reads_nothing_before_the_next_launch(lm):

@@ -47,12 +47,12 @@ def test_paused_streams_hold_slots_not_rows_and_a_newcomer_starts_at_once(lm):
         engine.add(seq)
     step(engine, 12)  # the clock stands still: each stream emits 2 frames or more and pauses
     assert all(seq.emitted_frames >= 2 and seq.is_paused(engine._clock()) for seq, _ in streams)
-    assert not engine._can_decode(streams[0][0], engine._clock())
+    assert not engine.scheduler.can_decode(streams[0][0], engine._clock())
     newcomer, newcomer_sink = make_seq(lm, "A newcomer.", frames=3)
     engine.add(newcomer)
     step(engine, 3)
     assert newcomer_sink.chunks, "the newcomer waited behind paused streams"
-    assert all(seq in engine._running for seq, _ in streams)  # still live, holding their slots
+    assert all(seq in engine.scheduler.running for seq, _ in streams)  # still live, holding their slots
 
 
 def test_a_step_runs_at_most_max_batch_rows(lm):
@@ -92,9 +92,9 @@ def test_a_request_waits_for_kv_memory_not_a_slot_and_runs_when_it_frees(lm):
     engine.add(first)
     engine.add(second)
     step(engine, 2)
-    assert first.slot is not None and second.slot is None and engine._free_slots
-    assert not engine._can_admit()  # so the loop sleeps instead of spinning
-    occupancy = engine._occupancy()
+    assert first.slot is not None and second.slot is None and engine.scheduler.free_slots
+    assert not engine.scheduler.can_admit()  # so the loop sleeps instead of spinning
+    occupancy = engine.scheduler.occupancy()
     assert occupancy.num_waiting == 1 and occupancy.kv_blocks_used > 0
     for _ in range(400):
         step(engine)
@@ -102,7 +102,7 @@ def test_a_request_waits_for_kv_memory_not_a_slot_and_runs_when_it_frees(lm):
             break
     assert first_sink.error is None and second_sink.error is None
     assert sum(c.num_new_frames for c in second_sink.chunks) == 150
-    assert engine._occupancy().kv_blocks_used == 0  # every extent given back
+    assert engine.scheduler.occupancy().kv_blocks_used == 0  # every extent given back
 
 
 def test_pooled_and_static_layouts_give_the_same_tokens(lm):

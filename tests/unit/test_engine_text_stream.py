@@ -74,10 +74,10 @@ def test_a_request_waiting_for_text_holds_its_slot_and_lets_the_loop_sleep(lm):
     engine, sink = engine_with_clock(lm, clock), ListSink()
     engine.add(sequence(lm, "streamed", sink, None, timeout_s=10.0))
     steps(engine, 3)
-    assert engine._running == [] and engine._wait_s() == 10.0  # no prompt yet: not admitted, no busy loop
+    assert engine.scheduler.running == [] and engine._wait_s() == 10.0  # no prompt yet: not admitted, no busy loop
     engine.add_text("streamed", "Get the trust", is_final=False)
     steps(engine, 10)
-    assert len(engine._running) == 1 and not sink.done.is_set()
+    assert len(engine.scheduler.running) == 1 and not sink.done.is_set()
     made = emitted(sink)
     steps(engine, 10)
     assert emitted(sink) == made  # its next frame's text has not come: no step decodes it
@@ -100,7 +100,8 @@ def test_an_open_text_with_no_new_piece_ends_after_its_idle_timeout(lm):
     steps(engine, 1)
     assert isinstance(sink.error, Ended) and sink.error.reason is EndReason.CANCELLED
     assert sink.error.code == TEXT_IDLE_CODE and "2 s" in sink.error.message
-    assert engine._running == [seq for seq in engine._running if seq.request_id == "other"]  # its slot is free
+    running = engine.scheduler.running
+    assert running == [seq for seq in running if seq.request_id == "other"]  # its slot is free
     steps(engine, FRAMES)
     assert other.done.is_set() and other.error is None
 
@@ -112,7 +113,7 @@ def test_a_text_closed_empty_is_bad_input(lm):
     engine.add_text("empty", "", is_final=True)
     steps(engine, 2)
     assert sink.error.reason is EndReason.REFUSED_BAD_INPUT and "empty" in sink.error.message
-    assert engine._waiting == [] and engine._running == []
+    assert engine.scheduler.waiting == [] and engine.scheduler.running == []
 
 
 def test_thousands_of_tiny_pieces_give_the_same_frames(lm):

@@ -10,6 +10,7 @@ from clients.gateway import service
 from clients.gateway.config import GatewayConfig
 from clients.gateway.errors import bad_request, from_ended, unavailable
 from clients.gateway.readiness import Probe
+from clients.gateway.server_settings import ServerSettings
 from clients.gateway.speech import SpeechRequest
 from clients.gateway.triton_stream import AudioChunk, StreamFailure
 from protocol.reasons import Ended, EndReason
@@ -112,7 +113,11 @@ def test_readiness_is_polled_per_server(monkeypatch):
     async def probe(url):
         return Probe(can_serve=url == "b:1")
 
+    async def server_settings(url):
+        return ServerSettings("qwen3-tts-tiny")
+
     monkeypatch.setattr(service, "probe", probe)
+    monkeypatch.setattr(service, "server_settings", server_settings)
     asyncio.run(gateway.poll_readiness())
     assert [b.is_ready for b in gateway.balancer.backends] == [False, True]
 

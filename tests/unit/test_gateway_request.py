@@ -177,7 +177,7 @@ def test_errors_quote_at_most_a_short_piece_of_a_bad_value(fields):
 
 
 def test_a_model_answers_to_its_name_its_aliases_and_its_whole_hub_id():
-    from clients.gateway.service import model_ids
+    from clients.gateway.catalog import model_ids
     assert model_ids("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", None, ("tts-qwen",)) == (
         "Qwen3-TTS-12Hz-1.7B-CustomVoice", "tts-qwen", "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice")
     assert model_ids("qwen3-tts-tiny", None, ()) == ("qwen3-tts-tiny",)  # a preset keeps its name
@@ -193,7 +193,7 @@ def test_voxlane_serve_hands_several_served_model_names_to_its_gateway(monkeypat
     from clients.cli import _add_serve, _fleet_config
     from clients.fleet import Fleet
     from clients.gateway.auth import ADMIN_KEYS_ENV, API_KEYS_ENV
-    from clients.gateway.service import model_ids
+    from clients.gateway.catalog import model_ids
 
     for name in (API_KEYS_ENV, ADMIN_KEYS_ENV):
         monkeypatch.delenv(name, raising=False)

@@ -7,8 +7,8 @@ import torch
 
 from backend_python.models import registry
 from backend_python.models.base import SamplingParams, VoiceReference
-from scheduler.family_plans import chunk_plan, family_of_model
-from backend_python.models.higgs_v3 import family, tiny
+from backend_python.models.families import describe
+from backend_python.models.higgs_v3 import description, tiny
 from backend_python.models.higgs_v3.checkpoint import read_config
 from backend_python.models.higgs_v3.codec import LEFT_CONTEXT_FRAMES, LOOKAHEAD_FRAMES, HiggsTokenizerCodec
 from backend_python.models.higgs_v3.lm import HiggsV3LM
@@ -34,7 +34,7 @@ def test_the_tiny_checkpoint_loads_back_the_weights_it_was_built_from(checkpoint
     config = preset_config("higgs-v3-tiny")
     built = HiggsV3LM.from_config(config, seed=0)
     loaded = HiggsV3LM.from_pretrained(checkpoint)
-    assert loaded.config == config and family.is_checkpoint(checkpoint)
+    assert loaded.config == config and description.is_checkpoint(checkpoint)
     for (name, a), (_, b) in zip(sorted(built.state_dict().items()), sorted(loaded.state_dict().items())):
         assert torch.equal(a, b), name
     assert all(torch.equal(built.voice_codes[v], loaded.voice_codes[v]) for v in config.voices)
@@ -48,8 +48,8 @@ def test_the_registry_and_the_chunk_plan_know_the_family():
     assert spec.family == "higgs_v3" and "higgs-v3-tiny" in registry.preset_names()
     assert registry.preset_voices(spec) == ("en_woman", "en_man")
     assert registry.codec_windowing(spec).lookahead_frames == LOOKAHEAD_FRAMES
-    assert family_of_model("higgs-v3-tiny") == "higgs_v3"
-    plan = chunk_plan("higgs-v3-4b")
+    assert describe("higgs-v3-tiny") is description.DESCRIPTION
+    plan = describe("higgs-v3-4b").chunk_plan
     assert (plan.first_chunk_frames, plan.chunk_frames, plan.chunk_growth) == (2, 45, 2.0)  # the measured sweep's
 
 

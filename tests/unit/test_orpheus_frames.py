@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend_python.models.orpheus.frames import (CODES_PER_SLOT, FRAME_TOKENS, MIN_VOCAB_SIZE, codes_to_tokens,
-                                                  frames_to_levels, levels_to_frames, slot_token_base,
+from backend_python.models.orpheus.frames import (codes_to_tokens, frames_to_levels, levels_to_frames, slot_token_base,
                                                   tokens_to_codes)
+from backend_python.models.orpheus.tokens import CODES_PER_SLOT, FRAME_TOKENS, MIN_VOCAB_SIZE
 
 
 def random_codes(batch: int, frames: int, seed: int = 0) -> torch.Tensor:

@@ -32,13 +32,13 @@ from backend_python.engine.sequence import Sequence
 from backend_python.models import registry
 from backend_python.models.base import CodecWindowing, SamplingParams
 from backend_python.models.tontaube import family
+from backend_python.models.tontaube.description import DESCRIPTION
 from backend_python.models.tontaube.codec import (LEFT_CONTEXT_FRAMES, LOOKAHEAD_FRAMES, VIBEVOICE_DIR, TontaubeCodec,
                                                   left_context_frames)
 from backend_python.models.tontaube.tiny import codec_config
 from backend_python.models.tontaube.vibevoice import (HOP_LENGTH as VV_HOP, AcousticResynth, full_config,
                                                       lookback_samples, tiny_config)
 from scheduler import ChunkPlan
-from scheduler.family_plans import chunk_plan
 from tests.golden import assert_float32_close, num_layers
 
 torch.set_flush_denormal(True)
@@ -83,7 +83,7 @@ def codec(request) -> TontaubeCodec:
 def engine_chunks(stream_id: str, codes: torch.Tensor, windowing: CodecWindowing) -> list[StreamChunk]:
     """The stream's chunks as the engine cuts them while its frames arrive one by one (ChunkCutter with the
     family's plan: a chunk waits for its lookahead, the last one takes what there is), as a codec lane gets them."""
-    cutter = ChunkCutter(ChunkPlan(chunk_plan("tontaube-tiny")), windowing)
+    cutter = ChunkCutter(ChunkPlan(DESCRIPTION.chunk_plan), windowing)
     seq = Sequence(request_id=stream_id, prompt=None, sampling=SamplingParams(), ignore_eos=True,
                    max_frames=codes.shape[0], sink=None, generator=torch.Generator())
     chunks = []
@@ -127,7 +127,7 @@ def errors(chunked: list[torch.Tensor], whole: list[torch.Tensor]) -> tuple[floa
 
 def test_the_chunk_plan_ends_every_chunk_on_the_vibevoice_grid():
     """5, 10, 20, then 25 frames: every chunk but a stream's last ends a whole number of VibeVoice frames in."""
-    plan = ChunkPlan(chunk_plan("tontaube-tiny"))
+    plan = ChunkPlan(DESCRIPTION.chunk_plan)
     ends = [span.end for span in plan.ready_chunks(400, 0, is_finished=False)]
     assert ends[:5] == [5, 15, 35, 60, 85]
     assert all(end % GRID == 0 for end in ends)

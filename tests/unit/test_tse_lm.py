@@ -14,7 +14,7 @@ from backend_python.engine.engine import LMEngine
 from backend_python.engine.input_pieces import INPUT_IDLE_CODE, INPUT_PAST_CAP_CODE
 from backend_python.engine.sequence import Sequence
 from backend_python.models.base import SamplingParams, VoiceReference
-from backend_python.models.tse import family, tiny
+from backend_python.models.tse import description, family, tiny
 from backend_python.models.tse.lm import TSELM
 from backend_python.models.tse.presets import preset_config, tse_1_7b
 from protocol.reasons import Ended, EndReason
@@ -233,7 +233,7 @@ def test_the_tiny_checkpoint_loads_back_and_its_codec_and_encoder_are_the_codec_
     from backend_python.models import registry
 
     path = tiny.build_tiny_checkpoint(tmp_path / "tse-tiny")
-    assert family.is_checkpoint(path)
+    assert description.is_checkpoint(path)
     built, loaded = TSELM.from_config(preset_config("tse-tiny"), seed=0), TSELM.from_pretrained(path)
     for (name, a), (_, b) in zip(sorted(built.state_dict().items()), sorted(loaded.state_dict().items())):
         assert torch.equal(a, b), name

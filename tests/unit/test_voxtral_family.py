@@ -12,7 +12,7 @@ from backend_python.models import registry
 from backend_python.models.base import DecodeBatch, SamplingParams, VoiceReference
 from backend_python.models.layers.decoder import apply_rope, rope_cos_sin
 from backend_python.models.voxtral import checkpoint as ckpt
-from backend_python.models.voxtral import family, tiny
+from backend_python.models.voxtral import description, family, tiny
 from backend_python.models.voxtral.codec import LEFT_CONTEXT_FRAMES, VoxtralCodec
 from backend_python.models.voxtral.config import PARAMS_FILE, VoxtralConfig
 from backend_python.models.voxtral.lm import VoxtralLM
@@ -45,7 +45,7 @@ def test_the_tiny_checkpoint_is_the_official_layout_and_loads_back_the_weights(c
             "audio_tokenizer.quantizer.semantic_codebook.embedding_sum"} <= names
     assert not any(name.startswith("model.") for name in names)
     built = VoxtralLM.from_config(preset_config("voxtral-tiny"), seed=0)
-    assert lm.config == built.config and family.is_checkpoint(checkpoint)
+    assert lm.config == built.config and description.is_checkpoint(checkpoint)
     for (name, a), (_, b) in zip(sorted(built.state_dict().items()), sorted(lm.state_dict().items())):
         assert torch.equal(a, b), name
     assert all(torch.equal(built.voice_embeddings[v], lm.voice_embeddings[v]) for v in lm.voices)

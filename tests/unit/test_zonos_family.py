@@ -10,8 +10,8 @@ from backend_python.engine import kv_memory
 from backend_python.engine.config import EngineConfig
 from backend_python.models import registry
 from backend_python.models.base import DecodeBatch, SamplingParams, VoiceReference
-from scheduler.family_plans import chunk_plan, family_of_model
-from backend_python.models.zonos import family
+from backend_python.models.families import describe
+from backend_python.models.zonos import description, family
 from backend_python.models.zonos.config import ZonosConfig, official_conditioners
 from backend_python.models.zonos.lm import ZonosLM
 from backend_python.models.zonos.presets import preset_config, random_voices
@@ -36,9 +36,9 @@ def tiny_lm() -> ZonosLM:
 
 def test_the_registry_lists_both_presets_and_finds_the_family_of_a_checkpoint(checkpoint):
     assert {"zonos-tiny", "zonos-1.6b"} <= set(registry.preset_names())
-    assert family.is_checkpoint(checkpoint)
-    assert family_of_model(str(checkpoint)) == "zonos"  # the official config.json names no model_type
-    plan = chunk_plan("zonos-tiny")
+    assert description.is_checkpoint(checkpoint)
+    assert describe(str(checkpoint)) is description.DESCRIPTION  # the official config.json names no model_type
+    plan = describe("zonos-tiny").chunk_plan
     assert (plan.first_chunk_frames, plan.chunk_frames, plan.chunk_growth) == (6, 43, 1.5)  # the measured sweep's
 
 

@@ -22,26 +22,16 @@ from safetensors.torch import load_file, save_file
 from .. import checkpoint_io
 from ..checkpoint_io import CONFIG_FILE
 from ..layers.qwen2 import Qwen2Config
-from .config import FRAME_RATE, MODEL_TYPE, SPEAKER_EMBEDDING_DIM, SPEECH_TOKEN_SIZE, CosyVoice3Config
+from .config import FRAME_RATE, SPEAKER_EMBEDDING_DIM, SPEECH_TOKEN_SIZE, CosyVoice3Config
+from .description import MODEL_TYPE, OFFICIAL_LLM, OFFICIAL_YAML, is_official, is_ours
 from .presets import add_special_tokens
 
 VOICES_FILE = "voices.safetensors"
 CODEC_DIR = "codec"
 VOICE_ENCODER_DIR = "campplus"
-OFFICIAL_YAML = "cosyvoice3.yaml"
-OFFICIAL_LLM = "llm.pt"
 OFFICIAL_TEXT_LM_DIR = "CosyVoice-BlankEN"
 OFFICIAL_SPEAKERS = "spk2info.pt"
 UNUSED_KEYS = ("llm.model.lm_head.weight",)  # Qwen2's tied text head: the speech LM reads llm_decoder
-
-
-def is_ours(path: Path) -> bool:
-    config = path / CONFIG_FILE
-    return config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
-
-
-def is_official(path: Path) -> bool:
-    return (path / OFFICIAL_YAML).is_file() and (path / OFFICIAL_LLM).is_file()
 
 
 def read_config(path: str | Path) -> CosyVoice3Config:

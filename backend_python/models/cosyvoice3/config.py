@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 from ..layers.qwen2 import Qwen2Config
 from ..speech_token_lm import SpeechVocab
+from .description import MODEL_TYPE
 
-MODEL_TYPE = "cosyvoice3"
 SPEECH_TOKEN_SIZE = 6561  # FSQ speech tokenizer v3: 3^8 codes
 NUM_SPECIAL_SPEECH_IDS = 200  # the reference's speech_embedding / llm_decoder rows past the codes
 SPEAKER_EMBEDDING_DIM = 192  # CAMPPlus x-vector, the flow decoder's condition

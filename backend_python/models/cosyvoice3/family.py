@@ -1,5 +1,5 @@
-"""CosyVoice 3 (a Qwen2 speech LM + a flow-matching codec) as the registry sees it: presets, checkpoint detection,
-loaders.
+"""CosyVoice 3 (a Qwen2 speech LM + a flow-matching codec) as the registry loads it (its presets, checkpoints and
+plan: description.py).
 
 Checkpoints: our directory (config.json of model_type cosyvoice3, with `codec/` and `campplus/`) or an official
 Fun-CosyVoice3-0.5B directory (cosyvoice3.yaml, llm.pt, flow.pt, hift.pt, CosyVoice-BlankEN/, campplus.onnx);
@@ -15,17 +15,11 @@ import torch
 
 from ..base import CodecWindowing
 from . import checkpoint, tiny
+from .description import is_official
 from .lm import CosyVoice3LM
 from .presets import preset_config
 
-name = "cosyvoice3"
-tiny_presets = ("cosyvoice3-tiny",)
-random_presets = ("cosyvoice3-0.5b",)
 RANDOM_SEED = 0
-
-
-def is_checkpoint(path: Path) -> bool:
-    return checkpoint.is_ours(path) or checkpoint.is_official(path)
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:
@@ -82,7 +76,7 @@ def _codec_config(spec):
     (whose yaml holds the codec's sizes, not its serving windows)."""
     from .codec import CONFIG_FILE, CosyVoice3CodecConfig
 
-    if spec.checkpoint is None or checkpoint.is_official(spec.checkpoint):
+    if spec.checkpoint is None or is_official(spec.checkpoint):
         return CosyVoice3CodecConfig.full()
     config = checkpoint.codec_dir(spec.checkpoint) / CONFIG_FILE
     return CosyVoice3CodecConfig.from_dict(json.loads(config.read_text()))

@@ -1,8 +1,7 @@
 """CSM-1B (Sesame): our own backbone + depth decoder (`CsmLM`) and transformers' Mimi as the codec (`MimiCodec`)."""
-from .codec import MimiCodec
-from .config import CsmConfig, DepthDecoderConfig, LlamaShape, RopeConfig
-from .lm import CsmLM
-from .presets import PRESETS, preset_config
+from ..lazy_exports import lazy_exports
 
-__all__ = ["CsmConfig", "CsmLM", "DepthDecoderConfig", "LlamaShape", "MimiCodec", "PRESETS", "RopeConfig",
-           "preset_config"]
+_EXPORTS = {"MimiCodec": "codec", "CsmConfig": "config", "DepthDecoderConfig": "config", "LlamaShape": "config",
+            "RopeConfig": "config", "CsmLM": "lm", "PRESETS": "presets", "preset_config": "presets"}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,11 +1,10 @@
-"""CSM-1B as the registry sees it: presets, checkpoint detection, loaders.
+"""CSM-1B as the registry loads it; its presets, checkpoint and serving plan: description.py.
 
 Checkpoint layout (the official transformers one, e.g. `sesame/csm-1b`): `config.json` (model_type
 `csm`), `model.safetensors` (LM at the root, Mimi under `codec_model.*`) and the tokenizer files.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -16,15 +15,7 @@ from .lm import CsmLM
 from .presets import preset_config
 from .voice_encoder import CsmVoiceEncoder
 
-name = "csm"
-tiny_presets = ("csm-tiny",)
-random_presets = ("csm-1b",)
 RANDOM_SEED = 0
-
-
-def is_checkpoint(path: Path) -> bool:
-    config = path / "config.json"
-    return config.is_file() and json.loads(config.read_text()).get("model_type") == "csm"
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:

@@ -18,16 +18,11 @@ from protocol.quoting import quoted
 
 from .. import checkpoint_io
 from ..checkpoint_io import CONFIG_FILE, cpu_state, write_checkpoint
-from .config import MODEL_TYPE, FlashTTSConfig
+from .config import FlashTTSConfig
 
 VOICES_FILE = "voices.safetensors"
 CODEC_DIR = "codec"
 UNUSED_KEYS = ("llm.model.lm_head.weight",)  # Qwen2's tied text head in llm.pt: the speech LM reads llm_decoder
-
-
-def is_ours(path: Path) -> bool:
-    config = path / CONFIG_FILE
-    return config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
 
 
 def read_config(path: str | Path) -> FlashTTSConfig:

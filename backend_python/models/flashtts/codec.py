@@ -27,10 +27,10 @@ from torch import nn
 from .. import checkpoint_io
 from ..base import Codec, CodecShape
 from ..checkpoint_io import CONFIG_FILE, WEIGHTS_FILE
-from scheduler.family_plans import PLANS
 from ..layers.dit import compile_blocks, rotary_inv_freq, uncompile_blocks
 from ..layers.empty_weights import empty_weights
 from .codec_config import FlashTTSCodecConfig
+from .description import DESCRIPTION
 from .meanflow import FOREIGN_PREFIXES, MeanFlowDiT
 from .vocoder import HiFiGAN, fold_weight_norm
 from .window_graphs import WindowGraphs, try_capture
@@ -170,9 +170,9 @@ class FlashTTSCodec(Codec):
 
 
 def plan_window_lengths(cfg: FlashTTSCodecConfig) -> tuple[int, int]:
-    """The window lengths FlashTTS's chunk plan makes (scheduler/family_plans.py): its first chunk with lookahead, and
-    every later one with left context too (18 + 6 = 24 and 18 + 18 + 6 = 42 tokens)."""
-    chunk = PLANS["flashtts"]["chunk_frames"]
+    """The window lengths FlashTTS's chunk plan makes (description.py): its first chunk with lookahead, and every
+    later one with left context too (18 + 6 = 24 and 18 + 18 + 6 = 42 tokens)."""
+    chunk = DESCRIPTION.chunk_plan.chunk_frames
     return chunk + cfg.lookahead_frames, cfg.left_context_frames + chunk + cfg.lookahead_frames
 
 

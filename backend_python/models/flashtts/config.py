@@ -18,8 +18,8 @@ from typing import Any, ClassVar
 
 from ..layers.qwen2 import Qwen2Config
 from ..speech_token_lm import SpeechVocab
+from .description import MODEL_TYPE
 
-MODEL_TYPE = "flashtts"
 SPEECH_TOKEN_SIZE = 6561  # CosyVoice 2's S3 tokenizer v2
 NUM_STOP_IDS = 3  # FlashTTS's stop_token_ids: speech_token_size + 0, 1, 2
 SPEAKER_EMBEDDING_DIM = 192  # CAMPPlus x-vector: the LM's spk_embed_convert input and the codec condition's head

@@ -1,5 +1,5 @@
-"""FlashTTS (CosyVoice 2's speech LM with MTP heads + a mean-flow DiT and HiFi-GAN codec) as the registry sees it:
-presets, checkpoint detection, loaders.
+"""FlashTTS (CosyVoice 2's speech LM with MTP heads + a mean-flow DiT and HiFi-GAN codec) as the registry loads it;
+its presets, checkpoint and serving plan: description.py.
 
 Checkpoints: our directory (config.json of model_type flashtts, with `codec/`; checkpoint.py). No voice cloning
 yet: FlashTTS clones from a CAMPPlus x-vector and an ECAPA-TDNN embedding of the reference's mel, and neither
@@ -22,14 +22,7 @@ from .codec_config import FlashTTSCodecConfig
 from .lm import FlashTTSLM
 from .presets import preset_config
 
-name = "flashtts"
-tiny_presets = ("flashtts-tiny",)
-random_presets = ("flashtts-0.5b",)
 RANDOM_SEED = 0
-
-
-def is_checkpoint(path: Path) -> bool:
-    return checkpoint.is_ours(path)
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""Higgs Audio v3 as the registry sees it: presets, checkpoint detection, loaders.
+"""Higgs Audio v3 as the registry loads it; its presets, checkpoint and serving plan: description.py.
 
 Checkpoint layout (checkpoint.py): the LM as Boson AI's `HiggsAudioModel` saves it (config.json with
 model_type `higgs_audio` and a `qwen3` text_config), its text tokenizer, voices.safetensors, and the audio
@@ -6,7 +6,6 @@ tokenizer in `audio_tokenizer/`.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -14,23 +13,11 @@ import torch
 from ..base import CodecWindowing
 from . import tiny
 from .codec import WINDOWING, HiggsTokenizerCodec
-from .config import BACKBONE_TYPE, MODEL_TYPE
 from .lm import HiggsV3LM
 from .presets import preset_config
 from .voice_encoder import HiggsVoiceEncoder, hubert_config
 
-name = "higgs_v3"
-tiny_presets = ("higgs-v3-tiny",)
-random_presets = ("higgs-v3-4b",)
 RANDOM_SEED = 0
-
-
-def is_checkpoint(path: Path) -> bool:
-    config = path / "config.json"
-    if not config.is_file():
-        return False
-    d = json.loads(config.read_text())
-    return d.get("model_type") == MODEL_TYPE and (d.get("text_config") or {}).get("model_type") == BACKBONE_TYPE
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:

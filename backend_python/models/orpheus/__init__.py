@@ -1,9 +1,7 @@
 """Orpheus (Llama-3B + SNAC 24 kHz): our Llama backbone (`OrpheusLM`, 7-token frames) and SNAC codec."""
-from .codec import SnacCodec, SnacConfig
-from .config import OrpheusConfig
-from .lm import OrpheusLM
-from .presets import PRESETS, preset_config
-from .tiny import build_tiny_checkpoint
+from ..lazy_exports import lazy_exports
 
-__all__ = ["OrpheusConfig", "OrpheusLM", "PRESETS", "SnacCodec", "SnacConfig", "build_tiny_checkpoint",
-           "preset_config"]
+_EXPORTS = {"SnacCodec": "codec", "SnacConfig": "codec", "OrpheusConfig": "config", "OrpheusLM": "lm",
+            "PRESETS": "presets", "preset_config": "presets", "build_tiny_checkpoint": "tiny"}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

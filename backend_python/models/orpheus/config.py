@@ -15,9 +15,9 @@ import torch
 
 from ..layers.config_checks import check_attention
 from ..rope import llama3_scaled
-from .frames import MIN_VOCAB_SIZE
+from .description import MODEL_TYPE
+from .tokens import MIN_VOCAB_SIZE
 
-MODEL_TYPE = "llama"
 
 
 @dataclass(frozen=True)

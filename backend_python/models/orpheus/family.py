@@ -1,4 +1,4 @@
-"""Orpheus (Llama-3B + SNAC 24 kHz) as the registry sees it: presets, checkpoint detection, loaders.
+"""Orpheus (Llama-3B + SNAC 24 kHz) as the registry loads it; its presets, checkpoint and serving plan: description.py.
 
 Checkpoint layout: a transformers Llama checkpoint whose vocabulary holds the Orpheus audio
 tokens (canopylabs/orpheus-3b-0.1-ft and its fine-tunes), optionally with the codec in `snac/`;
@@ -14,24 +14,11 @@ import torch
 from ..base import CodecWindowing
 from . import tiny
 from .codec import SNAC_DIR, SNAC_HF_ID, SnacCodec, SnacConfig
-from .config import MODEL_TYPE
-from .frames import MIN_VOCAB_SIZE
 from .lm import OrpheusLM
 from .presets import full_snac, preset_config
 from .prompt import VOICES
 
-name = "orpheus"
-tiny_presets = ("orpheus-tiny",)
-random_presets = ("orpheus-3b",)
 RANDOM_SEED = 0
-
-
-def is_checkpoint(path: Path) -> bool:
-    config = path / "config.json"
-    if not config.is_file():
-        return False
-    d = json.loads(config.read_text())
-    return d.get("model_type") == MODEL_TYPE and d.get("vocab_size", 0) >= MIN_VOCAB_SIZE
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:

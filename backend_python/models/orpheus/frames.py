@@ -1,4 +1,4 @@
-"""The Orpheus token layout: one audio frame = 7 LM tokens, and how a frame maps onto SNAC's levels.
+"""The Orpheus frame layout: one audio frame = 7 LM tokens (their ids: tokens.py), and how a frame maps onto SNAC's levels.
 
 Orpheus extends Llama-3's 128256-token vocabulary with control tokens and 7 bands of 4096 audio
 tokens. Slot k (0..6) of a frame may only be token `AUDIO_TOKEN_BASE + k * CODES_PER_SLOT + code`;
@@ -12,17 +12,7 @@ from __future__ import annotations
 
 import torch
 
-FRAME_TOKENS = 7  # LM tokens (and codec codebooks) per audio frame
-CODES_PER_SLOT = 4096  # SNAC codebook size
-TEXT_VOCAB_SIZE = 128256  # Llama-3's vocabulary; Orpheus's control tokens follow it
-START_OF_SPEECH = TEXT_VOCAB_SIZE + 1  # 128257, last prompt token: audio follows
-END_OF_SPEECH = TEXT_VOCAB_SIZE + 2  # 128258, the LM's stop token
-START_OF_HUMAN = TEXT_VOCAB_SIZE + 3  # 128259, first prompt token
-END_OF_HUMAN = TEXT_VOCAB_SIZE + 4  # 128260
-START_OF_AI = TEXT_VOCAB_SIZE + 5  # 128261
-END_OF_TEXT = 128009  # Llama-3's <|eot_id|>, closes the text
-AUDIO_TOKEN_BASE = TEXT_VOCAB_SIZE + 10  # 128266, slot 0 code 0
-MIN_VOCAB_SIZE = AUDIO_TOKEN_BASE + FRAME_TOKENS * CODES_PER_SLOT  # 156938 (the official vocab is 156940)
+from .tokens import AUDIO_TOKEN_BASE, CODES_PER_SLOT, FRAME_TOKENS
 
 LEVEL_SLOTS = ((0,), (1, 4), (2, 3, 5, 6))  # frame slots of each SNAC level, in time order
 

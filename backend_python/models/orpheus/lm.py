@@ -31,7 +31,8 @@ from ..slots import SlotLayout, SlotSpeechLM, SlotState
 from ..graphs.step import FrameGraphs, FrameInputs, eager_inputs, frame_columns
 from . import checkpoint
 from .config import OrpheusConfig
-from .frames import CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS, slot_token_base
+from .frames import slot_token_base
+from .tokens import CODES_PER_SLOT, END_OF_SPEECH, FRAME_TOKENS
 from .llama import LlamaForCausalLM
 from .presets import build_tiny_tokenizer
 from .prompt import VOICES, make_prompt, voice_text

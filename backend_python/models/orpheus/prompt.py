@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..base import Prompt
-from .frames import END_OF_HUMAN, END_OF_TEXT, START_OF_AI, START_OF_HUMAN, START_OF_SPEECH
+from .tokens import END_OF_HUMAN, END_OF_TEXT, START_OF_AI, START_OF_HUMAN, START_OF_SPEECH
 
 VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")  # the fine-tuned models' speakers
 

@@ -1,8 +1,7 @@
 """Qwen3-TTS (12 Hz): our own talker + code predictor (`Qwen3TTSLM`) and codec (`codec.py`)."""
-from .config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
-from .lm import Qwen3TTSLM
-from .presets import PRESETS, preset_config
-from .tiny import build_tiny_checkpoint
+from ..lazy_exports import lazy_exports
 
-__all__ = ["CodePredictorConfig", "PRESETS", "Qwen3TTSConfig", "Qwen3TTSLM", "TalkerConfig",
-           "build_tiny_checkpoint", "preset_config"]
+_EXPORTS = {"CodePredictorConfig": "config", "Qwen3TTSConfig": "config", "TalkerConfig": "config",
+            "Qwen3TTSLM": "lm", "PRESETS": "presets", "preset_config": "presets", "build_tiny_checkpoint": "tiny"}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

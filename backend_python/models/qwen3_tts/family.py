@@ -1,4 +1,4 @@
-"""Qwen3-TTS (12 Hz) as the registry sees it: presets, checkpoint detection, loaders.
+"""Qwen3-TTS (12 Hz) as the registry loads it; its presets, checkpoint and serving plan: description.py.
 
 Checkpoint layout (the official one): `config.json` (model_type `qwen3_tts`),
 `model.safetensors`, the text tokenizer files, and `speech_tokenizer/` holding
@@ -15,23 +15,13 @@ from backend_python.models.qwen3_tts import tiny
 from backend_python.models.qwen3_tts.checkpoint import read_config
 from backend_python.models.qwen3_tts.codec_encoder import CodecEncoderConfig
 from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
+from backend_python.models.qwen3_tts.description import CODEC_DIR
 from backend_python.models.qwen3_tts.codec_config import Qwen3TTSCodecConfig, full_codec_config
 from backend_python.models.qwen3_tts.lm import Qwen3TTSLM
 from backend_python.models.qwen3_tts.presets import preset_config
 from backend_python.models.qwen3_tts.voice_encoder import Qwen3TTSVoiceEncoder
 
-name = "qwen3-tts"
-tiny_presets = ("qwen3-tts-tiny", "qwen3-tts-tiny-base")
-random_presets = ("qwen3-tts-0.6b", "qwen3-tts-1.7b", "qwen3-tts-0.6b-base", "qwen3-tts-1.7b-base")
-CODEC_DIR = "speech_tokenizer"
 RANDOM_SEED = 0
-
-
-def is_checkpoint(path: Path) -> bool:
-    config = path / "config.json"
-    if not config.is_file() or not (path / CODEC_DIR).is_dir():
-        return False
-    return json.loads(config.read_text()).get("model_type") == "qwen3_tts"
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:

@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .config import NUM_CODEBOOKS, PredictorConfig, TokenIds, TontaubeConfig
+from .description import FOLDERS
 
-FOLDERS = tuple(f"cb{k}" for k in range(NUM_CODEBOOKS))
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, VOICES_FILE = "config.json", "model.safetensors", "tokenizer.json", \
     "voices.safetensors"
 _QWEN3_FIELDS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "intermediate_size": "intermediate_size",
@@ -28,11 +28,6 @@ _QWEN3_FIELDS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "inte
                  "num_key_value_heads": "num_key_value_heads", "head_dim": "head_dim",
                  "audio_head_hidden": "audio_head_hidden", "rms_norm_eps": "rms_norm_eps",
                  "max_position_embeddings": "max_position_embeddings"}
-
-
-def is_checkpoint(path: Path) -> bool:
-    config = path / FOLDERS[0] / CONFIG_FILE
-    return config.is_file() and "audio_token_start_id" in json.loads(config.read_text())
 
 
 def read_config(path: Path) -> TontaubeConfig:

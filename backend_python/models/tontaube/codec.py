@@ -21,7 +21,7 @@ ceil(R / 1920) frames: 27 + 35 = 62 for the tiny tokenizer, 27 + 195 = 222 (17.8
 (`left_context_frames`). At the other end a VibeVoice frame reads its whole 3,200 samples: 5 DualCodec frames are
 3 VibeVoice frames, so a chunk that ends on that grid (a multiple of 5 frames from the stream's start) needs
 nothing past its own frames, whose DualCodec audio its 5 frames of lookahead make exact. The chunk plan keeps
-every chunk on the grid (scheduler/family_plans.py: 5, 10, 20, then 25 frames), as the reference streams on a
+every chunk on the grid (description.py: 5, 10, 20, then 25 frames), as the reference streams on a
 0.4 s quantum; the stream's last chunk ends where the whole stream does, its partial last frame padded as the
 whole stream's. A chunk that ends off the grid (another plan, or a streamed text's segment, whose chunk plan starts
 at the segment's first frame) reads up to 1.3 frames of its lookahead's audio, which has less lookahead of its own:

@@ -1,4 +1,4 @@
-"""TontaubeV1 as the registry sees it: presets, checkpoint detection, loaders.
+"""TontaubeV1 as the registry loads it; its presets, checkpoint and serving plan: description.py.
 
 Checkpoint layout (checkpoint.py): the official bundle's `cb0/` … `cb3/` (a Qwen3 config.json with TontaubeV1's
 fields, model.safetensors, tokenizer.json each), our `voices.safetensors` (preset voices as codes), `dualcodec/`
@@ -26,15 +26,8 @@ from .predictor import Predictor
 from .presets import preset_config
 from .refiner import TontaubeRefiner
 
-name = "tontaube"
-tiny_presets = ("tontaube-tiny",)
-random_presets = ("tontaube-2.9b",)
 RANDOM_SEED = 0
 FULL_VOICE_FRAMES = 100  # the random full shape's one preset voice: 8 s of random codes
-
-
-def is_checkpoint(path: Path) -> bool:
-    return checkpoint.is_checkpoint(path)
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:

@@ -1,5 +1,5 @@
-"""tse as the registry sees it: presets, checkpoint detection, the LM's loader. Its codec (both directions) and
-its speaker encoder are those of the model its config names (`codec_model`, a Qwen3-TTS Base preset or
+"""tse as the registry loads it: the LM (its presets, checkpoint and serving plan: description.py). Its codec (both
+directions) and its speaker encoder are those of the model its config names (`codec_model`, a Qwen3-TTS Base preset or
 checkpoint): the registry loads them from that model's family (`codec_model_of`, registry.codec_owner), so no
 family's code is imported here.
 
@@ -8,25 +8,16 @@ target speaker's enrollment as `ref_audio` (x-vector only).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from . import tiny
-from .config import MODEL_TYPE, TSEConfig
+from .config import TSEConfig
 from .lm import TSELM
 from .presets import preset_config
 
-name = "tse"
-tiny_presets = ("tse-tiny",)
-random_presets = ("tse-1.7b",)
 RANDOM_SEED = 0
-
-
-def is_checkpoint(path: Path) -> bool:
-    config = path / "config.json"
-    return config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:

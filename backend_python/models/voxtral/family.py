@@ -1,4 +1,4 @@
-"""Voxtral-TTS as the registry sees it: presets, checkpoint detection, loaders.
+"""Voxtral-TTS as the registry loads it; its presets, checkpoint and serving plan: description.py.
 
 Checkpoint layout (checkpoint.py): Mistral's own (`params.json` with `multimodal.audio_model_args` and
 `audio_tokenizer_args`, `consolidated.safetensors`, `tekken.json`, `voice_embedding/`), as
@@ -6,30 +6,16 @@ Checkpoint layout (checkpoint.py): Mistral's own (`params.json` with `multimodal
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from . import tiny
 from .codec import LEFT_CONTEXT_FRAMES, VoxtralCodec
-from .config import MODEL_TYPE, PARAMS_FILE
 from .lm import VoxtralLM
 from .presets import preset_config
 
-name = "voxtral"
-tiny_presets = ("voxtral-tiny",)
-random_presets = ("voxtral-4b",)
 RANDOM_SEED = 0
-
-
-def is_checkpoint(path: Path) -> bool:
-    params = path / PARAMS_FILE
-    if not params.is_file():
-        return False
-    d = json.loads(params.read_text())
-    audio = (d.get("multimodal") or {}).get("audio_model_args") or {}
-    return d.get("model_type", MODEL_TYPE) == MODEL_TYPE and "acoustic_transformer_args" in audio
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:

@@ -1,11 +1,10 @@
-"""Zonos-v0.1 (transformer variant) as the registry sees it: presets, checkpoint detection, loaders.
+"""Zonos-v0.1 (transformer variant) as the registry loads it; its presets, checkpoint and serving plan: description.py.
 
 Checkpoint layout: checkpoint.py (the official `config.json` + `model.safetensors`, optionally our
 `voices.safetensors` and `dac/`).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -14,22 +13,13 @@ from ..base import CodecWindowing
 from . import tiny
 from .checkpoint import dac_dir, read_speaker_model, read_voices, speaker_dir
 from .codec import LEFT_CONTEXT_FRAMES, LOOKAHEAD_FRAMES, DacCodec
-from .config import is_zonos_config
 from .lm import ZonosLM
 from .presets import preset_config, random_voices
 from .prompt import DEFAULT_VOICE
 from .speaker import random_speaker_model
 from .voice_encoder import ZonosVoiceEncoder
 
-name = "zonos"
-tiny_presets = ("zonos-tiny",)
-random_presets = ("zonos-1.6b",)
 RANDOM_SEED = 0
-
-
-def is_checkpoint(path: Path) -> bool:
-    config = path / "config.json"
-    return config.is_file() and is_zonos_config(json.loads(config.read_text()))
 
 
 def build_tiny_checkpoint(preset: str, out_dir: Path) -> None:

@@ -1,0 +1,92 @@
+"""A DNS name's addresses, asked of a DNS server with dnspython: the boundary where its exceptions become values.
+
+A name answers with addresses (A and AAAA records: a headless Service's pods), or with none: the server said the
+name does not exist (NXDOMAIN) or has no address records (NOERROR with no answer). Both are answers, and an empty
+one means there is no server behind the name. A lookup that got no answer (a timeout, SERVFAIL or REFUSED from every
+nameserver, no nameserver configured) is a failure with its reason: the gateway keeps the servers it had
+(membership.py), since a DNS outage says nothing about them.
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass
+
+import dns.asyncresolver
+import dns.exception
+import dns.resolver
+
+RECORD_TYPES = ("A", "AAAA")
+DNS_PORT = 53
+
+
+class LookupFailure(enum.Enum):
+    TIMEOUT = "timeout"  # no nameserver answered in time
+    NO_NAMESERVER = "no_nameserver"  # every nameserver answered SERVFAIL or REFUSED, or none is configured
+    ERROR = "error"  # any other failure of the lookup (a malformed answer)
+
+
+@dataclass(frozen=True)
+class DnsAnswer:
+    addresses: frozenset[str] = frozenset()
+    failure: LookupFailure | None = None  # None: an answer (`addresses`, maybe none)
+    detail: str = ""  # dnspython's words, for the log only
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, value: str, default_port: int | None = None) -> HostPort:
+        """`NAME:PORT`, `[v6]:PORT`, or `NAME` where a default port is given; ValueError otherwise."""
+        text = value.strip()
+        if text.startswith("["):  # [v6]:PORT or [v6]
+            host, _, rest = text[1:].partition("]")
+            port = rest.removeprefix(":")
+        elif text.count(":") == 1:
+            host, port = text.split(":")
+        else:  # a name, or a bare IPv6 address
+            host, port = text, ""
+        if not port and default_port is not None:
+            port = str(default_port)
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{value!r} is not NAME:PORT")
+        return cls(host, int(port))
+
+
+def address_url(address: str, port: int) -> str:
+    """HOST:PORT of an address, an IPv6 one in brackets."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+class DnsResolver:
+    """Looks names up at `nameserver` (HOST:PORT), or at the system's (/etc/resolv.conf, with its search domains)."""
+
+    def __init__(self, nameserver: str | None = None, timeout_s: float = 2.0) -> None:
+        self._resolver = dns.asyncresolver.Resolver(configure=nameserver is None)
+        if nameserver is not None:
+            server = HostPort.parse(nameserver, DNS_PORT)
+            self._resolver.nameservers = [server.host]
+            self._resolver.port = server.port
+        self._resolver.lifetime = timeout_s
+
+    async def lookup(self, name: str) -> DnsAnswer:
+        """The A and AAAA records of `name`; a failure of either is the lookup's (half an answer is no answer)."""
+        answers = await asyncio.gather(*(self._records(name, kind) for kind in RECORD_TYPES))
+        failed = [a for a in answers if a.failure is not None]
+        return failed[0] if failed else DnsAnswer(frozenset().union(*(a.addresses for a in answers)))
+
+    async def _records(self, name: str, kind: str) -> DnsAnswer:
+        try:
+            answer = await self._resolver.resolve(name, kind, search=True)
+        except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
+            return DnsAnswer()
+        except dns.exception.Timeout as exc:
+            return DnsAnswer(failure=LookupFailure.TIMEOUT, detail=str(exc))
+        except (dns.resolver.NoNameservers, dns.resolver.NoResolverConfiguration) as exc:
+            return DnsAnswer(failure=LookupFailure.NO_NAMESERVER, detail=str(exc))
+        except dns.exception.DNSException as exc:
+            return DnsAnswer(failure=LookupFailure.ERROR, detail=str(exc) or type(exc).__name__)
+        return DnsAnswer(frozenset(record.address for record in answer))

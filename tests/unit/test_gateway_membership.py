@@ -1,0 +1,224 @@
+"""Servers from DNS (membership.py, dns_watch.py): join, leave, drain, a name that stops resolving, a flapping record.
+Pure: a fake resolver and an injected clock, no DNS server and no Triton."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from clients.gateway import service
+from clients.gateway.balancer import Backend, Balancer
+from clients.gateway.config import GatewayConfig
+from clients.gateway.dns_watch import DnsWatch
+from clients.gateway.membership import Membership
+from clients.gateway.resolver import DnsAnswer, HostPort, LookupFailure, address_url
+
+NAME = HostPort("triton-pods.tts.svc", 8001)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeResolver:
+    """Answers what the test sets: addresses, or a failure."""
+
+    def __init__(self) -> None:
+        self.answer = DnsAnswer()
+
+    def set(self, *addresses: str) -> None:
+        self.answer = DnsAnswer(frozenset(addresses))
+
+    def fail(self, failure: LookupFailure = LookupFailure.TIMEOUT) -> None:
+        self.answer = DnsAnswer(failure=failure, detail="no answer")
+
+    async def lookup(self, name: str) -> DnsAnswer:
+        return self.answer
+
+
+def watch(static: tuple[str, ...] = (), forget_after_s: float = 60.0):
+    clock, resolver = Clock(), FakeResolver()
+    balancer = Balancer([Backend(url) for url in static], clock=clock)
+    membership = Membership(balancer, lambda url: f"http://{url.rpartition(':')[0]}:8002/metrics", forget_after_s,
+                            clock)
+    forgotten: list[Backend] = []
+
+    async def on_forget(backend):
+        forgotten.append(backend)
+
+    dns = DnsWatch(resolver, membership, 5.0, lambda change: None, on_forget)
+    return dns, resolver, balancer, clock, forgotten
+
+
+def resolve(dns: DnsWatch) -> None:
+    asyncio.run(dns.resolve(NAME))
+
+
+def urls(balancer: Balancer, members_only: bool = True) -> list[str]:
+    return sorted(b.url for b in balancer.backends if b.is_member or not members_only)
+
+
+def test_a_server_that_joins_takes_streams_once_ready():
+    dns, resolver, balancer, _, _ = watch()
+    resolver.set("10.0.0.1")
+    resolve(dns)
+    (joined,) = balancer.backends
+    assert joined.url == "10.0.0.1:8001" and joined.metrics_url == "http://10.0.0.1:8002/metrics"
+    assert balancer.acquire() is None  # not ready until its readiness says so
+    joined.is_ready = True
+    assert balancer.acquire() is joined
+
+
+def test_a_server_that_leaves_takes_no_new_stream_and_finishes_its_own():
+    dns, resolver, balancer, clock, forgotten = watch(forget_after_s=30.0)
+    resolver.set("10.0.0.1", "10.0.0.2")
+    resolve(dns)
+    for backend in balancer.backends:
+        backend.is_ready = True
+    leaver = next(b for b in balancer.backends if b.url == "10.0.0.1:8001")
+    held = [balancer.acquire() for _ in range(2)]
+    assert leaver in held and leaver.num_live == 1
+    resolver.set("10.0.0.2")
+    resolve(dns)
+    assert urls(balancer) == ["10.0.0.2:8001"] and leaver in balancer.backends  # kept: its stream goes on
+    assert all(balancer.acquire() is not leaver for _ in range(5))
+    clock.now = 100.0
+    resolve(dns)
+    assert leaver in balancer.backends and not forgotten  # gone long enough, but a stream still runs on it
+    balancer.release(leaver)
+    resolve(dns)
+    assert forgotten == [leaver] and leaver not in balancer.backends
+
+
+def test_a_draining_server_in_dns_takes_no_new_stream():
+    dns, resolver, balancer, _, _ = watch()
+    resolver.set("10.0.0.1", "10.0.0.2")
+    resolve(dns)
+    draining, other = sorted(balancer.backends, key=lambda b: b.url)
+    other.is_ready = True
+    draining.is_ready = False  # SIGTERM: its readiness says not ready while its streams finish
+    assert all(balancer.acquire() is other for _ in range(3))
+
+
+def test_a_name_that_stops_resolving_keeps_its_servers_and_an_empty_answer_removes_them():
+    dns, resolver, balancer, _, _ = watch()
+    resolver.set("10.0.0.1", "10.0.0.2")
+    resolve(dns)
+    before = list(balancer.backends)
+    for failure in LookupFailure:
+        resolver.fail(failure)
+        resolve(dns)
+        assert urls(balancer) == ["10.0.0.1:8001", "10.0.0.2:8001"] and balancer.backends == before
+    resolver.set()  # the name answers: no address (NXDOMAIN, or no records)
+    resolve(dns)
+    assert urls(balancer) == [] and urls(balancer, members_only=False) == ["10.0.0.1:8001", "10.0.0.2:8001"]
+
+
+def test_a_flapping_record_is_the_same_server_with_its_streams_and_state():
+    dns, resolver, balancer, clock, forgotten = watch(forget_after_s=30.0)
+    resolver.set("10.0.0.1")
+    resolve(dns)
+    (server,) = balancer.backends
+    server.is_ready, server.model = True, "qwen3-tts-tiny"
+    assert balancer.acquire() is server
+    for step in range(6):  # gone, back, gone, back, ... every 5 s
+        clock.now += 5.0
+        resolver.set() if step % 2 == 0 else resolver.set("10.0.0.1")
+        resolve(dns)
+    assert balancer.backends == [server] and server.is_member and not forgotten
+    assert (server.num_live, server.num_started, server.is_ready, server.model) == (1, 1, True, "qwen3-tts-tiny")
+    assert balancer.acquire() is server and server.num_live == 2
+
+
+def test_a_server_gone_past_the_forget_time_comes_back_as_a_new_one():
+    dns, resolver, balancer, clock, forgotten = watch(forget_after_s=30.0)
+    resolver.set("10.0.0.1")
+    resolve(dns)
+    (first,) = balancer.backends
+    resolver.set()
+    resolve(dns)
+    clock.now = 31.0
+    resolve(dns)
+    assert forgotten == [first] and balancer.backends == []
+    resolver.set("10.0.0.1")
+    resolve(dns)
+    (second,) = balancer.backends
+    assert second is not first and not second.is_ready
+
+
+def test_static_servers_stay_whatever_the_name_answers():
+    dns, resolver, balancer, _, _ = watch(static=("a:8001",))
+    resolver.set("10.0.0.1")
+    resolve(dns)
+    resolver.set()
+    resolve(dns)
+    assert urls(balancer) == ["a:8001"]
+
+
+def test_two_names_that_share_an_address_hold_it_until_both_drop_it():
+    clock = Clock()
+    balancer = Balancer([], clock=clock)
+    membership = Membership(balancer, lambda url: None, 60.0, clock)
+    membership.update("a:1", frozenset({"10.0.0.1:1"}))
+    membership.update("b:1", frozenset({"10.0.0.1:1"}))
+    assert not membership.update("a:1", frozenset()).left
+    assert [b.url for b in membership.update("b:1", frozenset()).left] == ["10.0.0.1:1"]
+
+
+@pytest.mark.parametrize("text, parsed", [("triton:8001", HostPort("triton", 8001)),
+                                          ("[fd00::1]:8001", HostPort("fd00::1", 8001)),
+                                          ("10.0.0.1", HostPort("10.0.0.1", 53)), ("fd00::1", HostPort("fd00::1", 53))])
+def test_host_port(text, parsed):
+    assert HostPort.parse(text, default_port=53) == parsed
+
+
+@pytest.mark.parametrize("text", ["triton", "triton:x", "triton:0", ":8001", "[fd00::1]"])
+def test_a_name_without_a_port_is_refused(text):
+    with pytest.raises(ValueError):
+        HostPort.parse(text)
+
+
+def test_an_ipv6_address_is_bracketed_in_its_url_and_metrics_url():
+    assert address_url("fd00::1", 8001) == "[fd00::1]:8001" and address_url("10.0.0.1", 8001) == "10.0.0.1:8001"
+    gateway = service.Gateway(GatewayConfig(tritons=(), triton_dns=("pods:8001",), triton_metrics_port=9102))
+    assert gateway._dns_metrics_url("[fd00::1]:8001") == "http://[fd00::1]:9102/metrics"
+
+
+def test_the_gateway_opens_a_joiner_and_closes_a_forgotten_server(monkeypatch):
+    gateway = service.Gateway(GatewayConfig(tritons=(), triton_dns=("pods.tts.svc:8001",), forget_after_s=0.001))
+    resolver = FakeResolver()
+    gateway.dns.resolver = resolver
+    resolver.set("10.0.0.1")
+    asyncio.run(gateway.dns.resolve(gateway.dns_names[0]))
+    assert "10.0.0.1:8001" in gateway._router_lost
+    resolver.set()
+    asyncio.run(gateway.dns.resolve(gateway.dns_names[0]))  # left
+    asyncio.run(asyncio.sleep(0.01))
+    asyncio.run(gateway.dns.resolve(gateway.dns_names[0]))  # forgotten
+    assert gateway.balancer.backends == [] and "10.0.0.1:8001" not in gateway._router_lost
+
+
+def test_a_name_without_a_port_is_a_config_error():
+    with pytest.raises(ValueError):
+        GatewayConfig(tritons=(), triton_dns=("pods",))
+    with pytest.raises(ValueError):
+        GatewayConfig(tritons=())
+
+
+def test_the_chart_s_gateway_command_parses_into_dns_membership():
+    """The Helm chart's server groups run `voxlane gateway --triton-dns=… --metrics-port=…` (deploy/helm)."""
+    import argparse
+
+    from clients.gateway.cli import add_gateway_command, gateway_config
+    from tests.unit.test_helm_scaling import container, of_kind, render, values
+
+    command = container(of_kind(render(values()), "Deployment")["vl-voxlane-gateway"])["command"]
+    parser = argparse.ArgumentParser()
+    add_gateway_command(parser.add_subparsers(dest="command"))
+    config = gateway_config(parser.parse_args(command[1:]))
+    assert config.tritons == () and [HostPort.parse(n).port for n in config.triton_dns] == [8001, 8001]
+    assert config.triton_metrics_port == 8002 and config.dns_server is None
