@@ -1,7 +1,7 @@
 """The time-sharing mode's codec and refiner, run inline by the LM lane's output stage (no codec lanes).
 
 In `timeshare` the LM lane decodes its own chunks, in one batch per step, between its decode steps; a cascade's
-(TontaubeV1's) chunks are refined to whole frames first, as the refinement lanes do for the router
+chunks (its LM writes one codebook) are refined to whole frames first, as the refinement lanes do for the router
 (vox_ensemble/refiner_lanes.py).
 """
 from __future__ import annotations
