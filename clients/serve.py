@@ -109,6 +109,7 @@ class ServeConfig:
     # the LM's decode frame on fused Triton kernels (CUDA; `--no-fused-frame`: the compiled PyTorch frame)
     fused_frame: bool = _LANE.fused_frame
     fp8_weights: bool = _LANE.fp8_weights  # its projections in float8 (`--fp8-weights`; off by default)
+    prompt_cache_mib: int = _LANE.prompt_cache_mib  # the LM's cached voice prompt prefixes (`--prompt-cache-mib`; 0: off)
     # the background codec's MPS client priority in voxlane mode (1: below the LM and the urgent lane): measured on
     # an H200, SLO attainment at 38 req/s 0.93 against 0.88 (BENCHMARKS.md, "Levers for the urgent lane")
     codec_mps_priority: int = 1
@@ -278,7 +279,8 @@ class ServeConfig:
                             cudnn_benchmark=self._runs_codec(model_name),
                             stream_states=self._keeps_stream_states(model_name), codec_steps=self.codec_steps,
                             codec_compile=self.codec_compile, fused_predictor=self.fused_predictor,
-                            fused_frame=self.fused_frame, fp8_weights=self.fp8_weights)
+                            fused_frame=self.fused_frame, fp8_weights=self.fp8_weights,
+                            prompt_cache_mib=self.prompt_cache_mib)
 
     def _keeps_stream_states(self, model_name: str) -> bool:
         """The lane that sees a stream's chunks in order keeps their codec state: the background lane,

@@ -131,6 +131,9 @@ INPUT_FINAL = "input_final"
 # of `list_voices` BOOL = true alone; its one response carries `voices` BYTES [1], the JSON list of the names.
 LIST_VOICES = "list_voices"
 VOICES_OUTPUT = "voices"
+# A registered voice was deleted (`voice_registry`'s `delete` tells the LM lane): a control request of `forget_voice`
+# BOOL = true with the voice's reference tensors (REFERENCE_LM_INPUTS); the LM drops what it cached of that voice.
+FORGET_VOICE = "forget_voice"
 # The BLS request parameter (true) on the router's call to `voice_encoder` for a chunk of a stream's input
 # audio: the lane codes it whole (`ref_codes`), without a reference's length and level checks.
 INPUT_CHUNK_PARAMETER = "input_chunk"

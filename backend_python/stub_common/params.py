@@ -49,6 +49,10 @@ class LaneSettings:
     # the fused frame's projections read float8 e4m3 weights (a scale per output row, quantised at load): half the
     # bytes, the model's numbers rounded (`fp8_weights`; off by default; the fused frame's models; CUDA only)
     fp8_weights: bool = False
+    # MiB of KV for cached voice prompt prefixes in the LM lane (models/prompt_cache.py; families that declare
+    # `caches_prompts`): a request whose voice's prefix is cached prefills only its own positions. 0: no cache. 256 MiB
+    # holds ~230 prefixes of the 1.7B talker in bfloat16 (9 positions of 112 KiB without instructions)
+    prompt_cache_mib: int = 256
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -63,6 +67,8 @@ class LaneSettings:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
         if self.codec_steps < 0:
             raise ValueError(f"codec_steps must be >= 0 (0: the model's own), got {self.codec_steps}")
+        if self.prompt_cache_mib < 0:
+            raise ValueError(f"prompt_cache_mib must be >= 0 (0: no prompt cache), got {self.prompt_cache_mib}")
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> "LaneSettings":
@@ -117,7 +123,7 @@ _PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percen
             "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
             "torch_compile": _parse_bool, "stream_states": _parse_bool, "codec_steps": int,
             "codec_compile": _parse_bool, "fused_predictor": _parse_bool,
-            "fused_frame": _parse_bool, "fp8_weights": _parse_bool}
+            "fused_frame": _parse_bool, "fp8_weights": _parse_bool, "prompt_cache_mib": int}
 
 
 @dataclass(frozen=True)
