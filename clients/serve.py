@@ -21,7 +21,6 @@ from scheduler.family_plans import (GPU_IDLE_FIRST_CHUNK_FRAMES, chunk_plan, max
                                                takes_default_plan, takes_input_audio)
 from backend_python.stub_common.params import LaneSettings
 from backend_python.stub_common.reference_inputs import ReferenceLimits
-from backend_python.stub_common.request_inputs import RequestLimits
 from backend_python.voice_registry.store import VoiceStoreSettings
 from clients.model_watch import ModelWatch
 from clients.mps import MpsDaemon
@@ -29,6 +28,7 @@ from clients.triton_launch import Exposure, Ports, TritonProcess, find_triton
 from clients.voices import RegistryError, call_registry
 from protocol import models
 from protocol.admin import CONTROL_KEY_FILE, key_hash
+from protocol.limits import RequestLimits
 from protocol.metrics import parse_live
 from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
 
@@ -166,7 +166,7 @@ class ServeConfig:
             raise ValueError(f"the codec lanes' GPU {self.codec_gpu} is not one of this server's GPUs")
         if self.codec_lookahead_frames is not None and self.codec_lookahead_frames < 0:
             raise ValueError(f"--codec-lookahead-frames must be >= 0, got {self.codec_lookahead_frames}")
-        RequestLimits(text_idle_timeout_s=self.text_idle_timeout_s)
+        self.request_limits()
         self.engine_config()  # the typed configs validate the rest (chunk sizes, slots, threads)
         for model_name in LANE_MODELS:
             self.lane_settings(model_name)
@@ -278,6 +278,10 @@ class ServeConfig:
         """Whether this lane's process decodes audio (the LM does, inline, in timeshare)."""
         return model_name in CODEC_MODELS or (model_name == models.LM and self.mode is ServingMode.TIMESHARE)
 
+    def request_limits(self) -> RequestLimits:
+        """The text and audio limits of a request: protocol.limits' own, but the streaming-text idle timeout."""
+        return RequestLimits(text_idle_timeout_s=self.text_idle_timeout_s)
+
     def voice_store_settings(self) -> VoiceStoreSettings:
         """Where the router finds registered voices and `voice_registry` writes them."""
         return VoiceStoreSettings(model=self.model, data_dir=str(Path(self.data_dir).expanduser().resolve())
@@ -301,7 +305,7 @@ class ServeConfig:
 
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""
-        text = {"text_idle_timeout_s": f"{self.text_idle_timeout_s:g}"}  # RequestLimits reads it in both
+        text = self.request_limits().to_parameters()  # the router and the LM read them alike
         reference = ReferenceLimits().to_parameters()  # the router checks a reference, the encoder lane again
         voices = self.voice_store_settings().to_parameters()
         if model_name == ROUTER_MODEL:
