@@ -11,7 +11,7 @@ from protocol.reference import ReferenceLimits
 from protocol.formats import FORMATS, SAMPLE_RATES
 from clients.gateway.errors import ApiError, bad_request
 from protocol.quoting import quoted
-from protocol.tensors import REQUEST_INPUTS, fits_integer
+from protocol.tensors import REQUEST_INPUTS, TIMESTAMP_KINDS, TIMESTAMPS_NONE, TIMESTAMPS_WORD, fits_integer
 
 RESPONSE_FORMATS = tuple(FORMATS)  # OpenAI's formats: wav, pcm, mp3, opus, aac, flac
 DEFAULT_RESPONSE_FORMAT = "mp3"  # OpenAI's: apps that name no format store the reply as .mp3
@@ -25,15 +25,16 @@ STREAM_FORMATS = ("audio", "sse")
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
                  "verse", "marin", "cedar")
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-# VoxLane's own request fields (the router's optional inputs), by JSON type
-EXTRA_FIELDS = {"seed": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
-                "max_audio_seconds": float, "ignore_eos": bool}
+# VoxLane's own request fields (the router's optional inputs), by JSON type (their tensors')
+EXTRA_FIELDS = {name: REQUEST_INPUTS[name].json_type for name in ("seed", "temperature", "top_p", "top_k",
+                                                                   "repetition_penalty", "max_audio_seconds",
+                                                                   "ignore_eos")}
 OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "stream_format", "instructions")
 # VoxLane's: the rate of the audio sent (default: the model's, OPENAI_PCM_RATE for `pcm`); `timestamps` "word": each
 # chunk's words with their start and end (SSE events, WebSocket messages)
 OUTPUT_FIELDS = ("sample_rate", "timestamps")
-SPEED_RANGE = (0.25, 4.0)  # OpenAI's
-TIMESTAMP_KINDS = ("none", "word")
+_SPEED = REQUEST_INPUTS["speed"]
+SPEED_RANGE = (_SPEED.low, _SPEED.high)  # OpenAI's, and the router's
 # the peers' (vLLM-Omni's and SGLang-Omni's speech APIs; docs/GATEWAY.md has the table): `stream` false sends the
 # whole file in one response; `language` and `non_streaming_mode` are the router's inputs of those names
 PEER_FIELDS = ("stream", "language", "non_streaming_mode")
@@ -58,7 +59,7 @@ class SpeechRequest:
 
     @property
     def word_timestamps(self) -> bool:
-        return self.params.get("timestamps") == "word"
+        return self.params.get("timestamps") == TIMESTAMPS_WORD
 
 
 def parse_speech(body: object, model_ids: tuple[str, ...],
@@ -111,10 +112,10 @@ def _params(body: dict, limits: ReferenceLimits) -> dict | ApiError:
 def _output_params(body: dict) -> dict:
     """`speed` (other than 1) and `timestamps` ("word") as the router's inputs; checked before."""
     params = {}
-    if body.get("speed", 1.0) != 1.0:
+    if body.get("speed", _SPEED.default) != _SPEED.default:
         params["speed"] = float(body["speed"])
-    if body.get("timestamps", "none") == "word":
-        params["timestamps"] = "word"
+    if body.get("timestamps", TIMESTAMPS_NONE) == TIMESTAMPS_WORD:
+        params["timestamps"] = TIMESTAMPS_WORD
     return params
 
 
@@ -200,10 +201,10 @@ def _check_sample_rate(body: dict) -> ApiError | None:
 
 def _check_unsupported(body: dict) -> ApiError | None:
     """`speed` in OpenAI's range (time-stretched on the server, pitch kept); `timestamps` "word" or "none"."""
-    speed, (low, high) = body.get("speed", 1.0), SPEED_RANGE
+    speed, (low, high) = body.get("speed", _SPEED.default), SPEED_RANGE
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
         return bad_request(f"speed must be a number from {low:g} to {high:g}, got {quoted(speed)}", param="speed")
-    kind = body.get("timestamps", "none")
+    kind = body.get("timestamps", TIMESTAMPS_NONE)
     if kind not in TIMESTAMP_KINDS:
         return bad_request(f"timestamps must be one of {', '.join(TIMESTAMP_KINDS)}, got {quoted(kind)}",
                            param="timestamps")
