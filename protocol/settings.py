@@ -2,7 +2,7 @@
 parameters (strings, or Triton's `{"string_value": ...}`) and JSON values (a checkpoint's config.json) alike.
 
 A field's value is converted by its annotation: int, float, bool ("true"/"false" in a string), str, an enum (by
-value), Optional (None, or "none" in a string), tuples and lists (JSON arrays, or comma-separated in a string),
+value), Optional (None, or "none" in a string but for a str's own "none"), tuples and lists (JSON arrays, or comma-separated in a string),
 dicts, and nested dataclasses (a JSON object, or, for a `flatten`ed field, its fields beside the outer ones).
 An absent key keeps the field's default. Torch- and numpy-free: the server and the clients both read with it.
 """
@@ -51,7 +51,7 @@ def _arguments(cls: type, values: Mapping[str, Any], keys: Mapping[str, str] | N
     known = set(keys.values()) | set(given) | {key for name in nested for key in field_types(hints[name])}
     unknown = sorted(set(values) - known)
     if unknown and not ignore_unknown:
-        raise SettingsError(f"unknown {what or 'setting'}s {unknown}; known: {sorted(known)}")
+        raise SettingsError(f"unknown {what or 'setting'} keys {unknown}; known: {sorted(known)}")
     kwargs = {name: convert(hints[name], values[key], key, what) for name, key in keys.items() if key in values}
     for name in nested:
         inner = {key: value for key, value in values.items() if key in field_types(hints[name])}
@@ -103,7 +103,8 @@ def _convert(kind: Any, value: Any) -> Any:
 
 
 def _union(args: tuple, value: Any) -> Any:
-    if type(None) in args and (value is None or isinstance(value, str) and value.strip().lower() == NONE):
+    is_none_text = isinstance(value, str) and value.strip().lower() == NONE and str not in args  # "none": a str's own
+    if type(None) in args and (value is None or is_none_text):
         return None
     for kind in (arg for arg in args if arg is not type(None)):
         try:

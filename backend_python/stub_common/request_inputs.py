@@ -18,6 +18,7 @@ import numpy as np
 
 from protocol.formats import FORMATS, PCM_F32, SAMPLE_RATES, TRITON_FORMATS
 from protocol.quoting import quoted
+from protocol.settings import read_settings
 from protocol.errors import RequestError  # noqa: F401 - this module's callers import it here too
 from protocol.limits import RequestLimits  # noqa: F401 - and the limits it checks against
 from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS, SPEECH_REQUEST as SPEECH_REQUEST_NAME, TIMESTAMP_KINDS
@@ -56,13 +57,9 @@ class SpeechRequest:
             fields = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"{SPEECH_REQUEST_NAME} is not JSON: {exc}") from None
-        names = {field.name for field in dataclasses.fields(cls)}
-        if not isinstance(fields, dict) or not set(fields) <= names:
-            raise ValueError(f"{SPEECH_REQUEST_NAME} must be an object of {sorted(names)}, got {text[:200]!r}")
-        try:
-            return cls(**fields)
-        except TypeError as exc:
-            raise ValueError(f"{SPEECH_REQUEST_NAME}: {exc}") from None
+        if not isinstance(fields, dict):
+            raise ValueError(f"{SPEECH_REQUEST_NAME} must be a JSON object, got {text[:200]!r}")
+        return read_settings(cls, fields, what=SPEECH_REQUEST_NAME)
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,10 @@ REFERENCE_FIELDS = ("ref_audio", "ref_text", "x_vector_only")
 
 
 @dataclass(frozen=True)
-class SpeechRequest:
-    """One checked request; `params` are the Triton inputs beside `text` and `voice`."""
+class GatewaySpeechRequest:
+    """One checked speech request of the gateway (a `POST /v1/audio/speech` body, or a WebSocket session's
+    settings): what it asks Triton for. `params` are the Triton inputs beside `text` and `voice`; the router parses
+    them into its own SpeechRequest (stub_common/request_inputs.py)."""
 
     model: str
     text: str
@@ -63,7 +65,7 @@ class SpeechRequest:
 
 
 def parse_speech(body: object, model_ids: tuple[str, ...],
-                 limits: ReferenceLimits = ReferenceLimits()) -> SpeechRequest | ApiError:
+                 limits: ReferenceLimits = ReferenceLimits()) -> GatewaySpeechRequest | ApiError:
     """The request, or the first thing wrong with it (OpenAI's error shape); `limits`: the server's on a reference."""
     if not isinstance(body, dict):
         return bad_request("the request body must be a JSON object")
@@ -83,7 +85,7 @@ def parse_speech(body: object, model_ids: tuple[str, ...],
     if isinstance(params, ApiError):
         return params
     fmt = body.get("response_format", DEFAULT_RESPONSE_FORMAT)
-    return SpeechRequest(body["model"], body["input"], voice, fmt, body.get("stream_format", "audio"), params,
+    return GatewaySpeechRequest(body["model"], body["input"], voice, fmt, body.get("stream_format", "audio"), params,
                          output_rate(fmt, body.get("sample_rate")), body.get("stream") is not False)
 
 

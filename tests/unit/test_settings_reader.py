@@ -79,9 +79,17 @@ def test_a_value_that_does_not_fit_names_its_key(key, value, expected):
 
 
 def test_unknown_keys_raise_unless_ignored():
-    with pytest.raises(SettingsError, match=r"unknown settings \['colour'\]; known: \["):
+    with pytest.raises(SettingsError, match=r"unknown setting keys \['colour'\]; known: \["):
         read_settings(Settings, {"colour": "red"})
     assert read_settings(Settings, {"colour": "red", "count": "2"}, ignore_unknown=True) == Settings(count=2)
+
+
+def test_a_strings_none_is_its_own():
+    @dataclass(frozen=True)
+    class Voice:
+        name: str | None = None
+    assert read_settings(Voice, {"name": "none"}).name == "none"
+    assert read_settings(Voice, {"name": None}).name is None
 
 
 def test_keys_rename_and_name_the_fields_read():
