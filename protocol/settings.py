@@ -52,7 +52,8 @@ def _arguments(cls: type, values: Mapping[str, Any], keys: Mapping[str, str] | N
     unknown = sorted(set(values) - known)
     if unknown and not ignore_unknown:
         raise SettingsError(f"unknown {what or 'setting'} keys {unknown}; known: {sorted(known)}")
-    kwargs = {name: convert(hints[name], values[key], key, what) for name, key in keys.items() if key in values}
+    kwargs = {name: convert(hints[name], values[key], key, what, ignore_unknown)
+              for name, key in keys.items() if key in values}
     for name in nested:
         inner = {key: value for key, value in values.items() if key in field_types(hints[name])}
         if inner:
@@ -70,11 +71,12 @@ def field_types(cls: type) -> dict[str, Any]:
     return {name: hints.get(name, Any) for name in names}
 
 
-def convert(kind: Any, raw: Any, key: str, what: str | None = None) -> Any:
-    """`raw` (a parameter string, Triton's form of one, or a JSON value) as a value of type `kind`."""
+def convert(kind: Any, raw: Any, key: str, what: str | None = None, ignore_unknown: bool = False) -> Any:
+    """`raw` (a parameter string, Triton's form of one, or a JSON value) as a value of type `kind`; a nested
+    dataclass's unknown keys raise unless `ignore_unknown`."""
     value = unwrap(raw)
     try:
-        return _convert(kind, value)
+        return _convert(kind, value, ignore_unknown)
     except (TypeError, ValueError) as error:
         reason = f" ({error})" if isinstance(error, SettingsError) else ""
         raise SettingsError(f"{what or 'setting'} {key!r} must be {describe(kind)}, got {value!r}{reason}") from None
@@ -87,42 +89,42 @@ def unwrap(raw: Any) -> Any:
     return raw
 
 
-def _convert(kind: Any, value: Any) -> Any:
+def _convert(kind: Any, value: Any, lenient: bool = False) -> Any:
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
-        return _union(args, value)
+        return _union(args, value, lenient)
     if kind in (Any, object) or isinstance(kind, TypeVar):
         return value
     if origin in (tuple, list):
-        return _sequence(origin, args, value)
+        return _sequence(origin, args, value, lenient)
     if origin is not None:  # dict[str, X], Mapping[...]: JSON objects kept as they are
         return _plain(origin, value)
     if dataclasses.is_dataclass(kind) and isinstance(kind, type):
-        return _dataclass(kind, value)
+        return _dataclass(kind, value, lenient)
     return _scalar(kind, value)
 
 
-def _union(args: tuple, value: Any) -> Any:
+def _union(args: tuple, value: Any, lenient: bool) -> Any:
     is_none_text = isinstance(value, str) and value.strip().lower() == NONE and str not in args  # "none": a str's own
     if type(None) in args and (value is None or is_none_text):
         return None
     for kind in (arg for arg in args if arg is not type(None)):
         try:
-            return _convert(kind, value)
+            return _convert(kind, value, lenient)
         except (TypeError, ValueError):
             continue
     raise ValueError(value)
 
 
-def _sequence(origin: type, args: tuple, value: Any) -> Any:
+def _sequence(origin: type, args: tuple, value: Any, lenient: bool) -> Any:
     if isinstance(value, str):
         value = [item.strip() for item in value.split(",")] if value.strip() else []
     if not isinstance(value, (list, tuple)):
         raise TypeError(value)
     if not args or args[-1] is Ellipsis:
-        items = [_convert(args[0] if args else Any, item) for item in value]
+        items = [_convert(args[0] if args else Any, item, lenient) for item in value]
     elif len(args) == len(value):
-        items = [_convert(kind, item) for kind, item in zip(args, value)]
+        items = [_convert(kind, item, lenient) for kind, item in zip(args, value)]
     else:
         raise ValueError(value)
     return origin(items)
@@ -136,13 +138,13 @@ def _plain(origin: type, value: Any) -> Any:
     raise TypeError(value)
 
 
-def _dataclass(kind: type, value: Any) -> Any:
+def _dataclass(kind: type, value: Any, lenient: bool) -> Any:
     if isinstance(value, kind):
         return value
     if not isinstance(value, Mapping):
         raise TypeError(value)
     try:
-        return read_settings(kind, value)
+        return read_settings(kind, value, ignore_unknown=lenient)
     except (TypeError, ValueError) as error:  # its own message, kept in the outer field's
         raise SettingsError(str(error)) from None
 
