@@ -2,8 +2,9 @@
 parameters (strings, or Triton's `{"string_value": ...}`) and JSON values (a checkpoint's config.json) alike.
 
 A field's value is converted by its annotation: int, float, bool ("true"/"false" in a string), str, an enum (by
-value), Optional (None, or "none" in a string but for a str's own "none"), tuples and lists (JSON arrays, or comma-separated in a string),
-dicts, and nested dataclasses (a JSON object, or, for a `flatten`ed field, its fields beside the outer ones).
+value), Optional (None, or "none" in a string, but a str field's "none" is its own), tuples and lists (JSON arrays,
+or comma-separated in a string), dicts, and nested dataclasses (a JSON object, or, for a `flatten`ed field, its
+fields beside the outer ones).
 An absent key keeps the field's default. Torch- and numpy-free: the server and the clients both read with it.
 """
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _arguments(cls: type, values: Mapping[str, Any], keys: Mapping[str, str] | N
                flatten: tuple[str, ...], ignore_unknown: bool, what: str | None) -> dict[str, Any]:
     hints = field_types(cls)
     keys = {name: name for name in hints if name not in given} if keys is None else dict(keys)
-    nested = {name: keys.pop(name) for name in flatten if name in keys}
+    nested = [name for name in flatten if keys.pop(name, None) is not None]
     known = set(keys.values()) | set(given) | {key for name in nested for key in field_types(hints[name])}
     unknown = sorted(set(values) - known)
     if unknown and not ignore_unknown:
