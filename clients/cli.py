@@ -1,4 +1,4 @@
-"""The `voxlane` command line: serve, say, demo, doctor, gateway, voices, perf-analyzer."""
+"""The `voxlane` command line: serve, say, demo, doctor, gateway, voices, drain, perf-analyzer."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ import wave
 from pathlib import Path
 
 from clients.bench.cli import add_commands, bench_config
+from clients.drain import add_drain_command
 from clients.gateway.cli import (add_client_flags, add_gateway_command, add_key_flags, admin_keys, client_caps,
                                  gateway_keys)
 from clients.microbench.cli import add_command as add_microbench
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the tritonclient wheel's perf_analyzer with its libraries found (ARGS pass through)")
     add_microbench(commands)
     handlers = {"serve": _serve, "say": _say, "demo": _demo, "doctor": _doctor, "microbench": _microbench,
-                **add_commands(commands), **add_gateway_command(commands), **add_voices_command(commands)}
+                **add_commands(commands), **add_gateway_command(commands), **add_voices_command(commands),
+                **add_drain_command(commands)}
     handlers["bench"] = _with_perf_analyzer(handlers["bench"])
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["perf-analyzer"]:  # every later argument is perf_analyzer's own, even -h
@@ -141,6 +143,9 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="cancel an acking stream whose client takes nothing this long (0: never)")
     parser.add_argument("--text-idle-timeout", type=float, default=defaults.text_idle_timeout_s,
                         help="seconds a streaming-text session may wait for its next piece before it ends")
+    parser.add_argument("--max-audio-seconds", type=float, default=defaults.max_audio_seconds,
+                        help="the longest audio one request may ask for; a text that names no cap is cut there "
+                             "(bounds how long a stream lasts, and so a drain)")
     parser.add_argument("--codec-mps-priority", type=int, choices=(0, 1), default=defaults.codec_mps_priority,
                         help="MPS client priority of the background codec lane in voxlane mode (1: below the LM and the urgent lane)")
     parser.add_argument("--urgent-budget", type=int, default=defaults.urgent_budget,
@@ -190,7 +195,8 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
-                       text_idle_timeout_s=args.text_idle_timeout, data_dir=args.data_dir or "",
+                       text_idle_timeout_s=args.text_idle_timeout,
+                       max_audio_seconds=args.max_audio_seconds, data_dir=args.data_dir or "",
                        exposure=Exposure(args.triton_host, _first(admin_keys(args)) if "admin_key" in args else None),
                        admin_keys=admin_keys(args) if "admin_key" in args else ())
 

@@ -124,6 +124,9 @@ class ServeConfig:
     flow: FlowConfig = field(default_factory=FlowConfig)  # backpressure: the router's bound and stall timeout
     # a streaming-text session whose text gets no piece this long ends (router and LM; the request's ceiling)
     text_idle_timeout_s: float = RequestLimits.text_idle_timeout_s
+    # the longest audio a request may ask for (router and LM; a text that names none is cut there too): what a stream
+    # can last, and so how long a stopping server waits for its streams (the chart's terminationGracePeriodSeconds)
+    max_audio_seconds: float = RequestLimits.max_audio_seconds
     # registered voices live under it (`<data_dir>/voices/<model>`); "": $VOXLANE_CACHE/data. Servers given the
     # same directory share their voices
     data_dir: str = VoiceStoreSettings.data_dir
@@ -166,7 +169,9 @@ class ServeConfig:
             raise ValueError(f"the codec lanes' GPU {self.codec_gpu} is not one of this server's GPUs")
         if self.codec_lookahead_frames is not None and self.codec_lookahead_frames < 0:
             raise ValueError(f"--codec-lookahead-frames must be >= 0, got {self.codec_lookahead_frames}")
-        self.request_limits()
+        if not self.max_audio_seconds > 0:
+            raise ValueError(f"--max-audio-seconds must be > 0, got {self.max_audio_seconds}")
+        RequestLimits.from_parameters(self.request_limit_parameters())
         self.engine_config()  # the typed configs validate the rest (chunk sizes, slots, threads)
         for model_name in LANE_MODELS:
             self.lane_settings(model_name)
@@ -278,10 +283,6 @@ class ServeConfig:
         """Whether this lane's process decodes audio (the LM does, inline, in timeshare)."""
         return model_name in CODEC_MODELS or (model_name == models.LM and self.mode is ServingMode.TIMESHARE)
 
-    def request_limits(self) -> RequestLimits:
-        """The text and audio limits of a request: protocol.limits' own, but the streaming-text idle timeout."""
-        return RequestLimits(text_idle_timeout_s=self.text_idle_timeout_s)
-
     def voice_store_settings(self) -> VoiceStoreSettings:
         """Where the router finds registered voices and `voice_registry` writes them."""
         return VoiceStoreSettings(model=self.model, data_dir=str(Path(self.data_dir).expanduser().resolve())
@@ -303,9 +304,15 @@ class ServeConfig:
             config_text = set_instance_kind(config_text, self.device, self.gpu_of(model_name))
         return config_text
 
+    def request_limit_parameters(self) -> dict[str, str]:
+        """The router's and the LM's shared request limits (`RequestLimits.from_parameters` reads them): protocol's,
+        but the two this run sets."""
+        return {**RequestLimits().to_parameters(), "text_idle_timeout_s": f"{self.text_idle_timeout_s:g}",
+                "max_audio_seconds": f"{self.max_audio_seconds:g}"}
+
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""
-        text = self.request_limits().to_parameters()  # the router and the LM read them alike
+        text = self.request_limit_parameters()  # RequestLimits reads them in both
         reference = ReferenceLimits().to_parameters()  # the router checks a reference, the encoder lane again
         voices = self.voice_store_settings().to_parameters()
         if model_name == ROUTER_MODEL:

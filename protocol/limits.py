@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from protocol.settings import read_settings
+from protocol.settings import convert, read_settings
 
 SLOW_CHARS_PER_S = 7.0  # half the usual speaking rate (~14 characters per second): a text's default audio cap
 # the fields that are model parameters (`default_audio_seconds` is not: it is this table's alone)
@@ -36,8 +36,11 @@ class RequestLimits:
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> "RequestLimits":
-        """From a model's config.pbtxt parameters; the router and the LM read the same keys."""
-        return read_settings(cls, params, keys={key: key for key in PARAMETERS}, ignore_unknown=True)
+        """From a model's config.pbtxt parameters; the router and the LM read the same keys. A ceiling under the
+        default audio cap (`voxlane serve --max-audio-seconds`) lowers that cap to it."""
+        ceiling = convert(float, params.get("max_audio_seconds", cls.max_audio_seconds), "max_audio_seconds")
+        return read_settings(cls, params, keys={key: key for key in PARAMETERS}, ignore_unknown=True,
+                             given={"default_audio_seconds": min(cls.default_audio_seconds, ceiling)})
 
     def to_parameters(self) -> dict[str, str]:
         """The parameters `from_parameters` reads, as `voxlane serve` renders them."""

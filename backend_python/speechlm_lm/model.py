@@ -96,7 +96,7 @@ class LMModel:
                       if config.scheduler.mode is ServingMode.TIMESHARE else None)
         if self.codec is not None:
             self.codec.use_torch_compile = setup.lane.codec_compile  # as the codec lanes (Codec.capture_graphs)
-        self.metrics = LMMetrics()
+        self.metrics = LMMetrics(config.max_slots)
         # a cascade in timeshare refines inline too (its refinement lanes are not loaded)
         refiner = registry.load_refiner(spec, device=device, dtype=dtype) if self.codec is not None else None
         self.engine = LMEngine(self.model, config, self._inline_codec(setup.lane.cuda_graphs, setup.lane.stream_states),

@@ -17,6 +17,7 @@
 | `voxlane_chunks_routed_total` | counter | `lane`, `reason` | chunks sent, by routed lane and the reason the rule gave (`first_chunk`, `low_slack`, `slack_ok`, `urgent_full`, `mode`) |
 | `voxlane_chunk_slack_ms` | histogram | | a chunk's playback deadline minus its send time (chunk 0 has none; below 0 is a stall) |
 | `voxlane_lm_batch_size` | gauge | | streams holding an LM slot after its last step (`voxlane_lm_live_streams`) |
+| `voxlane_admission_limit` | gauge | | streams the server admits at once: the LM lane's slots (`--max-slots`); with `voxlane_live_requests`, a server's room (the chart's autoscaler divides them) |
 | `voxlane_lm_prefill_seconds_total` | counter | | the LM thread's time prefilling admitted requests |
 | `voxlane_lm_decode_seconds_total` | counter | | its time launching decode steps and waiting for their codes |
 | `voxlane_lm_host_seconds_total` | counter | | its other work: admission, cutting and sending chunks |
@@ -40,6 +41,7 @@ import triton_python_backend_utils as pb_utils
 
 from backend_python.stub_common.periodic import Periodic
 
+from protocol.metrics import ADMISSION_LIMIT_METRIC
 from protocol.models import LANE_MODELS
 from scheduler import ROUTES, Lane, RouteReason
 
@@ -162,11 +164,16 @@ class LMMetrics:
     set is a round trip to tritonserver, and a stub killed inside one crashed the whole server
     (`boost::interprocess::lock_exception`), so a steady batch sends nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, admission_limit: int) -> None:
+        """`admission_limit`: the streams the LM lane holds at once (`EngineConfig.max_slots`), set once."""
         family = pb_utils.MetricFamily("voxlane_lm_batch_size", "Requests in the LM lane's last decode step",
                                        pb_utils.MetricFamily.GAUGE)
-        self._family = family
+        limit = pb_utils.MetricFamily(ADMISSION_LIMIT_METRIC, "Streams the server admits at once (the LM's slots)",
+                                      pb_utils.MetricFamily.GAUGE)
+        self._families = (family, limit)  # a family must outlive its metrics
         self._batch_size = family.Metric(labels={})
+        self._admission_limit = limit.Metric(labels={})  # a metric lives while referenced: set once, kept
+        self._admission_limit.set(admission_limit)
         self._last: int | None = None
 
     def on_step(self, batch_size: int) -> None:

@@ -148,3 +148,18 @@ def test_a_codec_lookahead_given_replaces_the_familys_in_the_lm_lane_only(tmp_pa
         EngineConfig.from_parameters({"codec_lookahead_frames": "two"}, family)
     with pytest.raises(ValueError, match="--codec-lookahead-frames must be >= 0"):
         ServeConfig(codec_lookahead_frames=-1)
+
+
+def test_the_audio_cap_reaches_the_router_and_the_lm_and_lowers_the_default_under_it(tmp_path):
+    """`--max-audio-seconds` bounds a stream's length (and so a stopping pod's drain): both models read it, and a
+    request that names no cap gets the default (60 s) or, under a lower ceiling, the ceiling."""
+    from backend_python.stub_common.request_inputs import RequestLimits
+    repo = render_repository(ServeConfig(max_audio_seconds=45), tmp_path / "repo")
+    for model in ("vox_ensemble", "speechlm_lm"):
+        text = (repo / model / "config.pbtxt").read_text()
+        assert 'key: "max_audio_seconds" value: { string_value: "45" }' in text, model
+    limits = RequestLimits.from_parameters(ServeConfig(max_audio_seconds=45).request_limit_parameters())
+    assert (limits.max_audio_seconds, limits.default_audio_seconds_for("Hello.")) == (45.0, 45.0)
+    assert RequestLimits.from_parameters({}).default_audio_seconds_for("Hello.") == 60.0
+    with pytest.raises(ValueError, match="max-audio-seconds"):
+        ServeConfig(max_audio_seconds=0)
