@@ -22,7 +22,6 @@ from backend_python.models.description import FamilyDescription
 from backend_python.models.families import describe
 from backend_python.stub_common.params import LaneSettings
 from backend_python.stub_common.reference_inputs import ReferenceLimits
-from backend_python.stub_common.request_inputs import RequestLimits
 from backend_python.voice_registry.store import VoiceStoreSettings
 from clients.model_watch import ModelWatch
 from clients.mps import MpsDaemon
@@ -30,6 +29,7 @@ from clients.triton_launch import Exposure, Ports, TritonProcess, find_triton
 from clients.voices import RegistryError, call_registry
 from protocol import models
 from protocol.admin import CONTROL_KEY_FILE, key_hash
+from protocol.limits import RequestLimits
 from protocol.metrics import parse_live
 from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
 from scheduler.chunking import GPU_IDLE_FIRST_CHUNK_FRAMES
@@ -313,8 +313,10 @@ class ServeConfig:
         return config_text
 
     def request_limit_parameters(self) -> dict[str, str]:
-        """The router's and the LM's shared request limits (`RequestLimits.from_parameters` reads them)."""
-        return {"text_idle_timeout_s": f"{self.text_idle_timeout_s:g}", "max_audio_seconds": f"{self.max_audio_seconds:g}"}
+        """The router's and the LM's shared request limits (`RequestLimits.from_parameters` reads them): protocol's,
+        but the two this run sets."""
+        return {**RequestLimits().to_parameters(), "text_idle_timeout_s": f"{self.text_idle_timeout_s:g}",
+                "max_audio_seconds": f"{self.max_audio_seconds:g}"}
 
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""

@@ -41,15 +41,16 @@ from backend_python.stub_common.params import set_up_lane
 from backend_python.stub_common.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import (FORGET_VOICE, INPUT_CODES, INPUT_FINAL, LIST_VOICES, MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED,
-                              SPEECH_REQUEST, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE, VOICES_OUTPUT)
+from protocol.tensors import (CANCEL, FORGET_VOICE, INPUT_CODES, INPUT_FINAL, LIST_VOICES, MAX_UNREAD_AUDIO_S,
+                              PLAYBACK_SPEED, SPEECH_REQUEST, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE,
+                              VOICES_OUTPUT)
 from scheduler import ServingMode, UnreadBound
 
 log = logging.getLogger("voxlane.lm")
 
 
 def _is_cancel(request) -> bool:
-    tensor = pb_utils.get_input_tensor_by_name(request, "cancel")
+    tensor = pb_utils.get_input_tensor_by_name(request, CANCEL)
     return tensor is not None and bool(tensor.as_numpy().reshape(-1)[0])
 
 

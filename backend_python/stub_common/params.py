@@ -8,6 +8,7 @@ from typing import Mapping
 
 from backend_python.models.families import DEFAULT_MODEL
 from backend_python.stub_common.logs import configure_stub_logging
+from protocol.settings import read_settings
 
 
 def model_parameters(args: dict) -> dict[str, str]:
@@ -73,10 +74,7 @@ class LaneSettings:
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> "LaneSettings":
         """From a lane model's config.pbtxt parameters (strings); absent keys keep the defaults."""
-        try:
-            return cls(**{key: parse(params[key]) for key, parse in _PARSERS.items() if key in params})
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"bad lane parameter: {error}") from error
+        return read_settings(cls, params, ignore_unknown=True, what="lane parameter")
 
     def to_parameters(self) -> dict[str, str]:
         """Every field as the string `from_parameters` reads back."""
@@ -108,22 +106,8 @@ class LaneSettings:
         return f"cuda:{instance_device_id or 0}" if self.device == "cuda" else "cpu"
 
 
-def _parse_bool(value: str) -> bool:
-    if value.strip().lower() not in ("true", "false"):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value.strip().lower() == "true"
-
-
 def _render(value) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
-_PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percentage": int,
-            "mps_client_priority": int, "num_threads": int,
-            "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
-            "torch_compile": _parse_bool, "stream_states": _parse_bool, "codec_steps": int,
-            "codec_compile": _parse_bool, "fused_predictor": _parse_bool,
-            "fused_frame": _parse_bool, "fp8_weights": _parse_bool, "prompt_cache_mib": int}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from aiohttp import WSMsgType, web
 
 from clients.gateway.request_ids import request_id_of
 from clients.gateway.service import Gateway
-from clients.gateway.speech import SpeechRequest
+from clients.gateway.speech import GatewaySpeechRequest
 from clients.gateway.triton_session import PieceRefused, SessionText
 from clients.gateway.triton_stream import StreamFailure
 from clients.gateway.ws_session import (AudioAppend, AudioDone, AudioMessages, ErrorCode, ResponseCancel,
@@ -141,7 +141,7 @@ class SpeechSocket:
         self.fields, self.speech = merged, parsed
         return None
 
-    async def _parse(self, fields: dict) -> SpeechRequest | SocketError:
+    async def _parse(self, fields: dict) -> GatewaySpeechRequest | SocketError:
         """`parse_session`; an enrollment inline (`ref_audio`) is decoded off the event loop, as the HTTP route's."""
         if fields.get("ref_audio") is None:
             return parse_session(fields, self.gateway.model_ids)
