@@ -6,6 +6,8 @@ Torch-free and Triton-free (numpy only), so every process can import it:
 | --- | --- |
 | `models.py` | the Triton model names |
 | `tensors.py` | the request and response tensors of `vox_ensemble`: name, dtype, shape, default, limits |
+| `limits.py` | `RequestLimits`: a request's text length and audio seconds, beyond its tensors' ranges |
+| `settings.py` | `read_settings`: a frozen settings dataclass from config.pbtxt parameters or JSON, by field type |
 | `reasons.py` | `EndReason`, why a stream ended, and `Ended`, an ending as a value |
 | `wire.py` | how an `Ended` travels inside a Triton error message (one encoder, one parser) |
 | `channel.py` | the kinds of message on the router's chunk channel |

@@ -14,22 +14,11 @@ frames (which text it needed, when) from the LM's config parameters alone. The s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-
-def optional_float(value: Any) -> float | None:
-    """A number, or None written as "none" (no chunk ramp, no margin quantile)."""
-    return None if value is None or (isinstance(value, str) and value.lower() == "none") else float(value)
-
-
-# how the LM's config.pbtxt carries the sizes (`SchedulerConfig.to_parameters` renders them, None as "none")
-PARSERS: dict[str, Callable[[Any], Any]] = {
-    "first_chunk_frames": int,
-    "chunk_frames": int,
-    "chunk_growth": optional_float,
-}
+from protocol.settings import read_settings
 
 
 @dataclass(frozen=True)
@@ -59,18 +48,10 @@ class ChunkSizes:
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, Any]) -> ChunkSizes:
-        """The sizes in the LM's Triton config parameters (values as strings or Triton's
-        `{"string_value": "..."}`); other keys are ignored, absent ones keep the defaults."""
-        values = {key: _unwrap(params[key]) for key in PARSERS if key in params}
-        try:
-            return cls(**{key: PARSERS[key](value.strip() if isinstance(value, str) else value)
-                          for key, value in values.items()})
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"bad chunk sizes in {values!r} ({error})") from error
-
-
-def _unwrap(value: Any) -> Any:
-    return value["string_value"] if isinstance(value, Mapping) else value
+        """The sizes in the LM's Triton config parameters (strings, or Triton's `{"string_value": "..."}`), read
+        as `SchedulerConfig.from_dict` reads them (`chunk_growth` "none": no ramp); other keys are ignored,
+        absent ones keep the defaults."""
+        return read_settings(cls, params, ignore_unknown=True, what="chunk size parameter")
 
 
 class Sizes(Protocol):

@@ -4,8 +4,9 @@ header against it before decoding a sample, and decodes no more than it allows).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from protocol.settings import read_settings
 from protocol.tensors import REQUEST_INPUTS
 
 _RATE = REQUEST_INPUTS["ref_sample_rate"]
@@ -45,13 +46,9 @@ class ReferenceLimits:
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> "ReferenceLimits":
         """From a model's config.pbtxt parameters; absent keys keep the defaults."""
-        return cls(**{name: parse(params[name]) for name, parse in _PARSERS.items() if name in params})
+        return read_settings(cls, params, ignore_unknown=True)
 
     def to_parameters(self) -> dict[str, str]:
         """Every field as the string `from_parameters` reads back."""
-        return {name: f"{value:g}" if isinstance(value := getattr(self, name), float) else str(value)
-                for name in _PARSERS}
-
-
-_PARSERS = {"max_ref_audio_s": float, "min_ref_audio_s": float, "max_ref_text_chars": int,
-            "range_tolerance": float, "min_peak": float}
+        return {f.name: f"{value:g}" if isinstance(value := getattr(self, f.name), float) else str(value)
+                for f in fields(self)}

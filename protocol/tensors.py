@@ -30,12 +30,22 @@ class TensorSpec:
     # `voice_encoder` code it and hands the LM only the codes (INPUT_CODES)
     is_input_audio: bool = False
 
+    @property
+    def json_type(self) -> type:
+        """The JSON type a client's field for this input takes (bool, int or float; str for BYTES)."""
+        if np.issubdtype(self.dtype, np.bool_):
+            return bool
+        if np.issubdtype(self.dtype, np.integer):
+            return int
+        return float if np.issubdtype(self.dtype, np.floating) else str
+
     def bound_at_dtype(self, bound: float) -> float:
         """A documented bound as the input's dtype holds it: FP32 1e-6 arrives as 9.99999997e-07, and is in range."""
         return float(np.array(bound, dtype=self.dtype)) if np.issubdtype(self.dtype, np.floating) else bound
 
 
 TIMESTAMPS_NONE, TIMESTAMPS_WORD = "none", "word"  # the values of `timestamps`
+TIMESTAMP_KINDS = (TIMESTAMPS_NONE, TIMESTAMPS_WORD)
 REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     TensorSpec("text", "BYTES", np.object_, is_required=True),  # UTF-8; length limit: RequestLimits
     TensorSpec("voice", "BYTES", np.object_),  # default: the model's first voice
@@ -108,6 +118,7 @@ CONTROL_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
 # naming a live stream's id, the frames its client has taken (INT32).
 MAX_UNREAD_AUDIO_S = "max_unread_audio_s"
 TAKEN_FRAMES = "taken_frames"
+CANCEL = "cancel"  # BOOL true alone on a control request naming a live stream's id: that stream ends
 # On a stream's request, the router's parsed request (BYTES, JSON: stub_common/request_inputs.py SpeechRequest):
 # the LM lane takes it in place of the client's inputs, so a request is parsed once, by the router.
 SPEECH_REQUEST = "speech_request"
@@ -131,6 +142,25 @@ INPUT_FINAL = "input_final"
 # of `list_voices` BOOL = true alone; its one response carries `voices` BYTES [1], the JSON list of the names.
 LIST_VOICES = "list_voices"
 VOICES_OUTPUT = "voices"
+# A registered voice was deleted (`voice_registry`'s `delete` tells the LM lane): a control request of `forget_voice`
+# BOOL = true with the voice's reference tensors (REFERENCE_LM_INPUTS); the LM drops what it cached of that voice.
+FORGET_VOICE = "forget_voice"
+# The LM lane's inputs beside the client's (LM_INPUT_NAMES) and a voice's (REFERENCE_LM_INPUTS): the router's, named
+# above; `speechlm_lm`'s config.pbtxt declares them between the two, in this order.
+LM_INTERNAL_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
+    TensorSpec(SPEECH_REQUEST, "BYTES", np.object_),
+    TensorSpec(MAX_UNREAD_AUDIO_S, "FP32", np.float32),
+    TensorSpec(PLAYBACK_SPEED, "FP32", np.float32),
+    TensorSpec(CANCEL, "BOOL", np.bool_),
+    TensorSpec(TAKEN_FRAMES, "INT32", np.int32),
+    TensorSpec(TEXT_OPEN, "BOOL", np.bool_),
+    TensorSpec(TEXT_PIECE, "BYTES", np.object_),
+    TensorSpec(TEXT_FINAL, "BOOL", np.bool_),
+    TensorSpec(INPUT_CODES, "INT32", np.int32, shape=(-1, -1)),  # [N, K]
+    TensorSpec(INPUT_FINAL, "BOOL", np.bool_),
+    TensorSpec(LIST_VOICES, "BOOL", np.bool_),
+    TensorSpec(FORGET_VOICE, "BOOL", np.bool_),
+)}
 # The BLS request parameter (true) on the router's call to `voice_encoder` for a chunk of a stream's input
 # audio: the lane codes it whole (`ref_codes`), without a reference's length and level checks.
 INPUT_CHUNK_PARAMETER = "input_chunk"

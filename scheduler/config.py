@@ -10,9 +10,9 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from protocol.chunks import PARSERS as CHUNK_SIZE_PARSERS, optional_float
+from protocol.settings import read_settings
 
 from .chunking import ChunkingConfig
 from .lanes import ServingMode
@@ -75,20 +75,13 @@ class SchedulerConfig:
     def from_dict(cls, params: Mapping[str, Any], *, ignore_unknown: bool = False) -> SchedulerConfig:
         """Build from Triton config parameters.
 
-        Values may be strings or Triton's `{"string_value": "..."}` form. Keys
-        are the field names, with `first_chunk_frames`, `chunk_frames` and `chunk_growth` for
-        the chunking (`chunk_growth` "none": no ramp). Absent keys keep the dataclass defaults. Unknown keys raise unless `ignore_unknown` (pass the whole
-        model parameter map with it set).
+        Values may be strings or Triton's `{"string_value": "..."}` form (protocol.settings reads them). Keys
+        are the field names, with the ChunkingConfig fields beside them for the chunking (`chunk_growth`
+        "none": no ramp). Absent keys keep the dataclass defaults. Unknown keys raise unless `ignore_unknown`
+        (pass the whole model parameter map with it set).
         """
-        values = {key: _unwrap(value) for key, value in params.items()}
-        unknown = sorted(set(values) - set(_PARSERS))
-        if unknown and not ignore_unknown:
-            raise ValueError(f"unknown scheduler parameters: {unknown}; known: {sorted(_PARSERS)}")
-        kwargs = {key: _parse(key, values[key]) for key in _PARSERS if key in values}
-        chunking = {key: kwargs.pop(key) for key in _CHUNKING_KEYS if key in kwargs}
-        if chunking:
-            kwargs["chunking"] = ChunkingConfig(**chunking)
-        return cls(**kwargs)
+        return read_settings(cls, params, flatten=("chunking",), ignore_unknown=ignore_unknown,
+                             what="scheduler parameter")
 
     def to_parameters(self) -> dict[str, str]:
         """Every field as a Triton parameter string (the chunking flattened); `from_dict` reads it back."""
@@ -111,43 +104,6 @@ def render_value(value: Any) -> str:
 
 
 _CHUNKING_KEYS = tuple(f.name for f in dataclasses.fields(ChunkingConfig))
-_PARSERS: dict[str, Callable[[Any], Any]] = {
-    "mode": ServingMode,
-    "margin_floor_s": float,
-    "safety_factor": float,
-    "admission_policy": AdmissionPolicyName,
-    "admission_margin_s": float,
-    "max_wait_s": float,
-    "latency_prior_s": float,
-    "latency_alpha": float,
-    "margin_quantile": optional_float,
-    "latency_window": int,
-    "urgent_budget": int,
-    **CHUNK_SIZE_PARSERS,  # first_chunk_frames, chunk_frames, chunk_growth: as a client reads them
-    "first_chunk_frames_idle": lambda value: None if optional_float(value) is None else int(value),
-    "first_chunk_frames_busy": lambda value: None if optional_float(value) is None else int(value),
-    "busy_streams": int,
-    "first_chunk_room": float,
-    "next_chunk_codec_s": float,
-    "chunk_frames_busy": lambda value: None if optional_float(value) is None else int(value),
-}
-
-
-def _unwrap(value: Any) -> Any:
-    if not isinstance(value, Mapping):
-        return value
-    if "string_value" not in value:
-        raise ValueError(f"parameter value {value!r} has no 'string_value'")
-    return value["string_value"]
-
-
-def _parse(key: str, value: Any) -> Any:
-    try:
-        return _PARSERS[key](value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"bad value for scheduler parameter {key!r}: {value!r} ({error})") from error
-
-
 def _check_type(name: str, value: Any, expected: type) -> None:
     if not isinstance(value, expected):
         raise ValueError(f"{name} must be a {expected.__name__}, got {value!r}")

@@ -11,7 +11,9 @@ seconds of audio, to know when the LM is paused on its client and when that clie
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+from protocol.settings import read_settings
 
 
 @dataclass
@@ -111,14 +113,7 @@ class FlowConfig:
 
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> "FlowConfig":
-        defaults = cls()
-        try:
-            return cls(**{key: float(params.get(key, getattr(defaults, key))) for key in _FLOW_KEYS})
-        except ValueError as error:
-            raise ValueError(f"bad backpressure parameter: {error}") from error
+        return read_settings(cls, params, ignore_unknown=True, what="backpressure parameter")
 
     def to_parameters(self) -> dict[str, str]:
-        return {key: f"{getattr(self, key):g}" for key in _FLOW_KEYS}
-
-
-_FLOW_KEYS = ("max_unread_audio_s", "stall_timeout_s")
+        return {f.name: f"{getattr(self, f.name):g}" for f in fields(self)}

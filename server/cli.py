@@ -125,6 +125,9 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="the fused frame's projections read float8 e4m3 weights with a scale per output row, "
                              "quantised at load: half the bytes a step reads, the model's numbers rounded (Qwen3-TTS; "
                              "CUDA; off by default)")
+    parser.add_argument("--prompt-cache-mib", type=int, default=defaults.prompt_cache_mib,
+                        help="MiB of the LM's cached voice prompt prefixes: a request whose voice's prefix is cached "
+                             "prefills only its own positions (Qwen3-TTS; 0: no cache)")
     parser.add_argument("--codec-steps", type=int, default=defaults.codec_steps,
                         help="a flow-matching codec's function evaluations per window (CosyVoice 3: Euler steps; "
                              "FlashTTS: 1 or 2); 0: the model's own")
@@ -174,6 +177,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        codec_max_batch=args.codec_max_batch, codec_queue_delay_us=args.codec_queue_delay_us,
                        codec_compile=args.codec_compile, fused_predictor=args.fused_predictor,
                        fused_frame=args.fused_frame, fp8_weights=args.fp8_weights,
+                       prompt_cache_mib=args.prompt_cache_mib,
                        admission=args.admission,
                        codec_mps_priority=args.codec_mps_priority, urgent_budget=args.urgent_budget,
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),

@@ -22,7 +22,6 @@ from backend_python.models.description import FamilyDescription
 from backend_python.models.families import describe
 from backend_python.stub_common.params import LaneSettings
 from backend_python.stub_common.reference_inputs import ReferenceLimits
-from backend_python.stub_common.request_inputs import RequestLimits
 from backend_python.voice_registry.store import VoiceStoreSettings
 from server.model_watch import ModelWatch
 from server.mps import MpsDaemon
@@ -30,6 +29,7 @@ from server.triton_launch import Exposure, Ports, TritonProcess, find_triton
 from clients.voices import RegistryError, call_registry
 from protocol import models
 from protocol.admin import CONTROL_KEY_FILE, key_hash
+from protocol.limits import RequestLimits
 from protocol.metrics import parse_live
 from scheduler import AdmissionPolicyName, ChunkingConfig, FlowConfig, SchedulerConfig, ServingMode
 from scheduler.chunking import GPU_IDLE_FIRST_CHUNK_FRAMES
@@ -109,6 +109,7 @@ class ServeConfig:
     # the LM's decode frame on fused Triton kernels (CUDA; `--no-fused-frame`: the compiled PyTorch frame)
     fused_frame: bool = _LANE.fused_frame
     fp8_weights: bool = _LANE.fp8_weights  # its projections in float8 (`--fp8-weights`; off by default)
+    prompt_cache_mib: int = _LANE.prompt_cache_mib  # the LM's cached voice prompt prefixes (`--prompt-cache-mib`; 0: off)
     # the background codec's MPS client priority in voxlane mode (1: below the LM and the urgent lane): measured on
     # an H200, SLO attainment at 38 req/s 0.93 against 0.88 (BENCHMARKS.md, "Levers for the urgent lane")
     codec_mps_priority: int = 1
@@ -278,7 +279,8 @@ class ServeConfig:
                             cudnn_benchmark=self._runs_codec(model_name),
                             stream_states=self._keeps_stream_states(model_name), codec_steps=self.codec_steps,
                             codec_compile=self.codec_compile, fused_predictor=self.fused_predictor,
-                            fused_frame=self.fused_frame, fp8_weights=self.fp8_weights)
+                            fused_frame=self.fused_frame, fp8_weights=self.fp8_weights,
+                            prompt_cache_mib=self.prompt_cache_mib)
 
     def _keeps_stream_states(self, model_name: str) -> bool:
         """The lane that sees a stream's chunks in order keeps their codec state: the background lane,
@@ -311,8 +313,10 @@ class ServeConfig:
         return config_text
 
     def request_limit_parameters(self) -> dict[str, str]:
-        """The router's and the LM's shared request limits (`RequestLimits.from_parameters` reads them)."""
-        return {"text_idle_timeout_s": f"{self.text_idle_timeout_s:g}", "max_audio_seconds": f"{self.max_audio_seconds:g}"}
+        """The router's and the LM's shared request limits (`RequestLimits.from_parameters` reads them): protocol's,
+        but the two this run sets."""
+        return {**RequestLimits().to_parameters(), "text_idle_timeout_s": f"{self.text_idle_timeout_s:g}",
+                "max_audio_seconds": f"{self.max_audio_seconds:g}"}
 
     def parameters(self, model_name: str) -> dict[str, str]:
         """The config.pbtxt parameters this run sets on one model: its typed configs, rendered."""

@@ -8,6 +8,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from protocol.settings import read_settings
 from scheduler import SchedulerConfig
 
 
@@ -16,9 +17,8 @@ class KVLayout(enum.Enum):
     STATIC = "static"  # a row of max_seq_len positions per slot (the layout before pooling)
 
 
-# rendered into config.pbtxt (codec_left_context_frames comes from the model family), with their parsers
-_RENDERED = {"max_slots": int, "max_batch": int, "max_seq_len": int, "max_queued": int, "kv_layout": KVLayout,
-             "kv_cache_gb": float, "kv_block_size": int}
+# rendered into config.pbtxt (codec_left_context_frames comes from the model family)
+_RENDERED = ("max_slots", "max_batch", "max_seq_len", "max_queued", "kv_layout", "kv_cache_gb", "kv_block_size")
 # a parameter that, where present, replaces the family's codec lookahead (`voxlane serve --codec-lookahead-frames`)
 LOOKAHEAD_OVERRIDE = "codec_lookahead_frames"
 
@@ -83,10 +83,6 @@ class EngineConfig:
         `num_delay_steps`: the loaded model's (SpeechLM.num_delay_steps). A `codec_lookahead_frames` parameter
         replaces the family's lookahead (its overlap shrinks with it): fewer frames of right context for a
         non-causal decoder, a chunk sooner, its last samples an approximation of a full decode."""
-        try:
-            sizes = {key: parse(params[key]) for key, parse in _RENDERED.items() if key in params}
-        except ValueError as error:
-            raise ValueError(f"bad engine parameter: {error}") from error
         if isinstance(codec_windowing, int):
             window = {"codec_left_context_frames": codec_windowing}
         else:
@@ -95,8 +91,10 @@ class EngineConfig:
                       "codec_overlap_frames": codec_windowing.overlap_frames}
         if params.get(LOOKAHEAD_OVERRIDE, "").strip():
             window.update(_lookahead_override(params[LOOKAHEAD_OVERRIDE], window.get("codec_overlap_frames", 0)))
-        return cls(**sizes, **window, num_delay_steps=num_delay_steps,
-                   scheduler=SchedulerConfig.from_dict(params, ignore_unknown=True))
+        given = {**window, "num_delay_steps": num_delay_steps,
+                 "scheduler": SchedulerConfig.from_dict(params, ignore_unknown=True)}
+        return read_settings(cls, params, keys={key: key for key in _RENDERED}, given=given, ignore_unknown=True,
+                             what="engine parameter")
 
     def to_parameters(self) -> dict[str, str]:
         """The parameters `from_parameters` reads: the sizes and every scheduler field."""

@@ -259,6 +259,14 @@ class SpeechLM(nn.Module, ABC):
         if reference is not None:
             raise ValueError(f"{type(self).__name__} cannot clone a voice: it takes no reference audio")
 
+    # True where `prefill` reuses a cached voice prompt prefix (models/prompt_cache.py): the LM lane then gives the
+    # model its `prompt_cache` (a PromptCache, or None for none)
+    caches_prompts = False
+
+    def forget_voice(self, reference: VoiceReference) -> int:
+        """Drop what the model keeps of a cloned voice (its cached prompt prefixes) -> how many entries went."""
+        return 0
+
     supports_streaming_text = False  # True where the prompt needs only the text's start (the text trails)
 
     def open_text(self, voice: str | None) -> TextFeed:

@@ -14,7 +14,9 @@ runs inline — then the final flag. A direct client's request that fails gets a
 The router's requests name its chunk channel (`voxlane_channel` parameters): those get a single
 response at once, the final flag (with the `error` output BYTES [1] when refused), and their chunks, the same arrays,
 go through the channel (see backend_python/stub_common/chunk_channel.py for why). A `list_voices` request (the
-voice registry's, for the voice listing) gets one response: `voices`, the model's preset voice names as JSON.
+voice registry's, for the voice listing) gets one response: `voices`, the model's preset voice names as JSON. A
+`forget_voice` request (the voice registry's, after a delete) carries a deleted voice's tensors: the model drops what
+it cached of that voice (its prompt prefixes, models/prompt_cache.py); one response, the final flag.
 """
 from __future__ import annotations
 
@@ -34,20 +36,21 @@ from backend_python.speechlm_lm.sinks import FINAL, ChannelSink, ResponseSink, e
 from backend_python.speechlm_lm.text import SpeakableText
 from backend_python.stub_common import unloads
 from backend_python.stub_common.chunk_channel import CHANNEL_PARAMETER, KEY_PARAMETER, ChannelClients, ChannelError
-from backend_python.stub_common.metrics import LMMetrics, LMPhaseMetrics
+from backend_python.stub_common.metrics import LMMetrics, LMPhaseMetrics, PromptCacheMetrics
 from backend_python.stub_common.params import set_up_lane
 from backend_python.stub_common.request_inputs import (RequestError, RequestLimits,
                                                   SpeechRequest, parse_speech_request)
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import (INPUT_CODES, INPUT_FINAL, LIST_VOICES, MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED,
-                              SPEECH_REQUEST, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE, VOICES_OUTPUT)
+from protocol.tensors import (CANCEL, FORGET_VOICE, INPUT_CODES, INPUT_FINAL, LIST_VOICES, MAX_UNREAD_AUDIO_S,
+                              PLAYBACK_SPEED, SPEECH_REQUEST, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE,
+                              VOICES_OUTPUT)
 from scheduler import ServingMode, UnreadBound
 
 log = logging.getLogger("voxlane.lm")
 
 
 def _is_cancel(request) -> bool:
-    tensor = pb_utils.get_input_tensor_by_name(request, "cancel")
+    tensor = pb_utils.get_input_tensor_by_name(request, CANCEL)
     return tensor is not None and bool(tensor.as_numpy().reshape(-1)[0])
 
 
@@ -89,6 +92,7 @@ class LMModel:
         self.model.use_fused_predictor = setup.lane.fused_predictor  # the same
         self.model.use_fused_frame = setup.lane.fused_frame  # the same
         self.model.use_fp8_weights = setup.lane.fp8_weights  # the same
+        self.cache_metrics = self._cache_prompts(setup.lane.prompt_cache_mib)
         self.limits = RequestLimits.from_parameters(params)
         config = EngineConfig.from_parameters(params, registry.codec_windowing(spec), self.model.num_delay_steps)
         # timeshare: the baseline of existing servers, the codec decodes inline in the LM loop
@@ -106,6 +110,16 @@ class LMModel:
         self.phase_metrics = LMPhaseMetrics(self.engine.phases.drain)
         self.engine.start()
         self.phase_metrics.start()
+        if self.cache_metrics is not None:
+            self.cache_metrics.start()
+
+    def _cache_prompts(self, budget_mib: int) -> PromptCacheMetrics | None:
+        """Give a model that caches voice prompt prefixes its cache -> the cache's metrics (None without one)."""
+        from backend_python.models.prompt_cache import PromptCache
+        if not self.model.caches_prompts or (cache := PromptCache.of_mib(budget_mib)) is None:
+            return None
+        self.model.prompt_cache = cache
+        return PromptCacheMetrics(cache.stats)
 
     def _inline_codec(self, use_cuda_graphs: bool, stream_states: bool):
         """The timeshare codec behind the same runner (and CUDA graphs) as the codec lanes: a fair baseline."""
@@ -131,6 +145,10 @@ class LMModel:
         sender = request.get_response_sender()
         if _scalar_input(request, LIST_VOICES) is not None:  # the voice registry's listing
             sender.send(self._voices_response(), flags=FINAL)
+            return
+        if _scalar_input(request, FORGET_VOICE) is not None:  # the voice registry deleted a registered voice
+            self._forget_voice(request)
+            sender.send(flags=FINAL)
             return
         if _is_cancel(request):  # a control request from the router: its client went away
             self.engine.cancel_id(request.request_id())
@@ -329,9 +347,24 @@ class LMModel:
         needed = self.model.kv_positions_for(num_prompt_tokens, max_frames)
         return self.engine.config.length_error(needed, num_prompt_tokens, max_frames)
 
+    def _forget_voice(self, request) -> None:
+        """Drop what the model cached of a deleted voice (its tensors are the request's reference inputs)."""
+        def get(name: str):
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            return None if tensor is None else tensor.as_numpy()
+        try:
+            reference = voice_reference(get)
+        except RequestError as exc:
+            log.warning("forget_voice without a voice's tensors: %s", exc.ended.message)
+            return
+        if reference is not None:
+            log.info("a deleted voice's cached prompts dropped: %d", self.model.forget_voice(reference))
+
     def finalize(self) -> None:
         unloads.mark_unloaded()  # an unload, not a death, for the router's watch of this lane
         self.phase_metrics.stop()
+        if self.cache_metrics is not None:
+            self.cache_metrics.stop()
         self.engine.stop()
         self.channels.close()
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from protocol.reasons import Ended, EndReason
+from protocol.settings import read_settings
 
 log = logging.getLogger("voxlane.router")
 OPERATOR_CHECK_PERIOD_S = 1.0  # how often a lane left down asks whether an operator loaded it
@@ -47,13 +48,14 @@ class HealPolicy:
 
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> "HealPolicy":
-        defaults = cls()
-        return cls(reload_attempts=int(params.get("lane_reload_attempts", defaults.reload_attempts)),
-                   first_delay_s=float(params.get("lane_reload_delay_s", defaults.first_delay_s)),
-                   unload_wait_s=float(params.get("lane_unload_wait_s", defaults.unload_wait_s)))
+        return read_settings(cls, params, keys=_PARAMETER_KEYS, ignore_unknown=True)
 
     def delay_s(self, attempt: int) -> float:
         return min(self.max_delay_s, self.first_delay_s * 2 ** attempt)
+
+
+_PARAMETER_KEYS = {"reload_attempts": "lane_reload_attempts", "first_delay_s": "lane_reload_delay_s",
+                   "unload_wait_s": "lane_unload_wait_s"}
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,9 @@
 | `voxlane_lm_live_stream_seconds_total` | counter | | live streams integrated over time (its rate: the mean live streams) |
 | `voxlane_lm_waiting_seconds_total` | counter | | time some request waited for a slot or KV memory |
 | `voxlane_lm_idle_waiting_seconds_total` | counter | | the LM thread's idle time while some request waited |
+| `voxlane_prompt_cache_hits_total` | counter | | prefills whose voice prompt prefix was cached (its KV copied, not computed) |
+| `voxlane_prompt_cache_misses_total` | counter | | prefills that computed their prefix (and cached it) |
+| `voxlane_prompt_cache_bytes` | gauge | | bytes of KV the cached prefixes hold (at most `--prompt-cache-mib`) |
 
 The four `voxlane_lm_*_seconds_total` counters together cover the LM thread's wall time.
 """
@@ -243,3 +246,42 @@ _OCCUPANCY = {"num_live": ("live_streams", "Streams holding an LM slot, playing 
               "num_waiting": ("waiting_requests", "Requests waiting for an LM slot or KV memory"),
               "kv_blocks_used": ("kv_blocks_used", "KV pool blocks the live streams own"),
               "kv_blocks_free": ("kv_blocks_free", "KV pool blocks free")}
+
+
+class PromptCacheMetrics:
+    """Exports the LM's prompt cache counts (`models/prompt_cache.py` PromptCacheStats) from a thread of its own, once
+    every `period_s`, as LMPhaseMetrics does: the engine's thread never makes a metric call."""
+
+    def __init__(self, stats, period_s: float = PHASE_FLUSH_PERIOD_S) -> None:
+        """`stats()` -> the cache's PromptCacheStats (counts since it was made)."""
+        self._stats = stats
+        self._families = []
+        self._hits = self._metric("voxlane_prompt_cache_hits_total", "Prefills whose voice prompt prefix was cached",
+                                  pb_utils.MetricFamily.COUNTER)
+        self._misses = self._metric("voxlane_prompt_cache_misses_total", "Prefills that computed their prompt prefix",
+                                    pb_utils.MetricFamily.COUNTER)
+        self._bytes = self._metric("voxlane_prompt_cache_bytes", "Bytes of KV the cached prompt prefixes hold",
+                                   pb_utils.MetricFamily.GAUGE)
+        self._exported = (0, 0)  # hits and misses sent so far
+        self._thread = Periodic("voxlane-prompt-cache-metrics", period_s, self.flush)
+
+    def _metric(self, name: str, help_text: str, kind):
+        family = pb_utils.MetricFamily(name, help_text, kind)
+        self._families.append(family)  # a family must outlive its metrics
+        return family.Metric(labels={})
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._thread.stop()
+
+    def flush(self) -> None:
+        stats = self._stats()
+        hits, misses = self._exported
+        if stats.hits > hits:
+            self._hits.increment(stats.hits - hits)
+        if stats.misses > misses:
+            self._misses.increment(stats.misses - misses)
+        self._bytes.set(stats.num_bytes)
+        self._exported = (stats.hits, stats.misses)

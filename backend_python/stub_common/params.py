@@ -8,6 +8,7 @@ from typing import Mapping
 
 from backend_python.models.families import DEFAULT_MODEL
 from backend_python.stub_common.logs import configure_stub_logging
+from protocol.settings import read_settings
 
 
 def model_parameters(args: dict) -> dict[str, str]:
@@ -49,6 +50,10 @@ class LaneSettings:
     # the fused frame's projections read float8 e4m3 weights (a scale per output row, quantised at load): half the
     # bytes, the model's numbers rounded (`fp8_weights`; off by default; the fused frame's models; CUDA only)
     fp8_weights: bool = False
+    # MiB of KV for cached voice prompt prefixes in the LM lane (models/prompt_cache.py; families that declare
+    # `caches_prompts`): a request whose voice's prefix is cached prefills only its own positions. 0: no cache. 256 MiB
+    # holds ~230 prefixes of the 1.7B talker in bfloat16 (9 positions of 112 KiB without instructions)
+    prompt_cache_mib: int = 256
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -63,14 +68,13 @@ class LaneSettings:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
         if self.codec_steps < 0:
             raise ValueError(f"codec_steps must be >= 0 (0: the model's own), got {self.codec_steps}")
+        if self.prompt_cache_mib < 0:
+            raise ValueError(f"prompt_cache_mib must be >= 0 (0: no prompt cache), got {self.prompt_cache_mib}")
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> "LaneSettings":
         """From a lane model's config.pbtxt parameters (strings); absent keys keep the defaults."""
-        try:
-            return cls(**{key: parse(params[key]) for key, parse in _PARSERS.items() if key in params})
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"bad lane parameter: {error}") from error
+        return read_settings(cls, params, ignore_unknown=True, what="lane parameter")
 
     def to_parameters(self) -> dict[str, str]:
         """Every field as the string `from_parameters` reads back."""
@@ -102,22 +106,8 @@ class LaneSettings:
         return f"cuda:{instance_device_id or 0}" if self.device == "cuda" else "cpu"
 
 
-def _parse_bool(value: str) -> bool:
-    if value.strip().lower() not in ("true", "false"):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value.strip().lower() == "true"
-
-
 def _render(value) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
-_PARSERS = {"model": str, "device": str, "dtype": str, "mps_active_thread_percentage": int,
-            "mps_client_priority": int, "num_threads": int,
-            "pin_gpu": _parse_bool, "cuda_graphs": _parse_bool, "cudnn_benchmark": _parse_bool,
-            "torch_compile": _parse_bool, "stream_states": _parse_bool, "codec_steps": int,
-            "codec_compile": _parse_bool, "fused_predictor": _parse_bool,
-            "fused_frame": _parse_bool, "fp8_weights": _parse_bool}
 
 
 @dataclass(frozen=True)

@@ -18,43 +18,11 @@ import numpy as np
 
 from protocol.formats import FORMATS, PCM_F32, SAMPLE_RATES, TRITON_FORMATS
 from protocol.quoting import quoted
+from protocol.settings import read_settings
 from protocol.errors import RequestError  # noqa: F401 - this module's callers import it here too
-from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS, SPEECH_REQUEST as SPEECH_REQUEST_NAME, TIMESTAMPS_NONE
-from protocol.tensors import TIMESTAMPS_WORD
-
-
-SLOW_CHARS_PER_S = 7.0  # half the usual speaking rate (~14 characters per second): a text's default audio cap
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    max_text_chars: int = 20_000  # a whole text's (a chapter: ~25 min of speech), or a streaming-text session's pieces
-    max_audio_seconds: float = 1800.0
-    # a request that gives no max_audio_seconds: this, or for a longer text its length at SLOW_CHARS_PER_S
-    default_audio_seconds: float = 60.0
-    # a streaming-text session whose text gets no piece this long ends (its slot is freed): the default and
-    # ceiling of the `text_idle_timeout_s` input (`voxlane serve --text-idle-timeout`)
-    text_idle_timeout_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.max_text_chars < 1 or not 0 < self.default_audio_seconds <= self.max_audio_seconds:
-            raise ValueError(f"inconsistent request limits: {self}")
-        if not self.text_idle_timeout_s > 0:
-            raise ValueError(f"text_idle_timeout_s must be > 0, got {self.text_idle_timeout_s}")
-
-    def default_audio_seconds_for(self, text: str) -> float:
-        """The audio cap of a whole text whose request gives none: room for it read slowly, within the ceiling."""
-        return min(self.max_audio_seconds, max(self.default_audio_seconds, len(text) / SLOW_CHARS_PER_S))
-
-    @classmethod
-    def from_parameters(cls, params: dict[str, str]) -> "RequestLimits":
-        """From a model's config.pbtxt parameters; the router and the LM read the same keys."""
-        defaults = cls()
-        max_audio_seconds = float(params.get("max_audio_seconds", defaults.max_audio_seconds))
-        return cls(max_text_chars=int(params.get("max_text_chars", defaults.max_text_chars)),
-                   max_audio_seconds=max_audio_seconds,
-                   default_audio_seconds=min(defaults.default_audio_seconds, max_audio_seconds),
-                   text_idle_timeout_s=float(params.get("text_idle_timeout_s", defaults.text_idle_timeout_s)))
+from protocol.limits import RequestLimits  # noqa: F401 - and the limits it checks against
+from protocol.tensors import INPUT_NAMES, REQUEST_INPUTS, SPEECH_REQUEST as SPEECH_REQUEST_NAME, TIMESTAMP_KINDS
+from protocol.tensors import TIMESTAMPS_NONE, TIMESTAMPS_WORD
 
 
 @dataclass(frozen=True)
@@ -89,13 +57,9 @@ class SpeechRequest:
             fields = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"{SPEECH_REQUEST_NAME} is not JSON: {exc}") from None
-        names = {field.name for field in dataclasses.fields(cls)}
-        if not isinstance(fields, dict) or not set(fields) <= names:
-            raise ValueError(f"{SPEECH_REQUEST_NAME} must be an object of {sorted(names)}, got {text[:200]!r}")
-        try:
-            return cls(**fields)
-        except TypeError as exc:
-            raise ValueError(f"{SPEECH_REQUEST_NAME}: {exc}") from None
+        if not isinstance(fields, dict):
+            raise ValueError(f"{SPEECH_REQUEST_NAME} must be a JSON object, got {text[:200]!r}")
+        return read_settings(cls, fields, what=SPEECH_REQUEST_NAME)
 
 
 @dataclass(frozen=True)
@@ -153,7 +117,7 @@ def _timestamps(get: GetInput) -> bool:
     """`timestamps`: "word" (True) or "none" (False, the default), any case."""
     value = _scalar(get, "timestamps")
     text = TIMESTAMPS_NONE if value is None else _decode_utf8(value, "timestamps").strip().lower()
-    if text not in (TIMESTAMPS_NONE, TIMESTAMPS_WORD):
+    if text not in TIMESTAMP_KINDS:
         raise RequestError(f"input 'timestamps' must be '{TIMESTAMPS_WORD}' or '{TIMESTAMPS_NONE}', got {quoted(text)}",
                            param="timestamps")
     return text == TIMESTAMPS_WORD

@@ -23,6 +23,7 @@ sharing one data directory, gets the same answer from each. Errors are `Ended` v
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import logging
 from pathlib import Path
@@ -43,7 +44,7 @@ from protocol.admin import ADMIN_KEY_PARAMETER, CONTROL_ACTIONS, CONTROL_KEY_FIL
 from protocol.models import LM, VOICE_ENCODER
 from protocol.quoting import quoted
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import LIST_VOICES, REFERENCE_INPUTS, REFERENCE_TENSORS, VOICES_OUTPUT
+from protocol.tensors import FORGET_VOICE, LIST_VOICES, REFERENCE_INPUTS, REFERENCE_TENSORS, VOICES_OUTPUT
 
 log = logging.getLogger("voxlane.voice_registry")
 # the inputs each action takes; export and import copy a voice between servers (the gateway's sync)
@@ -101,7 +102,7 @@ class VoiceRegistryModel:
             return self._list()
         name = _text(get, "name", required=True)
         if action == "delete":
-            return {**self.store.delete(name), "deleted": True}
+            return self._delete(name)
         if action == "export":
             return self._export(name)
         if action == "import":
@@ -115,6 +116,17 @@ class VoiceRegistryModel:
         answer = {"object": "list", "data": self.store.list()}
         presets = self.lm_voices.names()
         return answer if presets is None else {**answer, "presets": list(presets)}
+
+    def _delete(self, name: str) -> dict:
+        """Remove the voice, then tell the LM lane, which drops what it cached of it (its prompt prefixes)."""
+        try:
+            voice = self.store.get(name)
+        except (ValueError, OSError):  # a damaged file goes too; nothing of it could reach the LM
+            voice = None
+        answer = {**self.store.delete(name), "deleted": True}
+        if voice is not None:
+            self.lm_voices.forget(voice)
+        return answer
 
     def _export(self, name: str) -> dict:
         """The voice and its file (base64), which another server's `import` takes as `voice_file`."""
@@ -179,7 +191,8 @@ class LMVoices:
 
     def __init__(self) -> None:
         self._names: tuple[str, ...] | None = None
-        self._held: list = []  # answered BLS iterators stay alive (vox_ensemble/graveyard.py says why); one or two
+        # answered BLS iterators stay alive (vox_ensemble/graveyard.py says why): one is freed 16 calls later
+        self._held: collections.deque = collections.deque(maxlen=16)
 
     def names(self) -> tuple[str, ...] | None:
         """The names, or None while the LM lane does not answer (loading, down)."""
@@ -187,17 +200,20 @@ class LMVoices:
             self._names = self._ask()
         return self._names
 
+    def forget(self, voice: Voice) -> None:
+        """Tell the LM lane a registered voice was deleted (a `forget_voice` control request with its tensors): it
+        drops what it cached of the voice. Best effort: an LM lane that does not answer keeps its entries, which
+        no request can reach by another voice (they are keyed by the voice's content) and its LRU ages out."""
+        inputs = [pb_utils.Tensor(FORGET_VOICE, np.array([True], dtype=np.bool_))]
+        inputs += [pb_utils.Tensor(name, array) for name, array in voice.lm_inputs().items()]
+        for response in self._call(inputs, []) or ():
+            if response.has_error():
+                log.warning("the LM lane did not forget voice %s: %s", quoted(voice.name), response.error().message())
+
     def _ask(self) -> tuple[str, ...] | None:
-        request = pb_utils.InferenceRequest(model_name=LM, requested_output_names=[VOICES_OUTPUT], inputs=[
-            pb_utils.Tensor(LIST_VOICES, np.array([True], dtype=np.bool_))])
-        try:
-            responses = request.exec(decoupled=True)
-        except Exception as exc:  # whatever the LM lane's state, the listing answers the registered voices
-            log.warning("could not ask the LM lane for its voices: %s", exc)
-            return None
-        self._held.append(responses)
+        responses = self._call([pb_utils.Tensor(LIST_VOICES, np.array([True], dtype=np.bool_))], [VOICES_OUTPUT])
         names = None
-        for response in responses:
+        for response in responses or ():
             if response.has_error():
                 log.warning("the LM lane did not list its voices: %s", response.error().message())
                 continue
@@ -205,6 +221,17 @@ class LMVoices:
             if tensor is not None:
                 names = tuple(json.loads(bytes(tensor.as_numpy().reshape(-1)[0])))
         return names
+
+    def _call(self, inputs: list, outputs: list[str]):
+        """One control request to the LM lane -> its responses, or None where it could not be asked."""
+        request = pb_utils.InferenceRequest(model_name=LM, requested_output_names=outputs, inputs=inputs)
+        try:
+            responses = request.exec(decoupled=True)
+        except Exception as exc:  # whatever the LM lane's state, the registry answers its own part
+            log.warning("could not reach the LM lane: %s", exc)
+            return None
+        self._held.append(responses)
+        return responses
 
 
 class _NoHealing:

@@ -23,7 +23,7 @@ import time
 import uuid
 import zipfile
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +33,7 @@ from backend_python.paths import default_data_dir
 from backend_python.stub_common.params import LaneSettings
 from protocol.errors import RequestError
 from protocol.quoting import quoted
+from protocol.settings import read_settings
 from protocol.tensors import REFERENCE_TENSORS
 from protocol.voices import NAME_PATTERN
 
@@ -57,18 +58,15 @@ class VoiceStoreSettings:
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> "VoiceStoreSettings":
         """From a model's config.pbtxt parameters; absent keys keep the defaults."""
-        return cls(**{name: parse(params[name]) for name, parse in _PARSERS.items() if name in params})
+        return read_settings(cls, params, ignore_unknown=True)
 
     def to_parameters(self) -> dict[str, str]:
-        return {name: str(getattr(self, name)) for name in _PARSERS}
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)}
 
     @property
     def directory(self) -> Path:
         """The served model's voices: `<data_dir>/voices/<model key>`."""
         return Path(self.data_dir or default_data_dir()).expanduser() / "voices" / model_key(self.model)
-
-
-_PARSERS = {"model": str, "data_dir": str, "max_cached_voices": int}
 
 
 def model_key(model: str) -> str:

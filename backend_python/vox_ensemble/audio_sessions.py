@@ -23,6 +23,7 @@ import numpy as np
 from backend_python.stub_common.request_inputs import RequestError
 from backend_python.vox_ensemble.text_sessions import Sessions
 from protocol.quoting import quoted
+from protocol.settings import read_settings
 from protocol.tensors import REQUEST_INPUTS
 
 RATE = REQUEST_INPUTS["input_sample_rate"]
@@ -41,11 +42,12 @@ class AudioInLimits:
 
     @classmethod
     def from_parameters(cls, params: dict) -> "AudioInLimits":
-        d = cls()
-        return cls(max_piece_s=float(params.get("max_input_piece_s", d.max_piece_s)),
-                   max_input_s=float(params.get("max_input_audio_s", d.max_input_s)),
-                   chunk_frames=int(params.get("input_chunk_frames", d.chunk_frames)),
-                   context_frames=int(params.get("input_context_frames", d.context_frames)))
+        return read_settings(cls, params, keys=_PARAMETER_KEYS, ignore_unknown=True)
+
+
+# the fields read from parameters, and their keys there (`frame_rate` is the encoder's own)
+_PARAMETER_KEYS = {"max_piece_s": "max_input_piece_s", "max_input_s": "max_input_audio_s",
+                   "chunk_frames": "input_chunk_frames", "context_frames": "input_context_frames"}
 
 
 def check_rate(rate: int | None) -> int:

@@ -18,7 +18,7 @@ from backend_python.stub_common.lane_health import LaneHealth
 from backend_python.vox_ensemble.stream import Job
 from protocol.models import LM
 from protocol.reasons import Ended, EndReason
-from protocol.tensors import INPUT_CODES, INPUT_FINAL, TAKEN_FRAMES, TEXT_FINAL, TEXT_PIECE
+from protocol.tensors import CANCEL, INPUT_CODES, INPUT_FINAL, TAKEN_FRAMES, TEXT_FINAL, TEXT_PIECE
 
 
 class LMClient:
@@ -45,7 +45,7 @@ class LMClient:
     def cancel(self, stream_id: str) -> None:
         """End the LM's stream `stream_id` (its client went away); its slot frees at the LM's next step.
         Unknown ids are ignored there."""
-        self._control(stream_id, pb_utils.Tensor("cancel", np.array([True], dtype=np.bool_)))
+        self._control(stream_id, pb_utils.Tensor(CANCEL, np.array([True], dtype=np.bool_)))
 
     def send_text(self, stream_id: str, text: str, is_final: bool) -> None:
         """More of streaming-text stream `stream_id`'s text (whole characters); `is_final` closes it."""

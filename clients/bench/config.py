@@ -5,8 +5,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clients.bench.arrivals import ARRIVALS
+from protocol.limits import RequestLimits
 
-MAX_AUDIO_SECONDS = 1800.0  # the server's limit on max_audio_seconds
+MAX_AUDIO_SECONDS = RequestLimits.max_audio_seconds  # the server's limit on max_audio_seconds
 PROTOCOLS = ("grpc", "openai")
 
 

@@ -28,7 +28,7 @@ from server.gateway.playground import add_playground_routes
 from server.gateway.service import Gateway
 from server.gateway.listings import audio_models_json, model_json, voice_listing
 from server.gateway.request_ids import current_id, on_response_prepare, request_id_of
-from server.gateway.speech import OPENAI_PCM_RATE, SpeechRequest, model_not_found, served_models
+from server.gateway.speech import OPENAI_PCM_RATE, GatewaySpeechRequest, model_not_found, served_models
 from server.gateway.speech_socket import serve_socket
 from server.gateway.triton_stream import AudioChunk, StreamFailure
 from server.gateway.voices import (MAX_UPLOAD_BYTES, merged_delete, merged_list, merged_register, no_server,
@@ -209,7 +209,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
         return await _relay(request, gateway, parsed, first, chunks)
 
 
-async def _relay(request: web.Request, gateway: Gateway, speech_request: SpeechRequest,
+async def _relay(request: web.Request, gateway: Gateway, speech_request: GatewaySpeechRequest,
                  first: AudioChunk | None, chunks) -> web.StreamResponse:
     sample_rate = first.sample_rate if first else OPENAI_PCM_RATE  # no audio came: the header's rate only
     writer = _Writer(request, gateway, speech_request, sample_rate)
@@ -236,7 +236,7 @@ async def _relay(request: web.Request, gateway: Gateway, speech_request: SpeechR
     return writer.response
 
 
-async def _whole_file(gateway: Gateway, speech_request: SpeechRequest, chunks) -> web.Response:
+async def _whole_file(gateway: Gateway, speech_request: GatewaySpeechRequest, chunks) -> web.Response:
     """`stream`: false: every chunk read (and acked) as it comes, then one response of known length; an error at
     any point is an error response (nothing was sent before it)."""
     fmt, encoder, parts = FORMATS[speech_request.response_format], None, []
@@ -255,7 +255,7 @@ async def _whole_file(gateway: Gateway, speech_request: SpeechRequest, chunks) -
 class _Writer:
     """One response in the request's format and rate, encoded chunk by chunk; raw or as SSE events."""
 
-    def __init__(self, request: web.Request, gateway: Gateway, speech_request: SpeechRequest, sample_rate: int):
+    def __init__(self, request: web.Request, gateway: Gateway, speech_request: GatewaySpeechRequest, sample_rate: int):
         self.request, self.gateway, self.speech_request = request, gateway, speech_request
         fmt = FORMATS[speech_request.response_format]
         self._encoder = ChunkEncoder(fmt, sample_rate, speech_request.sample_rate)

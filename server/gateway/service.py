@@ -28,7 +28,7 @@ from server.gateway.readiness import Probe, can_serve, probe
 from server.gateway.resolver import DnsResolver, HostPort
 from server.gateway.server_settings import ServerSettings, server_settings
 from server.gateway.request_ids import TritonIds
-from server.gateway.speech import SpeechRequest, parse_speech
+from server.gateway.speech import GatewaySpeechRequest, parse_speech
 from server.gateway.stats import GatewayStats
 from server.gateway.triton_session import SessionEvent, SessionText, TritonSession
 from server.gateway.triton_stream import AudioChunk, StreamFailure, stream_chunks
@@ -121,29 +121,29 @@ class Gateway:
         for channel in self._channels.pop(backend.url, ()):
             await channel.close()
 
-    async def parse_speech(self, body: object) -> SpeechRequest | ApiError:
+    async def parse_speech(self, body: object) -> GatewaySpeechRequest | ApiError:
         """`speech.parse_speech` of a request body; one with reference audio decodes it off the event loop."""
         if not (isinstance(body, dict) and body.get("ref_audio") is not None):
             return parse_speech(body, self.model_ids)
         async with self.decoders:
             return await asyncio.to_thread(parse_speech, body, self.model_ids, self.reference_limits)
 
-    def stream_speech(self, request: SpeechRequest, lease: Lease | None = None) -> AsyncIterator[AudioChunk]:
+    def stream_speech(self, request: GatewaySpeechRequest, lease: Lease | None = None) -> AsyncIterator[AudioChunk]:
         """The request's chunks from the least loaded ready server; before any audio, a 503 (overloaded,
         a lane down, stopping, unreachable) is tried once more on another server (`max_attempts`). A
         server that is unreachable or has a lane down is skipped for `down_s` after. The audio waiting for the
         client is charged to its `lease` (limits.py)."""
         return self._failover(request, lambda stub, req: stream_chunks(stub, req, self.config.request_timeout_s, lease))
 
-    def speak_text(self, request: SpeechRequest, text: SessionText) -> AsyncIterator[SessionEvent]:
+    def speak_text(self, request: GatewaySpeechRequest, text: SessionText) -> AsyncIterator[SessionEvent]:
         """A streaming-text session's events (its chunks and refused pieces), its text taken from `text`
         as the client writes it. Placed and moved as `stream_speech` is: a 503 before the client has
         seen any event starts the session again on another server with the pieces so far."""
         return self._failover(request, lambda stub, req: TritonSession(stub, req, text,
                                                                       self.config.request_timeout_s).events())
 
-    async def _failover(self, request: SpeechRequest,
-                        open_stream: Callable[[object, SpeechRequest], AsyncIterator]) -> AsyncIterator:
+    async def _failover(self, request: GatewaySpeechRequest,
+                        open_stream: Callable[[object, GatewaySpeechRequest], AsyncIterator]) -> AsyncIterator:
         """The events of the request's stream (`open_stream(stub, request)`), its Triton id one that no recent
         stream of this gateway had (request_ids.py)."""
         triton_id = self.triton_ids.take(request.request_id or uuid.uuid4().hex)
@@ -156,8 +156,8 @@ class Gateway:
         finally:
             self.triton_ids.release(triton_id)
 
-    async def _on_servers(self, request: SpeechRequest,
-                          open_stream: Callable[[object, SpeechRequest], AsyncIterator]) -> AsyncIterator:
+    async def _on_servers(self, request: GatewaySpeechRequest,
+                          open_stream: Callable[[object, GatewaySpeechRequest], AsyncIterator]) -> AsyncIterator:
         """The events of `open_stream(stub, request)` on one server after another while each refuses before its
         first."""
         tried: tuple[Backend, ...] = ()

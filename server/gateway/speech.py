@@ -11,7 +11,7 @@ from protocol.reference import ReferenceLimits
 from protocol.formats import FORMATS, SAMPLE_RATES
 from server.gateway.errors import ApiError, bad_request
 from protocol.quoting import quoted
-from protocol.tensors import REQUEST_INPUTS, fits_integer
+from protocol.tensors import REQUEST_INPUTS, TIMESTAMP_KINDS, TIMESTAMPS_NONE, TIMESTAMPS_WORD, fits_integer
 
 RESPONSE_FORMATS = tuple(FORMATS)  # OpenAI's formats: wav, pcm, mp3, opus, aac, flac
 DEFAULT_RESPONSE_FORMAT = "mp3"  # OpenAI's: apps that name no format store the reply as .mp3
@@ -25,15 +25,16 @@ STREAM_FORMATS = ("audio", "sse")
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
                  "verse", "marin", "cedar")
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-# VoxLane's own request fields (the router's optional inputs), by JSON type
-EXTRA_FIELDS = {"seed": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
-                "max_audio_seconds": float, "ignore_eos": bool}
+# VoxLane's own request fields (the router's optional inputs), by JSON type (their tensors')
+EXTRA_FIELDS = {name: REQUEST_INPUTS[name].json_type for name in ("seed", "temperature", "top_p", "top_k",
+                                                                   "repetition_penalty", "max_audio_seconds",
+                                                                   "ignore_eos")}
 OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "stream_format", "instructions")
 # VoxLane's: the rate of the audio sent (default: the model's, OPENAI_PCM_RATE for `pcm`); `timestamps` "word": each
 # chunk's words with their start and end (SSE events, WebSocket messages)
 OUTPUT_FIELDS = ("sample_rate", "timestamps")
-SPEED_RANGE = (0.25, 4.0)  # OpenAI's
-TIMESTAMP_KINDS = ("none", "word")
+_SPEED = REQUEST_INPUTS["speed"]
+SPEED_RANGE = (_SPEED.low, _SPEED.high)  # OpenAI's, and the router's
 # the peers' (vLLM-Omni's and SGLang-Omni's speech APIs; docs/GATEWAY.md has the table): `stream` false sends the
 # whole file in one response; `language` and `non_streaming_mode` are the router's inputs of those names
 PEER_FIELDS = ("stream", "language", "non_streaming_mode")
@@ -43,8 +44,10 @@ REFERENCE_FIELDS = ("ref_audio", "ref_text", "x_vector_only")
 
 
 @dataclass(frozen=True)
-class SpeechRequest:
-    """One checked request; `params` are the Triton inputs beside `text` and `voice`."""
+class GatewaySpeechRequest:
+    """One checked speech request of the gateway (a `POST /v1/audio/speech` body, or a WebSocket session's
+    settings): what it asks Triton for. `params` are the Triton inputs beside `text` and `voice`; the router parses
+    them into its own SpeechRequest (stub_common/request_inputs.py)."""
 
     model: str
     text: str
@@ -58,11 +61,11 @@ class SpeechRequest:
 
     @property
     def word_timestamps(self) -> bool:
-        return self.params.get("timestamps") == "word"
+        return self.params.get("timestamps") == TIMESTAMPS_WORD
 
 
 def parse_speech(body: object, model_ids: tuple[str, ...],
-                 limits: ReferenceLimits = ReferenceLimits()) -> SpeechRequest | ApiError:
+                 limits: ReferenceLimits = ReferenceLimits()) -> GatewaySpeechRequest | ApiError:
     """The request, or the first thing wrong with it (OpenAI's error shape); `limits`: the server's on a reference."""
     if not isinstance(body, dict):
         return bad_request("the request body must be a JSON object")
@@ -82,7 +85,7 @@ def parse_speech(body: object, model_ids: tuple[str, ...],
     if isinstance(params, ApiError):
         return params
     fmt = body.get("response_format", DEFAULT_RESPONSE_FORMAT)
-    return SpeechRequest(body["model"], body["input"], voice, fmt, body.get("stream_format", "audio"), params,
+    return GatewaySpeechRequest(body["model"], body["input"], voice, fmt, body.get("stream_format", "audio"), params,
                          output_rate(fmt, body.get("sample_rate")), body.get("stream") is not False)
 
 
@@ -111,10 +114,10 @@ def _params(body: dict, limits: ReferenceLimits) -> dict | ApiError:
 def _output_params(body: dict) -> dict:
     """`speed` (other than 1) and `timestamps` ("word") as the router's inputs; checked before."""
     params = {}
-    if body.get("speed", 1.0) != 1.0:
+    if body.get("speed", _SPEED.default) != _SPEED.default:
         params["speed"] = float(body["speed"])
-    if body.get("timestamps", "none") == "word":
-        params["timestamps"] = "word"
+    if body.get("timestamps", TIMESTAMPS_NONE) == TIMESTAMPS_WORD:
+        params["timestamps"] = TIMESTAMPS_WORD
     return params
 
 
@@ -200,10 +203,10 @@ def _check_sample_rate(body: dict) -> ApiError | None:
 
 def _check_unsupported(body: dict) -> ApiError | None:
     """`speed` in OpenAI's range (time-stretched on the server, pitch kept); `timestamps` "word" or "none"."""
-    speed, (low, high) = body.get("speed", 1.0), SPEED_RANGE
+    speed, (low, high) = body.get("speed", _SPEED.default), SPEED_RANGE
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
         return bad_request(f"speed must be a number from {low:g} to {high:g}, got {quoted(speed)}", param="speed")
-    kind = body.get("timestamps", "none")
+    kind = body.get("timestamps", TIMESTAMPS_NONE)
     if kind not in TIMESTAMP_KINDS:
         return bad_request(f"timestamps must be one of {', '.join(TIMESTAMP_KINDS)}, got {quoted(kind)}",
                            param="timestamps")

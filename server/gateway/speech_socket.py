@@ -26,7 +26,7 @@ from aiohttp import WSMsgType, web
 
 from server.gateway.request_ids import request_id_of
 from server.gateway.service import Gateway
-from server.gateway.speech import SpeechRequest
+from server.gateway.speech import GatewaySpeechRequest
 from server.gateway.triton_session import PieceRefused, SessionText
 from server.gateway.triton_stream import StreamFailure
 from server.gateway.ws_session import (AudioAppend, AudioDone, AudioMessages, ErrorCode, ResponseCancel,
@@ -141,7 +141,7 @@ class SpeechSocket:
         self.fields, self.speech = merged, parsed
         return None
 
-    async def _parse(self, fields: dict) -> SpeechRequest | SocketError:
+    async def _parse(self, fields: dict) -> GatewaySpeechRequest | SocketError:
         """`parse_session`; an enrollment inline (`ref_audio`) is decoded off the event loop, as the HTTP route's."""
         if fields.get("ref_audio") is None:
             return parse_session(fields, self.gateway.model_ids)

@@ -21,7 +21,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from server.gateway.errors import ApiError, from_ended, from_grpc_error, unavailable
-from server.gateway.speech import SpeechRequest
+from server.gateway.speech import GatewaySpeechRequest
 from server.gateway.triton_stream import (AudioChunk, StreamFailure, ack_request, add_input, end_call,
                                            infer_request, parse_response)
 from protocol.models import ROUTER
@@ -92,7 +92,7 @@ class SessionText:
 class TritonSession:
     """One session's requests on one gRPC stream, and its events as they arrive."""
 
-    def __init__(self, stub, request: SpeechRequest, text: SessionText, timeout_s: float) -> None:
+    def __init__(self, stub, request: GatewaySpeechRequest, text: SessionText, timeout_s: float) -> None:
         self._stub, self._timeout_s = stub, timeout_s
         self._session_id = secrets.randbits(62) + 1  # one live session per id on a server: random, never 0
         self._first = session_request(request, self._session_id)
@@ -151,7 +151,7 @@ class TritonSession:
         return parse_response(response, time.perf_counter())
 
 
-def session_request(request: SpeechRequest, session_id: int) -> service_pb2.ModelInferRequest:
+def session_request(request: GatewaySpeechRequest, session_id: int) -> service_pb2.ModelInferRequest:
     """The session's first request: its inputs with an empty text, acks on, the sequence-start flag."""
     proto = infer_request(replace(request, text=""))
     add_input(proto, "client_acks", True)

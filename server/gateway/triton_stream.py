@@ -21,7 +21,7 @@ from tritonclient.utils import serialize_byte_tensor
 
 from server.gateway.errors import ApiError, from_ended, from_grpc_error, too_many, unavailable
 from server.gateway.limits import Lease
-from server.gateway.speech import SpeechRequest
+from server.gateway.speech import GatewaySpeechRequest
 from protocol.models import ROUTER
 from protocol.reasons import EndReason
 from protocol.tensors import CONTROL_INPUTS, REQUEST_INPUTS, scalar_array
@@ -51,7 +51,7 @@ class AudioChunk:
     words: list[dict] | None = None  # with `timestamps` "word": [{"word", "start", "end"}, ...] (seconds as sent)
 
 
-def infer_request(request: SpeechRequest) -> service_pb2.ModelInferRequest:
+def infer_request(request: GatewaySpeechRequest) -> service_pb2.ModelInferRequest:
     """The router's request tensors, each of shape [1]; the request's id (a fresh one if it has none)."""
     proto = service_pb2.ModelInferRequest(model_name=ROUTER, id=request.request_id or uuid.uuid4().hex)
     add_input(proto, "text", request.text)
@@ -74,7 +74,7 @@ def add_tensor(proto: service_pb2.ModelInferRequest, name: str, datatype: str, a
     proto.raw_input_contents.append(raw)
 
 
-async def stream_chunks(stub, request: SpeechRequest, timeout_s: float, lease: Lease | None = None
+async def stream_chunks(stub, request: GatewaySpeechRequest, timeout_s: float, lease: Lease | None = None
                         ) -> AsyncIterator[AudioChunk]:
     """Yield each audio chunk as Triton sends it; raise StreamFailure on an error response or RPC failure.
 

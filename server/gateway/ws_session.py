@@ -36,7 +36,7 @@ from audio.encoders import ChunkEncoder
 from protocol.formats import FORMATS
 from server.gateway.errors import ApiError, load_json
 from server.gateway.speech import (EXTRA_FIELDS, OPENAI_FIELDS, OUTPUT_FIELDS, PEER_FIELDS, REFERENCE_FIELDS,
-                                    SpeechRequest, check_unicode, extra_params, parse_speech)
+                                    GatewaySpeechRequest, check_unicode, extra_params, parse_speech)
 from server.gateway.triton_stream import AudioChunk
 from protocol.quoting import quoted
 
@@ -183,12 +183,12 @@ _PARSERS = {"session.update": _session_update, "input_text.append": _text_append
             "input_audio.append": _audio_append, "input_audio.done": lambda message: AudioDone()}
 
 
-def default_session(model_ids: tuple[str, ...]) -> SpeechRequest:
+def default_session(model_ids: tuple[str, ...]) -> GatewaySpeechRequest:
     """A session's settings before any session.update: the served model, its default voice, pcm (at OpenAI's rate)."""
     return parse_session({}, model_ids)
 
 
-def parse_session(fields: dict, model_ids: tuple[str, ...]) -> SpeechRequest | SocketError:
+def parse_session(fields: dict, model_ids: tuple[str, ...]) -> GatewaySpeechRequest | SocketError:
     """A session's settings from all the fields its updates set, or the first one that is wrong."""
     unknown = sorted(set(fields) - set(SESSION_FIELDS) - set(SESSION_ONLY_FIELDS))
     if unknown:
@@ -248,7 +248,7 @@ class AudioMessages:
     """A session's audio as binary messages: 16-bit PCM per chunk (soxr-resampled to `sample_rate` if asked),
     the WAV header before the first with `wav`."""
 
-    def __init__(self, request: SpeechRequest) -> None:
+    def __init__(self, request: GatewaySpeechRequest) -> None:
         self._format, self._rate = FORMATS[request.response_format], request.sample_rate
         self._encoder: ChunkEncoder | None = None  # made at the first chunk, which says the model's rate
         self.num_samples = 0  # at the model's rate

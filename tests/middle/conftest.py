@@ -116,6 +116,11 @@ class FakeSpeechLM:
 
     def __init__(self) -> None:
         self.references = []  # the VoiceReference (or None) of each prompt built
+        self.forgotten = []  # the VoiceReference of each `forget_voice`
+
+    def forget_voice(self, reference) -> int:
+        self.forgotten.append(reference)
+        return 0
 
     def open_text(self, voice: str | None) -> FakeText:
         return FakeText()

@@ -57,6 +57,20 @@ def test_a_cancelled_direct_stream_ends_without_an_error(pb):
     assert request.sender.is_final.is_set()
 
 
+def test_forget_voice_hands_the_deleted_voice_to_the_model_and_starts_nothing(pb):
+    """The voice registry's delete: the model drops what it cached of the voice (its reference tensors)."""
+    engine = FakeEngine()
+    lm = lm_glue(engine)
+    embedding = np.arange(8, dtype=np.float32)
+    request = pb.Request([pb.Tensor("forget_voice", np.array([True])), pb.Tensor("speaker_embedding", embedding)],
+                         request_id="")
+    lm.execute([request])
+    reference, = lm.model.forgotten
+    np.testing.assert_array_equal(reference.tensors["speaker_embedding"].numpy(), embedding)
+    assert request.sender.sent[-1] == (None, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert engine.added.empty()
+
+
 def test_an_lm_request_naming_an_unreachable_channel_is_refused_as_internal(pb):
     lm = lm_glue(FakeEngine())
     request = pb.Request([pb.Tensor("text", np.array([b"Hi."], dtype=np.object_))],
@@ -115,3 +129,25 @@ def test_list_voices_answers_the_model_s_preset_voices_and_starts_nothing(pb):
     (response,) = request.sender.responses
     assert json.loads(pb.get_output_tensor_by_name(response, "voices").as_numpy()[0]) == ["tiny", "tiny_b"]
     assert request.sender.is_final.is_set() and engine.added.empty()
+
+
+def test_the_prompt_cache_s_counts_reach_the_metrics_as_counters_and_a_gauge(pb):
+    """`voxlane_prompt_cache_*`: hits and misses are counters (each flush adds what came since), bytes a gauge."""
+    import torch
+
+    from backend_python.models.prompt_cache import CachedPrefix, PrefixKey, PromptCache
+    from backend_python.stub_common.metrics import PromptCacheMetrics
+
+    cache, key = PromptCache(1 << 20), PrefixKey(((1, 2), (3,)))
+    metrics = PromptCacheMetrics(cache.stats)
+    hits, misses, num_bytes = (family.metrics[0] for family in metrics._families)
+    cache.get(key)
+    cache.put(key, CachedPrefix(torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8)))
+    metrics.flush()
+    assert (hits.value, misses.value, num_bytes.value) == (0, 1, 512)
+    cache.get(key), cache.get(key)
+    metrics.flush()
+    metrics.flush()  # nothing new: nothing added
+    assert (hits.value, misses.value, num_bytes.value) == (2, 1, 512)
+    assert [f.name for f in metrics._families] == ["voxlane_prompt_cache_hits_total",
+                                                   "voxlane_prompt_cache_misses_total", "voxlane_prompt_cache_bytes"]

@@ -50,13 +50,18 @@ class FakeEncoderLane:
 
 
 class FakeLMLane:
-    """`speechlm_lm` as the registry's listing meets it: `list_voices` answered with the names, or a refusal."""
+    """`speechlm_lm` as the registry meets it: `list_voices` answered with the names, or a refusal; `forget_voice`
+    requests recorded (their inputs)."""
 
     def __init__(self, pb, voices: tuple[str, ...]) -> None:
-        self.pb, self.voices, self.calls, self.error = pb, voices, 0, None
+        self.pb, self.voices, self.calls, self.error, self.forgotten = pb, voices, 0, None, []
 
     def __call__(self, request, decoupled: bool):
         assert decoupled, "the LM lane is decoupled"
+        if forget := {t.name(): t.as_numpy() for t in request.inputs() if t.name() != "list_voices"}:
+            assert forget.pop("forget_voice").tolist() == [True]
+            self.forgotten.append(forget)
+            return [self.pb.InferenceResponse(output_tensors=[])]
         assert [t.name() for t in request.inputs()] == ["list_voices"]
         self.calls += 1
         if self.error is not None:
@@ -139,6 +144,19 @@ def test_list_and_delete(pb, registry):
     assert (deleted["name"], deleted["deleted"], deleted["transcript"]) == ("bob", True, REF_TEXT)
     assert [v["name"] for v in call(pb, registry, "list")["data"]] == ["alice"]
     refused(call(pb, registry, "delete", name="bob"), "name", "voice_not_found")
+
+
+def test_a_deleted_voice_is_forgotten_by_the_lm_lane_with_its_tensors(pb, registry):
+    """The LM lane keys what it caches of a voice by its tensors (its prompt prefixes): a delete hands them over."""
+    lm = pb.SERVER.handlers["speechlm_lm"]
+    register(pb, registry, "bob", x_vector_only=np.bool_(True))
+    stored = registry.store.get("bob").lm_inputs()
+    call(pb, registry, "delete", name="bob")
+    forgotten, = lm.forgotten
+    assert forgotten.keys() == stored.keys() == {"speaker_embedding"}
+    np.testing.assert_array_equal(forgotten["speaker_embedding"], stored["speaker_embedding"])
+    refused(call(pb, registry, "delete", name="bob"), "name", "voice_not_found")
+    assert len(lm.forgotten) == 1  # nothing deleted, nothing to forget
 
 
 def test_list_names_the_model_s_preset_voices_once_the_lm_lane_answers_and_asks_it_once(pb, registry):

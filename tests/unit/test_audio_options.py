@@ -116,19 +116,20 @@ def _config_names(model: str, section: str) -> list[str]:
 
 def test_the_configs_accept_what_the_table_names():
     """vox_ensemble takes every request input and the control inputs and sends `audio_bytes`; speechlm_lm
-    takes only the LM's, its backpressure bound and its listener's playback speed, its control inputs (cancel, backpressure, streaming text, input audio, the voice listing) and
+    takes only the LM's, its backpressure bound and its listener's playback speed, its control inputs (cancel, backpressure, streaming text, input audio, the voice listing, a
+    deleted voice) and
     a voice to clone as the encoder made it; voice_encoder takes the reference audio and answers its tensors, or what
     the model's voices hold (`voice_spec`)."""
     from protocol.tensors import (CONTROL_INPUTS, INPUT_NAMES, MAX_UNREAD_AUDIO_S, PLAYBACK_SPEED, REFERENCE_LM_INPUTS,
                                   REFERENCE_TENSORS, SPEECH_REQUEST, RESPONSE_OUTPUTS, TAKEN_FRAMES, TEXT_FINAL, TEXT_OPEN, TEXT_PIECE,
-                                  INPUT_CODES, INPUT_FINAL, LIST_VOICES, VOICES_OUTPUT, VOICE_SPEC)
+                                  INPUT_CODES, INPUT_FINAL, LIST_VOICES, FORGET_VOICE, VOICES_OUTPUT, VOICE_SPEC)
     assert _config_names("vox_ensemble", "input") == [*INPUT_NAMES, *CONTROL_INPUTS]
     assert _config_names("vox_ensemble", "output") == list(RESPONSE_OUTPUTS)
     assert _config_names("speechlm_lm", "input") == [*LM_INPUT_NAMES, SPEECH_REQUEST, MAX_UNREAD_AUDIO_S,
                                                      PLAYBACK_SPEED, "cancel",
                                                      TAKEN_FRAMES,
                                                      TEXT_OPEN, TEXT_PIECE, TEXT_FINAL, INPUT_CODES, INPUT_FINAL,
-                                                     LIST_VOICES, *REFERENCE_LM_INPUTS]
+                                                     LIST_VOICES, FORGET_VOICE, *REFERENCE_LM_INPUTS]
     assert VOICES_OUTPUT in _config_names("speechlm_lm", "output")  # the answer to `list_voices`
     assert _config_names("voice_encoder", "input") == ["ref_audio", "ref_sample_rate", "x_vector_only"]
     assert _config_names("voice_encoder", "output") == [*REFERENCE_TENSORS, VOICE_SPEC]

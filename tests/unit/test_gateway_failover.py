@@ -11,11 +11,11 @@ from server.gateway.config import GatewayConfig
 from server.gateway.errors import bad_request, from_ended, unavailable
 from server.gateway.readiness import Probe
 from server.gateway.server_settings import ServerSettings
-from server.gateway.speech import SpeechRequest
+from server.gateway.speech import GatewaySpeechRequest
 from server.gateway.triton_stream import AudioChunk, StreamFailure
 from protocol.reasons import Ended, EndReason
 
-REQUEST = SpeechRequest("m", "Hello.", None)
+REQUEST = GatewaySpeechRequest("m", "Hello.", None)
 
 
 def fake_streams(monkeypatch, behaviour: dict[str, object]) -> list[str]:
@@ -132,7 +132,7 @@ def test_a_stream_on_a_server_whose_router_died_ends_with_a_503_and_the_next_pol
 
     async def run():
         got = []
-        stream = gateway._failover(SpeechRequest("qwen3-tts-tiny", "Hello.", None), forever)
+        stream = gateway._failover(GatewaySpeechRequest("qwen3-tts-tiny", "Hello.", None), forever)
         got.append(await anext(stream))
         asyncio.get_running_loop().call_later(0.05, gateway._router_lost["a:1"].set)
         with pytest.raises(StreamFailure) as caught:

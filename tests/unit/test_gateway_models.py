@@ -14,7 +14,7 @@ from server.gateway.config import GatewayConfig
 from server.gateway.errors import bad_request
 from server.gateway.readiness import Probe
 from server.gateway.server_settings import ServerSettings
-from server.gateway.speech import SpeechRequest, parse_speech
+from server.gateway.speech import GatewaySpeechRequest, parse_speech
 from server.gateway.triton_stream import AudioChunk, StreamFailure
 from server.gateway.voices import merged_register
 
@@ -85,7 +85,7 @@ def test_requests_reach_only_their_model_s_servers(monkeypatch):
     monkeypatch.setattr(service.Gateway, "_stub", lambda self, backend: backend.url)
 
     async def speak(model):
-        return [c.index async for c in gateway.stream_speech(SpeechRequest(model, "Hi.", None))]
+        return [c.index async for c in gateway.stream_speech(GatewaySpeechRequest(model, "Hi.", None))]
 
     for model in (COSY, COSY, "tts-1", QWEN):
         asyncio.run(speak(model))
@@ -103,7 +103,7 @@ def test_a_model_whose_servers_all_left_is_listed_until_they_are_forgotten(monke
     gateway._refresh_catalog()
     assert gateway.model_ids == (QWEN, COSY)
     with pytest.raises(StreamFailure) as caught:
-        asyncio.run(anext(gateway.stream_speech(SpeechRequest(COSY, "Hi.", None))))
+        asyncio.run(anext(gateway.stream_speech(GatewaySpeechRequest(COSY, "Hi.", None))))
     assert caught.value.error.status == 503
     gateway.balancer.remove(cosy)
     asyncio.run(gateway._close(cosy))

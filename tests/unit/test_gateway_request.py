@@ -13,7 +13,7 @@ import pytest
 from audio.pcm import pcm16, wav_header, with_wav_sizes
 from server.gateway.audio import audio_delta, audio_done
 from server.gateway.errors import ApiError, from_ended
-from server.gateway.speech import DEFAULT_RESPONSE_FORMAT, OPENAI_PCM_RATE, SpeechRequest, parse_speech
+from server.gateway.speech import DEFAULT_RESPONSE_FORMAT, OPENAI_PCM_RATE, GatewaySpeechRequest, parse_speech
 from protocol.wire import decode_error
 
 MODELS = ("qwen3-tts-tiny",)
@@ -25,7 +25,7 @@ def body(**fields) -> dict:
 
 def test_openai_voice_is_the_default_voice_and_extras_become_router_inputs():
     parsed = parse_speech(body(seed=7, temperature=0, ignore_eos=True, max_audio_seconds=2), MODELS)
-    assert parsed == SpeechRequest("qwen3-tts-tiny", "Hello.", None, "mp3", "audio",
+    assert parsed == GatewaySpeechRequest("qwen3-tts-tiny", "Hello.", None, "mp3", "audio",
                                    {"seed": 7, "temperature": 0.0, "ignore_eos": True, "max_audio_seconds": 2.0})
     assert parse_speech(body(voice={"id": "tiny"}), MODELS).voice == "tiny"
     assert parse_speech(body(model="gpt-4o-mini-tts", response_format="pcm", stream_format="sse"), MODELS).model

@@ -23,6 +23,13 @@ def test_a_group_is_never_wider_than_the_token_budget_allows():
     assert all(g.batch * g.length <= 256 for g in groups)
 
 
+def test_a_prompt_whose_start_and_bucket_pass_its_row_runs_eagerly():
+    groups, eager = plan_groups([1, 1, 20], batch_sizes=(1, 2, 4), length_buckets=(16, 32), starts=[9, 120, 0],
+                                max_positions=128)
+    assert eager == [1]  # 120 + 16 > 128: a padded row must fit its cache row
+    assert groups == [PrefillGroup((0,), 1, 16), PrefillGroup((2,), 1, 32)]
+
+
 def right_padded_prefill(lm: Qwen3TTSLM, slots: list[int], texts: list[str], length: int) -> None:
     """What a prefill graph computes, run eagerly: the prompts right-padded to `length`, plus a padding row."""
     embeds = [lm._prompt_embeddings(lm.encode_prompt(t, None))[0] for t in texts]
@@ -30,7 +37,8 @@ def right_padded_prefill(lm: Qwen3TTSLM, slots: list[int], texts: list[str], len
     batch = torch.randn(len(texts) + 1, length, lm.config.talker.hidden_size)  # garbage in the padding
     for i, e in enumerate(embeds):
         batch[i, :e.shape[0]] = e
-    lm._prefill_rows(batch, torch.tensor(slots + [scratch]), torch.tensor([e.shape[0] - 1 for e in embeds] + [0]))
+    lm._prefill_rows(batch, torch.tensor(slots + [scratch]), torch.tensor([e.shape[0] - 1 for e in embeds] + [0]),
+                     torch.zeros(len(texts) + 1, dtype=torch.int64))
 
 
 def test_right_padded_batched_prefill_equals_each_prompt_alone():

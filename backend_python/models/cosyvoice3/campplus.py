@@ -13,11 +13,12 @@ with zeros, so a row gives what it gives alone.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from protocol.settings import read_settings
 
 TDNN_KERNEL_SIZE, TDNN_STRIDE = 5, 2  # the layer between the head and the blocks halves time
 HEAD_DOWNSAMPLING = 8  # the head's three stride-2 convs over frequency
@@ -75,10 +76,7 @@ class CampPlusConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "CampPlusConfig":
-        known = {f.name for f in fields(cls)}
-        if set(data) - known:
-            raise ValueError(f"unknown CAM++ config keys: {sorted(set(data) - known)}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        return read_settings(cls, data, what="CAM++ config")
 
 
 def frame_mask(lengths: torch.Tensor, num_frames: int, dtype: torch.dtype) -> torch.Tensor:

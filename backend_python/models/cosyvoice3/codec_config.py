@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from protocol.settings import read_settings
+
 from ..base import CodecWindowing
 from ..layers.dit import DiTConfig
 from .flow import FlowConfig
@@ -57,4 +59,4 @@ class CosyVoice3CodecConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CosyVoice3CodecConfig":
-        return cls(**d)
+        return read_settings(cls, d)

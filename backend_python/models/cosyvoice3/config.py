@@ -8,8 +8,10 @@ from its cosyvoice3.yaml and CosyVoice-BlankEN/config.json (`checkpoint.py`).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
+
+from protocol.settings import read_settings
 
 from ..layers.qwen2 import Qwen2Config
 from ..speech_token_lm import SpeechVocab
@@ -87,5 +89,5 @@ class CosyVoice3Config:
     def from_dict(cls, d: dict[str, Any]) -> "CosyVoice3Config":
         if d.get("model_type") != MODEL_TYPE:
             raise ValueError(f"not a CosyVoice 3 config: model_type {d.get('model_type')!r}")
-        kwargs = {f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in ("llm", "voices")}
-        return cls(llm=Qwen2Config.from_dict(d["llm"]), voices=tuple(d.get("voices", ())), **kwargs)
+        given = {"llm": Qwen2Config.from_dict(d["llm"]), "voices": tuple(d.get("voices", ()))}
+        return read_settings(cls, d, given=given, ignore_unknown=True)

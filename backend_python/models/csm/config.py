@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protocol.settings import read_settings
+
 from ..layers.config_checks import check_attention
 
 DEFAULT_THETA = 500_000.0
@@ -48,7 +50,7 @@ class RopeConfig:
         rope = dict(d.get("rope_parameters") or {**(d.get("rope_scaling") or {}),
                                                   "rope_theta": d.get("rope_theta", DEFAULT_THETA)})
         rope.setdefault("rope_type", rope.pop("type", "default"))
-        return cls(**{k: rope[k] for k in cls.__dataclass_fields__ if k in rope})
+        return read_settings(cls, rope, ignore_unknown=True)
 
     def to_dict(self) -> dict[str, Any]:
         if self.rope_type == "default":
@@ -155,11 +157,10 @@ class CsmConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CsmConfig":
-        scalars = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in ("backbone", "depth_decoder")}
-        if "speakers" in scalars:
-            scalars["speakers"] = tuple(scalars["speakers"])
-        return cls(backbone=LlamaShape.from_dict(d, BACKBONE_DEFAULTS), depth_decoder=DepthDecoderConfig.from_dict(
-            d.get("depth_decoder_config") or {}), codec=dict(d.get("codec_config") or {}), **scalars)
+        given = {"backbone": LlamaShape.from_dict(d, BACKBONE_DEFAULTS),
+                 "depth_decoder": DepthDecoderConfig.from_dict(d.get("depth_decoder_config") or {}),
+                 "codec": dict(d.get("codec_config") or {})}
+        return read_settings(cls, d, given=given, ignore_unknown=True)
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> "CsmConfig":

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from protocol.settings import read_settings
+
 from ..base import CodecWindowing
 from .meanflow import MeanFlowConfig
 from .vocoder import HiFiGANConfig
@@ -78,7 +80,7 @@ class FlashTTSCodecConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "FlashTTSCodecConfig":
-        return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
+        return read_settings(cls, d, ignore_unknown=True)
 
     def to_dict(self) -> dict:
         serving = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("flow", "vocoder")}

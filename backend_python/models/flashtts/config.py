@@ -13,8 +13,10 @@ num_key_value_heads=mtp_head_num)`, so the MLP takes transformers' default 22016
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
+
+from protocol.settings import read_settings
 
 from ..layers.qwen2 import Qwen2Config
 from ..speech_token_lm import SpeechVocab
@@ -102,5 +104,5 @@ class FlashTTSConfig:
     def from_dict(cls, d: dict[str, Any]) -> "FlashTTSConfig":
         if d.get("model_type") != MODEL_TYPE:
             raise ValueError(f"not a FlashTTS config: model_type {d.get('model_type')!r}")
-        kwargs = {f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in ("llm", "voices")}
-        return cls(llm=Qwen2Config.from_dict(d["llm"]), voices=tuple(d.get("voices", ())), **kwargs)
+        given = {"llm": Qwen2Config.from_dict(d["llm"]), "voices": tuple(d.get("voices", ()))}
+        return read_settings(cls, d, given=given, ignore_unknown=True)

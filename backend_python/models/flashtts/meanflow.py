@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from protocol.settings import read_settings
+
 from ..layers import dit
 
 # keys of a FlashTTS checkpoint's `transformer.*` that our decoder does not hold: the ECAPA-TDNN that turns the
@@ -78,7 +80,7 @@ class MeanFlowConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "MeanFlowConfig":
-        return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
+        return read_settings(cls, d, ignore_unknown=True)
 
     def to_dict(self) -> dict:
         return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}

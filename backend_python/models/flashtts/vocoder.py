@@ -18,11 +18,12 @@ its audio near a window's edges depends on what the window holds there.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from protocol.settings import read_settings
 
 LRELU_SLOPE = 0.1  # jik876's slope inside the generator; the last activation uses F.leaky_relu's 0.01
 
@@ -61,7 +62,7 @@ class HiFiGANConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "HiFiGANConfig":
-        return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
+        return read_settings(cls, d, ignore_unknown=True)
 
     def to_dict(self) -> dict:
         return {"num_mels": self.num_mels, "sampling_rate": self.sampling_rate,

@@ -6,6 +6,11 @@ token never sees the padding after it, and the hidden state is read at each row'
 The padding leaves garbage keys at positions L_i.. of the row's cache; a decode step writes its
 position before it attends to it and never reads past it, so the garbage is overwritten unread.
 Padding rows of a batch bucket read and write the scratch slot only.
+
+A prompt may start at a position P > 0 (a cached prefix's KV already in its row, models/prompt_cache.py):
+its tokens sit at positions P .. P + L - 1 and attend to the prefix. A graph's rows carry their own start
+(`starts`), so prompts with and without a prefix share a replay; a prompt whose start plus length bucket
+passes its cache row runs eagerly, as a padded row must fit its row.
 """
 from __future__ import annotations
 
@@ -21,8 +26,9 @@ PREFILL_BATCH_SIZES = (1, 2, 4, 8)
 PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512)
 MAX_PREFILL_TOKENS = 2048  # batch x length of the largest graph: bounds the graphs' activation memory
 
-# (embeds [B, L, H], rows [B] int64, last [B] int64 = each row's last real position) -> writes slot memory
-PrefillFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
+# (embeds [B, L, H], rows [B] int64, last [B] int64 = each row's last real index in embeds, starts [B] int64 = each
+# row's first position) -> writes slot memory
+PrefillFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
 @dataclass(frozen=True)
@@ -36,13 +42,17 @@ class PrefillGroup:
 
 def plan_groups(lengths: list[int], batch_sizes: tuple[int, ...] = PREFILL_BATCH_SIZES,
                 length_buckets: tuple[int, ...] = PREFILL_LENGTHS,
-                max_tokens: int = MAX_PREFILL_TOKENS) -> tuple[list[PrefillGroup], list[int]]:
+                max_tokens: int = MAX_PREFILL_TOKENS, starts: list[int] | None = None,
+                max_positions: int | None = None) -> tuple[list[PrefillGroup], list[int]]:
     """Greedy groups of similar lengths (shortest first) that fit a graph -> (groups, indices left to
-    the eager path: prompts longer than the largest length bucket)."""
+    the eager path: prompts longer than the largest length bucket, or whose start (`starts`, 0 by default)
+    plus length bucket passes `max_positions`)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    eager = [i for i in order if lengths[i] > length_buckets[-1]]
+    fits = [_fits(lengths[i], (starts or [0] * len(lengths))[i], length_buckets, max_positions)
+            for i in range(len(lengths))]
+    eager = [i for i in order if not fits[i]]
     groups, current = [], []
-    for i in (i for i in order if lengths[i] <= length_buckets[-1]):
+    for i in (i for i in order if fits[i]):
         length = smallest_at_least(length_buckets, lengths[i])
         widest = max(b for b in batch_sizes if b * length <= max_tokens)
         if current and (len(current) == widest or smallest_at_least(length_buckets, lengths[current[-1]]) != length):
@@ -52,6 +62,12 @@ def plan_groups(lengths: list[int], batch_sizes: tuple[int, ...] = PREFILL_BATCH
     if current:
         groups.append(_group(current, lengths, batch_sizes, length_buckets))
     return groups, eager
+
+
+def _fits(length: int, start: int, length_buckets: tuple[int, ...], max_positions: int | None) -> bool:
+    if length > length_buckets[-1]:
+        return False
+    return max_positions is None or start + smallest_at_least(length_buckets, length) <= max_positions
 
 
 def _group(indices: list[int], lengths: list[int], batch_sizes, length_buckets) -> PrefillGroup:
@@ -70,6 +86,7 @@ class PrefillGraphs:
         self.embeds = torch.zeros(batch_sizes[-1], lengths[-1], hidden_size, device=device, dtype=dtype)
         self.rows = torch.full((batch_sizes[-1],), scratch_row, device=device, dtype=torch.int64)
         self.last = torch.zeros(batch_sizes[-1], device=device, dtype=torch.int64)
+        self.starts = torch.zeros(batch_sizes[-1], device=device, dtype=torch.int64)
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._pool = torch.cuda.graph_pool_handle()
 
@@ -82,23 +99,29 @@ class PrefillGraphs:
         for batch, length in sorted(self.buckets, key=lambda bl: -bl[0] * bl[1]):
             self._graph(batch, length)
 
-    def run(self, group: PrefillGroup, embeds: list[torch.Tensor], rows: list[int]) -> None:
-        """embeds: one [L_i, H] device tensor per prompt of the group, rows: their cache rows."""
+    def run(self, group: PrefillGroup, embeds: list[torch.Tensor], rows: list[int],
+            starts: list[int] | None = None) -> None:
+        """embeds: one [L_i, H] device tensor per prompt of the group, rows: their cache rows, starts: their first
+        positions (0 by default)."""
         graph = self._graph(group.batch, group.length)
         n = len(embeds)
         for i, e in enumerate(embeds):
             self.embeds[i, :e.shape[0]].copy_(e)
         pad = group.batch - n
-        host = torch.tensor([rows + [self.scratch_row] * pad, [e.shape[0] - 1 for e in embeds] + [0] * pad])
+        host = torch.tensor([rows + [self.scratch_row] * pad, [e.shape[0] - 1 for e in embeds] + [0] * pad,
+                             (starts or [0] * n) + [0] * pad])
         self.rows[:group.batch].copy_(host[0], non_blocking=True)
         self.last[:group.batch].copy_(host[1], non_blocking=True)
+        self.starts[:group.batch].copy_(host[2], non_blocking=True)
         graph.replay()
 
     def _graph(self, batch: int, length: int) -> torch.cuda.CUDAGraph:
         if (batch, length) not in self._graphs:
             self.rows[:batch].fill_(self.scratch_row)  # warm-up and capture touch the scratch row only
             self.last[:batch].fill_(length - 1)
-            step = lambda: self.prefill(self.embeds[:batch, :length], self.rows[:batch], self.last[:batch])  # noqa: E731
+            self.starts[:batch].fill_(0)
+            step = lambda: self.prefill(self.embeds[:batch, :length], self.rows[:batch], self.last[:batch],  # noqa: E731
+                                        self.starts[:batch])
             [(graph, _)] = capture_steps((step,), self._pool)
             self._graphs[(batch, length)] = graph
         return self._graphs[(batch, length)]

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protocol.settings import read_settings
+
 from ..layers.config_checks import check_attention
 
 MODEL_TYPE = "higgs_audio"
@@ -95,13 +97,10 @@ class AudioTokenizerConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AudioTokenizerConfig":
-        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "extra"}
-        if "ratios" in fields:
-            fields["ratios"] = tuple(fields["ratios"])
         if d.get("vq_scale", 1) != 1 or not isinstance(d.get("bins", 1024), int):
             raise ValueError("only the RVQ tokenizer with vq_scale 1 is supported")
         extra = {k: v for k, v in d.items() if k not in cls.__dataclass_fields__ and k != "vq_scale"}
-        return cls(**fields, extra=extra)
+        return read_settings(cls, d, given={"extra": extra}, ignore_unknown=True)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
@@ -154,8 +153,9 @@ class HiggsV3Config:
             raise ValueError("Higgs Audio v3 needs use_delay_pattern and the stack adapter (no DualFFN)")
         if d.get("audio_embed_avg") or d.get("use_audio_out_embed_projector"):
             raise ValueError("audio_embed_avg and use_audio_out_embed_projector are not supported")
-        scalars = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in ("backbone", "tokenizer")}
-        return cls(BackboneConfig.from_dict(d["text_config"]), AudioTokenizerConfig.from_dict(tokenizer), **scalars)
+        given = {"backbone": BackboneConfig.from_dict(d["text_config"]),
+                 "tokenizer": AudioTokenizerConfig.from_dict(tokenizer)}
+        return read_settings(cls, d, given=given, ignore_unknown=True)
 
     @classmethod
     def from_dir(cls, path: str | Path, tokenizer_dir: str = "audio_tokenizer") -> "HiggsV3Config":

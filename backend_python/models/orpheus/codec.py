@@ -33,6 +33,8 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.nn.utils import parametrize
 
+from protocol.settings import read_settings
+
 from ..base import Codec, CodecShape
 from .frames import CODES_PER_SLOT, FRAME_TOKENS, frames_to_levels
 
@@ -84,7 +86,7 @@ class SnacConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SnacConfig":
-        return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
+        return read_settings(cls, d, ignore_unknown=True)
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.snac_kwargs().items()}

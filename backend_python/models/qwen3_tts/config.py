@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protocol.settings import read_settings
+
 from ..layers.config_checks import check_attention
 
 NUM_SPECIAL_CODEC_IDS = 1024  # the top 1024 talker ids are control tokens, never audio codes
@@ -39,7 +41,7 @@ class CodePredictorConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CodePredictorConfig":
         _check_full_attention(d, "code_predictor_config")
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        return read_settings(cls, d, ignore_unknown=True)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -144,7 +146,7 @@ class SpeakerEncoderConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SpeakerEncoderConfig":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        return read_settings(cls, d, ignore_unknown=True)
 
     def to_dict(self) -> dict[str, Any]:
         """No `model_type` key: the reference's config class rejects one."""
@@ -193,10 +195,9 @@ class Qwen3TTSConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Qwen3TTSConfig":
-        skip = ("talker", "frame_rate", "speaker_encoder")
-        kwargs = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in skip}
-        return cls(talker=TalkerConfig.from_dict(d["talker_config"]),
-                   speaker_encoder=SpeakerEncoderConfig.from_dict(d.get("speaker_encoder_config") or {}), **kwargs)
+        given = {"talker": TalkerConfig.from_dict(d["talker_config"]), "frame_rate": cls.frame_rate,  # the codec's
+                 "speaker_encoder": SpeakerEncoderConfig.from_dict(d.get("speaker_encoder_config") or {})}
+        return read_settings(cls, d, given=given, ignore_unknown=True)
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> "Qwen3TTSConfig":

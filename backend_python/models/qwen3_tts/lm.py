@@ -27,14 +27,15 @@ from ..kernels import fused_linear, short_attention
 from ..kernels import sampler as fused_sampler
 from ..kernels.sampler import noise_keys
 from ..layers.sampling import TINY, apply_repetition_penalty, host_columns, sample
+from ..prompt_cache import PrefixKey, PromptCache, speaker_digest
 from ..slots import SlotLayout, SlotSpeechLM
 from . import checkpoint
 from .config import NUM_SPECIAL_CODEC_IDS, Qwen3TTSConfig
 from .presets import build_tiny_tokenizer
 from .prompt import (AUTO_LANGUAGE, NUM_REF_SUFFIX_TOKENS, NUM_ROLE_TOKENS, assistant_text, instruct_text,
-                     make_prompt, make_reference_prompt, pad_embedding, prefill_embeddings, prompt_embeddings, reference_text,
-                     resolve_language, speaker_embedding, trailing_embeddings)
-from .voice_encoder import REF_CODES
+                     make_prompt, make_reference_prompt, num_prefix_positions, pad_embedding, prefill_embeddings, prefix_key,
+                     prompt_embeddings, reference_text, resolve_language, speaker_embedding, trailing_embeddings)
+from .voice_encoder import REF_CODES, SPEAKER_EMBEDDING
 from .talker import Talker
 from .text_feed import Qwen3TextFeed
 
@@ -57,6 +58,17 @@ class SlotMemory:
     @property
     def scratch_row(self) -> int:
         return self.logits.shape[0] - 1
+
+
+@dataclass
+class PrefillPart:
+    """What one prompt's prefill runs: its positions from `start`, after a cached prefix already in its row."""
+
+    embeds: torch.Tensor  # [L - start, H], the positions to run
+    start: int  # the first of them: the cached prefix's length, or 0
+    trailing: torch.Tensor  # [num_text_tokens, H], as SlotState's
+    missed: PrefixKey | None = None  # a prefix the cache lacked: kept once the whole prompt is prefilled
+    num_prefix: int = 0  # its positions
 
 
 @dataclass
@@ -89,6 +101,9 @@ class Qwen3TTSLM(SlotSpeechLM):
         self.talker = Talker(config.talker)
         self._sample = sample  # the compiled sampler once `_compile` ran
         self._prefill_graphs: PrefillGraphs | None = None  # CUDA: captured with the frame graphs
+        # the KV of voice prompt prefixes, shared by the requests that start with them (models/prompt_cache.py);
+        # None: every prefill runs its whole prompt. The LM lane sets it (LaneSettings.prompt_cache_mib)
+        self.prompt_cache: PromptCache | None = None
 
     # ---- loading -------------------------------------------------------------------------------
     @classmethod
@@ -148,6 +163,7 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     supports_text_first = True
     takes_prompt_options = True
+    caches_prompts = True  # the head of every prompt (prompt.py): a voice's instructions, role and codec tags
 
     # ---- phases --------------------------------------------------------------------------------
     def encode_prompt(self, text: str, voice: str | None, reference: VoiceReference | None = None,
@@ -281,26 +297,55 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     @torch.no_grad()
     def prefill(self, slot: int, prompt: Prompt) -> None:
-        embeds, trailing = self._prompt_embeddings(prompt)
-        rows, last = to_device([slot, embeds.shape[0] - 1], self.device)
-        self._prefill_rows(embeds[None], rows[None], last[None])
-        self._states[slot] = SlotState(position=embeds.shape[0], num_frames=0, trailing=trailing, feed=_open_feed(prompt))
+        part = self._prefill_part(slot, prompt)
+        self._run_part(slot, part)
+        self._finish_prefill(slot, part, prompt)
 
     @torch.no_grad()
     def prefill_batch(self, slots: list[int], prompts: list[Prompt]) -> None:
         """Several prompts at once: on CUDA graphs grouped by length bucket (graphs/prefill.py), else one by one."""
         if self._prefill_graphs is None or not self.use_cuda_graphs:
             return super().prefill_batch(slots, prompts)
-        embeds, trailing = zip(*(self._prompt_embeddings(prompt) for prompt in prompts))
+        parts = [self._prefill_part(slot, prompt) for slot, prompt in zip(slots, prompts)]
         graphs = self._prefill_graphs
-        groups, eager = plan_groups([e.shape[0] for e in embeds], graphs.batch_sizes, graphs.lengths, graphs.max_tokens)
+        groups, eager = plan_groups([p.embeds.shape[0] for p in parts], graphs.batch_sizes, graphs.lengths,
+                                    graphs.max_tokens, [p.start for p in parts], self._require_memory().kv.max_seq_len)
         for group in groups:
-            self._prefill_graphs.run(group, [embeds[i] for i in group.indices], [slots[i] for i in group.indices])
+            graphs.run(group, [parts[i].embeds for i in group.indices], [slots[i] for i in group.indices],
+                       [parts[i].start for i in group.indices])
         for i in eager:
-            rows, last = to_device([slots[i], embeds[i].shape[0] - 1], self.device)
-            self._prefill_rows(embeds[i][None], rows[None], last[None])
-        for slot, e, text, prompt in zip(slots, embeds, trailing, prompts):
-            self._states[slot] = SlotState(position=e.shape[0], num_frames=0, trailing=text, feed=_open_feed(prompt))
+            self._run_part(slots[i], parts[i])
+        for slot, part, prompt in zip(slots, parts, prompts):
+            self._finish_prefill(slot, part, prompt)
+
+    def _prefill_part(self, slot: int, prompt: Prompt) -> PrefillPart:
+        """The positions the prompt's prefill runs: all of them, or those after its cached prefix (whose KV this
+        copies into the slot's row)."""
+        embeds, trailing = self._prompt_embeddings(prompt)
+        if self.prompt_cache is None:
+            return PrefillPart(embeds, 0, trailing)
+        key = prefix_key(self.config, prompt)
+        start = self.prompt_cache.restore(key, self._require_memory().kv, slot)
+        if start:
+            return PrefillPart(embeds[start:], start, trailing)
+        return PrefillPart(embeds, 0, trailing, missed=key, num_prefix=num_prefix_positions(self.config, prompt))
+
+    def _run_part(self, slot: int, part: PrefillPart) -> None:
+        rows, last, starts = to_device([slot, part.embeds.shape[0] - 1, part.start], self.device)
+        self._prefill_rows(part.embeds[None], rows[None], last[None], starts[None])
+
+    def _finish_prefill(self, slot: int, part: PrefillPart, prompt: Prompt) -> None:
+        """The slot's state; a missed prefix's KV, now in the slot's row, goes into the cache."""
+        if part.missed is not None:
+            self.prompt_cache.keep(part.missed, self._require_memory().kv, slot, part.num_prefix)
+        self._states[slot] = SlotState(position=part.start + part.embeds.shape[0], num_frames=0,
+                                       trailing=part.trailing, feed=_open_feed(prompt))
+
+    def forget_voice(self, reference: VoiceReference) -> int:
+        """Drop the cached prompt prefixes of a cloned voice (its speaker embedding's) -> how many went."""
+        if self.prompt_cache is None or SPEAKER_EMBEDDING not in reference.tensors:
+            return 0
+        return self.prompt_cache.forget(speaker_digest(speaker_embedding(self.config, reference)))
 
     def _prompt_embeddings(self, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (prefill embeddings [L, H], trailing text embeddings [N, H]), checked against the cache."""
@@ -313,11 +358,13 @@ class Qwen3TTSLM(SlotSpeechLM):
         return (prefill_embeddings(self.config, self.talker, prompt, self.device),
                 trailing_embeddings(self.config, self.talker, feed.trailing_ids(0), feed.is_closed, self.device))
 
-    def _prefill_rows(self, embeds: torch.Tensor, rows: torch.Tensor, last: torch.Tensor) -> None:
-        """embeds [B, L, H] (row b's real tokens first, then padding), rows [B], last [B]: each row's last
-        real position -> its hidden state, next logits and a fresh repetition record in slot memory."""
+    def _prefill_rows(self, embeds: torch.Tensor, rows: torch.Tensor, last: torch.Tensor,
+                      starts: torch.Tensor) -> None:
+        """embeds [B, L, H] (row b's real tokens first, then padding), rows [B], last [B], starts [B]: row b's tokens
+        at positions starts[b] .. (a cached prefix before them) -> the hidden state at its last real token, next
+        logits and a fresh repetition record in slot memory."""
         mem = self._require_memory()
-        positions = torch.arange(embeds.shape[1], device=embeds.device).expand(embeds.shape[0], -1)  # [B, L]
+        positions = starts[:, None] + torch.arange(embeds.shape[1], device=embeds.device)  # [B, L]
         # the plain layers: prefill's (batch, length) shapes would each compile; its graphs remove the launches
         hidden = self.talker(embeds, rows, positions, mem.kv, last, compiled=False)  # [B, H]
         mem.hidden[rows], mem.logits[rows] = hidden, self.talker.logits(hidden)

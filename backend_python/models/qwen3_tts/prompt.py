@@ -20,12 +20,19 @@ go first, as their own text: text(`<|im_start|>user\n{instructions}<|im_end|>\n`
 A text-first prompt (the reference's `non_streaming_mode=True`) puts the whole text in the prefill instead of
 trailing it: after the N-1 tag positions, text(t0..tn) + tts_eos over codec_pad, then tts_pad over codec_bos
 (ICL: text(ref ids + t0..tn) + tts_eos over codec_pad, then Q + tts_pad); nothing trails.
+
+Every layout starts with the same head: the instructions, the 3 role positions and the N-1 codec tag positions
+(`prefix_embeddings`), P = L_instruct + 3 + N - 1 positions that do not depend on the request's text. That head is
+the prompt's cacheable prefix (models/prompt_cache.py, `prefix_key`): a preset voice's for its speaker, language
+and instructions, a cloned voice's for its speaker embedding and language. For an ICL prompt only the head is
+shared: its next positions lay the request's text over the reference frames.
 """
 from __future__ import annotations
 
 import torch
 
 from ..base import AUTO_LANGUAGE, Prompt, VoiceReference, to_device
+from ..prompt_cache import PrefixKey, speaker_digest
 from .config import Qwen3TTSConfig
 from .talker import Talker
 from .voice_encoder import REF_CODES, SPEAKER_EMBEDDING
@@ -88,6 +95,26 @@ def make_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], speaker_id: int, langu
     return prompt
 
 
+def prefix_key(cfg: Qwen3TTSConfig, prompt: Prompt) -> PrefixKey:
+    """What the prompt's head holds: its instructions' and role tokens' ids, its codec tag ids and, for a cloned
+    voice, its speaker embedding's digest."""
+    text = tuple(prompt.tensors[INSTRUCT_IDS].tolist()) if INSTRUCT_IDS in prompt.tensors else ()
+    text += tuple(prompt.tensors["text_ids"][:NUM_ROLE_TOKENS].tolist())
+    codec = tuple(_codec_ids(cfg, prompt))
+    embedding = prompt.tensors.get(SPEAKER_EMBEDDING)
+    return PrefixKey((text, codec), None if embedding is None else speaker_digest(embedding))
+
+
+def num_prefix_positions(cfg: Qwen3TTSConfig, prompt: Prompt) -> int:
+    """P, the head's positions (`prefix_embeddings`): instructions, role tokens, the codec tags but codec_bos."""
+    num_instruct = prompt.tensors[INSTRUCT_IDS].shape[0] if INSTRUCT_IDS in prompt.tensors else 0
+    return num_instruct + NUM_ROLE_TOKENS + len(_codec_ids(cfg, prompt)) - 1
+
+
+def _codec_ids(cfg: Qwen3TTSConfig, prompt: Prompt) -> list[int]:
+    return codec_prefix_ids(cfg, int(prompt.tensors["speaker_id"]), int(prompt.tensors["language_id"]))
+
+
 def speaker_embedding(cfg: Qwen3TTSConfig, reference: VoiceReference) -> torch.Tensor:
     """The reference's x-vector, checked: [H] float32."""
     embedding = reference.tensors.get(SPEAKER_EMBEDDING)
@@ -143,7 +170,7 @@ def prefill_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt, devi
 def prefix_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
                       device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (the role and codec-tag positions [3 + N - 1, H], the codec_bos embedding [1, H])."""
-    codec_ids = codec_prefix_ids(cfg, int(prompt.tensors["speaker_id"]), int(prompt.tensors["language_id"]))
+    codec_ids = _codec_ids(cfg, prompt)
     # ids go to the device without waiting for it: `torch.tensor(..., device=cuda)` synchronises with the
     # decode step in flight, which would undo the engine's overlapped step at every admission
     codec = talker.embed_codec(to_device(codec_ids, device))  # [N, H]

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from protocol.settings import read_settings
+
 from ..layers.config_checks import check_attention
 
 MODEL_TYPE = "voxlane_tse"
@@ -50,8 +52,8 @@ class TSEConfig:
     def from_dict(cls, d: dict[str, Any]) -> "TSEConfig":
         if d.get("model_type") != MODEL_TYPE:
             raise ValueError(f"not a tse config: model_type {d.get('model_type')!r}")
-        fields = {k: v for k, v in d.items() if k in cls.__dataclass_fields__ and k != "backbone"}
-        return cls(BackboneConfig(**d["backbone"]), **fields)
+        return read_settings(cls, d, given={"backbone": read_settings(BackboneConfig, d["backbone"])},
+                             ignore_unknown=True)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "TSEConfig":

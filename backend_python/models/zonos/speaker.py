@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from protocol.settings import read_settings
 
 SAMPLE_RATE = 16_000
 N_FFT, WIN_LENGTH, HOP_LENGTH, N_MELS = 512, 400, 160, 80
@@ -32,8 +33,7 @@ class SpeakerConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SpeakerConfig":
-        return cls(d.get("in_planes", 64), tuple(d.get("num_blocks", (10, 20, 64, 3))), d.get("embd_dim", 256),
-                   d.get("lda_dim", 128))
+        return read_settings(cls, d, ignore_unknown=True)
 
     def to_dict(self) -> dict:
         return {"in_planes": self.in_planes, "num_blocks": list(self.num_blocks), "embd_dim": self.embd_dim,
