@@ -118,7 +118,7 @@ def run_voices_command(args: argparse.Namespace) -> int:
 
 
 def _read_audio(path: Path) -> tuple[np.ndarray, int]:
-    from backend_python.audio.decoding import AudioFileError, decode_reference
+    from audio.decoding import AudioFileError, decode_reference
     try:
         decoded = decode_reference(path.read_bytes())
     except (AudioFileError, OSError) as exc:

@@ -11,6 +11,7 @@ Torch-free and Triton-free (numpy only), so every process can import it:
 | `reasons.py` | `EndReason`, why a stream ended, and `Ended`, an ending as a value |
 | `wire.py` | how an `Ended` travels inside a Triton error message (one encoder, one parser) |
 | `channel.py` | the kinds of message on the router's chunk channel |
+| `chunks.py` | chunk sizes as the LM's config parameters carry them, and the frames each chunk covers |
 """
 from protocol.channel import ChannelKind
 from protocol.models import CODEC, CODEC_URGENT, LANE_MODELS, LM, ROUTER, VOICE_ENCODER

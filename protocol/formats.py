@@ -1,5 +1,5 @@
 """The audio formats and output rates a client may ask for, of `vox_ensemble` and of the gateway (a table only:
-encoding lives in `backend_python/audio/encoders.py`)."""
+encoding lives in `audio/encoders.py`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -75,7 +75,7 @@ REQUEST_INPUTS: dict[str, TensorSpec] = {spec.name: spec for spec in (
     # the allowed values: protocol.formats (SAMPLE_RATES, TRITON_FORMATS)
     TensorSpec("sample_rate", "INT32", np.int32, is_output_option=True),  # default: the model's rate
     TensorSpec("audio_format", "BYTES", np.object_, default="pcm_f32", is_output_option=True),
-    # the audio's tempo, its pitch kept (FFmpeg's atempo, chunk by chunk: backend_python/audio/tempo.py); 2.0 is
+    # the audio's tempo, its pitch kept (FFmpeg's atempo, chunk by chunk: audio/tempo.py); 2.0 is
     # twice as fast. Word timestamps are scaled with it
     TensorSpec("speed", "FP32", np.float32, default=1.0, low=0.25, high=4.0, is_output_option=True),
     # a voice to clone (issue 17): mono PCM in [-1, 1] at `ref_sample_rate`, which the server resamples (soxr) to

@@ -1,12 +1,5 @@
-"""Which frames of a request form the chunks that are sent to the codec.
-
-Chunk 0 holds `first_chunk_frames` frames (small, to cut time-to-first-audio).
-Without `chunk_growth`, every later chunk holds `chunk_frames`. With `chunk_growth` g,
-chunk k holds min(chunk_frames, ceil(first * g**k)) frames: sizes ramp up (2,
-4, 8, 10, 10, … for first 2, g 2, chunk 10), so each chunk's audio lasts long
-enough to cover generating and decoding the next one. When the request
-finishes, the frames left after the last complete chunk form one shorter final
-chunk.
+"""How a stream's chunks are sized: the sizes (`protocol/chunks.py`, which has the ramp's arithmetic and
+the boundaries), and the choice of a stream's first chunk by the LM's load.
 
 A stream's plan follows the LM's load when it is admitted (`for_stream`):
 - with `first_chunk_frames_idle`, a request gets that many frames first (smaller: its time to first audio is one
@@ -25,8 +18,12 @@ request on a GPU with `GPU_IDLE_FIRST_CHUNK_FRAMES`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
+
+from protocol.chunks import ChunkPlan, ChunkSizes, ChunkSpan
+
+# ChunkPlan and ChunkSpan live in protocol.chunks (a client needs them too); the scheduler's users import them here
+__all__ = ["ChunkPlan", "ChunkSpan", "ChunkingConfig"]
 
 # On a GPU, a request that starts with no other stream running sends its first chunk after one frame where the
 # family takes the default ramp: one LM frame sooner (a 12.5 Hz 1.7B model on an H200: idle TTFA 23.3 vs 28.8 ms),
@@ -39,9 +36,9 @@ GPU_IDLE_FIRST_CHUNK_FRAMES = 1
 class ChunkingConfig:
     """Chunk sizes in frames (codec frames, e.g. 12.5 a second)."""
 
-    first_chunk_frames: int = 2  # small: cuts time to first audio
-    chunk_frames: int = 10
-    chunk_growth: float | None = 2.0  # sizes 2, 4, 8, 10, 10, …; None: straight to chunk_frames after chunk 0
+    first_chunk_frames: int = ChunkSizes.first_chunk_frames  # small: cuts time to first audio
+    chunk_frames: int = ChunkSizes.chunk_frames
+    chunk_growth: float | None = ChunkSizes.chunk_growth  # see ChunkSizes; None: no ramp
     first_chunk_frames_idle: int | None = None  # a request that starts alone or with room (None: first_chunk_frames)
     first_chunk_frames_busy: int | None = None  # one that starts beside busy_streams running ones (None: the same)
     busy_streams: int = 16
@@ -52,16 +49,13 @@ class ChunkingConfig:
     chunk_frames_busy: int | None = None  # the chunk of a stream admitted beside busy_streams running ones (None: same)
 
     def __post_init__(self) -> None:
-        for name in ("first_chunk_frames", "chunk_frames", "busy_streams", "first_chunk_frames_idle",
-                     "first_chunk_frames_busy", "chunk_frames_busy"):
+        self.sizes  # ChunkSizes checks first_chunk_frames, chunk_frames and chunk_growth
+        for name in ("busy_streams", "first_chunk_frames_idle", "first_chunk_frames_busy", "chunk_frames_busy"):
             value = getattr(self, name)
             if value is None and name.endswith(("_idle", "_busy")):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        growth = self.chunk_growth
-        if growth is not None and not (isinstance(growth, (int, float)) and growth > 1.0):
-            raise ValueError(f"chunk_growth must be > 1 (or None for no ramp), got {self.chunk_growth!r}")
         if not (self.first_chunk_room >= 0 and self.next_chunk_codec_s >= 0):
             raise ValueError(f"first_chunk_room and next_chunk_codec_s must be >= 0, got {self.first_chunk_room!r}, "
                              f"{self.next_chunk_codec_s!r}")
@@ -93,78 +87,10 @@ class ChunkingConfig:
         following = dataclasses.replace(self, first_chunk_frames=first).size(1)
         return first * frame_s >= self.first_chunk_room * (following * step_s + self.next_chunk_codec_s)
 
+    @property
+    def sizes(self) -> ChunkSizes:
+        return ChunkSizes(self.first_chunk_frames, self.chunk_frames, self.chunk_growth)
+
     def size(self, index: int) -> int:
         """Frames in complete chunk `index`."""
-        if index == 0:
-            return self.first_chunk_frames
-        if self.chunk_growth is None:
-            return self.chunk_frames
-        return min(self.chunk_frames, math.ceil(self.first_chunk_frames * self.chunk_growth ** index))
-
-
-@dataclass(frozen=True)
-class ChunkSpan:
-    """Chunk `index` covers frames [start, end); `is_last` marks the final chunk."""
-
-    index: int
-    start: int
-    end: int
-    is_last: bool = False
-
-    @property
-    def num_frames(self) -> int:
-        return self.end - self.start
-
-
-class ChunkPlan:
-    """Stateless chunk boundaries for one `ChunkingConfig`."""
-
-    def __init__(self, config: ChunkingConfig) -> None:
-        self._config = config
-        self._ramp_starts = [0]  # starts of the chunks while sizes still grow, then one full-size chunk
-        while config.size(len(self._ramp_starts) - 1) < config.chunk_frames:
-            self._ramp_starts.append(self._ramp_starts[-1] + config.size(len(self._ramp_starts) - 1))
-
-    def start(self, index: int) -> int:
-        """First frame of chunk `index`."""
-        if index < 0:
-            raise ValueError(f"chunk index must be >= 0, got {index}")
-        last = len(self._ramp_starts) - 1  # from this chunk on, every chunk is full-size
-        if index <= last:
-            return self._ramp_starts[index]
-        return self._ramp_starts[last] + (index - last) * self._config.chunk_frames
-
-    def end(self, index: int) -> int:
-        """One past the last frame of chunk `index` when the chunk is complete."""
-        return self.start(index + 1)
-
-    def ready_chunks(self, num_frames: int, num_chunks_emitted: int, is_finished: bool) -> list[ChunkSpan]:
-        """Chunks to emit now, given `num_frames` generated so far.
-
-        `num_chunks_emitted` chunks were already emitted. Only complete chunks
-        are returned, except that a finished request also gets its shorter
-        final chunk. No empty chunk is ever returned: a request that finishes
-        exactly on a chunk boundary has its last complete chunk marked
-        `is_last` only if that chunk is emitted in this same call.
-        """
-        if num_frames < 0 or num_chunks_emitted < 0:
-            raise ValueError(f"counts must be >= 0, got {num_frames}, {num_chunks_emitted}")
-        if self.start(num_chunks_emitted) > num_frames:
-            raise ValueError(f"{num_chunks_emitted} chunks emitted but only {num_frames} frames")
-        spans = []
-        index = num_chunks_emitted
-        while self.end(index) <= num_frames:
-            spans.append(ChunkSpan(index, self.start(index), self.end(index)))
-            index += 1
-        if is_finished:
-            spans = self._finish(spans, index, num_frames)
-        return spans
-
-    def _finish(self, spans: list[ChunkSpan], index: int, num_frames: int) -> list[ChunkSpan]:
-        start = self.start(index)
-        if start < num_frames:
-            return spans + [ChunkSpan(index, start, num_frames, is_last=True)]
-        if spans:
-            last = spans[-1]
-            spans[-1] = ChunkSpan(last.index, last.start, last.end, is_last=True)
-        return spans
+        return self.sizes.size(index)

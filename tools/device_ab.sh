@@ -2,9 +2,9 @@
 # Side by side on a 2-GPU machine: the SLO capacity of an older revision (GPU 0) and of this
 # checkout (GPU 1), same modes, rates and workload, at the same time. From the checkout root,
 # with the devpack carried in .devpack/ and the older revision's code unpacked (and carried) in
-# .abtree/old, e.g.
-#   mkdir -p .abtree/old && git archive REV backend_python clients scheduler tools model_repository \
-#     | tar -x -C .abtree/old
+# .abtree/old, e.g. (naming the folders REV has)
+#   mkdir -p .abtree/old && git archive REV backend_python server clients protocol audio scheduler tools \
+#     model_repository | tar -x -C .abtree/old
 #   bash tools/device_ab.sh OUT_DIR          (MODES, RATES, DURATION override the defaults)
 # The older revision's Triton stubs import its own code: they take sys.path from the python3 that
 # runs its CLI, here a second venv whose first .pth names .abtree/old. About 6 minutes.
@@ -18,9 +18,11 @@ cp "$(purelib /tmp/stubenv/bin/python3)/00_devpack.pth" "$(purelib /tmp/stubenv-
 (cd /tmp && /tmp/stubenv-old/bin/python3 -c 'import backend_python, numpy; print("old:", backend_python.__file__, "numpy", numpy.__version__)')
 args="--model ${MODEL:-qwen3-tts-1.7b} --device cuda --duration ${DURATION:-6} --max-audio-seconds 6
   --modes ${MODES:-timeshare voxlane} --rates ${RATES:-2 4 8 12 16}"
-(cd "$old" && CUDA_VISIBLE_DEVICES=$(gpu_uuid 0) timeout 540 /tmp/stubenv-old/bin/python3 -m clients.cli compare \
+old_cli=clients.cli  # a revision from before server/ had the whole CLI in clients/
+[ -f "$old/server/cli.py" ] && old_cli=server.cli
+(cd "$old" && CUDA_VISIBLE_DEVICES=$(gpu_uuid 0) timeout 540 /tmp/stubenv-old/bin/python3 -m $old_cli compare \
   $args --out /tmp/ab-old > "$out/old.txt" 2>&1) &
-CUDA_VISIBLE_DEVICES=$(gpu_uuid 1) timeout 540 python3 -m clients.cli compare $args --out /tmp/ab-new > "$out/new.txt" 2>&1 &
+CUDA_VISIBLE_DEVICES=$(gpu_uuid 1) timeout 540 python3 -m server.cli compare $args --out /tmp/ab-new > "$out/new.txt" 2>&1 &
 wait
 python3 - <<'PY' | tee "$out/ab.txt"
 import json

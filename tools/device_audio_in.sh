@@ -14,12 +14,12 @@ python3 -m tools.input_coding --preset tse-1.7b --device cuda --dtype bfloat16 -
 rates=${RATES:-"1 2 4 6 8"}
 cap=${CAP_S:-6}
 log="$out/tritonserver.log"
-python3 -m clients.cli serve --model tse-1.7b --device cuda --dtype bfloat16 --kv-cache-gb ${KV_GB:-8} \
+python3 -m server.cli serve --model tse-1.7b --device cuda --dtype bfloat16 --kv-cache-gb ${KV_GB:-8} \
   --http-port 18000 --grpc-port 18001 --metrics-port 18002 > "$out/serve.log" 2>&1 &
 serve_pid=$!
 for _ in $(seq 1 90); do grep -q "ready" "$out/serve.log" && break; sleep 2; done
 grep -m1 "ready" "$out/serve.log" || { tail -30 "$out/serve.log"; kill $serve_pid; exit 1; }
-timeout ${BENCH_S:-300} python3 -m clients.cli bench --url localhost:18001 --rates $rates --duration 20 \
+timeout ${BENCH_S:-300} python3 -m server.cli bench --url localhost:18001 --rates $rates --duration 20 \
   --workload .devdata/librispeech_pc_test_clean.tsv --max-audio-seconds $cap --audio-in-rate 1 \
   --ttfa-slo-ms ${SLO_MS:-400} --out "$out/bench" 2>&1 | grep -E "rate |capacity|Error" | tail -20
 kill -INT $serve_pid; wait $serve_pid

@@ -16,19 +16,19 @@ grep -q failed "$out/cuda_tests.txt" && exit 1
 common="--model $model --device cuda --duration 6 --max-audio-seconds 6"
 (
   export CUDA_VISIBLE_DEVICES=$gpu0
-  timeout 330 python3 -m clients.cli compare --modes timeshare voxlane $common --rates 1 2 4 8 16 \
+  timeout 330 python3 -m server.cli compare --modes timeshare voxlane $common --rates 1 2 4 8 16 \
     --out /tmp/cmp0 2>&1 | tail -4
-  timeout 230 python3 -m clients.cli compare --modes voxlane --codec-sm-pcts 15 40 $common --rates 4 8 16 \
+  timeout 230 python3 -m server.cli compare --modes voxlane --codec-sm-pcts 15 40 $common --rates 4 8 16 \
     --out /tmp/sweep 2>&1 | tail -4
 ) > "$out/gpu0.txt" 2>&1 &
 (
   export CUDA_VISIBLE_DEVICES=$gpu1
-  timeout 330 python3 -m clients.cli compare --modes colocate partition $common --rates 1 2 4 8 16 \
+  timeout 330 python3 -m server.cli compare --modes colocate partition $common --rates 1 2 4 8 16 \
     --out /tmp/cmp1 2>&1 | tail -4
   timeout 150 python3 -m tools.smoke --device cuda --models $model --modes voxlane \
     --first-chunk-frames 1 2 --sequential 8 --concurrency 16 --seconds 3.2 --log-dir /tmp --out "$out/smoke.jsonl" \
     2>&1 | tail -3
-  timeout 60 python3 -m clients.microbench.lm --model $model --batch-sizes 1 --profile 2>&1 | tail -60
+  timeout 60 python3 -m server.microbench.lm --model $model --batch-sizes 1 --profile 2>&1 | tail -60
 ) > "$out/gpu1.txt" 2>&1 &
 wait
 python3 - "$out" <<'PY'

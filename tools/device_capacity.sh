@@ -18,7 +18,7 @@ case ${PART:?PART=smoke|voxlane|timeshare|tests} in
     timeout ${LIMIT_S:-500} python3 -m tools.smoke --device cuda --models $model --modes voxlane \
       --sequential 8 --concurrency 16 --seconds 12 --log-dir "$out" --out "$out/smoke.jsonl" 2>&1 | tail -4 ;;
   voxlane|timeshare)
-    timeout ${LIMIT_S:-540} python3 -m clients.cli compare --modes $PART --model $model --device cuda \
+    timeout ${LIMIT_S:-540} python3 -m server.cli compare --modes $PART --model $model --device cuda \
       --workload $workload --max-audio-seconds 6 --duration ${DURATION:-8} --rates $rates \
       --out /tmp/cap-$PART 2>&1 | grep -v "^compare: starting" | tail -12
     cp /tmp/cap-$PART/$PART/results.json "$out/results-$PART.json" 2>/dev/null

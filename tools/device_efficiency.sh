@@ -8,7 +8,7 @@ source tools/device_env.sh "$@" || exit 1
 model=qwen3-tts-1.7b
 (
   export CUDA_VISIBLE_DEVICES=$(gpu_uuid 0)
-  timeout 560 python3 -m clients.cli microbench --model $model --lm-batch-sizes 1 8 32 64 \
+  timeout 560 python3 -m server.cli microbench --model $model --lm-batch-sizes 1 8 32 64 \
     --codec-batch-sizes 1 4 16 32 --codec-pcts 100 40 25 --splits 75:25 60:40 --seconds 5 \
     --out "$out/microbench.json" > "$out/microbench.md" 2> "$out/microbench.err"
 ) &

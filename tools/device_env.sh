@@ -15,12 +15,12 @@ export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 VOXLANE_CACHE=${VOXLANE_CACHE:-/t
 # another GPU (or none) for its clients.
 gpu_uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
 
-# mps_start DIR: our own MPS daemon (clients/mps.py, pipe and log directories under DIR); then
+# mps_start DIR: our own MPS daemon (server/mps.py, pipe and log directories under DIR); then
 # `env $mps_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P CMD` runs CMD as its client. mps_stop quits it.
 mps_dir=
 mps_env=
-mps_start() { mps_env=$(python3 -m clients.mps start "$1") && mps_dir=$1; }
-mps_stop() { [ -z "$mps_dir" ] || python3 -m clients.mps stop "$mps_dir"; mps_dir= mps_env=; }
+mps_start() { mps_env=$(python3 -m server.mps start "$1") && mps_dir=$1; }
+mps_stop() { [ -z "$mps_dir" ] || python3 -m server.mps stop "$mps_dir"; mps_dir= mps_env=; }
 trap mps_stop EXIT
 
 # crashed_logs FILE...: the tritonserver logs that show a crash (a segfault or a fatal error).

@@ -42,7 +42,7 @@ tar czf "$out/logs.tgz" -C "$out" $(cd "$out" && ls tail-*.log 2>/dev/null) && r
 fi
 [[ $parts == *" micro "* ]] && for model in $models; do
   frames=$(echo ${CODEC_FRAMES:-"cosyvoice3-0.5b=25 flashtts-0.5b=18"} | tr ' ' '\n' | grep "^$model=" | cut -d= -f2)
-  timeout ${MICRO_S:-180} python3 -m clients.cli microbench --model "$model" --lm-pcts --splits \
+  timeout ${MICRO_S:-180} python3 -m server.cli microbench --model "$model" --lm-pcts --splits \
     --codec-pcts ${CODEC_PCTS:-100 40 15} --codec-batch-sizes 1 16 ${frames:+--codec-frames $frames} \
     --out "$out/microbench-$model.json" \
     > "$out/microbench-$model.md" 2> "$out/microbench-$model.err"

@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/gpu.t
 start_serve() {  # NAME FLAGS...: `voxlane serve` in the background until its gateway is ready
   local name=$1; shift
   local started=$SECONDS
-  python3 -m clients.cli serve --device cuda --model "$model" --log-file $work/$name-triton.log \
+  python3 -m server.cli serve --device cuda --model "$model" --log-file $work/$name-triton.log \
     --gateway-port 9000 "$@" > $work/$name-serve.out 2>&1 &
   serve_pid=$!
   for _ in $(seq ${START_S:-240}); do
@@ -30,7 +30,7 @@ stop_serve() { kill -TERM $serve_pid 2>/dev/null; wait $serve_pid; gzip -c $work
 
 bench() {  # NAME RATES...: the sweep through the gateway
   local name=$1; shift
-  timeout ${BENCH_S:-260} python3 -m clients.cli bench --protocol openai --url 127.0.0.1:9000 --rates "$@" \
+  timeout ${BENCH_S:-260} python3 -m server.cli bench --protocol openai --url 127.0.0.1:9000 --rates "$@" \
     --duration ${DURATION:-12} --max-audio-seconds ${MAX_AUDIO:-6} --workload .devdata/librispeech_pc_test_clean.tsv \
     --out $work/bench-$name 2>&1 | grep -vE "^[IWE][0-9]" | tail -25 | tee "$out/bench-$name.txt"
   cp $work/bench-$name/results.json "$out/results-$name.json" 2>/dev/null

@@ -7,9 +7,9 @@
 #   2. the frame profile at batch 1, 32 and 128, context 256 (RUNS): fused (lm_fused), --no-fused-frame (lm_plain,
 #      compiled as the engine runs it) and fused with --fp8-weights (lm_fp8); profile.md (the tables for BENCHMARKS.md)
 #   3. float8 weights' agreement with bf16: greedy tokens and prefill logits over 32 texts of the shared workload
-#      (clients/microbench/fp8_agreement.py; the workload in .devdata/, carried; AGREEMENT=0 skips it)
+#      (server/microbench/fp8_agreement.py; the workload in .devdata/, carried; AGREEMENT=0 skips it)
 #   4. the fused matmul's launches against PyTorch's kernels on the frame's projections (ROWS, LAUNCHES;
-#      clients/microbench/fused_linear.py; LINEAR=0 skips it)
+#      server/microbench/fused_linear.py; LINEAR=0 skips it)
 # About 9 minutes with cold caches.
 source tools/device_env.sh "$@" || exit 1
 model=${MODEL:-qwen3-tts-1.7b}
@@ -22,23 +22,23 @@ profile="--profile --top 15"; [ "${PROFILE:-1}" = 1 ] || profile=
 frame() {  # RUN: the frame profile, fused / plain (--no-fused-frame) / fp8 (--fp8-weights)
   local run=$1 flags=--fused-frame
   [ $run = plain ] && flags=--no-fused-frame; [ $run = fp8 ] && flags="--fused-frame --fp8-weights"
-  timeout ${MICRO_S:-200} python3 -m clients.microbench.lm --model "$model" --batch-sizes ${SIZES:-1 32 128} \
+  timeout ${MICRO_S:-200} python3 -m server.microbench.lm --model "$model" --batch-sizes ${SIZES:-1 32 128} \
     --context ${CONTEXT:-256} $profile --json "$out/lm_$run.json" $flags > "$out/lm_$run.txt" 2>&1
   echo "== lm_$run: exit $?"
   grep -E "^#|^[0-9]+ \||^batch \|" "$out/lm_$run.txt" | grep -vE "^# +[0-9]" | head -24
 }
-report() { python3 -m clients.microbench.profile_report "$@" --top-batch 1 > "$out/profile.md" 2>&1; head -24 "$out/profile.md"; }
+report() { python3 -m server.microbench.profile_report "$@" --top-batch 1 > "$out/profile.md" 2>&1; head -24 "$out/profile.md"; }
 frame fused
 frame plain
 report "$out/lm_plain.json" "$out/lm_fused.json"
-[ "${AGREEMENT:-1}" = 1 ] && timeout ${AGREEMENT_S:-120} python3 -m clients.microbench.fp8_agreement --model "$model" \
+[ "${AGREEMENT:-1}" = 1 ] && timeout ${AGREEMENT_S:-120} python3 -m server.microbench.fp8_agreement --model "$model" \
   --workload .devdata/librispeech_pc_test_clean.tsv --texts 32 --frames 24 --json "$out/fp8_agreement.json" 2>&1 | tail -14
 if [ "${FP8_FRAME:-1}" = 1 ]; then
   frame fp8
   report "$out/lm_plain.json" "$out/lm_fused.json" "$out/lm_fp8.json"
 fi
 if [ "${LINEAR:-1}" = 1 ]; then
-  timeout ${LINEAR_S:-150} python3 -m clients.microbench.fused_linear --model "$model" --rows ${ROWS:-1 128} \
+  timeout ${LINEAR_S:-150} python3 -m server.microbench.fused_linear --model "$model" --rows ${ROWS:-1 128} \
     --max-launches ${LAUNCHES:-8} --json "$out/fused_linear.json" > "$out/fused_linear.txt" 2>&1
   echo "== fused_linear: exit $?"
   grep -v "^# rows" "$out/fused_linear.txt" | tail -24; grep "^# rows" "$out/fused_linear.txt"

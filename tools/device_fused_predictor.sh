@@ -4,7 +4,7 @@
 # The code predictor's one-kernel attention (issue "The frame at the GPU's floor", item 2), against PyTorch's
 # kernels, side by side on one H200 with qwen3-tts-1.7b:
 #   micro     the CUDA-only tests of the kernel and of the decode path (TESTS; empty: none), the kernel's launch
-#             settings timed (TUNE=1, clients/microbench/short_attention.py), then the LM frame profile at batch 1, 32
+#             settings timed (TUNE=1, server/microbench/short_attention.py), then the LM frame profile at batch 1, 32
 #             and 128 (context 256, compiled as the engine runs it), fused and with --no-fused-predictor:
 #             lm_fused.{txt,json}, lm_unfused.{txt,json}, profile.md (about 7 minutes with a cold cache)
 #   capacity  TESTS (default: the kernel's; empty: none), then both servers (`voxlane`, `voxlane+fp=0`) started at
@@ -18,19 +18,19 @@ case ${PART:?PART=micro|capacity} in
     [ -z "${TESTS-x}" ] || timeout ${TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider \
       ${TESTS:-tests/unit/test_short_attention.py tests/unit/test_qwen3_tts_graphs.py} 2>&1 | tail -15 | tee "$out/cuda_tests.txt"
     if [ "${TUNE:-1}" = 1 ]; then  # the kernel's launch settings timed; the fastest one for the frames below
-      best=$(timeout 150 python3 -m clients.microbench.short_attention --json "$out/short_attention.json" \
+      best=$(timeout 150 python3 -m server.microbench.short_attention --json "$out/short_attention.json" \
         | tee "$out/short_attention.txt" | tail -1)
       cat "$out/short_attention.txt"
       [ -n "$best" ] && export VOXLANE_SHORT_ATTENTION_LAUNCH=$best
     fi
     for run in fused unfused; do
       flags=; [ $run = unfused ] && flags=--no-fused-predictor
-      timeout ${MICRO_S:-200} python3 -m clients.microbench.lm --model "$model" --batch-sizes ${SIZES:-1 32 128} \
+      timeout ${MICRO_S:-200} python3 -m server.microbench.lm --model "$model" --batch-sizes ${SIZES:-1 32 128} \
         --context ${CONTEXT:-256} --profile --top 15 --json "$out/lm_$run.json" $flags > "$out/lm_$run.txt" 2>&1
       echo "== lm_$run: exit $?"
       grep -E "^#|^[0-9]+ \||^batch \|" "$out/lm_$run.txt"
     done
-    python3 -m clients.microbench.profile_report "$out/lm_unfused.json" "$out/lm_fused.json" --top-batch 1 \
+    python3 -m server.microbench.profile_report "$out/lm_unfused.json" "$out/lm_fused.json" --top-batch 1 \
       > "$out/profile.md"
     head -40 "$out/profile.md" ;;
   capacity)

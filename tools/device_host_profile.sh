@@ -13,7 +13,7 @@ workload=.devdata/librispeech_pc_test_clean.tsv
 spy=$(command -v py-spy || echo /tmp/site/bin/py-spy)
 [ -x "$spy" ] || { echo "no py-spy: build the devpack with a py-spy wheel"; exit 1; }
 started=$SECONDS
-python3 -m clients.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} --kv-cache-gb ${KV_GB:-20} \
+python3 -m server.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} --kv-cache-gb ${KV_GB:-20} \
   ${SERVE_FLAGS:-} --log-file "$out/tritonserver.log" > "$out/serve.log" 2>&1 &
 serve=$!
 trap 'kill -TERM $serve 2>/dev/null && wait $serve; mps_stop' EXIT
@@ -25,7 +25,7 @@ until grep -q "^voxlane: ready" "$out/serve.log"; do
 done
 echo "startup_s $((SECONDS - started))"
 lm=$(pgrep -f "triton_python_backend_stub .*/speechlm_lm/" | head -1)
-python3 -m clients.cli bench --url localhost:8001 --workload $workload --max-audio-seconds 6 \
+python3 -m server.cli bench --url localhost:8001 --workload $workload --max-audio-seconds 6 \
   --duration ${DURATION:-40} --rates ${RATE:-44} --metrics-url http://localhost:8002/metrics --out "$out/bench" \
   > "$out/bench.log" 2>&1 &
 bench=$!

@@ -24,7 +24,7 @@ nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv | tee "$
 
 start_serve() {  # NAME FLAGS...: `voxlane serve` in the background until its gateway is ready
   local name=$1; shift
-  python3 -m clients.cli serve --device cuda --model "$model" --log-file $work/$name-triton.log \
+  python3 -m server.cli serve --device cuda --model "$model" --log-file $work/$name-triton.log \
     --gateway-port 9000 "$@" > $work/$name-serve.out 2>&1 &
   serve_pid=$!
   for _ in $(seq 300); do
@@ -39,7 +39,7 @@ fetch() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(s
 
 bench() {  # NAME PROTOCOL URL RATES...: one sweep; results.json and the per-rate lines kept
   local name=$1 protocol=$2 url=$3; shift 3
-  timeout 200 python3 -m clients.cli bench --protocol $protocol --url $url --rates "$@" --duration $duration \
+  timeout 200 python3 -m server.cli bench --protocol $protocol --url $url --rates "$@" --duration $duration \
     --max-audio-seconds 6 --out $work/$name 2>&1 | grep -E "^rate|capacity|error" | tee "$out/bench-$name.txt"
   cp $work/$name/results.json "$out/results-$name.json" 2>/dev/null
 }
@@ -47,7 +47,7 @@ bench() {  # NAME PROTOCOL URL RATES...: one sweep; results.json and the per-rat
 run_replicate() {
 if start_serve replicate --gpus 0,1; then
   nvidia-smi --query-gpu=index,memory.used --format=csv | tee "$out/gpus-replicate.csv"
-  python3 -m clients.cli gateway --triton 127.0.0.1:8001 --triton-metrics http://127.0.0.1:8002/metrics \
+  python3 -m server.cli gateway --triton 127.0.0.1:8001 --triton-metrics http://127.0.0.1:8002/metrics \
     --port 9001 > $work/gateway-1gpu.out 2>&1 &
   gateway_pid=$!
   sleep 5

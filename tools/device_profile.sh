@@ -14,7 +14,7 @@ context=${CONTEXT:-256}
 profile() {  # profile NAME TIMEOUT_S [FLAGS...]
   local name=$1 limit=$2
   shift 2
-  timeout "$limit" python3 -m clients.microbench.lm --model "$model" --batch-sizes $sizes --context "$context" \
+  timeout "$limit" python3 -m server.microbench.lm --model "$model" --batch-sizes $sizes --context "$context" \
     --profile --top 15 --json "$out/lm_$name.json" "$@" > "$out/lm_$name.txt" 2>&1
   echo "== lm_$name: exit $?"
   grep -E "^#|^[0-9]+ \||^batch \|" "$out/lm_$name.txt"
@@ -22,5 +22,5 @@ profile() {  # profile NAME TIMEOUT_S [FLAGS...]
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
 profile compiled ${COMPILED_S:-300}
 profile plain ${PLAIN_S:-150} --no-compile
-python3 -m clients.microbench.profile_report "$out/lm_compiled.json" "$out/lm_plain.json" --top-batch 1 \
+python3 -m server.microbench.profile_report "$out/lm_compiled.json" "$out/lm_plain.json" --top-batch 1 \
   | tee "$out/profile.md"

@@ -22,7 +22,7 @@ if [[ " ${CONFIGS:-} " == *" tests "* ]]; then
   timeout 240 python3 -m pytest -q -p no:cacheprovider tests/unit/test_kv_pool.py 2>&1 | tail -4 | tee "$out/cuda_tests.txt"
 fi
 started=$SECONDS
-python3 -m clients.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} ${SERVE_FLAGS:-} \
+python3 -m server.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} ${SERVE_FLAGS:-} \
   --log-file "$out/tritonserver.log" > "$out/serve.log" 2>&1 &
 serve=$!
 stop_server() { kill -TERM $serve 2>/dev/null && wait $serve; }
@@ -42,7 +42,7 @@ run_bench() {  # NAME WORKLOAD RATES DURATION [BENCH FLAGS...]
   local name=$1 workload=$2 rates=$3 duration=$4 left=$((limit - SECONDS))
   shift 4
   if [ $left -lt 30 ]; then echo "$name: skipped ($left s left)"; return; fi
-  timeout $left python3 -m clients.cli bench --url localhost:8001 --workload $workload --duration $duration \
+  timeout $left python3 -m server.cli bench --url localhost:8001 --workload $workload --duration $duration \
     --rates $rates --out "$out/$name" "$@" > "$out/$name.log" 2>&1
   python3 - "$out/$name/results.json" "$name" <<'PY'
 import json, sys

@@ -22,7 +22,7 @@ case $phase in
   start)
     source tools/device_env.sh "$@" || exit 1
     rm -rf $dir && mkdir -p $dir
-    setsid nohup python3 -m clients.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} ${SERVE_FLAGS:-} \
+    setsid nohup python3 -m server.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} ${SERVE_FLAGS:-} \
       --log-file $dir/tritonserver.log > $dir/serve.log 2>&1 < /dev/null &
     started=$SECONDS
     until grep -q "^voxlane: ready" $dir/serve.log; do
@@ -33,7 +33,7 @@ case $phase in
     server=$(pgrep -n -x tritonserver)
     setsid nohup python3 -m tools.procstats --server-pid $server --every 15 --until-file $dir/done \
       > $dir/memory.csv 2> $dir/procstats.err < /dev/null &
-    setsid nohup bash -c "python3 -m clients.cli bench --url localhost:8001 --workload .devdata/librispeech_pc_paragraphs.tsv \
+    setsid nohup bash -c "python3 -m server.cli bench --url localhost:8001 --workload .devdata/librispeech_pc_paragraphs.tsv \
       --rates ${SOAK_RATE:-8.7} --duration ${SOAK_S:-600} --out $dir/bench > $dir/bench.log 2>&1; touch $dir/done" \
       < /dev/null > /dev/null 2>&1 &
     progress
@@ -43,7 +43,7 @@ case $phase in
     mkdir -p "$out"
     progress
     [ -f $dir/done ] || echo "the soak has not ended"
-    pkill -TERM -f "clients.cli serve" ; sleep 15
+    pkill -TERM -f "server.cli serve" ; sleep 15
     cp $dir/memory.csv $dir/bench.log "$out/" 2>/dev/null
     gzip -c $dir/bench/results.json > "$out/results.json.gz" 2>/dev/null
     gzip -c $dir/tritonserver.log > "$out/tritonserver.log.gz"

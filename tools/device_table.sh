@@ -8,7 +8,7 @@ source tools/device_env.sh "$@" || exit 1
 gpu0=$(gpu_uuid 0) gpu1=$(gpu_uuid 1)
 common="--model qwen3-tts-1.7b --device cuda --duration 6 --max-audio-seconds 6"
 ( export CUDA_VISIBLE_DEVICES=$gpu0
-  timeout 320 python3 -m clients.cli compare --modes colocate partition $common --rates 1 2 4 8 16 \
+  timeout 320 python3 -m server.cli compare --modes colocate partition $common --rates 1 2 4 8 16 \
     --out /tmp/cmp1 2>&1 | tail -4 ) > "$out/gpu0.txt" 2>&1 &
 ( export CUDA_VISIBLE_DEVICES=$gpu1
   mkdir -p /tmp/fam && bash tools/device_families.sh /tmp/fam 2>&1 | tail -40

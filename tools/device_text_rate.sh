@@ -17,7 +17,7 @@ workload=.devdata/librispeech_pc_test_clean.tsv
 [ -f "$workload" ] || { echo "no workload at $workload"; exit 1; }
 
 started=$SECONDS
-python3 -m clients.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} ${SERVE_FLAGS:-} --log-file "$out/tritonserver.log" \
+python3 -m server.cli serve --device cuda --model ${MODEL:-qwen3-tts-1.7b} ${SERVE_FLAGS:-} --log-file "$out/tritonserver.log" \
   > "$out/serve.log" 2>&1 &
 serve=$!
 stop_server() { kill -TERM $serve 2>/dev/null && wait $serve; }
@@ -34,7 +34,7 @@ run_bench() {  # NAME RATES [BENCH FLAGS...]: one configuration, stopped before 
   local name=$1 rates=$2 left=$((limit - SECONDS))
   shift 2
   if [ $left -lt 40 ]; then echo "$name: skipped ($left s left)"; return; fi
-  timeout $left python3 -m clients.cli bench --url localhost:8001 --workload $workload --max-audio-seconds 6 \
+  timeout $left python3 -m server.cli bench --url localhost:8001 --workload $workload --max-audio-seconds 6 \
     --duration ${DURATION:-20} --rates $rates --out "$out/$name" "$@" 2>&1 \
     | grep -E "^rate|capacity|Error|error" | cut -c1-400
 }

@@ -15,7 +15,7 @@ python3 - "$model" "$out" "$rate" <<'PY'
 import sys, time
 from pathlib import Path
 import numpy as np
-from clients.serve import ServeConfig, Server
+from server.serve import ServeConfig, Server
 from clients.stream import StreamError, synthesize
 from tests.reference_audio import voiced
 

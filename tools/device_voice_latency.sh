@@ -10,8 +10,8 @@ source tools/device_env.sh "$@" || exit 1
 python3 - "$out" <<'PY' 2>&1 | grep -v "^[IWE][0-9]" | tee "$out/voice_latency.txt"
 import os, sys, threading, time
 from pathlib import Path
-from clients.serve import ServeConfig, Server
-from clients.triton_launch import Ports
+from server.serve import ServeConfig, Server
+from server.triton_launch import Ports
 from tools import voice_latency
 
 out = Path(sys.argv[1])

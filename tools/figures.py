@@ -30,12 +30,12 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from clients.bench.compare import free_ports
+from server.compare import free_ports
 from clients.bench.config import BenchConfig
 from clients.bench.runner import run_bench
-from clients.mps import MpsDaemon
-from clients.serve import ServeConfig, Server, ServingMode
-from clients.triton_launch import Ports
+from server.mps import MpsDaemon
+from server.serve import ServeConfig, Server, ServingMode
+from server.triton_launch import Ports
 from tools.smoke import run_sequential
 
 SERVERS = {  # name -> ServeConfig fields over the defaults (voxlane, 60/40, deadline-aware)

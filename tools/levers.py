@@ -22,11 +22,11 @@ import time
 from dataclasses import fields, replace
 from pathlib import Path
 
-from clients.bench.compare import free_ports
+from server.compare import free_ports
 from clients.bench.config import BenchConfig
 from clients.bench.runner import run_bench
-from clients.serve import MODES, ROUTER_MODEL, ServeConfig, Server, ServingMode
-from clients.triton_launch import Ports
+from server.serve import MODES, ROUTER_MODEL, ServeConfig, Server, ServingMode
+from server.triton_launch import Ports
 from protocol import models
 from tools.smoke import run_sequential
 

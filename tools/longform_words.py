@@ -8,11 +8,11 @@ in order, and where the last one ends. Then 30 warm-up and 150 s of speed + time
 process's private memory before and after.
 """
 import csv, statistics, sys, time
-from clients.bench.compare import free_ports
-from clients.serve import ServeConfig, Server
+from server.compare import free_ports
+from server.serve import ServeConfig, Server
 from clients.stream import synthesize
-from clients.triton_launch import Ports
-from clients.procstats import snapshot
+from server.triton_launch import Ports
+from server.procstats import snapshot
 
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 rows = sorted(rows, key=lambda r: float(r["duration_s"]))

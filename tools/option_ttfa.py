@@ -11,10 +11,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from clients.bench.compare import free_ports
-from clients.serve import ServeConfig, Server
+from server.compare import free_ports
+from server.serve import ServeConfig, Server
 from clients.stream import synthesize
-from clients.triton_launch import Ports
+from server.triton_launch import Ports
 
 TEXT = "VoxLane streams speech while the model is still talking."
 VARIANTS = {"plain": {}, "timestamps": {"timestamps": "word"}, "speed 1.5": {"speed": 1.5},

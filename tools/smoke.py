@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from clients.bench.compare import free_ports
-from clients.serve import MODES, ServeConfig, Server
+from server.compare import free_ports
+from server.serve import MODES, ServeConfig, Server
 from clients.stream import StreamResult, synthesize
-from clients.triton_launch import Ports
+from server.triton_launch import Ports
 
 TEXT = "VoxLane streams speech while the model is still talking."
 _CODEC_MS = re.compile(r'^voxlane_codec_ms_(sum|count)\{lane="(\w+)"\} ([0-9.e+-]+)$')

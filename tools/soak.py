@@ -362,9 +362,9 @@ def _soak_server(url: str, server_pid: int, args) -> int:
 
 
 def _soak_own_server(args) -> int:
-    from clients.bench.compare import free_ports
-    from clients.serve import ServeConfig, Server
-    from clients.triton_launch import Ports
+    from server.compare import free_ports
+    from server.serve import ServeConfig, Server
+    from server.triton_launch import Ports
     http, grpc, metrics = free_ports(3)
     log_path = Path(tempfile.mkstemp(prefix="voxlane-soak-", suffix=".log")[1])
     config = ServeConfig(ports=Ports(http, grpc, metrics))

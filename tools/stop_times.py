@@ -25,10 +25,10 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from clients.bench.compare import free_ports
-from clients.serve import ServeConfig, Server
+from server.compare import free_ports
+from server.serve import ServeConfig, Server
 from clients.stream import StreamError, synthesize
-from clients.triton_launch import Ports
+from server.triton_launch import Ports
 from protocol.models import CODEC, CODEC_URGENT, LM
 from tools.procstats import server_processes
 from tests.waiting import wait_for

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from clients.bench.compare import free_ports
+from server.compare import free_ports
 from clients.bench.config import BenchConfig
 from clients.bench.runner import run_bench
-from clients.serve import MODES, ServeConfig, Server, ServingMode
-from clients.triton_launch import Ports
+from server.serve import MODES, ServeConfig, Server, ServingMode
+from server.triton_launch import Ports
 from tools.smoke import run_concurrent, run_sequential
 
 

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from backend_python.audio.encoders import Resampler
-from backend_python.audio.tempo import TempoStream
+from audio.encoders import Resampler
+from audio.tempo import TempoStream
 
 RATE, FRAME = 24000, 1920
 CHUNK_FRAMES = (2, 10, 20, 40, 40, 40)  # the default plan: a 2-frame first chunk, then growing

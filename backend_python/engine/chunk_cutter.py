@@ -1,7 +1,8 @@
 """Which of a request's frames go to the codec now, and with what left context.
 
-The chunk plan (scheduler/chunking.py) says where chunks end; a segmented text's segments each start the
-plan anew from their first frame (`SegmentCursor.chunks_from`), numbered on from the stream's chunks before.
+The chunk plan (protocol/chunks.py, sized by scheduler/chunking.py) says where chunks end; a segmented text's
+segments each start the plan anew from their first frame (`SegmentCursor.chunks_from`), numbered on from the
+stream's chunks before.
 A chunk's window holds up to `left_context_frames` of the request's own frames before its new ones, and,
 while those do not fill it, the codec prefix's last `left_context_frames` (an in-context clone's reference
 codes, before frame 0: all that chunk 0 had), so a window sees the whole history a codec lane's stream state

@@ -42,7 +42,7 @@ from backend_python.stub_common.chunk_channel import ChunkChannel
 from backend_python.stub_common.metrics import RouterMetrics
 from backend_python.stub_common.logs import configure_stub_logging, stop_fault_reports
 from backend_python.stub_common.params import model_parameters
-from backend_python.audio.stream import StreamAudio
+from audio.stream import StreamAudio
 from backend_python.stub_common.reference_inputs import ReferenceLimits, parse_reference
 from backend_python.stub_common.request_inputs import (RequestError, RequestLimits, SpeechRequest,
                                                   check_request_parameters, parse_audio_options,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend_python.audio.stream import AudioPiece, StreamAudio
+from audio.stream import AudioPiece, StreamAudio
 from backend_python.stub_common.reference_inputs import ReferenceAudio
 from backend_python.stub_common.request_inputs import SpeechRequest
 from protocol.tensors import SPEECH_REQUEST

@@ -1,4 +1,4 @@
-"""The `bench`, `plot` and `compare` subcommands of `voxlane`."""
+"""The `bench` and `plot` subcommands of `voxlane` (`compare`, which starts servers, is `server/cli.py`'s)."""
 from __future__ import annotations
 
 import argparse
@@ -8,17 +8,16 @@ from typing import Callable
 
 from clients.bench.arrivals import ARRIVALS
 from clients.bench.config import PROTOCOLS, BenchConfig, smoke_config
-from clients.serve import MODES
 
 
 def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
-    """Add bench, plot and compare to `voxlane`'s subparsers; return their handlers by name."""
+    """Add bench and plot to `voxlane`'s subparsers; return their handlers by name."""
     bench = subparsers.add_parser("bench", help="open-loop streaming load: TTFA, stalls, SLO attainment, capacity")
     bench.add_argument("--url", default="localhost:8001",
                        help="gRPC HOST:PORT of a running server (the gateway's HOST:PORT with --protocol openai)")
     bench.add_argument("--protocol", choices=PROTOCOLS, default="grpc",
                        help="grpc: Triton's stream; openai: POST /v1/audio/speech to the gateway (raw PCM)")
-    _add_bench_flags(bench)
+    add_bench_flags(bench)
     bench.add_argument("--export-perf-analyzer", type=Path, default=None, metavar="DIR",
                        help="write each run's plan as perf_analyzer input data, request intervals and a command; "
                             "send nothing")
@@ -32,18 +31,11 @@ def add_commands(subparsers) -> dict[str, Callable[[argparse.Namespace], int]]:
                       help="curves: attainment, p99 TTFA and goodput vs rate (bands over seeds) and the lanes; "
                            "capacity: capacity at 90%% and 99%% per results file, each seed's as a dot; "
                            "past: completed req/s, attainment and stall rate vs rate (past capacity)")
-    compare = subparsers.add_parser("compare", help="start the server in each mode, bench it, print capacity ratios")
-    # unset flags keep CompareConfig's defaults (timeshare and voxlane, the default model, cpu)
-    compare.add_argument("--modes", nargs="+", choices=MODES, default=None)
-    compare.add_argument("--model", default=None)
-    compare.add_argument("--device", choices=("cpu", "cuda"), default=None)
-    compare.add_argument("--codec-sm-pcts", nargs="+", type=int, default=[], metavar="PCT",
-                         help="run partition/voxlane once per codec MPS share, the LM lane at 100-PCT")
-    _add_bench_flags(compare)
-    return {"bench": _bench, "plot": _plot, "compare": _compare}
+    return {"bench": _bench, "plot": _plot}
 
 
-def _add_bench_flags(parser: argparse.ArgumentParser) -> None:
+def add_bench_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags `bench` and `compare` share: the load, the SLO and where the results go."""
     parser.add_argument("--rates", nargs="+", type=float, default=None, help="requests/s (default 1 2 4 8)")
     parser.add_argument("--duration", type=float, default=None, help="seconds of arrivals per run (default 60)")
     parser.add_argument("--seeds", type=int, default=1, help="runs per rate, seeds 0..N-1")
@@ -126,15 +118,6 @@ def _plot(args: argparse.Namespace) -> int:
     print(f"wrote {plot_results(results, args.output)}")
     if has_lanes(results):  # a second figure: the lanes under load
         print(f"wrote {plot_lanes(results, lanes_path(args.output))}")
-    return 0
-
-
-def _compare(args: argparse.Namespace) -> int:
-    from clients.bench.compare import CompareConfig, run_compare
-    given = {"modes": tuple(args.modes) if args.modes else None, "model": args.model, "device": args.device}
-    config = CompareConfig(bench=bench_config(args, "unused:0"), codec_sm_pcts=tuple(args.codec_sm_pcts),
-                           **{key: value for key, value in given.items() if value is not None})
-    run_compare(config)
     return 0
 
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from clients.bench.audio_pace import input_sent_by
 from clients.bench.text_pace import text_sent_by
-from scheduler import ChunkingConfig, ChunkPlan
+from protocol.chunks import ChunkPlan, ChunkSizes
 
 # perf_counter readings are exact to well under this; a chunk this close to its deadline is on time.
 ON_TIME_TOLERANCE_S = 1e-9
@@ -77,7 +77,7 @@ class RequestRecord:
 @dataclass(frozen=True)
 class Slo:
     ttfa_s: float = 0.2  # playback starts within this of sending (streamed text: of sending what it needs)
-    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)  # the server's: a chunk's frames
+    chunking: ChunkSizes = field(default_factory=ChunkSizes)  # the server's: a chunk's frames
 
     def __post_init__(self) -> None:
         if self.ttfa_s <= 0:
@@ -142,7 +142,7 @@ def evaluate(record: RequestRecord, slo: Slo) -> Outcome:
                    server_ttfa_s=server_ttfa, algorithmic_latency_s=latency)
 
 
-def text_ready_s(record: RequestRecord, chunk_index: int, chunking: ChunkingConfig) -> float:
+def text_ready_s(record: RequestRecord, chunk_index: int, chunking: ChunkSizes) -> float:
     """When the text chunk `chunk_index` needs had been sent: the request's start for a whole text."""
     if not record.is_text_stream:
         return record.sent_s
@@ -153,7 +153,7 @@ def text_ready_s(record: RequestRecord, chunk_index: int, chunking: ChunkingConf
     return max(record.sent_s, text_sent_by(record.piece_sent_s, record.text_closed_s, end_frame))
 
 
-def text_stalls(record: RequestRecord, late: list[tuple[int, float]], chunking: ChunkingConfig) -> tuple[int, ...]:
+def text_stalls(record: RequestRecord, late: list[tuple[int, float]], chunking: ChunkSizes) -> tuple[int, ...]:
     """The late chunks (`stalls`' answer) whose text was sent after their deadline (arrival less the wait)."""
     if not record.is_text_stream:
         return ()

@@ -6,8 +6,8 @@ import urllib.request
 
 import tritonclient.grpc.aio as grpcaio
 
+from protocol.chunks import ChunkSizes
 from protocol.models import LM, ROUTER
-from scheduler import ChunkingConfig, SchedulerConfig
 
 
 async def read_server_settings(url: str) -> dict:
@@ -22,11 +22,11 @@ async def read_server_settings(url: str) -> dict:
     return {"mode": router_params.get("mode"), ROUTER: router_params, LM: _parameters(lm)}
 
 
-def chunking_of(server: dict) -> ChunkingConfig:
+def chunking_of(server: dict) -> ChunkSizes:
     """The chunk sizes the server's LM cuts streams into (what `read_server_settings` read); the defaults
     when it was not read (`--protocol openai`)."""
     params = server.get(LM)
-    return SchedulerConfig.from_dict(params, ignore_unknown=True).chunking if params else ChunkingConfig()
+    return ChunkSizes.from_parameters(params) if params else ChunkSizes()
 
 
 def _parameters(config: dict) -> dict[str, str]:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
-from clients.serve import ServeConfig, Server
-from clients.triton_launch import Ports
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
+from server.serve import ServeConfig, Server
+from server.triton_launch import Ports
 
 DEFAULT_PRESET = "qwen3-tts-tiny"
 FAMILY_PRESETS = ["qwen3-tts-tiny", "csm-tiny", "orpheus-tiny", "cosyvoice3-tiny", "flashtts-tiny",

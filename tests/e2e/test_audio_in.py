@@ -183,20 +183,20 @@ def test_voxlane_say_streams_a_file_in_at_real_time_and_keeps_the_audio_before_a
             f.writeframes((samples * 32767).astype("<i2").tobytes())
     write(tmp_path / "in.wav", INPUT[:24000])
     write(tmp_path / "enroll.wav", ENROLL)
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", "--url", tse_url, "--audio-in",
+    done = subprocess.run([sys.executable, "-m", "server.cli", "say", "--url", tse_url, "--audio-in",
                            str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav"), "--seed", "1",
                            "-o", str(tmp_path / "out.wav")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     with wave.open(str(tmp_path / "out.wav")) as f:
         assert f.getnframes() == -(-24000 // 1920) * 1920 and f.getframerate() == RATE
-    capped = subprocess.run([sys.executable, "-m", "clients.cli", "say", "--url", tse_url, "--audio-in",
+    capped = subprocess.run([sys.executable, "-m", "server.cli", "say", "--url", tse_url, "--audio-in",
                              str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav"), "--seed", "1",
                              "--max-audio-seconds", "0.64", "-o", str(tmp_path / "capped.wav")],
                             capture_output=True, text=True, timeout=120)
     assert capped.returncode == 1 and "max_audio_seconds (0.64 s)" in capped.stderr, capped.stderr
     with wave.open(str(tmp_path / "capped.wav")) as f:  # the audio up to the cap is kept
         assert f.getnframes() == 8 * 1920
-    refused = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hello.", "--url", tse_url, "--audio-in",
+    refused = subprocess.run([sys.executable, "-m", "server.cli", "say", "Hello.", "--url", tse_url, "--audio-in",
                               str(tmp_path / "in.wav"), "--enroll", str(tmp_path / "enroll.wav")],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "no TEXT" in refused.stderr
@@ -205,9 +205,9 @@ def test_voxlane_say_streams_a_file_in_at_real_time_and_keeps_the_audio_before_a
 # ---- the gateway's WebSocket ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ws_base(tse_url, tmp_path_factory):
-    from clients.bench.compare import free_ports
-    from clients.gateway.config import GatewayConfig
-    from clients.gateway.server import GatewayProcess
+    from server.compare import free_ports
+    from server.gateway.config import GatewayConfig
+    from server.gateway.server import GatewayProcess
     from clients.voices import register_voice
 
     register_voice(tse_url, "target", ENROLL, RATE, x_vector_only=True)
@@ -240,7 +240,7 @@ def test_the_gateway_s_websocket_streams_audio_in_as_binary_pcm_or_base64(ws_bas
     import asyncio
     import base64
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
     from tests.audio_decode import assert_same_pcm16
 
     pcm = pcm16(INPUT)
@@ -259,7 +259,7 @@ def test_the_gateway_s_websocket_streams_audio_in_as_binary_pcm_or_base64(ws_bas
 def test_the_websocket_refuses_text_in_an_audio_in_session_and_goes_on(ws_base):
     import asyncio
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
 
     update = {"type": "session.update", "session": {"voice": "target", "input_sample_rate": RATE, "seed": 7}}
     pcm = pcm16(INPUT[:9600])
@@ -296,7 +296,7 @@ def test_the_bench_streams_audio_in_at_real_time_and_reports_algorithmic_latency
 
     from clients.bench.records import RequestRecord
 
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "--smoke", "--url", tse_url, "--out",
+    done = subprocess.run([sys.executable, "-m", "server.cli", "bench", "--smoke", "--url", tse_url, "--out",
                            str(tmp_path), "--rates", "1", "--duration", "2", "--audio-in-rate", "1"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -315,7 +315,7 @@ def wav_base64(samples: np.ndarray, rate: int) -> str:
     import io
     import wave
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
     with io.BytesIO() as buffer:
         with wave.open(buffer, "wb") as out:
             out.setnchannels(1), out.setsampwidth(2), out.setframerate(rate)
@@ -329,7 +329,7 @@ def test_the_websocket_takes_the_enrollment_inline_and_speaks_as_grpc_with_that_
     holds it), with the same seed."""
     import asyncio
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
     from tests.audio_decode import assert_same_pcm16
 
     as_sent = np.frombuffer(pcm16(ENROLL), "<i2").astype(np.float32) / 32768.0  # the enrollment the WAV holds
@@ -348,7 +348,7 @@ def test_the_websocket_takes_the_enrollment_inline_and_speaks_as_grpc_with_that_
 def test_an_audio_in_session_without_an_enrollment_is_refused_naming_what_the_socket_takes(ws_base):
     import asyncio
 
-    from backend_python.audio.pcm import pcm16
+    from audio.pcm import pcm16
 
     update = {"type": "session.update", "session": {"input_sample_rate": RATE, "seed": 7}}
     audio, events = asyncio.run(_socket_session(ws_base, [update, pcm16(INPUT[:9600]), {"type": "input_audio.done"}]))

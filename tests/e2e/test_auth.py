@@ -15,9 +15,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from clients.gateway.auth import Keys
+from server.gateway.auth import Keys
 from clients.stream import synthesize
-from clients.triton_launch import ADMIN_KEY_HEADER, Exposure
+from server.triton_launch import ADMIN_KEY_HEADER, Exposure
 from clients.voices import RegistryError, call_registry
 from tests.e2e.conftest import DEFAULT_PRESET, server_and_gateway
 

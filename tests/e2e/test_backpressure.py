@@ -20,9 +20,9 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import serialize_byte_tensor
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
 from clients.live_stream import LiveStream
 from clients.stream import build_inputs, synthesize
 from protocol.models import ROUTER

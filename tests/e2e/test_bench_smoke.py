@@ -26,7 +26,7 @@ TEXT_RUN = ["--rates", "2", "--duration", "3", "--text-rate", f"{TEXT_RATE:g}"]
 def results(server, url, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench")
     metrics = f"http://127.0.0.1:{server.config.ports.metrics}/metrics"
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "--smoke", "--url", url, "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "server.cli", "bench", "--smoke", "--url", url, "--out", str(out),
                            "--metrics-url", metrics], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "capacity at 90%" in done.stdout
@@ -37,7 +37,7 @@ def results(server, url, tmp_path_factory) -> dict:
 def text_results(server, url, tmp_path_factory) -> dict:
     """A short `--text-rate` run: each request a streaming-text session, its pieces at TEXT_RATE."""
     out = tmp_path_factory.mktemp("bench-text")
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "--smoke", "--url", url, "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "server.cli", "bench", "--smoke", "--url", url, "--out", str(out),
                            *TEXT_RUN], capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr
     assert f"(text {TEXT_RATE:g} tokens/s)" in done.stdout
@@ -101,7 +101,7 @@ def test_server_mode_and_settings_come_from_the_server(results):
 def test_plot_writes_a_png(results, tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps(results))
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "plot", str(path), str(path), "-o",
+    done = subprocess.run([sys.executable, "-m", "server.cli", "plot", str(path), str(path), "-o",
                            str(tmp_path / "fig.png")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"

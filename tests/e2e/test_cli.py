@@ -8,7 +8,7 @@ import wave
 
 def test_say_writes_a_valid_wav(url, tmp_path):
     out = tmp_path / "hello.wav"
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hello from the command line.",
+    done = subprocess.run([sys.executable, "-m", "server.cli", "say", "Hello from the command line.",
                            "-o", str(out), "--url", url, "--seed", "1", "--max-audio-seconds", "1.2"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -19,7 +19,7 @@ def test_say_writes_a_valid_wav(url, tmp_path):
 
 
 def test_say_reports_server_errors(url, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hi.", "--voice", "nobody",
+    done = subprocess.run([sys.executable, "-m", "server.cli", "say", "Hi.", "--voice", "nobody",
                            "-o", str(tmp_path / "x.wav"), "--url", url],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
@@ -28,9 +28,9 @@ def test_say_reports_server_errors(url, tmp_path):
 
 
 def test_say_with_no_server_names_the_unreachable_server(tmp_path):
-    from clients.bench.compare import free_ports
+    from server.compare import free_ports
     url = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", "Hi.", "-o", str(tmp_path / "x.wav"),
+    done = subprocess.run([sys.executable, "-m", "server.cli", "say", "Hi.", "-o", str(tmp_path / "x.wav"),
                            "--url", url], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert f"cannot reach the server at {url}" in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -38,7 +38,7 @@ def test_say_with_no_server_names_the_unreachable_server(tmp_path):
 
 
 def say(url: str, out, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "clients.cli", "say", "The peers' fields, from the command line.",
+    return subprocess.run([sys.executable, "-m", "server.cli", "say", "The peers' fields, from the command line.",
                            "-o", str(out), "--url", url, "--seed", "3", "--max-audio-seconds", "0.8", *flags],
                           capture_output=True, text=True, timeout=120)
 

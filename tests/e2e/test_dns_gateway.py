@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
-from clients.serve import ServeConfig, Server
-from clients.triton_launch import Exposure, Ports
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
+from server.serve import ServeConfig, Server
+from server.triton_launch import Exposure, Ports
 from tests import dashboard
 from tests.system_tools import system_tool, version
 from tests.waiting import wait_for

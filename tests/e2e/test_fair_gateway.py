@@ -1,4 +1,4 @@
-"""No client harms the others through the gateway (clients/gateway/limits.py, app.py): a connection whose headers
+"""No client harms the others through the gateway (server/gateway/limits.py, app.py): a connection whose headers
 trickle in (slowloris) or whose body stops half-way is closed within the read timeout; a client past its caps of
 streams or bytes gets a 429 with `Retry-After` at once; and beside 200 clients that read nothing, an ordinary request
 from another address gets its audio soon, while the slow ones are dropped. Against a real tritonserver, with a
@@ -13,10 +13,10 @@ import urllib.request
 
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.limits import ClientCaps
-from clients.gateway.server import GatewayProcess
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.limits import ClientCaps
+from server.gateway.server import GatewayProcess
 from tests.e2e.conftest import DEFAULT_PRESET, start_server
 from tests.e2e.test_metrics import scrape
 from tests.waiting import wait_for

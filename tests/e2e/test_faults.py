@@ -27,13 +27,13 @@ from pathlib import Path
 
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
-from clients.serve import DRAIN_S, ServeConfig, Server
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
+from server.serve import DRAIN_S, ServeConfig, Server
 from clients.stream import ServerUnreachable, StreamError, synthesize
 from backend_python.stub_common import unloads
-from clients.triton_launch import Ports, stub_shm_regions
+from server.triton_launch import Ports, stub_shm_regions
 from tests.e2e.test_cancel import wait_for
 from tests.e2e.test_metrics import scrape
 from tools.procstats import server_processes

@@ -13,11 +13,11 @@ import numpy as np
 import openai
 import pytest
 
-from clients.bench.compare import free_ports
+from server.compare import free_ports
 from clients.bench.config import smoke_config
 from clients.bench.runner import run_bench
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
 from clients.stream import synthesize
 from tests.audio_decode import assert_same_pcm16
 from tests.e2e.test_cancel import wait_for

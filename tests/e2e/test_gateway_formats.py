@@ -6,9 +6,9 @@ import numpy as np
 import openai
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
 from tests.audio_decode import aligned_correlation, assert_same_pcm16, below, decode, fft_resample, passband
 
 TEXT = "Formats for every player."

@@ -11,10 +11,10 @@ import httpx
 import numpy as np
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
-from clients.gateway.speech import OPENAI_PCM_RATE, OPENAI_VOICES
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
+from server.gateway.speech import OPENAI_PCM_RATE, OPENAI_VOICES
 from tests.audio_decode import aligned_correlation, assert_same_pcm16, decode
 from tests.waiting import wait_for
 

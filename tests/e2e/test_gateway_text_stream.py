@@ -16,7 +16,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from backend_python.audio.pcm import pcm16
+from audio.pcm import pcm16
 from clients.stream import synthesize
 from clients.text_stream_ws import speak_words
 from tests.audio_decode import assert_same_pcm16

@@ -11,9 +11,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from clients.serve import REPOSITORY, START_ATTEMPTS
+from server.serve import REPOSITORY, START_ATTEMPTS
 from clients.stream import synthesize
-from clients.triton_launch import Ports, TritonProcess, find_triton, stub_shm_regions
+from server.triton_launch import Ports, TritonProcess, find_triton, stub_shm_regions
 from backend_python.vox_ensemble.stub_process import is_alive
 from tests.waiting import wait_for
 from tools.procstats import server_processes
@@ -68,7 +68,7 @@ def test_voxlane_serve_prints_ready_starts_a_killed_tritonserver_again_and_stops
     dead server, in the moment before its keeper had seen the exit, for the whole fleet gone, and quit.)"""
     http, grpc, metrics = free_ports(3)
     process = subprocess.Popen(
-        [sys.executable, "-m", "clients.cli", "serve", "--http-port", str(http), "--grpc-port", str(grpc),
+        [sys.executable, "-m", "server.cli", "serve", "--http-port", str(http), "--grpc-port", str(grpc),
          "--metrics-port", str(metrics), "--log-file", os.devnull],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"127.0.0.1:{grpc}"
@@ -104,7 +104,7 @@ def test_voxlane_serve_names_a_model_that_cannot_load(model_cache, tmp_path):
     (checkpoint / "config.json").write_text(json.dumps(config))
     http, grpc, metrics = free_ports(3)
     done = subprocess.run(
-        [sys.executable, "-m", "clients.cli", "serve", "--model", str(checkpoint), "--http-port", str(http),
+        [sys.executable, "-m", "server.cli", "serve", "--model", str(checkpoint), "--http-port", str(http),
          "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--log-file", str(tmp_path / "triton.log")],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
@@ -133,7 +133,7 @@ def processes_with_argument(argument: str) -> list[int]:
 
 
 def test_only_tritonserver_runs_with_the_fixed_malloc_thresholds(server):
-    """The stubs trim their own heaps with glibc's own thresholds (clients/stub_env.sh through BASH_ENV)."""
+    """The stubs trim their own heaps with glibc's own thresholds (server/stub_env.sh through BASH_ENV)."""
     def tunables(pid: int) -> list[bytes]:
         return [e for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e.startswith(b"GLIBC_TUNABLES=")]
 

@@ -1,7 +1,7 @@
 """No stream hangs when a model's process dies, for any kind of client: the gateway's, a plain `tritonclient` gRPC
 stream (no VoxLane client code: no acks, no look at the router's readiness) and perf_analyzer. After `kill -9` of
 any stub each stream completes or ends with an error within seconds. The router's death ends the whole server
-(clients/model_watch.py: Triton 2.51 keeps the dead router's streams open until their clients give up), whose keeper
+(server/model_watch.py: Triton 2.51 keeps the dead router's streams open until their clients give up), whose keeper
 starts it again; the router heals the others itself, the voice registry and an idle encoder included.
 
 perf_analyzer is left out of the router's death: its gRPC client (2.51) ends a stream the server closed without
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc as grpcclient
 
-from clients.procstats import is_alive, server_processes
+from server.procstats import is_alive, server_processes
 from clients.stream import build_inputs, synthesize
 from tests.e2e.conftest import DEFAULT_PRESET, server_and_gateway
 from tests.e2e.test_metrics import scrape
@@ -117,7 +117,7 @@ def perf_analyzer_stream(url: str, folder: Path, ending: Ending, started: thread
     data.write_text(json.dumps({"data": [{"text": ["A long story."], "seed": [5], "max_audio_seconds": [STREAM_S],
                                           "ignore_eos": [True]}]}))
     intervals.write_text("1\n")
-    command = [sys.executable, "-m", "clients.cli", "perf-analyzer", "-m", "vox_ensemble", "-u", url, "-i", "grpc",
+    command = [sys.executable, "-m", "server.cli", "perf-analyzer", "-m", "vox_ensemble", "-u", url, "-i", "grpc",
                "--streaming", "--input-data", str(data), "--request-intervals", str(intervals),
                "--request-count", "1", "--max-threads", "1"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clients.serve import ServeConfig, Server
+from server.serve import ServeConfig, Server
 from clients.stream import synthesize
-from clients.triton_launch import Ports
+from server.triton_launch import Ports
 from tests.e2e.conftest import free_ports
 from tests.e2e.test_streaming import TEXT
 

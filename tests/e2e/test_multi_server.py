@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 
-from clients.bench.compare import free_ports, is_port_free
-from clients.fleet import PORT_STRIDE
+from server.compare import free_ports, is_port_free
+from server.fleet import PORT_STRIDE
 
 EXTRA = {"seed": 2, "max_audio_seconds": 0.8, "ignore_eos": True}
 
@@ -33,7 +33,7 @@ def _free_base() -> int:
 def fleet(model_cache, tmp_path_factory):
     base, gateway_port = _free_base(), free_ports(1)[0]
     log = tmp_path_factory.mktemp("fleet") / "triton.log"
-    command = [sys.executable, "-m", "clients.cli", "serve", "--replicas", "2", "--gateway-port", str(gateway_port),
+    command = [sys.executable, "-m", "server.cli", "serve", "--replicas", "2", "--gateway-port", str(gateway_port),
                "--http-port", str(base), "--grpc-port", str(base + 1), "--metrics-port", str(base + 2),
                "--log-file", str(log)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from clients.live_stream import LiveStream
-from clients.serve import ServeConfig, Server
+from server.serve import ServeConfig, Server
 from clients.stream import StreamError, build_inputs, synthesize
-from clients.triton_launch import Ports
+from server.triton_launch import Ports
 from tests.e2e.conftest import free_ports
 from tests.e2e.test_cancel import wait_for
 from tests.e2e.test_metrics import scrape

@@ -22,9 +22,9 @@ import httpx
 import numpy as np
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
 from tests.audio_decode import assert_same_pcm16
 
 HUB_ID = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"  # the harness's default model

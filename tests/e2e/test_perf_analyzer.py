@@ -19,7 +19,7 @@ RATE, DURATION_S = 2.0, 2.0
 
 
 def _voxlane(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "clients.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend_python.audio.pcm import pcm16
+from audio.pcm import pcm16
 from clients.stream import StreamError, synthesize
 from protocol.reasons import EndReason
 from tests.audio_decode import aligned_correlation, below, decode, fft_resample, passband

@@ -136,7 +136,7 @@ def test_say_clones_the_voice_of_a_wav_file(base_url, tmp_path):
         wav.writeframes((REFERENCE * 32767).astype("<i2").tobytes())
     audio, rate = read_wav(reference)
     assert rate == RATE and np.abs(audio - REFERENCE).max() < 1e-4
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", TEXT, "-o", str(out), "--url", base_url,
+    done = subprocess.run([sys.executable, "-m", "server.cli", "say", TEXT, "-o", str(out), "--url", base_url,
                            "--seed", "1", "--max-audio-seconds", "0.8", "--ref-audio", str(reference),
                            "--ref-text", REF_TEXT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -197,7 +197,7 @@ def test_a_real_speech_clip_clones_through_say_as_through_grpc(base_url, tmp_pat
     clip, out = write_clip(transcript, tmp_path / "speech.wav"), tmp_path / "cloned.wav"
     speech, rate = read_wav(clip)
     assert rate == 22050 and speech.size > rate and np.abs(speech).max() > 0.1  # a second of audible speech
-    done = subprocess.run([sys.executable, "-m", "clients.cli", "say", TEXT, "-o", str(out), "--url", base_url,
+    done = subprocess.run([sys.executable, "-m", "server.cli", "say", TEXT, "-o", str(out), "--url", base_url,
                            "--seed", "4", "--max-audio-seconds", "0.8", "--ref-audio", str(clip),
                            "--ref-text", transcript], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

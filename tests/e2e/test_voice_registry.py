@@ -21,10 +21,10 @@ import numpy as np
 import openai
 import pytest
 
-from clients.bench.compare import free_ports
-from clients.gateway.config import GatewayConfig
-from clients.gateway.server import GatewayProcess
-from clients.procstats import server_processes
+from server.compare import free_ports
+from server.gateway.config import GatewayConfig
+from server.gateway.server import GatewayProcess
+from server.procstats import server_processes
 from clients.stream import StreamError, synthesize
 from clients.voices import RegistryError, call_registry
 from protocol.reasons import EndReason
@@ -380,7 +380,7 @@ def test_voxlane_voices_registers_lists_and_deletes_through_triton(url, tmp_path
     reference.write_bytes(wav_file(REFERENCE))
 
     def voxlane(*args):
-        return subprocess.run([sys.executable, "-m", "clients.cli", "voices", "--url", url, *args],
+        return subprocess.run([sys.executable, "-m", "server.cli", "voices", "--url", url, *args],
                               capture_output=True, text=True, timeout=120)
     done = voxlane("register", "cli-voice", str(reference), "--transcript", REF_TEXT)
     assert done.returncode == 0, done.stderr

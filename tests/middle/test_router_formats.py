@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend_python.audio.pcm import pcm16
+from audio.pcm import pcm16
 from protocol.reasons import EndReason
 from protocol.wire import decode_error
 from protocol.tensors import MAX_UNREAD_AUDIO_S

@@ -10,7 +10,7 @@ import wave
 import numpy as np
 import pytest
 
-from backend_python.audio.decoding import AudioFileError, decode_reference
+from audio.decoding import AudioFileError, decode_reference
 from protocol.reference import ReferenceLimits
 
 MAX_SECONDS = ReferenceLimits().max_ref_audio_s
@@ -39,7 +39,7 @@ def test_any_channel_count_decodes_to_the_channels_mean(channels):
 def test_an_eight_channel_file_does_not_kill_the_process():
     """The crash was a segfault: run it where it cannot take the test runner with it."""
     data, _ = pcm_wav(8, 0.2)
-    code = ("import sys; from backend_python.audio.decoding import decode_reference; "
+    code = ("import sys; from audio.decoding import decode_reference; "
             "print(decode_reference(sys.stdin.buffer.read()).samples.size)")
     done = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()[-500:]
@@ -55,7 +55,7 @@ def test_a_small_file_whose_header_says_700_s_is_refused_from_its_header(monkeyp
     soundfile.write(buffer, np.zeros(700 * 8_000, np.int16), 8_000, format="FLAC")
     data = buffer.getvalue()
     assert len(data) < 200_000
-    from backend_python.audio import decoding
+    from audio import decoding
     monkeypatch.setattr(decoding, "_decode_mono", lambda *args: pytest.fail("decoded a file refused by its header"))
     with pytest.raises(AudioFileError, match="700.0 s long") as error:
         decode_reference(data)
@@ -117,7 +117,7 @@ def test_a_rate_the_server_refuses_is_refused_from_the_header_with_the_servers_c
     then refused (the server takes 8-48 kHz): now nothing is decoded, and the code is the server's."""
     data = flac(np.full(59 * 192_000, 3, np.int16), 192_000)
     assert len(data) < 100_000
-    from backend_python.audio import decoding
+    from audio import decoding
     monkeypatch.setattr(decoding, "_decode_mono", lambda *args: pytest.fail("decoded a file refused by its header"))
     with pytest.raises(AudioFileError, match="192000 Hz") as error:
         decode_reference(data)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from protocol.formats import SAMPLE_RATES, TRITON_FORMATS
-from backend_python.audio.pcm import pcm16
-from backend_python.audio.stream import StreamAudio
+from audio.pcm import pcm16
+from audio.stream import StreamAudio
 from backend_python.stub_common.request_inputs import AudioOptions, RequestError, parse_audio_options
 from protocol.tensors import LM_INPUT_NAMES, REQUEST_INPUTS
 from tests.audio_decode import decode
@@ -108,7 +108,7 @@ def test_every_sample_rate_is_an_input_value():
 def _config_names(model: str, section: str) -> list[str]:
     import re
 
-    from clients.serve import REPOSITORY
+    from server.serve import REPOSITORY
     text = (REPOSITORY / model / "config.pbtxt").read_text()
     block = re.search(rf"^{section} \[(.*?)^\]", text, re.S | re.M).group(1)
     return re.findall(r'name: "(\w+)"', block)

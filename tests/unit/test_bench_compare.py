@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.bench.compare import CompareConfig, compare_report
+from server.compare import CompareConfig, compare_report
 from clients.bench.config import BenchConfig
 
 BENCH = BenchConfig(url="unused:0", out=Path("unused"))
@@ -51,7 +51,7 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range(tmp_path
     it taken by the time it binds, so test and benchmark servers get ports from below it."""
     import socket
 
-    from clients.bench import compare
+    from server import compare
     monkeypatch.setattr(compare, "EPHEMERAL_RANGE", tmp_path / "range")
     (tmp_path / "range").write_text("32768\t60999\n")
     ports = compare.free_ports(5)

@@ -16,7 +16,7 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from clients.bench.cli import _add_bench_flags, bench_config
+from clients.bench.cli import add_bench_flags, bench_config
 from clients.bench.config import BenchConfig
 from clients.bench.loadgen import PlannedRequest, request_schedule, run_load
 from clients.bench.plot import _label
@@ -25,9 +25,9 @@ from clients.bench.server_info import chunking_of
 from clients.bench.summary import RunWindow, summarize_rate
 from clients.bench.text_pace import cut_pieces, piece_offsets, text_sent_by
 from clients.bench.workload import Utterance, synthetic_workload
+from protocol.chunks import ChunkSizes
 from protocol.reasons import Ended, EndReason
 from protocol.wire import encode_error
-from scheduler import ChunkingConfig
 from tests.unit.test_bench_loadgen import _response
 
 FRAME_S = 0.08  # one 12.5 Hz frame
@@ -259,7 +259,7 @@ def test_a_short_text_is_needed_until_its_close():
 def test_chunk_frames_follow_the_servers_chunking():
     pieces = _paced(30, 100.0)
     pieces[5] = 0.45  # chunk 1 needs piece 5 when chunks are 2, then 2 more frames ([2, 4))
-    flat = Slo(0.2, ChunkingConfig(first_chunk_frames=2, chunk_frames=2, chunk_growth=None))
+    flat = Slo(0.2, ChunkSizes(first_chunk_frames=2, chunk_frames=2, chunk_growth=None))
     assert evaluate(_session([0.20, 0.50], pieces), flat).text_stalled_chunks == (1,)
     assert evaluate(_session([0.20, 0.50], pieces), SLO).text_stalled_chunks == ()
 
@@ -305,13 +305,13 @@ def test_the_chunking_is_read_from_the_servers_lm_parameters():
     lm = {"model": "qwen3-tts-tiny", "max_slots": "32", "mode": "voxlane",
           "first_chunk_frames": "3", "chunk_frames": "12", "chunk_growth": "none"}
     server = {"mode": "voxlane", "speechlm_lm": lm}
-    assert chunking_of(server) == ChunkingConfig(first_chunk_frames=3, chunk_frames=12, chunk_growth=None)
-    assert chunking_of({"mode": "voxlane", "gateway": {}}) == ChunkingConfig()
+    assert chunking_of(server) == ChunkSizes(first_chunk_frames=3, chunk_frames=12, chunk_growth=None)
+    assert chunking_of({"mode": "voxlane", "gateway": {}}) == ChunkSizes()
 
 
 def test_text_rate_flag_and_its_checks():
     parser = argparse.ArgumentParser()
-    _add_bench_flags(parser)
+    add_bench_flags(parser)
     assert bench_config(parser.parse_args(["--text-rate", "30"]), "h:1").text_rate == 30.0
     assert bench_config(parser.parse_args([]), "h:1").text_rate is None
     for bad in ({"text_rate": 0.0}, {"text_rate": 10.0, "protocol": "openai"}):

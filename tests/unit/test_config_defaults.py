@@ -10,8 +10,8 @@ import pytest
 
 from backend_python.engine.config import EngineConfig
 from backend_python.stub_common.params import LaneSettings
-from clients.cli import _add_server_flags, _serve_config
-from clients.serve import LANE_MODELS, REPOSITORY, ROUTER_MODEL, ServeConfig, render_repository
+from server.cli import _add_server_flags, _serve_config
+from server.serve import LANE_MODELS, REPOSITORY, ROUTER_MODEL, ServeConfig, render_repository
 from protocol.models import REFINER_MODELS
 from scheduler import ChunkingConfig, ChunkPlan, SchedulerConfig, ServingMode
 

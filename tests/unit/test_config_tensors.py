@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from clients.serve import REPOSITORY
+from server.serve import REPOSITORY
 from protocol.limits import PARAMETERS, RequestLimits
 from protocol.models import LM, ROUTER, VOICE_ENCODER
 from protocol.tensors import (CONTROL_INPUTS, LM_INPUT_NAMES, LM_INTERNAL_INPUTS, REFERENCE_LM_INPUTS,

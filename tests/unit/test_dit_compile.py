@@ -9,7 +9,7 @@ from backend_python.models.cosyvoice3.codec import CosyVoice3Codec
 from backend_python.models.cosyvoice3.codec_config import CosyVoice3CodecConfig
 from backend_python.models.layers.dit import compile_blocks, uncompile_blocks
 from backend_python.stub_common.params import LaneSettings
-from clients.serve import ServeConfig
+from server.serve import ServeConfig
 
 
 def windows(shapes, seed):
@@ -45,7 +45,7 @@ def test_the_setting_reaches_the_lanes_on_by_default():
 def test_the_cli_turns_it_off():
     import argparse
 
-    from clients.cli import _add_server_flags
+    from server.cli import _add_server_flags
 
     parser = argparse.ArgumentParser()
     _add_server_flags(parser)

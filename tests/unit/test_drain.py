@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from clients.drain import DrainConfig, drain, read_gauge
+from server.drain import DrainConfig, drain, read_gauge
 from protocol.metrics import parse_live, parse_sum
 
 

@@ -25,10 +25,11 @@ from backend_python.models.families import FAMILIES, find
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO_ROOT / "backend_python" / "models"
 HEAVY = ("torch", "torchaudio", "transformers", "numpy", "safetensors", "triton", "triton_python_backend_utils")
-# the server's code outside models/: the launcher and the gateway live in `server/` (or, before it, in clients/)
-SERVER_CODE = ("scheduler", "protocol", "backend_python", "server", "clients/serve.py", "clients/triton_launch.py",
-               "clients/gateway")
-NOT_SERVER = (REPO_ROOT / "server" / "microbench",)  # benchmarks of one named model's kernels, as tools/ are
+# the server's code outside models/: the launcher and the gateway live in `server/`; `audio/` is the router's too
+SERVER_CODE = ("scheduler", "protocol", "audio", "backend_python", "server")
+# the microbenchmarks: one named model's kernels, as tools/ are; the CLI: its help tells a user which families a
+# flag acts on (what docs/ do), and behaviour that differs per family is still read from a description
+NOT_SERVER = (REPO_ROOT / "server" / "microbench", REPO_ROOT / "server" / "cli.py")
 SCHEDULER_TYPES_FOR_MODELS = {"scheduler.chunking"}  # a description states its chunk plan as a ChunkingConfig
 FACTS = {"name", "tiny_presets", "random_presets", "is_checkpoint"}  # a description's, never restated in family.py
 
@@ -138,7 +139,7 @@ def server_files() -> list[Path]:
     for root in SERVER_CODE:
         path = REPO_ROOT / root
         files += [path] if path.is_file() else sorted(path.rglob("*.py")) if path.is_dir() else []
-    return [path for path in files if not {MODELS_DIR, *NOT_SERVER} & set(path.parents)]
+    return [path for path in files if path not in NOT_SERVER and not {MODELS_DIR, *NOT_SERVER} & set(path.parents)]
 
 
 def family_names_in(files: list[Path], pattern: re.Pattern) -> list[str]:

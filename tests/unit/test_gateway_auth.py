@@ -1,11 +1,11 @@
-"""API and admin keys (clients/gateway/auth.py) and where tritonserver listens (triton_launch.Exposure), without a
+"""API and admin keys (server/gateway/auth.py) and where tritonserver listens (triton_launch.Exposure), without a
 server: who passes, what each refusal says, where keys are read from, and the flags tritonserver gets."""
 from __future__ import annotations
 
 import pytest
 
-from clients.gateway.auth import ADMIN_KEYS_ENV, API_KEYS_ENV, Keys, is_open_path, read_keys
-from clients.triton_launch import ADMIN_KEY_HEADER, Exposure
+from server.gateway.auth import ADMIN_KEYS_ENV, API_KEYS_ENV, Keys, is_open_path, read_keys
+from server.triton_launch import ADMIN_KEY_HEADER, Exposure
 
 KEYS = Keys(api=frozenset({"user-key-1"}), admin=frozenset({"admin-key-1"}))
 
@@ -69,7 +69,7 @@ def test_tritonserver_listens_on_loopback_and_closes_its_repository_api_once_exp
 def test_voxlane_serve_hands_its_keys_to_the_gateway_and_the_first_admin_key_to_triton(monkeypatch):
     import argparse
 
-    from clients.cli import _add_serve, _fleet_config
+    from server.cli import _add_serve, _fleet_config
 
     monkeypatch.delenv(API_KEYS_ENV, raising=False)
     monkeypatch.setenv(ADMIN_KEYS_ENV, "admin-key-2")

@@ -1,8 +1,8 @@
 """Least-live-streams routing with an injected clock."""
 from __future__ import annotations
 
-from clients.gateway.balancer import Backend, Balancer
-from clients.gateway.service import parse_live
+from server.gateway.balancer import Backend, Balancer
+from server.gateway.service import parse_live
 
 
 class Clock:

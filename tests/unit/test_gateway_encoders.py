@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend_python.audio.encoders import ChunkEncoder
+from audio.encoders import ChunkEncoder
 from protocol.formats import FORMATS
-from backend_python.audio.pcm import pcm16, wav_header
+from audio.pcm import pcm16, wav_header
 from tests.audio_decode import aligned_correlation, decode, fft_resample
 
 SOURCE_RATE = 24000

@@ -6,13 +6,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from clients.gateway import service
-from clients.gateway.config import GatewayConfig
-from clients.gateway.errors import bad_request, from_ended, unavailable
-from clients.gateway.readiness import Probe
-from clients.gateway.server_settings import ServerSettings
-from clients.gateway.speech import GatewaySpeechRequest
-from clients.gateway.triton_stream import AudioChunk, StreamFailure
+from server.gateway import service
+from server.gateway.config import GatewayConfig
+from server.gateway.errors import bad_request, from_ended, unavailable
+from server.gateway.readiness import Probe
+from server.gateway.server_settings import ServerSettings
+from server.gateway.speech import GatewaySpeechRequest
+from server.gateway.triton_stream import AudioChunk, StreamFailure
 from protocol.reasons import Ended, EndReason
 
 REQUEST = GatewaySpeechRequest("m", "Hello.", None)

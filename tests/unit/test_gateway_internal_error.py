@@ -7,9 +7,9 @@ import logging
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from clients.gateway import app as gateway_app
-from clients.gateway import service
-from clients.gateway.config import GatewayConfig
+from server.gateway import app as gateway_app
+from server.gateway import service
+from server.gateway.config import GatewayConfig
 
 
 def test_an_unexpected_failure_is_a_json_500_naming_no_internals(monkeypatch, caplog):

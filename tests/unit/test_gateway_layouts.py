@@ -6,10 +6,10 @@ import os
 import pytest
 
 from backend_python.stub_common.params import LaneSettings
-from clients.mps import MpsDaemon
-from clients.fleet import FleetConfig
-from clients.serve import ServeConfig, render_repository
-from clients.triton_launch import Ports
+from server.mps import MpsDaemon
+from server.fleet import FleetConfig
+from server.serve import ServeConfig, render_repository
+from server.triton_launch import Ports
 
 CUDA = ServeConfig(model="qwen3-tts-1.7b", device="cuda", ports=Ports(8000, 8001, 8002))
 

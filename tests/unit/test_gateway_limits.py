@@ -1,10 +1,10 @@
-"""What one client may hold in the gateway (clients/gateway/limits.py): streams per key and per address, bytes per
+"""What one client may hold in the gateway (server/gateway/limits.py): streams per key and per address, bytes per
 both, each a 429 with Retry-After past its cap, and everything given back when a stream ends."""
 from __future__ import annotations
 
 import pytest
 
-from clients.gateway.limits import ADDRESS, KEY, ClientCaps, ClientTable
+from server.gateway.limits import ADDRESS, KEY, ClientCaps, ClientTable
 
 ALICE = ((ADDRESS, "10.0.0.1"), (KEY, "alice-key"))
 ALICE_ELSEWHERE = ((ADDRESS, "10.0.0.2"), (KEY, "alice-key"))

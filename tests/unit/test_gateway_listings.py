@@ -7,13 +7,13 @@ import asyncio
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from clients.gateway import service
-from clients.gateway.app import build_app
-from clients.gateway.config import GatewayConfig
-from clients.gateway.errors import unavailable
-from clients.gateway.listings import audio_models_json, preset_voices, voice_listing
-from clients.gateway.speech import OPENAI_VOICES, served_models
-from clients.gateway.voices import merged_list
+from server.gateway import service
+from server.gateway.app import build_app
+from server.gateway.config import GatewayConfig
+from server.gateway.errors import unavailable
+from server.gateway.listings import audio_models_json, preset_voices, voice_listing
+from server.gateway.speech import OPENAI_VOICES, served_models
+from server.gateway.voices import merged_list
 
 MODELS = ("qwen3-tts-tiny",)
 ALICE = {"name": "alice", "transcript": None, "x_vector_only": True, "sample_rate": 16000, "duration_s": 1.5,

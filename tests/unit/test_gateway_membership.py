@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from clients.gateway import service
-from clients.gateway.balancer import Backend, Balancer
-from clients.gateway.config import GatewayConfig
-from clients.gateway.dns_watch import DnsWatch
-from clients.gateway.membership import Membership
-from clients.gateway.resolver import DnsAnswer, HostPort, LookupFailure, address_url
+from server.gateway import service
+from server.gateway.balancer import Backend, Balancer
+from server.gateway.config import GatewayConfig
+from server.gateway.dns_watch import DnsWatch
+from server.gateway.membership import Membership
+from server.gateway.resolver import DnsAnswer, HostPort, LookupFailure, address_url
 
 NAME = HostPort("triton-pods.tts.svc", 8001)
 
@@ -213,7 +213,7 @@ def test_the_chart_s_gateway_command_parses_into_dns_membership():
     """The Helm chart's server groups run `voxlane gateway --triton-dns=… --metrics-port=…` (deploy/helm)."""
     import argparse
 
-    from clients.gateway.cli import add_gateway_command, gateway_config
+    from server.gateway.cli import add_gateway_command, gateway_config
     from tests.unit.test_helm_scaling import container, of_kind, render, values
 
     command = container(of_kind(render(values()), "Deployment")["vl-voxlane-gateway"])["command"]

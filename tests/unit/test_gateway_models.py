@@ -7,16 +7,16 @@ import asyncio
 import numpy as np
 import pytest
 
-from clients.gateway import service
-from clients.gateway.balancer import Backend, Balancer
-from clients.gateway.catalog import build_catalog
-from clients.gateway.config import GatewayConfig
-from clients.gateway.errors import bad_request
-from clients.gateway.readiness import Probe
-from clients.gateway.server_settings import ServerSettings
-from clients.gateway.speech import GatewaySpeechRequest, parse_speech
-from clients.gateway.triton_stream import AudioChunk, StreamFailure
-from clients.gateway.voices import merged_register
+from server.gateway import service
+from server.gateway.balancer import Backend, Balancer
+from server.gateway.catalog import build_catalog
+from server.gateway.config import GatewayConfig
+from server.gateway.errors import bad_request
+from server.gateway.readiness import Probe
+from server.gateway.server_settings import ServerSettings
+from server.gateway.speech import GatewaySpeechRequest, parse_speech
+from server.gateway.triton_stream import AudioChunk, StreamFailure
+from server.gateway.voices import merged_register
 
 QWEN, COSY = "qwen3-tts-tiny", "cosyvoice3-tiny"
 SYNC_VOICES_TO = service.Gateway._sync_voices_to

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from clients.gateway import readiness
+from server.gateway import readiness
 
 
 @pytest.mark.parametrize("not_ready, expected", [

@@ -10,10 +10,10 @@ import wave
 import numpy as np
 import pytest
 
-from backend_python.audio.pcm import pcm16, wav_header, with_wav_sizes
-from clients.gateway.audio import audio_delta, audio_done
-from clients.gateway.errors import ApiError, from_ended
-from clients.gateway.speech import DEFAULT_RESPONSE_FORMAT, OPENAI_PCM_RATE, GatewaySpeechRequest, parse_speech
+from audio.pcm import pcm16, wav_header, with_wav_sizes
+from server.gateway.audio import audio_delta, audio_done
+from server.gateway.errors import ApiError, from_ended
+from server.gateway.speech import DEFAULT_RESPONSE_FORMAT, OPENAI_PCM_RATE, GatewaySpeechRequest, parse_speech
 from protocol.wire import decode_error
 
 MODELS = ("qwen3-tts-tiny",)
@@ -177,7 +177,7 @@ def test_errors_quote_at_most_a_short_piece_of_a_bad_value(fields):
 
 
 def test_a_model_answers_to_its_name_its_aliases_and_its_whole_hub_id():
-    from clients.gateway.catalog import model_ids
+    from server.gateway.catalog import model_ids
     assert model_ids("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", None, ("tts-qwen",)) == (
         "Qwen3-TTS-12Hz-1.7B-CustomVoice", "tts-qwen", "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice")
     assert model_ids("qwen3-tts-tiny", None, ()) == ("qwen3-tts-tiny",)  # a preset keeps its name
@@ -190,10 +190,10 @@ def test_voxlane_serve_hands_several_served_model_names_to_its_gateway(monkeypat
     """`voxlane serve --served-model-name A --served-model-name B`: each answers as the model, the preset too."""
     import argparse
 
-    from clients.cli import _add_serve, _fleet_config
-    from clients.fleet import Fleet
-    from clients.gateway.auth import ADMIN_KEYS_ENV, API_KEYS_ENV
-    from clients.gateway.catalog import model_ids
+    from server.cli import _add_serve, _fleet_config
+    from server.fleet import Fleet
+    from server.gateway.auth import ADMIN_KEYS_ENV, API_KEYS_ENV
+    from server.gateway.catalog import model_ids
 
     for name in (API_KEYS_ENV, ADMIN_KEYS_ENV):
         monkeypatch.delenv(name, raising=False)

@@ -1,4 +1,4 @@
-"""`x-request-id` (clients/gateway/request_ids.py) without a server: echoed when sane, else made; on every response,
+"""`x-request-id` (server/gateway/request_ids.py) without a server: echoed when sane, else made; on every response,
 error and WebSocket ones too; on the gateway's log lines for the request; and Triton's request id of its stream,
 told apart from a recent stream's."""
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
-from clients.gateway import service
-from clients.gateway.app import build_app
-from clients.gateway.auth import Keys
-from clients.gateway.config import GatewayConfig
-from clients.gateway.request_ids import (MAX_REQUEST_ID_CHARS, REQUEST_ID_HEADER, RequestIdFilter, TritonIds,
+from server.gateway import service
+from server.gateway.app import build_app
+from server.gateway.auth import Keys
+from server.gateway.config import GatewayConfig
+from server.gateway.request_ids import (MAX_REQUEST_ID_CHARS, REQUEST_ID_HEADER, RequestIdFilter, TritonIds,
                                          current_id, is_sane)
-from clients.gateway.triton_stream import AudioChunk
+from server.gateway.triton_stream import AudioChunk
 
 MODELS = ("qwen3-tts-tiny",)
 FRESH = re.compile(r"[0-9a-f]{32}")  # a made id: a uuid4's hex
@@ -109,7 +109,7 @@ def test_the_log_format_names_the_request_id():
         RequestIdFilter().filter(record)
     finally:
         current_id.reset(token)
-    from clients.gateway.request_ids import LOG_FORMAT
+    from server.gateway.request_ids import LOG_FORMAT
     assert "[in-a-request] GET / 200" in logging.Formatter(LOG_FORMAT).format(record)
 
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import soundfile
 
-from backend_python.audio.decoding import AudioFileError, decode_reference
-from clients.gateway.errors import ApiError, from_ended
-from clients.gateway.speech import parse_speech
-from clients.gateway.voices import merged_delete, merged_list, merged_register, registry_request, upload_param
+from audio.decoding import AudioFileError, decode_reference
+from server.gateway.errors import ApiError, from_ended
+from server.gateway.speech import parse_speech
+from server.gateway.voices import merged_delete, merged_list, merged_register, registry_request, upload_param
 from protocol.reasons import Ended, EndReason
 from tests.reference_audio import voiced
 
@@ -129,7 +129,7 @@ def test_answers_of_several_servers_merge():
 
 
 def test_a_register_request_carries_the_reference_as_the_router_takes_it():
-    from clients.gateway.voices import VoiceUpload
+    from server.gateway.voices import VoiceUpload
     decoded = decode_reference(wav_bytes(AUDIO))
     proto = registry_request("register", "alice", VoiceUpload("alice", decoded, "Words.", None))
     shapes = {t.name: (t.datatype, list(t.shape)) for t in proto.inputs}
@@ -147,7 +147,7 @@ def post_form(form_parts: list[tuple[str, bytes, str | None]] | None, json_body:
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
-    from clients.gateway.voices import read_upload
+    from server.gateway.voices import read_upload
     seen = []
 
     async def handler(request):
@@ -223,7 +223,7 @@ class FakeRegistries:
 def test_a_server_gets_the_voices_it_lacks_copied_as_they_are():
     import asyncio
 
-    from clients.gateway.voices import copy_missing_voices
+    from server.gateway.voices import copy_missing_voices
     fake = FakeRegistries({"a": {"alice": b"A", "bob": b"B"}, "b": {"carol": b"C"}, "c": {"alice": b"A"}})
     copied = asyncio.run(copy_missing_voices(fake, "c", ["a", "b"]))
     assert copied == ["bob", "carol"] and fake.voices["c"] == {"alice": b"A", "bob": b"B", "carol": b"C"}
@@ -234,7 +234,7 @@ def test_a_server_gets_the_voices_it_lacks_copied_as_they_are():
 def test_a_server_that_fails_is_skipped():
     import asyncio
 
-    from clients.gateway.voices import copy_missing_voices
+    from server.gateway.voices import copy_missing_voices
     fake = FakeRegistries({"a": {"alice": b"A"}, "b": {"bob": b"B"}, "c": {}}, down=("a",))
     assert asyncio.run(copy_missing_voices(fake, "c", ["a", "b"])) == ["bob"]
     assert asyncio.run(copy_missing_voices(FakeRegistries({"c": {}}, down=("c",)), "c", [])) == []

@@ -16,14 +16,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import deserialize_bytes_tensor
 
-from backend_python.audio.pcm import pcm16, wav_header
-from clients.gateway import service
-from clients.gateway.app import build_app
-from clients.gateway.config import GatewayConfig
-from clients.gateway.errors import bad_request, from_ended
-from clients.gateway.triton_session import PieceRefused, SessionText, TritonSession, piece_request, session_request
-from clients.gateway.triton_stream import AudioChunk, StreamFailure
-from clients.gateway.ws_session import (AudioMessages, ErrorCode, ResponseCancel, SessionUpdate, SocketError,
+from audio.pcm import pcm16, wav_header
+from server.gateway import service
+from server.gateway.app import build_app
+from server.gateway.config import GatewayConfig
+from server.gateway.errors import bad_request, from_ended
+from server.gateway.triton_session import PieceRefused, SessionText, TritonSession, piece_request, session_request
+from server.gateway.triton_stream import AudioChunk, StreamFailure
+from server.gateway.ws_session import (AudioMessages, ErrorCode, ResponseCancel, SessionUpdate, SocketError,
                                         TextAppend, TextDone, cancelled_event, default_session, from_api_error,
                                         parse_message, parse_session)
 from protocol.reasons import Ended, EndReason

@@ -182,7 +182,7 @@ def test_a_leaving_pod_drains_within_a_grace_period_that_covers_its_longest_stre
         assert pod["terminationGracePeriodSeconds"] == 10 + 120 + 20
         assert port in [p["containerPort"] for p in container(deployments[name])["ports"]]
     assert "--max-audio-seconds=120" in container(deployments["vl-voxlane-qwen3"])["command"]  # no longer stream
-    gateway_source = (REPO / "clients" / "gateway" / "stats.py").read_text()
+    gateway_source = (REPO / "server" / "gateway" / "stats.py").read_text()
     assert "voxlane_gateway_live_streams" in gateway_source
 
 

@@ -1,6 +1,7 @@
-"""The import graph of `backend_python/` (and `clients/`), read with `ast`: no circle between modules nor
-between packages, and no model family importing another family (siblings share through the floor under
-`models/`, never through each other).
+"""The import graph of `backend_python/` (and `clients/`, `server/`), read with `ast`: no circle between modules
+nor between packages, no model family importing another family (siblings share through the floor under
+`models/`, never through each other), and the top-level packages in their layers: `clients/` stands on
+`protocol/` and `audio/` alone, and nothing but `server/` imports `server/`.
 
 Every import counts, also one inside a function or under `TYPE_CHECKING`: a lazy import that closes
 a circle is still a circle a reader has to hold in their head.
@@ -151,7 +152,7 @@ def package_graph(graph: dict[str, set[str]], depth: int) -> dict[str, set[str]]
     return packages
 
 
-@pytest.mark.parametrize("root", ["backend_python", "clients"])
+@pytest.mark.parametrize("root", ["backend_python", "clients", "server"])
 def test_no_package_circle(root):
     """A package that imports a package that imports it back cannot be read alone (the router and the
     voice registry were one such pair, through the encoder's client; bench and perf_analyzer another)."""
@@ -163,3 +164,45 @@ def test_no_package_circle(root):
 def test_package_graph_sees_a_package_circle():
     graph = {"p.a.x": {"p.b.y"}, "p.b.y": set(), "p.b.z": {"p.a.w"}, "p.a.w": set()}
     assert find_cycle(package_graph(graph, 2)) == ["p.a", "p.b", "p.a"]
+
+
+TOP_LEVEL = ("backend_python", "scheduler", "protocol", "audio", "clients", "server")
+# what a top-level package may import of ours besides itself: a client runs with the wire protocol and the
+# torch-free audio, without the server's code (and its torch); the floor those two are imports none of the rest
+MAY_IMPORT = {"clients": {"protocol", "audio"}, "protocol": {"audio"}, "audio": {"protocol"}}
+
+
+def top_level(module: str) -> str:
+    return module.split(".")[0]
+
+
+def layer_crossings(graph: dict[str, set[str]], package: str, allowed: set[str]) -> list[str]:
+    """The edges out of `package`'s modules into top-level packages other than itself and `allowed`."""
+    return sorted(f"{src} -> {dst}" for src, targets in graph.items() if top_level(src) == package
+                  for dst in targets if top_level(dst) not in allowed | {package})
+
+
+@pytest.fixture(scope="module")
+def whole_graph() -> dict[str, set[str]]:
+    """Every top-level package's modules and the edges between them all."""
+    modules = {name: path for root in TOP_LEVEL for name, path in module_files(REPO_ROOT / root).items()}
+    return import_graph(modules)
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_a_package_imports_only_the_layers_under_it(whole_graph, package):
+    assert layer_crossings(whole_graph, package, MAY_IMPORT[package]) == []
+
+
+@pytest.mark.parametrize("package", [p for p in TOP_LEVEL if p != "server"])
+def test_nothing_but_the_server_imports_the_server(whole_graph, package):
+    assert layer_crossings(whole_graph, package, set(TOP_LEVEL) - {"server"}) == []
+
+
+def test_the_whole_graph_sees_the_layers(whole_graph):
+    """Guards the reader: edges across top-level packages are seen, both plain and `from package import`."""
+    assert "protocol.chunks" in whole_graph["clients.bench.records"]
+    assert "audio.decoding" in whole_graph["clients.voices"]
+    assert "clients.cli" in whole_graph["server.cli"]
+    assert layer_crossings({"clients.x": {"server.y", "protocol.z"}, "server.y": {"clients.x"}}, "clients",
+                           MAY_IMPORT["clients"]) == ["clients.x -> server.y"]

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from clients.serve import ServeConfig
+from server.serve import ServeConfig
 from tools.levers import OFF, models_to_reload, overrides
 
 

@@ -13,10 +13,10 @@ from backend_python.models.graphs.buffers import batch_buckets
 from backend_python.models.qwen3_tts import preset_config
 from backend_python.models.qwen3_tts.talker import Talker
 from backend_python.models.slots import DEFAULT_GRAPH_BATCH_SIZES
-from clients.microbench import lm, lm_profile
-from clients.microbench.frame_floor import FrameBytes, floor_report, frame_bytes, predictor_keys_per_frame
-from clients.microbench.kernel_classes import Kernel, KernelClass, classify, summarize
-from clients.microbench.profile_report import frame_table, halves_table, top_tables
+from server.microbench import lm, lm_profile
+from server.microbench.frame_floor import FrameBytes, floor_report, frame_bytes, predictor_keys_per_frame
+from server.microbench.kernel_classes import Kernel, KernelClass, classify, summarize
+from server.microbench.profile_report import frame_table, halves_table, top_tables
 
 C = KernelClass
 NAMES = [  # kernel names as H100/H200 traces print them (shortened where templates run long)

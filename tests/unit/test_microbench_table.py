@@ -5,8 +5,8 @@ import argparse
 
 import pytest
 
-from clients.microbench.cli import MicrobenchConfig, json_lines, parse_split
-from clients.microbench.table import format_tables
+from server.microbench.cli import MicrobenchConfig, json_lines, parse_split
+from server.microbench.table import format_tables
 
 ROWS = [
     {"bench": "lm", "mps_pct": 100, "batch": 32, "graphs_ms": 15.8, "eager_ms": 100.0, "talker_ms": 4.0,
@@ -44,7 +44,7 @@ def test_only_worker_json_lines_are_kept():
 
 
 def test_codec_frames_reach_the_codec_worker(monkeypatch, tmp_path):
-    from clients.microbench import cli
+    from server.microbench import cli
 
     commands = []
     monkeypatch.setattr(cli.Microbench, "_worker", lambda self, worker, pct, *flags: commands.append(

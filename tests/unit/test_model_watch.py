@@ -1,4 +1,4 @@
-"""The watch that ends a server whose router died (clients/model_watch.py), without a server: when it ends it, what
+"""The watch that ends a server whose router died (server/model_watch.py), without a server: when it ends it, what
 it leaves alone, and that it ends with its server."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from clients import model_watch
-from clients.model_watch import ModelWatch
+from server import model_watch
+from server.model_watch import ModelWatch
 from tests.waiting import wait_for
 
 

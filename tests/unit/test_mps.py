@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from clients.mps import MpsDaemon, MpsError
-from clients.serve import ServeConfig, Server
-from clients.triton_launch import Ports
+from server.mps import MpsDaemon, MpsError
+from server.serve import ServeConfig, Server
+from server.triton_launch import Ports
 
 FAKE_CONTROL = """#!/bin/sh
 # stand-in for nvidia-cuda-mps-control: -d opens the control pipe, "quit" on stdin closes it
@@ -74,7 +74,7 @@ def test_server_quits_mps_when_tritonserver_fails_to_start(fake_control, tmp_pat
 
 
 def test_the_shell_entry_starts_and_stops_a_daemon(fake_control, tmp_path, capsys):
-    from clients.mps import main
+    from server.mps import main
     daemon = MpsDaemon(tmp_path / "run")
     assert main(["start", str(tmp_path / "run")]) == 0
     assert capsys.readouterr().out.split() == [f"{key}={value}" for key, value in daemon.env.items()]
@@ -85,7 +85,7 @@ def test_the_shell_entry_starts_and_stops_a_daemon(fake_control, tmp_path, capsy
 
 
 def test_the_shell_entry_reports_a_failed_start(fake_control, tmp_path, monkeypatch, capsys):
-    from clients.mps import main
+    from server.mps import main
     monkeypatch.setenv("FAIL_START", "1")
     assert main(["start", str(tmp_path / "run")]) == 1
     assert "already running" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 import pytest
 
 from scheduler import SchedulerConfig
+from protocol.chunks import ChunkSizes
 from scheduler import ChunkingConfig, ChunkPlan, ChunkSpan
 
 
@@ -98,3 +99,25 @@ def test_a_stream_s_plan_follows_the_measured_step():
         ChunkingConfig(first_chunk_room=-1.0)
     with pytest.raises(ValueError):
         ChunkingConfig(chunk_frames_busy=0)
+
+
+# ---- the sizes a client reads (protocol.chunks) --------------------------------------------------------
+
+@pytest.mark.parametrize("chunking", [ChunkingConfig(), ChunkingConfig(first_chunk_frames=3, chunk_frames=12,
+                                                                       chunk_growth=None),
+                                      ChunkingConfig(first_chunk_frames=1, chunk_frames=25, chunk_growth=1.5)])
+def test_a_client_reads_the_sizes_the_server_renders(chunking):
+    """The bench places chunks from the LM's config parameters: what `voxlane serve` writes reads back as the
+    same sizes, and so the same boundaries, as the LM lane's own plan."""
+    params = SchedulerConfig(chunking=chunking).to_parameters()
+    sizes = ChunkSizes.from_parameters({key: {"string_value": value} for key, value in params.items()})
+    assert sizes == chunking.sizes
+    assert [ChunkPlan(sizes).start(i) for i in range(8)] == [ChunkPlan(chunking).start(i) for i in range(8)]
+
+
+def test_chunk_sizes_check_their_values():
+    with pytest.raises(ValueError, match="chunk_growth"):
+        ChunkSizes.from_parameters({"chunk_growth": "1"})
+    with pytest.raises(ValueError, match="first_chunk_frames"):
+        ChunkingConfig(first_chunk_frames=0)
+    assert ChunkSizes.from_parameters({"chunk_growth": "None", "mode": "voxlane"}) == ChunkSizes(chunk_growth=None)

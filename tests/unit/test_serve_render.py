@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from clients.serve import REPOSITORY, ServeConfig, render_repository, set_parameter
+from server.serve import REPOSITORY, ServeConfig, render_repository, set_parameter
 
 
 def test_set_parameter_replaces_and_adds():
@@ -108,7 +108,7 @@ def test_the_voice_encoder_shares_the_codec_gpu_when_disaggregated():
 def test_the_background_codec_lanes_batcher_is_rendered_and_checked(tmp_path):
     import argparse
 
-    from clients.cli import _add_server_flags, _serve_config
+    from server.cli import _add_server_flags, _serve_config
 
     config = ServeConfig(device="cuda", codec_max_batch=16, codec_queue_delay_us=8000)
     repo = render_repository(config, tmp_path / "repo")

@@ -1,5 +1,5 @@
 """A tritonserver that a signal ends before it is ready is started again; one that exits with a code is not
-(clients/serve.py START_ATTEMPTS). A stop ends the live streams before its SIGTERM (`Server._drain`).
+(server/serve.py START_ATTEMPTS). A stop ends the live streams before its SIGTERM (`Server._drain`).
 tritonserver and the model watch are stand-ins here: the end-to-end tests start the real ones (test_faults.py stops
 one with streams in flight)."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from clients import serve
-from clients.serve import START_ATTEMPTS, ServeConfig, Server
-from clients.triton_launch import Ports
+from server import serve
+from server.serve import START_ATTEMPTS, ServeConfig, Server
+from server.triton_launch import Ports
 from clients.voices import RegistryError
 from protocol.reasons import Ended, EndReason
 

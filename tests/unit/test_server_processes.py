@@ -1,11 +1,11 @@
 """Finding tritonserver's stub processes for the model watch: by pid while they run, by a scan of /proc when one
-ended or was replaced (clients/procstats.py ServerProcesses), in a fake /proc tree."""
+ended or was replaced (server/procstats.py ServerProcesses), in a fake /proc tree."""
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from clients.procstats import ServerProcesses, server_processes
+from server.procstats import ServerProcesses, server_processes
 
 SERVER = 100
 STUB = "/x/triton_python_backend_stub"

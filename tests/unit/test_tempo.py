@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend_python.audio.stream import StreamAudio
-from backend_python.audio.tempo import TempoStream, atempo_chain
+from audio.stream import StreamAudio
+from audio.tempo import TempoStream, atempo_chain
 
 RATE = 24000
 

@@ -1,4 +1,4 @@
-"""tritonserver's environment (clients/triton_launch.server_env): malloc's fixed thresholds by default, an
+"""tritonserver's environment (server/triton_launch.server_env): malloc's fixed thresholds by default, an
 operator's GLIBC_TUNABLES instead, and VOXLANE_TRITON_ENV's pairs for the server only."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.triton_launch import MALLOC_TUNABLES, TritonInstall, server_env
+from server.triton_launch import MALLOC_TUNABLES, TritonInstall, server_env
 
 INSTALL = TritonInstall(Path("/nonexistent/pytriton/tritonserver"))
 

@@ -1,7 +1,7 @@
 """A tritonserver that exits before it is ready is reported with the models its log says could not load."""
 from __future__ import annotations
 
-from clients.triton_launch import load_failures
+from server.triton_launch import load_failures
 
 LOG = (
     'I1206 06:10:42.003360 3814 pb_stub.cc:366] "Failed to initialize Python stub: ValueError: bad\\n\\nAt:\\n  x.py(8)"\n'

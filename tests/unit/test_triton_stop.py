@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from clients.triton_launch import EXIT_HANG_S, EXIT_TIMEOUT_S, TritonProcess, shm_prefix
+from server.triton_launch import EXIT_HANG_S, EXIT_TIMEOUT_S, TritonProcess, shm_prefix
 
 
 def test_a_tritonserver_that_hangs_past_its_exit_timeout_is_killed_then_not_after_the_whole_grace(tmp_path):

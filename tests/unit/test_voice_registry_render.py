@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 
 from backend_python.voice_registry.store import VoiceStoreSettings
-from clients.cli import _add_server_flags, _serve_config
-from clients.serve import REPOSITORY, ServeConfig, render_repository
+from server.cli import _add_server_flags, _serve_config
+from server.serve import REPOSITORY, ServeConfig, render_repository
 
 _PARAMETER = re.compile(r'key: "(\w+)" value: \{ string_value: "([^"]*)" \}')
 
@@ -60,7 +60,7 @@ def test_admin_keys_reach_the_registry_as_their_hashes_only(tmp_path):
     """`voxlane serve --admin-key K1 --admin-key K2`: the registry holds both keys' SHA-256, never a key; without
     keys no check is rendered (writes stay open, as on a machine of one's own)."""
     import argparse
-    from clients.gateway.cli import add_key_flags
+    from server.gateway.cli import add_key_flags
     from protocol.admin import key_hash
     parser = argparse.ArgumentParser()
     _add_server_flags(parser)

@@ -156,7 +156,7 @@ def test_graph_replay_equals_the_eager_step(mix):
 
 
 def test_the_lm_lane_gets_a_max_seq_len_for_86_frames_a_second():
-    from clients.serve import ServeConfig
+    from server.serve import ServeConfig
     from protocol import models
 
     assert ServeConfig(model="zonos-tiny").parameters(models.LM)["max_seq_len"] == "8192"

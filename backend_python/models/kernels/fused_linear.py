@@ -20,7 +20,7 @@ a call reads: the kernel widens each weight tile to the activations' dtype in re
 bf16 value) and scales the products per output before the epilogue. It changes the model's numbers (the weights are
 rounded to 3 mantissa bits), so it is off by default, behind `voxlane serve --fp8-weights`.
 
-The launch (`launch_for`) is chosen per shape; `clients/microbench/fused_linear.py` times the candidates on a
+The launch (`launch_for`) is chosen per shape; `server/microbench/fused_linear.py` times the candidates on a
 GPU. Rows past `MAX_KERNEL_ROWS` run PyTorch's kernels (cuBLAS is fast once rows reuse each weight tile), so
 `fused_linear` is the same function for any batch. Runs on CUDA, and on the CPU under Triton's interpreter
 (`TRITON_INTERPRET=1`, for tests); elsewhere PyTorch's kernels.

@@ -34,7 +34,7 @@ except ImportError:  # CPU-only installs: the predictor keeps the PyTorch attent
 OP_NAME = "voxlane::short_cache_attention"
 # (query heads per program, warps per program): 0 heads = a KV head's whole group. One head on one warp was the
 # fastest on an H200 at 1, 32 and 128 rows (BENCHMARKS.md, "Item 2, first part"). The tuning knob
-# VOXLANE_SHORT_ATTENTION_LAUNCH="HEADS,WARPS" overrides it (`clients/microbench/short_attention.py` times them).
+# VOXLANE_SHORT_ATTENTION_LAUNCH="HEADS,WARPS" overrides it (`server/microbench/short_attention.py` times them).
 DEFAULT_LAUNCH = (1, 1)
 
 

@@ -1,3 +1,0 @@
-# Read by the `bash -c` through which Triton's Python backend starts each stub process (BASH_ENV: see
-# clients/triton_launch.py): the stubs run with glibc's own malloc settings, not tritonserver's.
-unset GLIBC_TUNABLES

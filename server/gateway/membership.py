@@ -1,0 +1,69 @@
+"""Which servers take new streams: the `--triton` servers, and the addresses each `--triton-dns` name answers.
+
+Pure Python with an injected clock; the gateway feeds it each name's answer (resolver.py) every `--dns-interval-s`.
+Kubernetes does the scaling; the DNS name of a headless Service says which pods there are. A server a name answers
+for the first time joins not ready (it takes a stream once its readiness says so, readiness.py). A server no source
+answers any more leaves: it takes no new stream, and its live streams finish on it (leaving DNS is no reason to cut
+them). It keeps its place (its streams, its channels, its state) until it has been gone `forget_after_s` and holds no
+stream; a record that comes back before then (a flapping record) is the same server again, nothing reset.
+A lookup that failed is not fed here: the servers a name answered last stay until it answers again.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from server.gateway.balancer import Backend, Balancer
+
+
+@dataclass(frozen=True)
+class MembershipChange:
+    joined: tuple[Backend, ...] = ()  # servers new to the gateway (not ready until a readiness poll says so)
+    left: tuple[Backend, ...] = ()  # answered by no source any more: no new stream, their live streams finish
+    returned: tuple[Backend, ...] = ()  # answered again before they were forgotten: the same servers
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.joined or self.left or self.returned)
+
+
+class Membership:
+    def __init__(self, balancer: Balancer, metrics_url: Callable[[str], str | None], forget_after_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.balancer = balancer
+        self.forget_after_s = forget_after_s
+        self._metrics_url = metrics_url  # a joining server's metrics URL, from its gRPC HOST:PORT
+        self._clock = clock
+        self._static = frozenset(b.url for b in balancer.backends)  # the `--triton` servers: members for good
+        self._answers: dict[str, frozenset[str]] = {}  # per DNS name: the gRPC HOST:PORT of each address it answered
+        self._left_at: dict[Backend, float] = {}
+
+    def update(self, name: str, urls: frozenset[str]) -> MembershipChange:
+        """`name` now answers `urls` (gRPC HOST:PORT each; none: the name has no server behind it)."""
+        self._answers[name] = urls
+        wanted = self._static.union(*self._answers.values())
+        present = {b.url: b for b in self.balancer.backends}
+        joined = tuple(Backend(url, self._metrics_url(url), is_ready=False) for url in sorted(wanted - present.keys()))
+        for backend in joined:
+            self.balancer.add(backend)
+        returned = tuple(b for url, b in present.items() if url in wanted and not b.is_member)
+        left = tuple(b for url, b in present.items() if url not in wanted and b.is_member)
+        for backend in returned:
+            backend.is_member = True
+            del self._left_at[backend]
+        for backend in left:
+            backend.is_member = False
+            self._left_at[backend] = self._clock()
+        return MembershipChange(joined, left, returned)
+
+    def forget(self) -> tuple[Backend, ...]:
+        """Remove from the balancer the servers gone `forget_after_s` ago or more that hold no stream (their channels
+        are the caller's to close)."""
+        now = self._clock()
+        gone = tuple(b for b, left_at in self._left_at.items()
+                     if b.num_live == 0 and now - left_at >= self.forget_after_s)
+        for backend in gone:
+            del self._left_at[backend]
+            self.balancer.remove(backend)
+        return gone
