@@ -185,32 +185,13 @@ class LMMetrics:
             self._last = batch_size
 
 
-class LMPhaseMetrics:
-    """Exports the LM engine's phase account (`engine.timing.PhaseClock`) from a thread of its own,
-    once every `period_s`: each metric call is a round trip to tritonserver, too slow and too risky
-    for the engine's thread, and one per step would cost the loop time."""
+class _ExportedFromThread:
+    """Metric families flushed from a thread of their own, once every `period_s`: each metric call is a round trip
+    to tritonserver, too slow and too risky for the engine's thread, and one per step would cost the loop time."""
 
-    def __init__(self, drain, period_s: float = PHASE_FLUSH_PERIOD_S) -> None:
-        """`drain()` -> `PhaseTotals` since its last call."""
-        from backend_python.engine.timing import LoopPhase
-
-        self._drain = drain
-        self._families, self._seconds = [], {}
-        for phase in LoopPhase:
-            family = pb_utils.MetricFamily(f"voxlane_lm_{phase.value}_seconds_total",
-                                           f"Seconds the LM lane's thread spent in {phase.value}",
-                                           pb_utils.MetricFamily.COUNTER)
-            self._families.append(family)  # a family must outlive its metrics
-            self._seconds[phase] = family.Metric(labels={})
-        batch = pb_utils.MetricFamily("voxlane_lm_step_batch", "Batch size of each LM decode step",
-                                      pb_utils.MetricFamily.HISTOGRAM)
-        self._families.append(batch)
-        self._batch = batch.Metric(labels={}, buckets=STEP_BATCH_BUCKETS)
-        self._integrals = {name: self._metric(f"voxlane_lm_{name}_total", help_text, pb_utils.MetricFamily.COUNTER)
-                           for name, help_text in _INTEGRALS.items()}
-        self._gauges = {name: self._metric(f"voxlane_lm_{metric}", help_text, pb_utils.MetricFamily.GAUGE)
-                        for name, (metric, help_text) in _OCCUPANCY.items()}
-        self._thread = Periodic("voxlane-lm-metrics", period_s, self.flush)
+    def __init__(self, thread_name: str, period_s: float) -> None:
+        self._families = []
+        self._thread = Periodic(thread_name, period_s, self.flush)
 
     def _metric(self, name: str, help_text: str, kind):
         family = pb_utils.MetricFamily(name, help_text, kind)
@@ -222,6 +203,31 @@ class LMPhaseMetrics:
 
     def stop(self) -> None:
         self._thread.stop()
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+
+class LMPhaseMetrics(_ExportedFromThread):
+    """Exports the LM engine's phase account (`engine.timing.PhaseClock`) from a thread of its own."""
+
+    def __init__(self, drain, period_s: float = PHASE_FLUSH_PERIOD_S) -> None:
+        """`drain()` -> `PhaseTotals` since its last call."""
+        from backend_python.engine.timing import LoopPhase
+
+        super().__init__("voxlane-lm-metrics", period_s)
+        self._drain = drain
+        self._seconds = {phase: self._metric(f"voxlane_lm_{phase.value}_seconds_total",
+                                             f"Seconds the LM lane's thread spent in {phase.value}",
+                                             pb_utils.MetricFamily.COUNTER) for phase in LoopPhase}
+        batch = pb_utils.MetricFamily("voxlane_lm_step_batch", "Batch size of each LM decode step",
+                                      pb_utils.MetricFamily.HISTOGRAM)
+        self._families.append(batch)
+        self._batch = batch.Metric(labels={}, buckets=STEP_BATCH_BUCKETS)
+        self._integrals = {name: self._metric(f"voxlane_lm_{name}_total", help_text, pb_utils.MetricFamily.COUNTER)
+                           for name, help_text in _INTEGRALS.items()}
+        self._gauges = {name: self._metric(f"voxlane_lm_{metric}", help_text, pb_utils.MetricFamily.GAUGE)
+                        for name, (metric, help_text) in _OCCUPANCY.items()}
 
     def flush(self) -> None:
         totals = self._drain()
@@ -248,14 +254,13 @@ _OCCUPANCY = {"num_live": ("live_streams", "Streams holding an LM slot, playing 
               "kv_blocks_free": ("kv_blocks_free", "KV pool blocks free")}
 
 
-class PromptCacheMetrics:
-    """Exports the LM's prompt cache counts (`models/prompt_cache.py` PromptCacheStats) from a thread of its own, once
-    every `period_s`, as LMPhaseMetrics does: the engine's thread never makes a metric call."""
+class PromptCacheMetrics(_ExportedFromThread):
+    """Exports the LM's prompt cache counts (`models/prompt_cache.py` PromptCacheStats) from a thread of its own."""
 
     def __init__(self, stats, period_s: float = PHASE_FLUSH_PERIOD_S) -> None:
         """`stats()` -> the cache's PromptCacheStats (counts since it was made)."""
+        super().__init__("voxlane-prompt-cache-metrics", period_s)
         self._stats = stats
-        self._families = []
         self._hits = self._metric("voxlane_prompt_cache_hits_total", "Prefills whose voice prompt prefix was cached",
                                   pb_utils.MetricFamily.COUNTER)
         self._misses = self._metric("voxlane_prompt_cache_misses_total", "Prefills that computed their prompt prefix",
@@ -263,18 +268,6 @@ class PromptCacheMetrics:
         self._bytes = self._metric("voxlane_prompt_cache_bytes", "Bytes of KV the cached prompt prefixes hold",
                                    pb_utils.MetricFamily.GAUGE)
         self._exported = (0, 0)  # hits and misses sent so far
-        self._thread = Periodic("voxlane-prompt-cache-metrics", period_s, self.flush)
-
-    def _metric(self, name: str, help_text: str, kind):
-        family = pb_utils.MetricFamily(name, help_text, kind)
-        self._families.append(family)  # a family must outlive its metrics
-        return family.Metric(labels={})
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._thread.stop()
 
     def flush(self) -> None:
         stats = self._stats()
