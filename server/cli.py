@@ -163,6 +163,7 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve_config(args: argparse.Namespace) -> ServeConfig:
+    keys = admin_keys(args) if "admin_key" in args else ()  # the key files, read once
     return ServeConfig(model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
                        ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
                        max_slots=args.max_slots, max_batch=args.max_batch, kv_layout=KVLayout(args.kv_layout),
@@ -183,8 +184,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        margin_quantile=args.margin_quantile, flow=FlowConfig(args.max_unread_audio_s, args.stall_timeout_s),
                        text_idle_timeout_s=args.text_idle_timeout,
                        max_audio_seconds=args.max_audio_seconds, data_dir=args.data_dir or "",
-                       exposure=Exposure(args.triton_host, _first(admin_keys(args)) if "admin_key" in args else None),
-                       admin_keys=admin_keys(args) if "admin_key" in args else ())
+                       exposure=Exposure(args.triton_host, _first(keys)), admin_keys=keys)
 
 
 def _first(keys: tuple[str, ...]) -> str | None:

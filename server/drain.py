@@ -9,8 +9,8 @@ ends whatever is left with a "retry elsewhere" reason (docs/RELIABILITY.md, "Sto
 from __future__ import annotations
 
 import argparse
+import http.client
 import time
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Callable
@@ -49,7 +49,7 @@ def read_gauge(url: str, metric: str) -> float | None:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return parse_sum(response.read().decode(), metric)
-    except (OSError, urllib.error.URLError):
+    except (OSError, http.client.HTTPException, ValueError):  # no answer, a broken one, or a line not a number
         return None
 
 

@@ -1,4 +1,6 @@
-"""A DNS name's addresses, asked of a DNS server with dnspython: the boundary where its exceptions become values.
+"""A DNS name's addresses: the boundary where a lookup's exceptions become values. Without a nameserver of its own
+the gateway asks the system's resolver (getaddrinfo: /etc/hosts, then DNS with the search domains, as any program
+on the host or in the pod resolves); with `--dns-server` it asks that server with dnspython.
 
 A name answers with addresses (A and AAAA records: a headless Service's pods), or with none: the server said the
 name does not exist (NXDOMAIN) or has no address records (NOERROR with no answer). Both are answers, and an empty
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import socket
 from dataclasses import dataclass
 
 import dns.asyncresolver
@@ -17,6 +20,8 @@ import dns.exception
 import dns.resolver
 
 RECORD_TYPES = ("A", "AAAA")
+# getaddrinfo's "no such name" and "no address for it" (EAI_NODATA is glibc's, absent elsewhere)
+_NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 DNS_PORT = 53
 
 
@@ -62,21 +67,38 @@ def address_url(address: str, port: int) -> str:
 
 
 class DnsResolver:
-    """Looks names up at `nameserver` (HOST:PORT), or at the system's (/etc/resolv.conf, with its search domains)."""
+    """Looks names up at `nameserver` (HOST:PORT) with dnspython, or through the system's resolver."""
 
     def __init__(self, nameserver: str | None = None, timeout_s: float = 2.0) -> None:
-        self._resolver = dns.asyncresolver.Resolver(configure=nameserver is None)
+        self._timeout_s = timeout_s
+        self._resolver = None
         if nameserver is not None:
             server = HostPort.parse(nameserver, DNS_PORT)
+            self._resolver = dns.asyncresolver.Resolver(configure=False)
             self._resolver.nameservers = [server.host]
             self._resolver.port = server.port
-        self._resolver.lifetime = timeout_s
+            self._resolver.lifetime = timeout_s
 
     async def lookup(self, name: str) -> DnsAnswer:
         """The A and AAAA records of `name`; a failure of either is the lookup's (half an answer is no answer)."""
+        if self._resolver is None:
+            return await self._system(name)
         answers = await asyncio.gather(*(self._records(name, kind) for kind in RECORD_TYPES))
         failed = [a for a in answers if a.failure is not None]
         return failed[0] if failed else DnsAnswer(frozenset().union(*(a.addresses for a in answers)))
+
+    async def _system(self, name: str) -> DnsAnswer:
+        try:
+            infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
+                name, None, type=socket.SOCK_STREAM), self._timeout_s)
+        except asyncio.TimeoutError:
+            return DnsAnswer(failure=LookupFailure.TIMEOUT, detail=f"no answer in {self._timeout_s:g} s")
+        except socket.gaierror as exc:
+            if exc.errno in _NO_SUCH_NAME:  # an answer: no address behind the name
+                return DnsAnswer()
+            failure = LookupFailure.TIMEOUT if exc.errno == socket.EAI_AGAIN else LookupFailure.ERROR
+            return DnsAnswer(failure=failure, detail=str(exc))
+        return DnsAnswer(frozenset(info[4][0] for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)))
 
     async def _records(self, name: str, kind: str) -> DnsAnswer:
         try:

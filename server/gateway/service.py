@@ -303,6 +303,8 @@ class Gateway:
         probes = await asyncio.gather(*(probe(b.url) for b in backends))
         settings = await asyncio.gather(*(self._settings_if_new(b, p) for b, p in zip(backends, probes)))
         for backend, answer, learned in zip(backends, probes, settings):
+            if backend.url not in self._router_lost:
+                continue  # forgotten (membership) while it was asked: its answer is of no server of ours
             if learned is not None:
                 self._learn(backend, learned)
             self._on_probe(backend, answer)

@@ -222,3 +222,11 @@ def test_the_chart_s_gateway_command_parses_into_dns_membership():
     config = gateway_config(parser.parse_args(command[1:]))
     assert config.tritons == () and [HostPort.parse(n).port for n in config.triton_dns] == [8001, 8001]
     assert config.triton_metrics_port == 8002 and config.dns_server is None
+
+
+def test_without_a_dns_server_the_system_resolver_answers_from_the_hosts_file_too():
+    """No `--dns-server`: the name is looked up as any program on the host looks it up (getaddrinfo), so
+    `localhost` (the hosts file) answers, where a plain DNS query for it would not."""
+    from server.gateway.resolver import DnsResolver
+    answer = asyncio.run(DnsResolver().lookup("localhost"))
+    assert answer.failure is None and "127.0.0.1" in answer.addresses

@@ -162,3 +162,23 @@ def test_voices_are_copied_between_servers_of_one_model_only(monkeypatch):
 
     asyncio.run(run())
     assert copies == [("c:1", ["a:1"])]
+
+
+def test_a_server_forgotten_while_the_poll_asks_it_leaves_the_others_answers_whole(monkeypatch):
+    """Membership forgets a server (gone from DNS past the forget time) while a readiness poll waits on it: its
+    answer is dropped, and every other server's answer still counts."""
+    gateway = learned_gateway(monkeypatch, {"a:1": QWEN, "b:1": QWEN, "c:1": COSY})
+    a, b, c = gateway.balancer.backends
+    for backend in (a, b, c):
+        backend.is_ready = False
+
+    async def probe(url):
+        if url == "a:1":  # forgotten while its probe is in flight
+            gateway.balancer.remove(a)
+            await gateway._close(a)
+        return Probe(can_serve=True)
+
+    monkeypatch.setattr(service, "probe", probe)
+    asyncio.run(gateway.poll_readiness())
+    assert b.is_ready and c.is_ready and not a.is_ready
+    assert gateway.model_ids == (QWEN, COSY)

@@ -48,8 +48,8 @@ def plan_groups(lengths: list[int], batch_sizes: tuple[int, ...] = PREFILL_BATCH
     the eager path: prompts longer than the largest length bucket, or whose start (`starts`, 0 by default)
     plus length bucket passes `max_positions`)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    fits = [_fits(lengths[i], (starts or [0] * len(lengths))[i], length_buckets, max_positions)
-            for i in range(len(lengths))]
+    starts = starts or [0] * len(lengths)
+    fits = [_fits(length, start, length_buckets, max_positions) for length, start in zip(lengths, starts)]
     eager = [i for i in order if not fits[i]]
     groups, current = [], []
     for i in (i for i in order if fits[i]):
