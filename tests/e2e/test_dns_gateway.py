@@ -15,6 +15,7 @@ import pwd
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -36,8 +37,10 @@ from tests.waiting import wait_for
 QWEN, COSY = "qwen3-tts-tiny", "cosyvoice3-tiny"
 QWEN_NAME, COSY_NAME = "qwen.voxlane.test", "cosy.voxlane.test"
 LEAVER, JOINER, COSY_ADDRESS = "127.0.0.2", "127.0.0.3", "127.0.0.4"
-SECONDS = 8.0  # each stream's audio: 100 frames of 1920 samples at 24 kHz
-READ_BYTES_PER_S = 96_000  # the clients read at twice real time, so a stream lives ~4 s in the gateway
+# each stream's audio: 750 frames of 1920 samples at 24 kHz, more than the LM runs ahead of a client that reads
+# nothing (`max_unread_audio_s`, 5 s) plus what the gateway's buffer and the sockets hold (a few MB of PCM), so the
+# stream of a client that holds off reading stays live in the gateway however fast the machine makes its audio
+SECONDS = 60.0
 NAMESPACE = "tts"  # the chart's, as tests/unit/test_helm_scaling.py renders it: groups `qwen3` and `mine`
 
 
@@ -132,18 +135,18 @@ def health(fleet) -> dict[str, dict]:
         return {s["url"].rpartition(":")[0]: s for s in json.load(response)["servers"]}
 
 
-def speak(fleet, model: str, seconds: float = SECONDS, pace: bool = True) -> bytes:
-    """One streamed request's PCM, read at READ_BYTES_PER_S when `pace`."""
+def speak(fleet, model: str, seconds: float = SECONDS, hold: threading.Event | None = None) -> bytes:
+    """One streamed request's PCM; with `hold`, its first piece, then the rest once `hold` is set."""
     body = json.dumps({"model": model, "input": "Membership from DNS.", "voice": "alloy", "response_format": "pcm",
                        "seed": 1, "ignore_eos": True, "max_audio_seconds": seconds}).encode()
     request = urllib.request.Request(fleet["gateway"].url + "/v1/audio/speech", data=body,
                                      headers={"Content-Type": "application/json"})
-    audio = bytearray()
     with urllib.request.urlopen(request, timeout=120) as response:
-        while piece := response.read(9600):
+        audio = bytearray(response.read(9600))  # the stream runs
+        if hold is not None:
+            assert hold.wait(60), "the test never let the held streams go on"
+        while piece := response.read(1 << 16):
             audio += piece
-            if pace:
-                time.sleep(len(piece) / READ_BYTES_PER_S)
     return bytes(audio)
 
 
@@ -156,13 +159,17 @@ def router_streams(fleet, address: str) -> float:
 
 def test_streams_run_while_one_server_joins_and_another_leaves(fleet):
     expected = int(SECONDS * 24000) * 2
+    hold = threading.Event()  # the leaver's four clients read nothing until it has left: their streams stay live
     with ThreadPoolExecutor(10) as pool:
-        before = [pool.submit(speak, fleet, QWEN) for _ in range(4)]
-        assert wait_for(lambda: health(fleet)[LEAVER]["live_streams"] == 4, timeout_s=30, poll_s=0.2)
-        fleet["dns"].set({QWEN_NAME: (JOINER,), COSY_NAME: (COSY_ADDRESS,)})  # one joins, the other leaves
-        assert wait_for(lambda: (lambda h: not h[LEAVER]["member"] and h[JOINER]["model"] == QWEN)(health(fleet)),
-                        timeout_s=20, poll_s=0.2)
-        assert health(fleet)[LEAVER]["live_streams"] == 4  # leaving DNS cut none of them
+        before = [pool.submit(speak, fleet, QWEN, SECONDS, hold) for _ in range(4)]
+        try:
+            assert wait_for(lambda: health(fleet)[LEAVER]["live_streams"] == 4, timeout_s=30, poll_s=0.2)
+            fleet["dns"].set({QWEN_NAME: (JOINER,), COSY_NAME: (COSY_ADDRESS,)})  # one joins, the other leaves
+            assert wait_for(lambda: (lambda h: not h[LEAVER]["member"] and h[JOINER]["model"] == QWEN)(health(fleet)),
+                            timeout_s=20, poll_s=0.2)
+            assert health(fleet)[LEAVER]["live_streams"] == 4  # leaving DNS cut none of them
+        finally:
+            hold.set()
         # six: more than the leaver's four, so that a balancer that still counted it would give it some
         after = [pool.submit(speak, fleet, QWEN) for _ in range(6)]
         bodies = [f.result() for f in before + after]
@@ -178,12 +185,12 @@ def test_each_model_s_requests_reach_its_servers(fleet):
         listed = [m["id"] for m in json.load(response)["data"]]
     assert listed[:2] == [QWEN, COSY] and "tts-1" in listed
     started = {address: s["streams_started"] for address, s in health(fleet).items()}
-    assert len(speak(fleet, COSY, seconds=0.8, pace=False)) > 0
-    assert len(speak(fleet, "tts-1", seconds=0.8, pace=False)) == int(0.8 * 24000) * 2  # the default model: Qwen
+    assert len(speak(fleet, COSY, seconds=0.8)) > 0
+    assert len(speak(fleet, "tts-1", seconds=0.8)) == int(0.8 * 24000) * 2  # the default model: Qwen
     now = {address: s["streams_started"] for address, s in health(fleet).items()}
     assert now[COSY_ADDRESS] == started[COSY_ADDRESS] + 1 and now[JOINER] == started[JOINER] + 1
     with pytest.raises(urllib.error.HTTPError) as refused:
-        speak(fleet, "orpheus-tiny", seconds=0.8, pace=False)
+        speak(fleet, "orpheus-tiny", seconds=0.8)
     assert refused.value.code == 404
 
 
@@ -243,9 +250,9 @@ def test_prometheus_evaluates_every_dashboard_query_and_the_autoscalers(fleet, t
     try:
         assert wait_for(prometheus.targets_up, timeout_s=30, poll_s=0.2)
         with ThreadPoolExecutor(2) as pool:  # traffic on both servers, and one error, between scrapes
-            list(pool.map(lambda model: speak(fleet, model, seconds=1.6, pace=False), (QWEN, COSY)))
+            list(pool.map(lambda model: speak(fleet, model, seconds=1.6), (QWEN, COSY)))
         with pytest.raises(urllib.error.HTTPError):
-            speak(fleet, "orpheus-tiny", pace=False)
+            speak(fleet, "orpheus-tiny", seconds=0.8)
         time.sleep(3.5)  # three scrapes after it: every rate has two samples of every series
         queries = dashboard.queries(dashboard.load()) + autoscaler_queries()
         empty = [expr for expr in queries if not prometheus.query(expr)]
