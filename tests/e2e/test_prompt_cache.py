@@ -1,5 +1,7 @@
 """Cached voice prompts against a real tritonserver: a voice's second request prefills from the cached prefix (a hit in
-/metrics) and its codes are those of a server without the cache, for the same seed."""
+/metrics) and its codes are those of a server without the cache, for the same seed. The test brings its own server: on
+the session's shared one, another test's request (a hit of the preset voice's own prefix, exported up to a second
+late) could land between the two scrapes."""
 from __future__ import annotations
 
 import queue
@@ -43,13 +45,17 @@ def delta(before: dict, after: dict, name: str) -> float:
     return after.get(name, 0.0) - before.get(name, 0.0)
 
 
-def test_a_voice_s_second_request_hits_the_cache_and_speaks_the_uncached_server_s_codes(server, url,
+def test_a_voice_s_second_request_hits_the_cache_and_speaks_the_uncached_server_s_codes(model_cache,
                                                                                       tmp_path_factory):
-    before = scrape(server)
-    lm_codes(url, TEXTS[0], seed=21)
-    cached = lm_codes(url, TEXTS[1], seed=21)
-    assert wait_for(lambda: delta(before, scrape(server), HITS) >= 1, timeout_s=10)  # exported once a second
-    after = scrape(server)
+    server = start_server(DEFAULT_PRESET, tmp_path_factory)
+    try:
+        before = scrape(server)
+        lm_codes(server.grpc_url, TEXTS[0], seed=21)
+        cached = lm_codes(server.grpc_url, TEXTS[1], seed=21)
+        assert wait_for(lambda: delta(before, scrape(server), HITS) >= 1, timeout_s=10)  # exported once a second
+        after = scrape(server)
+    finally:
+        server.stop(grace_s=0)
     assert (delta(before, after, HITS), delta(before, after, MISSES)) == (1, 1)
     assert after[BYTES] > 0
     uncached_server = start_server(DEFAULT_PRESET, tmp_path_factory, prompt_cache_mib=0)
