@@ -214,6 +214,59 @@ def test_another_speaker_embedding_misses_and_forgetting_a_voice_drops_its_prefi
         base.prompt_cache = None
 
 
+def streamed_prompt(lm: Qwen3TTSLM, text: str):
+    feed = lm.open_text(None)
+    feed.append(text)
+    return feed.prompt()
+
+
+LAYOUTS = {  # name -> (the model's fixture, its prompt of a text)
+    "preset": ("custom_voice", lambda lm, text: lm.encode_prompt(text, None)),
+    "instructed": ("custom_voice", lambda lm, text: lm.encode_prompt(
+        text, None, options=PromptOptions(language=lm.languages[0], instructions=CALM))),
+    "text-first": ("custom_voice", lambda lm, text: lm.encode_prompt(
+        text, None, options=PromptOptions(is_text_first=True))),
+    "streamed": ("custom_voice", streamed_prompt),
+    "x-vector": ("base", lambda lm, text: lm.encode_prompt(text, None, x_vector(lm))),
+    "in-context": ("base", lambda lm, text: lm.encode_prompt(text, None, in_context(lm))),
+}
+
+
+def count_embedded_ids(lm: Qwen3TTSLM, monkeypatch) -> list[int]:
+    """From now on, the number of ids of each call of the talker's text and codec embeddings."""
+    counts = []
+    for name in ("embed_text", "embed_codec"):
+        def counted(ids, embed=getattr(lm.talker, name)):
+            counts.append(ids.numel())
+            return embed(ids)
+        monkeypatch.setattr(lm.talker, name, counted)
+    return counts
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_hit_builds_only_the_positions_after_its_cached_head(layout, request, monkeypatch):
+    """The head's embeddings are not computed on a hit (each of its P positions embeds at least one id), and the
+    positions the hit builds are the whole prompt's from P, bit for bit."""
+    name, make_prompt = LAYOUTS[layout]
+    lm = request.getfixturevalue(name)
+    first, second = make_prompt(lm, TEXTS[1]), make_prompt(lm, TEXTS[2])
+    num_head = num_prefix_positions(lm.config, second)
+    lm.allocate_slots(4, 128)
+    counts = count_embedded_ids(lm, monkeypatch)
+    whole, num_whole_ids = lm._prefill_part(1, second), sum(counts)
+    lm.prompt_cache = PromptCache(1 << 20)
+    try:
+        lm.prefill(0, first)  # a miss: keeps the head
+        counts.clear()
+        hit = lm._prefill_part(1, second)
+        assert lm.prompt_cache.stats().hits == 1
+    finally:
+        lm.prompt_cache = None
+    assert hit.start == num_head and hit.embeds.shape[0] == second.num_tokens - num_head
+    assert num_whole_ids - sum(counts) >= num_head
+    assert torch.equal(hit.embeds, whole.embeds[num_head:]) and torch.equal(hit.trailing, whole.trailing)
+
+
 def right_padded_at_starts(lm: Qwen3TTSLM, slots: list[int], prompts: list, length: int) -> None:
     """What a prefill graph computes, run eagerly: each prompt's own positions after its cached prefix, right-padded
     to `length`, plus a padding row (the graphs' `starts`)."""

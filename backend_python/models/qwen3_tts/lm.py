@@ -320,14 +320,16 @@ class Qwen3TTSLM(SlotSpeechLM):
 
     def _prefill_part(self, slot: int, prompt: Prompt) -> PrefillPart:
         """The positions the prompt's prefill runs: all of them, or those after its cached prefix (whose KV this
-        copies into the slot's row)."""
-        embeds, trailing = self._prompt_embeddings(prompt)
+        copies into the slot's row, and whose embeddings are not built)."""
+        self._check_length(prompt)
         if self.prompt_cache is None:
+            embeds, trailing = self._prompt_embeddings(prompt)
             return PrefillPart(embeds, 0, trailing)
         key = prefix_key(self.config, prompt)
         start = self.prompt_cache.restore(key, self._require_memory().kv, slot)
+        embeds, trailing = self._prompt_embeddings(prompt, skip_head=start > 0)
         if start:
-            return PrefillPart(embeds[start:], start, trailing)
+            return PrefillPart(embeds, start, trailing)
         return PrefillPart(embeds, 0, trailing, missed=key, num_prefix=num_prefix_positions(self.config, prompt))
 
     def _run_part(self, slot: int, part: PrefillPart) -> None:
@@ -347,15 +349,18 @@ class Qwen3TTSLM(SlotSpeechLM):
             return 0
         return self.prompt_cache.forget(speaker_digest(speaker_embedding(self.config, reference)))
 
-    def _prompt_embeddings(self, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (prefill embeddings [L, H], trailing text embeddings [N, H]), checked against the cache."""
-        mem = self._require_memory()
-        if prompt.num_tokens > mem.kv.max_seq_len:
-            raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds max_seq_len {mem.kv.max_seq_len}")
+    def _check_length(self, prompt: Prompt) -> None:
+        max_seq_len = self._require_memory().kv.max_seq_len
+        if prompt.num_tokens > max_seq_len:
+            raise ValueError(f"prompt of {prompt.num_tokens} tokens exceeds max_seq_len {max_seq_len}")
+
+    def _prompt_embeddings(self, prompt: Prompt, skip_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (prefill embeddings [L, H], or [L - P, H] without the head (`skip_head`: it is cached), trailing text
+        embeddings [N, H])."""
         if prompt.text is None:
-            return prompt_embeddings(self.config, self.talker, prompt, self.device)
+            return prompt_embeddings(self.config, self.talker, prompt, self.device, skip_head)
         feed = prompt.text  # streaming text: the trailing tokens final so far, tts_eos once it is closed
-        return (prefill_embeddings(self.config, self.talker, prompt, self.device),
+        return (prefill_embeddings(self.config, self.talker, prompt, self.device, skip_head),
                 trailing_embeddings(self.config, self.talker, feed.trailing_ids(0), feed.is_closed, self.device))
 
     def _prefill_rows(self, embeds: torch.Tensor, rows: torch.Tensor, last: torch.Tensor,

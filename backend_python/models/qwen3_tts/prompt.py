@@ -25,7 +25,8 @@ Every layout starts with the same head: the instructions, the 3 role positions a
 (`prefix_embeddings`), P = L_instruct + 3 + N - 1 positions that do not depend on the request's text. That head is
 the prompt's cacheable prefix (models/prompt_cache.py, `prefix_key`): a preset voice's for its speaker, language
 and instructions, a cloned voice's for its speaker embedding and language. For an ICL prompt only the head is
-shared: its next positions lay the request's text over the reference frames.
+shared: its next positions lay the request's text over the reference frames. Each layout takes `skip_head`: a
+prompt whose head is cached builds only the positions after it (the head's embeddings are not computed).
 """
 from __future__ import annotations
 
@@ -147,29 +148,35 @@ def make_reference_prompt(cfg: Qwen3TTSConfig, text_ids: list[int], language_id:
 
 
 @torch.no_grad()
-def prompt_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
-                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (prefill embeds [num_tokens, H], trailing text embeds [num_text_tokens, H]) of a whole text."""
+def prompt_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt, device: torch.device,
+                      skip_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (prefill embeds [num_tokens, H], or [num_tokens - P, H] with `skip_head`; trailing text embeds
+    [num_text_tokens, H]) of a whole text."""
     if REF_CODES in prompt.tensors:
-        return icl_embeddings(cfg, talker, prompt, device)
+        return icl_embeddings(cfg, talker, prompt, device, skip_head)
     if TEXT_FIRST in prompt.tensors:
-        return text_first_embeddings(cfg, talker, prompt, device)
+        return text_first_embeddings(cfg, talker, prompt, device, skip_head)
     ids = prompt.tensors["text_ids"]
-    return prefill_embeddings(cfg, talker, prompt, device), trailing_embeddings(
+    return prefill_embeddings(cfg, talker, prompt, device, skip_head), trailing_embeddings(
         cfg, talker, ids[NUM_ROLE_TOKENS + 1:-NUM_SUFFIX_TOKENS], True, device)
 
 
 @torch.no_grad()
-def prefill_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt, device: torch.device) -> torch.Tensor:
-    """The prefill embeds [num_tokens, H]: they need the text's first token only."""
-    head, codec_bos = prefix_embeddings(cfg, talker, prompt, device)
+def prefill_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt, device: torch.device,
+                       skip_head: bool = False) -> torch.Tensor:
+    """The prefill embeds [num_tokens, H] (without the head: [1, H]): they need the text's first token only."""
+    head, codec_bos = prefix_embeddings(cfg, talker, prompt, device, skip_head)
     ids = prompt.tensors["text_ids"][NUM_ROLE_TOKENS:NUM_ROLE_TOKENS + 1].to(device, non_blocking=True)
     return torch.cat((head, talker.embed_text(ids) + codec_bos))
 
 
-def prefix_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
-                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (the role and codec-tag positions [3 + N - 1, H], the codec_bos embedding [1, H])."""
+def prefix_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt, device: torch.device,
+                      skip_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (the head: instructions, role and codec-tag positions [P, H], or [0, H] with `skip_head` (a cached head,
+    none of whose embeddings are computed), the codec_bos embedding [1, H])."""
+    if skip_head:
+        codec_bos = talker.embed_codec(to_device([cfg.talker.codec_bos_id], device))  # [1, H]
+        return codec_bos[:0], codec_bos
     codec_ids = _codec_ids(cfg, prompt)
     # ids go to the device without waiting for it: `torch.tensor(..., device=cuda)` synchronises with the
     # decode step in flight, which would undo the engine's overlapped step at every admission
@@ -185,10 +192,10 @@ def prefix_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
 
 
 @torch.no_grad()
-def text_first_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
-                          device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """A text-first prompt: (prefill [num_tokens, H], nothing trailing [0, H])."""
-    head, codec_bos = prefix_embeddings(cfg, talker, prompt, device)
+def text_first_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt, device: torch.device,
+                          skip_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """A text-first prompt: (prefill [num_tokens, H] (less P with `skip_head`), nothing trailing [0, H])."""
+    head, codec_bos = prefix_embeddings(cfg, talker, prompt, device, skip_head)
     ids = prompt.tensors["text_ids"][NUM_ROLE_TOKENS:-NUM_SUFFIX_TOKENS]
     text = trailing_embeddings(cfg, talker, ids, True, device)  # [L + 1, H], tts_eos last
     return torch.cat((head, text + _codec_pad(cfg, talker, device), _tts_pad(cfg, talker, device) + codec_bos)), text[:0]
@@ -203,10 +210,11 @@ def _tts_pad(cfg: Qwen3TTSConfig, talker: Talker, device: torch.device) -> torch
 
 
 @torch.no_grad()
-def icl_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt,
-                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """In-context cloning: (prefill [num_tokens, H], trailing [n, H]), the reference text and codes in front."""
-    head, codec_bos = prefix_embeddings(cfg, talker, prompt, device)
+def icl_embeddings(cfg: Qwen3TTSConfig, talker: Talker, prompt: Prompt, device: torch.device,
+                   skip_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """In-context cloning: (prefill [num_tokens, H] (less P with `skip_head`), trailing [n, H]), the reference text
+    and codes in front."""
+    head, codec_bos = prefix_embeddings(cfg, talker, prompt, device, skip_head)
     ids = torch.cat((prompt.tensors["ref_text_ids"], prompt.tensors["text_ids"][NUM_ROLE_TOKENS:-NUM_SUFFIX_TOKENS]))
     text = trailing_embeddings(cfg, talker, ids, True, device)  # [L, H], tts_eos last
     codec = torch.cat((codec_bos, frame_embeddings(talker, prompt.tensors[REF_CODES].to(device, non_blocking=True))))
