@@ -80,7 +80,7 @@ class ModelRunner:
         self.phases.charge(LoopPhase.HOST)
         started = self._clock()
         try:
-            self.model.prefill_batch([s.slot for s in seqs], [s.prompt for s in seqs])
+            num_run = self.model.prefill_batch([s.slot for s in seqs], [s.prompt for s in seqs])
         except Exception as exc:  # one request's bad prefill ends that request only
             self.phases.charge(LoopPhase.PREFILL)
             if len(seqs) == 1:
@@ -90,7 +90,7 @@ class ModelRunner:
                     self._prefill([seq], outcome)
             return
         self.phases.charge(LoopPhase.PREFILL)
-        self._timing.observe_prefill(sum(s.prompt.num_tokens for s in seqs), self._clock() - started)
+        self._timing.observe_prefill(num_run, self._clock() - started)
         outcome.done.extend(seqs)
 
     def prefill_segment(self, seq: Sequence) -> None:
@@ -99,10 +99,10 @@ class ModelRunner:
         started = self._clock()
         try:
             self.release(seq.slot)
-            self.model.prefill_batch([seq.slot], [seq.prompt])
+            num_run = self.model.prefill_batch([seq.slot], [seq.prompt])
         finally:
             self.phases.charge(LoopPhase.PREFILL)
-        self._timing.observe_prefill(seq.prompt.num_tokens, self._clock() - started)
+        self._timing.observe_prefill(num_run, self._clock() - started)
 
     # ---- decode --------------------------------------------------------------------
     def launch(self, rows: list[Sequence]) -> LaunchedStep:

@@ -9,23 +9,26 @@ from typing import Callable
 
 
 class StepTiming:
-    """Running estimates of a decode step and of prefill per prompt token (EWMA, seconds)."""
+    """Running estimates of a decode step and of prefill per position run (EWMA, seconds). A prefill's positions are
+    those it ran: a cached prompt prefix's are copied, not run, and counting them would make a position look cheap."""
 
     def __init__(self, alpha: float = 0.1) -> None:
         self._alpha = alpha
         self.step_s = 0.0
-        self._prefill_per_token_s = 0.0
+        self._prefill_per_position_s = 0.0
 
     def observe_step(self, seconds: float) -> None:
         self.step_s += self._alpha * (seconds - self.step_s) if self.step_s else seconds
 
-    def observe_prefill(self, num_tokens: int, seconds: float) -> None:
-        per_token = seconds / max(1, num_tokens)
-        old = self._prefill_per_token_s
-        self._prefill_per_token_s = old + self._alpha * (per_token - old) if old else per_token
+    def observe_prefill(self, num_positions: int, seconds: float) -> None:
+        per_position = seconds / max(1, num_positions)
+        old = self._prefill_per_position_s
+        self._prefill_per_position_s = old + self._alpha * (per_position - old) if old else per_position
 
-    def prefill_s(self, num_tokens: int) -> float:
-        return self._prefill_per_token_s * num_tokens
+    def prefill_s(self, num_positions: int) -> float:
+        """The estimate for a prefill of `num_positions` (admission's: a waiting prompt's tokens, as if none were
+        cached)."""
+        return self._prefill_per_position_s * num_positions
 
 
 class LoopPhase(enum.Enum):

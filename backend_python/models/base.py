@@ -314,14 +314,20 @@ class SpeechLM(nn.Module, ABC):
         return 0
 
     @abstractmethod
-    def prefill(self, slot: int, prompt: Prompt) -> None:
-        """Run the prompt into `slot`'s KV cache; afterwards `decode` can emit frame 0."""
+    def prefill(self, slot: int, prompt: Prompt) -> int | None:
+        """Run the prompt into `slot`'s KV cache; afterwards `decode` can emit frame 0. -> the positions it ran,
+        where a cached prompt prefix filled some (`caches_prompts`); None: all of the prompt's tokens."""
 
-    def prefill_batch(self, slots: list[int], prompts: list[Prompt]) -> None:
+    def prefill_batch(self, slots: list[int], prompts: list[Prompt]) -> int:
         """Prefill several prompts, prompts[i] into slots[i]; a family may batch them (one by one here).
-        On an error no slot of the call counts as prefilled: the engine retries them one by one."""
+        On an error no slot of the call counts as prefilled: the engine retries them one by one.
+        -> the positions run (the engine's prefill timing counts them): the prompts' tokens, less those a cached
+        prompt prefix filled."""
+        num_run = 0
         for slot, prompt in zip(slots, prompts):
-            self.prefill(slot, prompt)
+            ran = self.prefill(slot, prompt)
+            num_run += prompt.num_tokens if ran is None else ran
+        return num_run
 
     @abstractmethod
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:

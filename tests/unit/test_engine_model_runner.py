@@ -11,8 +11,10 @@ from backend_python.engine.model_runner import ModelRunner
 from backend_python.engine.sequence import Sequence
 from backend_python.engine.timing import LoopPhase, PhaseClock, StepTiming
 from backend_python.models.base import SamplingParams
+from backend_python.models.prompt_cache import PromptCache
 from backend_python.models.qwen3_tts.lm import Qwen3TTSLM
 from backend_python.models.qwen3_tts.presets import preset_config
+from backend_python.models.qwen3_tts.prompt import num_prefix_positions
 
 
 class FailingPrefill:
@@ -22,11 +24,11 @@ class FailingPrefill:
         self._lm, self.bad = lm, lm.encode_prompt(bad_text, None)
         self.batches: list[list[int]] = []
 
-    def prefill_batch(self, slots, prompts) -> None:
+    def prefill_batch(self, slots, prompts) -> int:
         self.batches.append(list(slots))
         if any(prompt is self.bad for prompt in prompts):
             raise ValueError("a bad prompt")
-        self._lm.prefill_batch(slots, prompts)
+        return self._lm.prefill_batch(slots, prompts)
 
     def __getattr__(self, name):
         return getattr(self._lm, name)
@@ -76,6 +78,22 @@ def test_a_failed_batched_prefill_tries_each_alone_and_fails_the_bad_one_only(lm
     assert outcome.done == [good, other] and [seq for seq, _ in outcome.failed] == [bad]
     assert str(outcome.failed[0][1]) == "a bad prompt"
     assert timing.prefill_s(10) > 0 and phases.drain().seconds[LoopPhase.PREFILL] > 0
+
+
+def test_the_prefill_timing_counts_the_positions_a_hit_ran_not_its_cached_prefix():
+    """A hit runs only its positions after the cached prefix; on the test's clock each prefill takes as long, so the
+    hit's positions cost what the whole prompt's did."""
+    cached = Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), seed=0)
+    cached.prompt_cache = PromptCache(1 << 20)
+    hit_runner, _, hit_timing = make_runner(cached)
+    miss_runner, _, miss_timing = make_runner(Qwen3TTSLM.from_config(preset_config("qwen3-tts-tiny"), seed=0))
+    first, hit, miss = (make_seq(cached, text, slot) for text, slot in
+                        (("A first text.", 0), ("Another text.", 1), ("Another text.", 1)))
+    assert cached.prefill_batch([0], [first.prompt]) == first.prompt.num_tokens  # a miss keeps the voice's prefix
+    assert hit_runner.prefill([hit]).done == [hit] and miss_runner.prefill([miss]).done == [miss]
+    num_run = hit.prompt.num_tokens - num_prefix_positions(cached.config, hit.prompt)
+    assert cached.prompt_cache.stats().hits == 1 and cached.prefill_batch([2], [hit.prompt]) == num_run
+    assert hit_timing.prefill_s(num_run) == pytest.approx(miss_timing.prefill_s(hit.prompt.num_tokens))
 
 
 def test_the_decode_step_is_read_at_once_unless_overlapped(lm):

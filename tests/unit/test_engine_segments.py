@@ -161,7 +161,7 @@ def force_end_of_speech(lm, monkeypatch, at_frame: int) -> None:
 
     def counted_prefill(slots, prompts):
         counts.update({slot: 0 for slot in slots})
-        prefill(slots, prompts)
+        return prefill(slots, prompts)
 
     def ending_decode(batch):
         codes, is_eos = decode(batch)

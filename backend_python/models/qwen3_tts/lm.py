@@ -70,6 +70,11 @@ class PrefillPart:
     missed: PrefixKey | None = None  # a prefix the cache lacked: kept once the whole prompt is prefilled
     num_prefix: int = 0  # its positions
 
+    @property
+    def num_positions(self) -> int:
+        """The positions it runs (a hit's cached prefix not among them)."""
+        return self.embeds.shape[0]
+
 
 @dataclass
 class SlotState:
@@ -296,13 +301,14 @@ class Qwen3TTSLM(SlotSpeechLM):
         return t.vocab_size + (t.num_code_groups - 1) * t.codebook_size
 
     @torch.no_grad()
-    def prefill(self, slot: int, prompt: Prompt) -> None:
+    def prefill(self, slot: int, prompt: Prompt) -> int:
         part = self._prefill_part(slot, prompt)
         self._run_part(slot, part)
         self._finish_prefill(slot, part, prompt)
+        return part.num_positions
 
     @torch.no_grad()
-    def prefill_batch(self, slots: list[int], prompts: list[Prompt]) -> None:
+    def prefill_batch(self, slots: list[int], prompts: list[Prompt]) -> int:
         """Several prompts at once: on CUDA graphs grouped by length bucket (graphs/prefill.py), else one by one."""
         if self._prefill_graphs is None or not self.use_cuda_graphs:
             return super().prefill_batch(slots, prompts)
@@ -317,6 +323,7 @@ class Qwen3TTSLM(SlotSpeechLM):
             self._run_part(slots[i], parts[i])
         for slot, part, prompt in zip(slots, parts, prompts):
             self._finish_prefill(slot, part, prompt)
+        return sum(part.num_positions for part in parts)
 
     def _prefill_part(self, slot: int, prompt: Prompt) -> PrefillPart:
         """The positions the prompt's prefill runs: all of them, or those after its cached prefix (whose KV this
