@@ -13,7 +13,7 @@ from backend_python.models.base import DecodeBatch, PromptOptions, SamplingParam
 from backend_python.models.layers.decoder import KVCache
 from backend_python.models.prompt_cache import CachedPrefix, PrefixKey, PromptCache, speaker_digest
 from backend_python.models.qwen3_tts import Qwen3TTSLM, preset_config
-from backend_python.models.qwen3_tts.prompt import num_prefix_positions, prefix_key
+from backend_python.models.qwen3_tts.prompt import num_prefix_positions, prefix_embeddings, prefix_key
 from tests.unit.lm_graph_helpers import TEXTS, needs_cuda
 
 torch.set_flush_denormal(True)
@@ -246,11 +246,13 @@ def count_embedded_ids(lm: Qwen3TTSLM, monkeypatch) -> list[int]:
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_hit_builds_only_the_positions_after_its_cached_head(layout, request, monkeypatch):
     """The head's embeddings are not computed on a hit (each of its P positions embeds at least one id), and the
-    positions the hit builds are the whole prompt's from P, bit for bit."""
+    positions the hit builds are the whole prompt's from P, bit for bit. P is counted by hand beside the head's
+    embeddings (`num_prefix_positions`): they agree."""
     name, make_prompt = LAYOUTS[layout]
     lm = request.getfixturevalue(name)
     first, second = make_prompt(lm, TEXTS[1]), make_prompt(lm, TEXTS[2])
     num_head = num_prefix_positions(lm.config, second)
+    assert prefix_embeddings(lm.config, lm.talker, second, lm.device)[0].shape[0] == num_head
     lm.allocate_slots(4, 128)
     counts = count_embedded_ids(lm, monkeypatch)
     whole, num_whole_ids = lm._prefill_part(1, second), sum(counts)

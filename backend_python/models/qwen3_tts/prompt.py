@@ -107,7 +107,9 @@ def prefix_key(cfg: Qwen3TTSConfig, prompt: Prompt) -> PrefixKey:
 
 
 def num_prefix_positions(cfg: Qwen3TTSConfig, prompt: Prompt) -> int:
-    """P, the head's positions (`prefix_embeddings`): instructions, role tokens, the codec tags but codec_bos."""
+    """P, the head's positions (`prefix_embeddings`): instructions, role tokens, the codec tags but codec_bos. Counted
+    from the ids, not the head's embeddings: a layout's prefill holds its head without marking where it ends
+    (tests/unit/test_prompt_cache.py pins the two together in every layout)."""
     num_instruct = prompt.tensors[INSTRUCT_IDS].shape[0] if INSTRUCT_IDS in prompt.tensors else 0
     return num_instruct + NUM_ROLE_TOKENS + len(_codec_ids(cfg, prompt)) - 1
 
