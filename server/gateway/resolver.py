@@ -6,7 +6,9 @@ A name answers with addresses (A and AAAA records: a headless Service's pods), o
 name does not exist (NXDOMAIN) or has no address records (NOERROR with no answer). Both are answers, and an empty
 one means there is no server behind the name. A lookup that got no answer (a timeout, SERVFAIL or REFUSED from every
 nameserver, no nameserver configured) is a failure with its reason: the gateway keeps the servers it had
-(membership.py), since a DNS outage says nothing about them.
+(membership.py), since a DNS outage says nothing about them. With `--dns-server` the A and AAAA records are asked
+apart: the records of one that answered are the name's answer, even where the other failed (an IPv4-only name's
+AAAA query lost); only when both fail is the lookup a failure.
 """
 from __future__ import annotations
 
@@ -80,12 +82,13 @@ class DnsResolver:
             self._resolver.lifetime = timeout_s
 
     async def lookup(self, name: str) -> DnsAnswer:
-        """The A and AAAA records of `name`; a failure of either is the lookup's (half an answer is no answer)."""
+        """The A and AAAA records of `name`: the addresses of the record types that answered (an IPv4-only name's
+        AAAA query may time out where its A query answered); a failure only when no record type answered."""
         if self._resolver is None:
             return await self._system(name)
         answers = await asyncio.gather(*(self._records(name, kind) for kind in RECORD_TYPES))
-        failed = [a for a in answers if a.failure is not None]
-        return failed[0] if failed else DnsAnswer(frozenset().union(*(a.addresses for a in answers)))
+        answered = [a for a in answers if a.failure is None]
+        return DnsAnswer(frozenset().union(*(a.addresses for a in answered))) if answered else answers[0]
 
     async def _system(self, name: str) -> DnsAnswer:
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import dns.exception
+import dns.resolver
 import pytest
 
 from server.gateway import service
@@ -230,3 +232,36 @@ def test_without_a_dns_server_the_system_resolver_answers_from_the_hosts_file_to
     from server.gateway.resolver import DnsResolver
     answer = asyncio.run(DnsResolver().lookup("localhost"))
     assert answer.failure is None and "127.0.0.1" in answer.addresses
+
+
+class RecordResolver:
+    """dnspython's resolver as `--dns-server` uses it: each record type answers its addresses, or raises."""
+
+    def __init__(self, **records: list[str] | Exception) -> None:
+        self.records = records
+
+    async def resolve(self, name: str, kind: str, search: bool):
+        answer = self.records[kind]
+        if isinstance(answer, Exception):
+            raise answer
+        return [type("Record", (), {"address": address})() for address in answer]
+
+
+@pytest.mark.parametrize("records, addresses", [
+    ({"A": ["10.0.0.1"], "AAAA": dns.exception.Timeout()}, {"10.0.0.1"}),
+    ({"A": dns.resolver.NoNameservers(), "AAAA": ["fd00::1"]}, {"fd00::1"}),
+    ({"A": ["10.0.0.1"], "AAAA": ["fd00::1"]}, {"10.0.0.1", "fd00::1"}),
+])
+def test_a_dns_server_s_answer_to_one_record_type_stands_when_the_other_fails(records, addresses):
+    from server.gateway.resolver import DnsResolver
+    resolver = DnsResolver("127.0.0.1:5353")
+    resolver._resolver = RecordResolver(**records)
+    answer = asyncio.run(resolver.lookup("pods"))
+    assert answer.failure is None and answer.addresses == addresses
+
+
+def test_a_dns_server_lookup_fails_only_when_both_record_types_fail():
+    from server.gateway.resolver import DnsResolver
+    resolver = DnsResolver("127.0.0.1:5353")
+    resolver._resolver = RecordResolver(A=dns.exception.Timeout(), AAAA=dns.resolver.NoNameservers())
+    assert asyncio.run(resolver.lookup("pods")).failure is LookupFailure.TIMEOUT
