@@ -355,7 +355,7 @@ async def model(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    report = await request.app[GATEWAY].health()
+    report = request.app[GATEWAY].health()  # the readiness poll's view: a probe asks no server
     return web.json_response(report, status=200 if report["status"] == "ok" else 503)
 
 

@@ -24,7 +24,7 @@ from server.gateway.dns_watch import DnsWatch
 from server.gateway.membership import Membership, MembershipChange
 from protocol.admin import ADMIN_KEY_PARAMETER
 from server.gateway.errors import ApiError, bad_request, from_ended, from_grpc_error, unavailable
-from server.gateway.readiness import Probe, can_serve, probe
+from server.gateway.readiness import Probe, probe
 from server.gateway.resolver import DnsResolver, HostPort
 from server.gateway.server_settings import ServerSettings, server_settings
 from server.gateway.request_ids import TritonIds
@@ -285,14 +285,14 @@ class Gateway:
                                      self.config.model_name, self.config.served_model_names)
         self.model_ids = self.catalog.ids
 
-    async def health(self) -> dict:
-        """Each server's readiness, model and load; `ok` when at least one member is ready."""
+    def health(self) -> dict:
+        """Each server's readiness (as the background poll last saw it: a probe of the gateway asks no server),
+        model and load; `ok` when at least one member is ready."""
         backends = list(self.balancer.backends)
-        ready = await asyncio.gather(*(can_serve(b.url) for b in backends))
-        servers = [{"url": b.url, "ready": r, "member": b.is_member, "model": b.model, "live_streams": b.num_live,
-                    "reported_live": b.reported_live, "external_live": b.external_live,
-                    "streams_started": b.num_started} for b, r in zip(backends, ready)]
-        return {"status": "ok" if any(r and b.is_member for b, r in zip(backends, ready)) else "unavailable",
+        servers = [{"url": b.url, "ready": b.is_ready, "member": b.is_member, "model": b.model,
+                    "live_streams": b.num_live, "reported_live": b.reported_live, "external_live": b.external_live,
+                    "streams_started": b.num_started} for b in backends]
+        return {"status": "ok" if any(b.is_ready and b.is_member for b in backends) else "unavailable",
                 "model": self.model_ids[0] if self.model_ids else None, "models": list(self.catalog.ids_by_model),
                 "mode": self.server_info.mode if self.server_info else None, "servers": servers}
 

@@ -6,7 +6,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from server.gateway import service
+from server.gateway import readiness, service
 from server.gateway.config import GatewayConfig
 from server.gateway.errors import bad_request, from_ended, unavailable
 from server.gateway.readiness import Probe
@@ -14,6 +14,7 @@ from server.gateway.server_settings import ServerSettings
 from server.gateway.speech import GatewaySpeechRequest
 from server.gateway.triton_stream import AudioChunk, StreamFailure
 from protocol.reasons import Ended, EndReason
+from tests.unit.test_gateway_listings import get_json
 
 REQUEST = GatewaySpeechRequest("m", "Hello.", None)
 
@@ -120,6 +121,39 @@ def test_readiness_is_polled_per_server(monkeypatch):
     monkeypatch.setattr(service, "server_settings", server_settings)
     asyncio.run(gateway.poll_readiness())
     assert [b.is_ready for b in gateway.balancer.backends] == [False, True]
+
+
+def test_health_answers_from_the_readiness_poll_and_asks_no_server(monkeypatch):
+    """`GET /health` is a probe's, every few seconds: it reports what the background poll last saw."""
+    gateway = service.Gateway(GatewayConfig(tritons=("a:1", "b:1")))
+    ready = {"a:1": False, "b:1": True}
+    asked: list[str] = []
+
+    async def probe(url):
+        asked.append(url)
+        return Probe(can_serve=ready[url])
+
+    async def server_settings(url):
+        return ServerSettings("qwen3-tts-tiny", mode="voxlane")
+
+    monkeypatch.setattr(service, "probe", probe)
+    monkeypatch.setattr(readiness, "probe", probe)
+    monkeypatch.setattr(service, "server_settings", server_settings)
+    monkeypatch.setattr(service.Gateway, "_sync_voices_to", lambda self, backend: None)
+    asyncio.run(gateway.poll_readiness())
+    asked.clear()
+    status, report = get_json(gateway, "/health")
+    assert asked == [] and status == 200 and report["status"] == "ok" and report["mode"] == "voxlane"
+    assert [(s["url"], s["ready"], s["member"], s["model"]) for s in report["servers"]] == [
+        ("a:1", False, True, None), ("b:1", True, True, "qwen3-tts-tiny")]  # a server not ready is not asked its model
+    assert set(report["servers"][0]) == {"url", "ready", "member", "model", "live_streams", "reported_live",
+                                         "external_live", "streams_started"}
+    ready["b:1"] = False
+    asyncio.run(gateway.poll_readiness())
+    asked.clear()
+    status, report = get_json(gateway, "/health")
+    assert asked == [] and status == 503 and report["status"] == "unavailable"
+    assert [s["ready"] for s in report["servers"]] == [False, False]
 
 
 def test_a_stream_on_a_server_whose_router_died_ends_with_a_503_and_the_next_poll_watches_a_new_router(monkeypatch):
