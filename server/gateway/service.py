@@ -337,25 +337,35 @@ class Gateway:
                 log.exception("readiness poll failed")
 
     async def _scrape_forever(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=max(1.0, self.config.scrape_interval_s))
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        timeout_s = max(1.0, self.config.scrape_interval_s)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
             while True:
-                for backend in list(self.balancer.backends):
-                    if backend.metrics_url:
-                        live = await scrape_live(session, backend.metrics_url)
-                        if live is not None:
-                            self.balancer.on_scrape(backend, live)
+                await self.scrape(session, timeout_s)
                 await asyncio.sleep(self.config.scrape_interval_s)
 
+    async def scrape(self, session: aiohttp.ClientSession, timeout_s: float) -> None:
+        """Every server's metrics read at once, each within `timeout_s`: a dead server delays no other's figures."""
+        backends = [b for b in self.balancer.backends if b.metrics_url]
+        await asyncio.gather(*(self._scrape(session, b, timeout_s) for b in backends))
 
-async def scrape_live(session: aiohttp.ClientSession, url: str) -> int | None:
-    """The server's `voxlane_live_requests`; None if it cannot be read."""
+    async def _scrape(self, session: aiohttp.ClientSession, backend: Backend, timeout_s: float) -> None:
+        live = await scrape_live(session, backend.metrics_url, timeout_s)
+        if live is not None:  # taken as it comes: the estimate is of the gateway's own count at that moment
+            self.balancer.on_scrape(backend, live)
+
+
+async def scrape_live(session: aiohttp.ClientSession, url: str, timeout_s: float | None = None) -> int | None:
+    """The server's `voxlane_live_requests`; None if it cannot be read (within `timeout_s`, where given)."""
     try:
-        async with session.get(url) as response:
-            text = await response.text()
+        text = await asyncio.wait_for(_text_of(session, url), timeout_s)
     except (aiohttp.ClientError, asyncio.TimeoutError):
         return None
     return parse_live(text)
+
+
+async def _text_of(session: aiohttp.ClientSession, url: str) -> str:
+    async with session.get(url) as response:
+        return await response.text()
 
 
 _END = object()

@@ -1,7 +1,13 @@
 """Least-live-streams routing with an injected clock."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
+from protocol.metrics import LIVE_METRIC
+from server.gateway import service
 from server.gateway.balancer import Backend, Balancer
+from server.gateway.config import GatewayConfig
 from server.gateway.service import parse_live
 
 
@@ -67,3 +73,53 @@ def test_parse_live_reads_the_gauge_not_its_neighbours():
             "voxlane_live_requests_other 9\nnv_inference_count 4\n")
     assert parse_live(text) == 3
     assert parse_live("nv_inference_count 4\n") is None
+
+
+class Scrapes:
+    """aiohttp's client session, faked: the server whose URL says "dead" never answers; the others answer a live
+    count one higher each time they are read."""
+
+    def __init__(self, timeout=None) -> None:
+        self.num_reads = 0
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> bool:
+        return False
+
+    @contextlib.asynccontextmanager
+    async def get(self, url: str):
+        if "dead" in url:
+            await asyncio.Event().wait()
+        self.num_reads += 1
+        yield Reply(f"{LIVE_METRIC} {self.num_reads}\n")
+
+
+class Reply:
+    def __init__(self, body: str) -> None:
+        self.body = body
+
+    async def text(self) -> str:
+        return self.body
+
+
+def test_a_dead_server_s_metrics_hold_back_no_other_s(monkeypatch):
+    """The servers' /metrics are read at once, each within its timeout (1 s at the least): one that never answers
+    delays neither the others' figures nor, past its timeout, their next reading."""
+    config = GatewayConfig(tritons=("dead:1", "live:1"), metrics_urls=("http://dead/metrics", "http://live/metrics"),
+                           scrape_interval_s=0.05)
+    gateway = service.Gateway(config)
+    live = gateway.balancer.backends[1]
+    monkeypatch.setattr(service.aiohttp, "ClientSession", Scrapes)
+
+    async def scraped() -> tuple[int, int]:
+        task = asyncio.create_task(gateway._scrape_forever())
+        await asyncio.sleep(0.3)
+        first = live.reported_live
+        await asyncio.sleep(1.2)  # past the dead server's timeout: a second round read the live one again
+        task.cancel()
+        return first, live.reported_live
+
+    first, later = asyncio.run(scraped())
+    assert first == 1 and later > first
