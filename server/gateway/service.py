@@ -251,16 +251,19 @@ class Gateway:
         return service_pb2_grpc.GRPCInferenceServiceStub(channels[next(self._turn) % len(channels)])
 
     async def _discover(self) -> None:
-        """Wait for a first server (of the `--triton` ones, or the DNS names' addresses) to say what it serves."""
+        """Wait for a first server (of the `--triton` ones, or the DNS names' addresses) to say what it serves. The
+        names, then the servers, are asked all at once (a dead server delays none of the others); the servers that
+        answered are learned in their order, the first of them giving the default model."""
         deadline = asyncio.get_running_loop().time() + self.config.startup_timeout_s
         while True:
-            for name in self.dns_names:
-                await self.dns.resolve(name)
-            for backend in list(self.balancer.backends):
-                settings = await server_settings(backend.url)
+            await asyncio.gather(*(self.dns.resolve(name) for name in self.dns_names))
+            backends = list(self.balancer.backends)
+            answers = await asyncio.gather(*(server_settings(b.url) for b in backends))
+            for backend, settings in zip(backends, answers):
                 if settings is not None:
                     self._learn(backend, settings)
-                    return
+            if any(answers):
+                return
             if asyncio.get_running_loop().time() > deadline:
                 servers = ", ".join((*self.config.tritons, *self.config.triton_dns))
                 raise RuntimeError(f"no Triton server answered within {self.config.startup_timeout_s:g} s: {servers}")

@@ -73,6 +73,31 @@ def test_each_server_s_model_is_learned_and_the_union_is_listed(monkeypatch):
     assert (unknown.status, unknown.code) == (404, "model_not_found")
 
 
+def test_start_up_asks_every_server_at_once_and_the_first_in_order_gives_the_default_model(monkeypatch):
+    """Each server answers only while all three are asked together: servers asked one after another would wait out
+    each other's timeout, and none would answer before the start-up deadline."""
+    servers = {"a:1": QWEN, "b:1": COSY, "c:1": QWEN}
+    gateway = service.Gateway(GatewayConfig(tritons=tuple(servers), startup_timeout_s=0.1))
+    in_flight, all_asked = set(), asyncio.Event()
+
+    async def server_settings(url):
+        in_flight.add(url)
+        if in_flight == set(servers):
+            all_asked.set()
+        try:
+            await asyncio.wait_for(all_asked.wait(), 0.5)
+        except asyncio.TimeoutError:
+            return None  # a server that does not answer in time
+        finally:
+            in_flight.discard(url)
+        return ServerSettings(servers[url], mode="voxlane")
+
+    monkeypatch.setattr(service, "server_settings", server_settings)
+    asyncio.run(gateway._discover())
+    assert [b.model for b in gateway.balancer.backends] == [QWEN, COSY, QWEN]
+    assert gateway.catalog.default_model == QWEN and gateway.model_ids == (QWEN, COSY)
+
+
 def test_requests_reach_only_their_model_s_servers(monkeypatch):
     gateway = learned_gateway(monkeypatch, {"a:1": QWEN, "b:1": COSY, "c:1": COSY})
     calls = []
