@@ -4,22 +4,15 @@ from __future__ import annotations
 import json
 import urllib.request
 
-import tritonclient.grpc.aio as grpcaio
-
 from protocol.chunks import ChunkSizes
 from protocol.models import LM, ROUTER
+from protocol.server_config import read_server_parameters
 
 
 async def read_server_settings(url: str) -> dict:
     """`mode` from vox_ensemble's config parameters, plus every parameter of both models."""
-    client = grpcaio.InferenceServerClient(url=url)
-    try:
-        router = await client.get_model_config(ROUTER, as_json=True)
-        lm = await client.get_model_config(LM, as_json=True)
-    finally:
-        await client.close()
-    router_params = _parameters(router)
-    return {"mode": router_params.get("mode"), ROUTER: router_params, LM: _parameters(lm)}
+    params = await read_server_parameters(url)
+    return {"mode": params[ROUTER].get("mode"), **params}
 
 
 def chunking_of(server: dict) -> ChunkSizes:
@@ -27,11 +20,6 @@ def chunking_of(server: dict) -> ChunkSizes:
     when it was not read (`--protocol openai`)."""
     params = server.get(LM)
     return ChunkSizes.from_parameters(params) if params else ChunkSizes()
-
-
-def _parameters(config: dict) -> dict[str, str]:
-    params = config.get("config", config).get("parameters", {})
-    return {key: value.get("string_value") for key, value in params.items()}
 
 
 async def read_gateway_settings(url: str) -> dict:
