@@ -19,6 +19,9 @@ class GatewayConfig:
     dns_server: str | None = None  # HOST[:PORT] of the nameserver to ask; None: the system's (/etc/resolv.conf)
     triton_metrics_port: int = 8002  # a DNS server's metrics port: http://ADDRESS:PORT/metrics (0: not scraped)
     forget_after_s: float = 60.0  # a server gone from DNS keeps its place this long after it left (and its streams)
+    # the most servers the DNS names add together (a name that answers more adds none past it: membership.py); it
+    # bounds the channels, polls and scrapes a wrong or hostile answer can make the gateway hold
+    max_servers: int = 64
     default_model: str | None = None  # an id of the model OpenAI's names mean (catalog.py); None: the first learned
     host: str = "127.0.0.1"
     port: int = 9000
@@ -49,6 +52,8 @@ class GatewayConfig:
             HostPort.parse(name)  # ValueError: not NAME:PORT
         if self.dns_server is not None:
             HostPort.parse(self.dns_server, DNS_PORT)
+        if self.max_servers < 1:
+            raise ValueError("--max-servers must be >= 1")
         if not 0 <= self.triton_metrics_port <= 65535:
             raise ValueError("--metrics-port must be in [0, 65535]")
         if self.metrics_urls and len(self.metrics_urls) != len(self.tritons):

@@ -7,6 +7,9 @@ answers any more leaves: it takes no new stream, and its live streams finish on 
 them). It keeps its place (its streams, its channels, its state) until it has been gone `forget_after_s` and holds no
 stream; a record that comes back before then (a flapping record) is the same server again, nothing reset.
 A lookup that failed is not fed here: the servers a name answered last stay until it answers again.
+The names together add at most `max_servers` servers (`--max-servers`): past it, the members stay first (a cap never
+takes out a server that serves), then the servers that left and came back, then new ones in sorted order; the other
+addresses are not added while the cap is full.
 """
 from __future__ import annotations
 
@@ -22,28 +25,34 @@ class MembershipChange:
     joined: tuple[Backend, ...] = ()  # servers new to the gateway (not ready until a readiness poll says so)
     left: tuple[Backend, ...] = ()  # answered by no source any more: no new stream, their live streams finish
     returned: tuple[Backend, ...] = ()  # answered again before they were forgotten: the same servers
+    # the addresses (gRPC HOST:PORT) answered past `max_servers` and not added, where they changed (none: every
+    # answered address fits again); None: the same as at the last update
+    over_cap: tuple[str, ...] | None = None
 
     @property
     def is_empty(self) -> bool:
-        return not (self.joined or self.left or self.returned)
+        return not (self.joined or self.left or self.returned) and self.over_cap is None
 
 
 class Membership:
     def __init__(self, balancer: Balancer, metrics_url: Callable[[str], str | None], forget_after_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_servers: int | None = None) -> None:
         self.balancer = balancer
         self.forget_after_s = forget_after_s
+        self.max_servers = max_servers  # the most servers the names add together; None: no cap
         self._metrics_url = metrics_url  # a joining server's metrics URL, from its gRPC HOST:PORT
         self._clock = clock
         self._static = frozenset(b.url for b in balancer.backends)  # the `--triton` servers: members for good
         self._answers: dict[str, frozenset[str]] = {}  # per DNS name: the gRPC HOST:PORT of each address it answered
         self._left_at: dict[Backend, float] = {}
+        self._over_cap: tuple[str, ...] = ()  # the answered addresses not added (the cap was full), sorted
 
     def update(self, name: str, urls: frozenset[str]) -> MembershipChange:
         """`name` now answers `urls` (gRPC HOST:PORT each; none: the name has no server behind it)."""
         self._answers[name] = urls
-        wanted = self._static.union(*self._answers.values())
         present = {b.url: b for b in self.balancer.backends}
+        answered = frozenset().union(*self._answers.values()) - self._static
+        wanted = self._static | self._within_cap(answered, present)
         joined = tuple(Backend(url, self._metrics_url(url), is_ready=False) for url in sorted(wanted - present.keys()))
         for backend in joined:
             self.balancer.add(backend)
@@ -55,7 +64,22 @@ class Membership:
         for backend in left:
             backend.is_member = False
             self._left_at[backend] = self._clock()
-        return MembershipChange(joined, left, returned)
+        over_cap = tuple(sorted(answered - wanted))
+        changed = over_cap if over_cap != self._over_cap else None
+        self._over_cap = over_cap
+        return MembershipChange(joined, left, returned, changed)
+
+    def _within_cap(self, answered: frozenset[str], present: dict[str, Backend]) -> frozenset[str]:
+        """At most `max_servers` of the `answered` addresses: the members first, then the servers known from before
+        (they left and are answered again), then new ones, each in sorted order."""
+        if self.max_servers is None or len(answered) <= self.max_servers:
+            return answered
+
+        def rank(url: str) -> tuple[int, str]:
+            known = present.get(url)
+            return (2 if known is None else 0 if known.is_member else 1), url
+
+        return frozenset(sorted(answered, key=rank)[:self.max_servers])
 
     def forget(self) -> tuple[Backend, ...]:
         """Remove from the balancer the servers gone `forget_after_s` ago or more that hold no stream (their channels

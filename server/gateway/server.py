@@ -70,7 +70,8 @@ def _dns_flags(config: GatewayConfig) -> list[str]:
     if not config.triton_dns:
         return []
     flags = [f"--triton-dns={name}" for name in config.triton_dns]
-    flags += ["--dns-interval-s", f"{config.dns_interval_s:g}", "--metrics-port", str(config.triton_metrics_port)]
+    flags += ["--dns-interval-s", f"{config.dns_interval_s:g}", "--metrics-port", str(config.triton_metrics_port),
+              "--max-servers", str(config.max_servers)]
     return flags + (["--dns-server", config.dns_server] if config.dns_server else [])
 
 

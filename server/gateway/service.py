@@ -45,6 +45,7 @@ _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
 
 
 MAX_CONCURRENT_DECODES = 2
+_NUM_SHOWN = 8  # addresses a warning names (of the DNS answer's past --max-servers)
 
 
 class Gateway:
@@ -52,7 +53,8 @@ class Gateway:
         self.config = config
         metrics = config.metrics_urls or (None,) * len(config.tritons)
         self.balancer = Balancer([Backend(url, m) for url, m in zip(config.tritons, metrics)], config.down_s)
-        self.membership = Membership(self.balancer, self._dns_metrics_url, config.forget_after_s)
+        self.membership = Membership(self.balancer, self._dns_metrics_url, config.forget_after_s,
+                                     max_servers=config.max_servers)
         self.dns_names = tuple(HostPort.parse(name) for name in config.triton_dns)
         self.dns = DnsWatch(DnsResolver(config.dns_server), self.membership, config.dns_interval_s,
                             self._on_membership, self._close) if self.dns_names else None
@@ -107,6 +109,12 @@ class Gateway:
                         backend.url, backend.num_live)
         for backend in change.returned:
             log.warning("server %s is back in DNS", backend.url)
+        if change.over_cap:
+            shown = ", ".join(change.over_cap[:_NUM_SHOWN]) + (", ..." if len(change.over_cap) > _NUM_SHOWN else "")
+            log.warning("the DNS names answer %d server(s) past --max-servers %d; not added: %s",
+                        len(change.over_cap), self.config.max_servers, shown)
+        elif change.over_cap is not None:
+            log.warning("every server the DNS names answer fits --max-servers %d again", self.config.max_servers)
 
     def _dns_metrics_url(self, url: str) -> str | None:
         """A DNS server's metrics URL: its address at `--metrics-port` (none where that is 0)."""

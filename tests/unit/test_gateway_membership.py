@@ -171,6 +171,86 @@ def test_two_names_that_share_an_address_hold_it_until_both_drop_it():
     assert [b.url for b in membership.update("b:1", frozenset()).left] == ["10.0.0.1:1"]
 
 
+def capped(max_servers: int) -> Membership:
+    return Membership(Balancer([]), lambda url: None, 60.0, Clock(), max_servers=max_servers)
+
+
+def member_urls(membership: Membership) -> list[str]:
+    return sorted(b.url for b in membership.balancer.backends if b.is_member)
+
+
+def test_a_name_adds_no_server_past_the_cap_and_says_which_once_per_change():
+    membership = capped(2)
+    change = membership.update("pods:1", frozenset({"10.0.0.3:1", "10.0.0.1:1", "10.0.0.2:1"}))
+    assert [b.url for b in change.joined] == ["10.0.0.1:1", "10.0.0.2:1"] and change.over_cap == ("10.0.0.3:1",)
+    assert member_urls(membership) == ["10.0.0.1:1", "10.0.0.2:1"]
+    again = membership.update("pods:1", frozenset({"10.0.0.3:1", "10.0.0.1:1", "10.0.0.2:1"}))
+    assert again.over_cap is None and again.is_empty  # the same answer: nothing new to say
+    more = membership.update("pods:1", frozenset({"10.0.0.4:1", "10.0.0.3:1", "10.0.0.1:1", "10.0.0.2:1"}))
+    assert more.over_cap == ("10.0.0.3:1", "10.0.0.4:1") and not more.joined
+    fits = membership.update("pods:1", frozenset({"10.0.0.1:1", "10.0.0.2:1"}))
+    assert fits.over_cap == () and not fits.is_empty  # every answered address fits again
+
+
+def test_the_cap_keeps_the_members_first_so_membership_stays_as_it_was():
+    membership = capped(2)
+    membership.update("pods:1", frozenset({"10.0.0.8:1", "10.0.0.9:1"}))
+    change = membership.update("pods:1", frozenset({f"10.0.0.{i}:1" for i in range(1, 10)}))
+    assert not (change.joined or change.left) and len(change.over_cap) == 7  # lower addresses take no member's place
+    assert member_urls(membership) == ["10.0.0.8:1", "10.0.0.9:1"]
+    change = membership.update("pods:1", frozenset({f"10.0.0.{i}:1" for i in range(1, 9)}))  # .9 leaves
+    assert [b.url for b in change.left] == ["10.0.0.9:1"] and [b.url for b in change.joined] == ["10.0.0.1:1"]
+    assert member_urls(membership) == ["10.0.0.1:1", "10.0.0.8:1"]
+
+
+def test_a_server_that_left_and_comes_back_goes_before_a_new_one_and_the_cap_spans_every_name():
+    membership = capped(2)
+    membership.update("a:1", frozenset({"10.0.0.5:1", "10.0.0.6:1"}))
+    membership.update("a:1", frozenset({"10.0.0.5:1"}))  # .6 left; still known
+    change = membership.update("b:1", frozenset({"10.0.0.1:1", "10.0.0.6:1"}))
+    assert [b.url for b in change.returned] == ["10.0.0.6:1"] and not change.joined
+    assert change.over_cap == ("10.0.0.1:1",) and member_urls(membership) == ["10.0.0.5:1", "10.0.0.6:1"]
+
+
+def test_the_static_servers_do_not_count_against_the_cap():
+    balancer = Balancer([Backend("a:1"), Backend("b:1")])
+    membership = Membership(balancer, lambda url: None, 60.0, Clock(), max_servers=1)
+    change = membership.update("pods:1", frozenset({"a:1", "10.0.0.1:1", "10.0.0.2:1"}))
+    assert [b.url for b in change.joined] == ["10.0.0.1:1"] and change.over_cap == ("10.0.0.2:1",)
+
+
+def test_the_gateway_caps_its_dns_servers_at_max_servers_and_warns_once_per_change(caplog):
+    gateway = service.Gateway(GatewayConfig(tritons=(), triton_dns=("pods:8001",), max_servers=2))
+    resolver = FakeResolver()
+    gateway.dns.resolver = resolver
+    resolver.set("10.0.0.1", "10.0.0.2", "10.0.0.3")
+    for _ in range(3):
+        asyncio.run(gateway.dns.resolve(gateway.dns_names[0]))
+    assert [b.url for b in gateway.balancer.backends] == ["10.0.0.1:8001", "10.0.0.2:8001"]
+    warnings = [r.getMessage() for r in caplog.records if "--max-servers" in r.getMessage()]
+    assert warnings == ["the DNS names answer 1 server(s) past --max-servers 2; not added: 10.0.0.3:8001"]
+    resolver.set("10.0.0.1", "10.0.0.2")
+    asyncio.run(gateway.dns.resolve(gateway.dns_names[0]))
+    assert [r.getMessage() for r in caplog.records if "--max-servers" in r.getMessage()][1:] == [
+        "every server the DNS names answer fits --max-servers 2 again"]
+
+
+def test_max_servers_is_a_flag_of_64_by_default_and_at_least_one():
+    import argparse
+
+    from server.gateway.cli import add_gateway_command, gateway_config
+    from server.gateway.server import gateway_command
+
+    parser = argparse.ArgumentParser()
+    add_gateway_command(parser.add_subparsers(dest="command"))
+    assert gateway_config(parser.parse_args(["gateway", "--triton-dns", "pods:8001"])).max_servers == 64
+    config = gateway_config(parser.parse_args(["gateway", "--triton-dns", "pods:8001", "--max-servers", "8"]))
+    assert config.max_servers == 8
+    assert gateway_config(parser.parse_args(gateway_command(config)[3:])).max_servers == 8  # a child gateway's
+    with pytest.raises(ValueError):
+        GatewayConfig(tritons=(), triton_dns=("pods:8001",), max_servers=0)
+
+
 @pytest.mark.parametrize("text, parsed", [("triton:8001", HostPort("triton", 8001)),
                                           ("[fd00::1]:8001", HostPort("fd00::1", 8001)),
                                           ("10.0.0.1", HostPort("10.0.0.1", 53)), ("fd00::1", HostPort("fd00::1", 53))])
