@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
 import time
 
 import aiohttp
@@ -173,10 +174,21 @@ def is_quiet(server) -> bool:
     return metrics["voxlane_live_requests"] == 0 and metrics[LM_ROWS] == 0
 
 
+def small_receive_buffer(addr_info) -> socket.socket:
+    """A client socket that buffers 64 KiB, about what a listener playing its audio holds. With the kernel's receive
+    autotuning (up to net.ipv4.tcp_rmem's maximum, 32 MiB on some hosts) a client that stopped reading could take
+    the whole 150 s utterance into its buffers before its cancel, so the utterance ended before its barge-in."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    return sock
+
+
 async def barge_in(gateway, server) -> dict:
     assert await asyncio.to_thread(wait_for, lambda: is_quiet(server), 60), f"the server is not idle: {scrape(server)}"
     idle, idle_rows, idle_calls = scrape(server)["voxlane_live_requests"], scrape(server)[LM_ROWS], codec_calls(server)
-    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(gateway)) as ws:
+    connector = aiohttp.TCPConnector(socket_factory=small_receive_buffer)
+    async with aiohttp.ClientSession(connector=connector) as http, http.ws_connect(ws_url(gateway)) as ws:
         await ws.send_json({"type": "response.cancel"})
         nothing, _ = await next_event(ws)
         await ws.send_json({"type": "session.update", "session": {"seed": 5, "timestamps": "word",
