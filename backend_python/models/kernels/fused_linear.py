@@ -39,8 +39,11 @@ try:
 except ImportError:  # CPU-only installs: PyTorch's kernels
     triton = None
 
-# rows up to which the Triton kernel runs; more rows take cuBLAS (VOXLANE_FUSED_LINEAR_MAX_ROWS overrides)
-MAX_KERNEL_ROWS = int(os.environ.get("VOXLANE_FUSED_LINEAR_MAX_ROWS", "128"))
+# rows up to which the Triton kernel runs; more rows take cuBLAS (VOXLANE_FUSED_LINEAR_MAX_ROWS overrides). 16: on an
+# H100 cuBLAS took every projection of the frame in 125 µs at 32 rows and 131 at 128 against the kernel's 156 and
+# 266, and tied it at one row (BENCHMARKS.md, "The frame on fused Triton kernels"); between 1 and 32 rows the
+# crossover is not measured yet
+MAX_KERNEL_ROWS = int(os.environ.get("VOXLANE_FUSED_LINEAR_MAX_ROWS", "16"))
 TARGET_PROGRAMS = 264  # two programs per SM of an H100/H200 (132 SMs): enough reads in flight for the bandwidth
 
 
