@@ -111,6 +111,19 @@ def test_the_kernel_reads_only_a_row_s_own_keys():
 
 
 @runs_kernel
+def test_attend_runs_the_kernel_for_a_decode_step_when_chosen(monkeypatch):
+    monkeypatch.setattr(decode_attention, "BACKEND", "triton")
+    calls = []
+    kernel = decode_attention.decode_attention
+    monkeypatch.setattr(decode_attention, "decode_attention", lambda *args: calls.append(args) or kernel(*args))
+    q, cache, step, masked = pooled([9, 30], 4, 2, 64, torch.float32, seed=4)
+    with torch.no_grad():
+        got = attend(q, cache.k[0], cache.v[0], step)
+    assert len(calls) == 1
+    torch.testing.assert_close(got, attend(q, cache.k[0], cache.v[0], masked), atol=1e-5, rtol=1e-5)
+
+
+@runs_kernel
 def test_the_kernel_is_enabled_by_the_setting_for_a_head_dim_it_tiles(monkeypatch):
     q = torch.zeros(2, 1, 4, 64, device=DEVICE)
     monkeypatch.setattr(decode_attention, "BACKEND", "flash")
@@ -118,6 +131,24 @@ def test_the_kernel_is_enabled_by_the_setting_for_a_head_dim_it_tiles(monkeypatc
     monkeypatch.setattr(decode_attention, "BACKEND", "triton")
     assert decode_attention.is_enabled(q)
     assert not decode_attention.is_enabled(torch.zeros(2, 1, 4, 80, device=DEVICE))
+
+
+def test_attend_keeps_flash_attention_for_all_but_a_chosen_inference_decode_step(monkeypatch):
+    """Flash attention for a prefill (T > 1), with autograd recording, and where the setting is `flash`; the
+    masked path (the CPU's) never reaches either."""
+    flash_calls = []
+    monkeypatch.setattr(decoder, "varlen_attention", lambda q, *args: flash_calls.append(q.shape[1]) or q)
+    monkeypatch.setattr(decode_attention, "is_enabled", lambda q: decode_attention.BACKEND == "triton")
+    monkeypatch.setattr(decode_attention, "decode_attention", lambda *args: pytest.fail("the kernel ran"))
+    _, cache, step, masked = pooled([5, 7], 4, 2, 16, torch.float32, device="cpu")
+    decode, prefill = torch.zeros(2, 1, 4, 16), torch.zeros(2, 3, 4, 16)
+    with torch.no_grad():
+        attend(decode, cache.k[0], cache.v[0], step)  # BACKEND flash
+        monkeypatch.setattr(decode_attention, "BACKEND", "triton")
+        attend(prefill, cache.k[0], cache.v[0], step)
+        attend(decode, cache.k[0], cache.v[0], masked)
+    attend(decode, cache.k[0], cache.v[0], step)  # grad enabled
+    assert flash_calls == [1, 3, 1]
 
 
 def test_the_split_count_gives_small_batches_two_programs_per_sm():

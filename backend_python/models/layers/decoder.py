@@ -10,7 +10,8 @@ the CUDA path read only the used prefix of each row (`varlen`, see `attend`).
 
 The CUDA path computes the same function with fewer, larger kernels: fused
 q/k/v and gate/up projections (`DecoderStack.fuse_projections`; parameters stay views of the fused
-weight), one-kernel RMSNorm, and flash attention over each row's used keys (`KVCache.is_varlen`).
+weight), one-kernel RMSNorm, and flash attention over each row's used keys (`KVCache.is_varlen`; decode steps
+opt into a split-KV Triton kernel instead, `kernels/decode_attention.py`).
 `DecoderStack.compile_layers` then fuses each layer's small kernels (norms, RoPE, residuals, the cache
 writes) with Inductor: one compiled layer serves every layer of the stack (regional compilation), so
 compiling costs one layer's time, not the stack's. The CPU path is the plain reference code.
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kernels import rope_write, short_attention
+from ..kernels import decode_attention, rope_write, short_attention
 from ..kernels.fused_linear import Fp8Weight, fused_linear, quantize_fp8
 from ..rope import apply_rope, rope_cos_sin_of  # noqa: F401 (apply_rope: the layers' import)
 
@@ -319,8 +320,13 @@ class Attention(nn.Module):
 
 
 def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, step: Step) -> torch.Tensor:
-    """q: [B, T, heads, head_dim] -> [B, T, heads, head_dim], over each row's keys <= its positions."""
+    """q: [B, T, heads, head_dim] -> [B, T, heads, head_dim], over each row's keys <= its positions. On the varlen
+    path a decode step (T = 1) runs the split-KV Triton kernel where VOXLANE_DECODE_ATTENTION=triton chose it
+    (`kernels/decode_attention.py`; inference only, it has no backward), else flash attention."""
     if step.key_starts is not None:
+        if q.shape[1] == 1 and not torch.is_grad_enabled() and decode_attention.is_enabled(q):
+            return decode_attention.decode_attention(q, k_cache, v_cache, step.key_starts, step.num_keys,
+                                                     step.max_keys)
         return varlen_attention(q, k_cache, v_cache, step)
     keys, values = k_cache[step.key_index].transpose(1, 2), v_cache[step.key_index].transpose(1, 2)  # [B, kv_heads, S, D]
     out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=step.mask, enable_gqa=True)
