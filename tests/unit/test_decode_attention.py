@@ -185,6 +185,16 @@ def test_a_bad_setting_stops_the_import_naming_its_variable():
     assert result.returncode != 0 and "VOXLANE_DECODE_ATTENTION must be one of" in result.stderr
 
 
+def test_the_microbench_parses_its_arguments():
+    from server.microbench.decode_attention import parse_args
+
+    args = parse_args(["--rows", "1", "128", "--launches", "64,4", "32,2"])
+    assert args.rows == [1, 128] and args.contexts == [256, 1024] and args.launches == [(64, 4), (32, 2)]
+    assert args.model == "qwen3-tts-1.7b"
+    with pytest.raises(SystemExit):
+        parse_args(["--launches", "63,4"])
+
+
 @needs_cuda
 @pytest.mark.parametrize("rows", [1, 32, 128])
 def test_the_kernel_matches_flash_varlen_on_cuda(rows):
