@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the checkout root, with the devpack carried in .devpack/:
+#   bash tools/device_next.sh OUT_DIR
+# What the frame's and the families' issues left for a GPU that no run has measured. Each part has its own time
+# limit and SKIP leaves parts out; two calls of under 10 minutes each (about 9 and 3 minutes, devpack included):
+#   SKIP=voxtral bash tools/device_next.sh OUT      then      SKIP="tests attention linear frame" bash ... OUT
+#   tests     the CUDA-only tests never run on a GPU: a cached voice prompt through the prefill graphs, the
+#             split-KV decode attention (kernel, CUDA graphs, against flash varlen), the fused frame
+#   attention the decode attention kernel against flash varlen at 1 / 32 / 128 rows, 256 and 1024 keys
+#             (server/microbench/decode_attention.py)
+#   linear    the fused matmul against cuBLAS at 1-32 rows: where the crossover lies (MAX_KERNEL_ROWS)
+#   frame     the LM frame at batch 1 / 32 / 128: compiled (the default), compiled with the Triton decode
+#             attention (VOXLANE_DECODE_ATTENTION=triton), and fused (its matmul up to 16 rows)
+#   voxtral   Voxtral's step at 1, 8 and 32 rows, profiled, with recompiles counted (tools.step_time)
+# Everything comes back in next.tgz, the summaries beside it (summary.txt).
+source tools/device_env.sh "$@" || exit 1
+model=${MODEL:-qwen3-tts-1.7b}
+skip=" ${SKIP:-} "
+export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-4}
+summary="$out/summary.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$summary"
+part() { [[ "$skip" != *" $1 "* ]]; }
+if part tests; then
+  echo "== CUDA tests" | tee -a "$summary"
+  timeout ${TESTS_S:-100} python3 -m pytest -q -p no:cacheprovider tests/unit/test_prompt_cache.py \
+    tests/unit/test_decode_attention.py tests/unit/test_fused_frame.py 2>&1 | tail -8 | tee -a "$summary"
+fi
+if part attention; then
+  echo "== decode attention" | tee -a "$summary"
+  timeout ${ATTENTION_S:-60} python3 -m server.microbench.decode_attention --model "$model" --rows 1 32 128 \
+    --contexts 256 1024 --json "$out/decode_attention.json" 2>&1 | tail -8 | tee -a "$summary"
+fi
+if part linear; then
+  echo "== fused matmul against cuBLAS" | tee -a "$summary"
+  timeout ${LINEAR_S:-60} python3 -m server.microbench.fused_linear --model "$model" --rows 1 4 8 16 32 \
+    --max-launches 4 --json "$out/fused_linear.json" > "$out/fused_linear.txt" 2>&1
+  grep "^# rows" "$out/fused_linear.txt" | tee -a "$summary"
+fi
+frame() {  # NAME ENV FLAGS: the frame at batch 1 / 32 / 128, context 256
+  local name=$1 env=$2; shift 2
+  echo "== frame $name ($env $*)" | tee -a "$summary"
+  env $env timeout ${FRAME_S:-100} python3 -m server.microbench.lm --model "$model" --batch-sizes 1 32 128 \
+    --context 256 --json "$out/lm_$name.json" "$@" > "$out/lm_$name.txt" 2>&1
+  grep -E "^batch \||^[0-9]+ \|" "$out/lm_$name.txt" | head -6 | tee -a "$summary"
+}
+if part frame; then
+  frame compiled VOXLANE_DECODE_ATTENTION=flash --no-fused-frame
+  frame compiled_triton_attention VOXLANE_DECODE_ATTENTION=triton --no-fused-frame
+  frame fused VOXLANE_DECODE_ATTENTION=flash --fused-frame
+fi
+if part voxtral; then
+  echo "== voxtral step" | tee -a "$summary"
+  timeout ${VOXTRAL_S:-180} python3 -m tools.step_time --preset voxtral-4b --device cuda --rows 1 8 32 --profile \
+    > "$out/voxtral_step.txt" 2>&1
+  grep "^{" "$out/voxtral_step.txt" | tee -a "$summary"
+fi
+# at most 8 files come back from the machine: everything in one archive, the summary beside it
+tar czf /tmp/next.tgz -C "$out" . && find "$out" -type f ! -name summary.txt -delete && mv /tmp/next.tgz "$out/"
