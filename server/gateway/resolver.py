@@ -83,12 +83,15 @@ class DnsResolver:
 
     async def lookup(self, name: str) -> DnsAnswer:
         """The A and AAAA records of `name`: the addresses of the record types that answered (an IPv4-only name's
-        AAAA query may time out where its A query answered); a failure only when no record type answered."""
+        AAAA query may time out where its A query answered). A failure where no record type gave an address and one
+        failed: an empty answer of one type beside the other's failure (an A query timed out, the AAAA query said
+        "no records") says nothing of the servers, and taken as "none" it would remove them all."""
         if self._resolver is None:
             return await self._system(name)
         answers = await asyncio.gather(*(self._records(name, kind) for kind in RECORD_TYPES))
-        answered = [a for a in answers if a.failure is None]
-        return DnsAnswer(frozenset().union(*(a.addresses for a in answered))) if answered else answers[0]
+        addresses = frozenset().union(*(a.addresses for a in answers if a.failure is None))
+        failed = [a for a in answers if a.failure is not None]
+        return failed[0] if failed and not addresses else DnsAnswer(addresses)
 
     async def _system(self, name: str) -> DnsAnswer:
         try:

@@ -345,3 +345,25 @@ def test_a_dns_server_lookup_fails_only_when_both_record_types_fail():
     resolver = DnsResolver("127.0.0.1:5353")
     resolver._resolver = RecordResolver(A=dns.exception.Timeout(), AAAA=dns.resolver.NoNameservers())
     assert asyncio.run(resolver.lookup("pods")).failure is LookupFailure.TIMEOUT
+
+
+@pytest.mark.parametrize("records", [
+    {"A": dns.exception.Timeout(), "AAAA": dns.resolver.NoAnswer()},
+    {"A": dns.resolver.NXDOMAIN(), "AAAA": dns.resolver.NoNameservers()},
+])
+def test_one_record_type_s_failure_beside_the_other_s_empty_answer_is_a_failure_not_no_servers(records):
+    """An IPv4-only name whose A query timed out and whose AAAA query said "no records": taken as "no servers", it
+    would make every server of the name leave."""
+    from server.gateway.resolver import DnsResolver
+    resolver = DnsResolver("127.0.0.1:5353")
+    resolver._resolver = RecordResolver(**records)
+    answer = asyncio.run(resolver.lookup("pods"))
+    assert answer.failure is not None and not answer.addresses
+
+
+def test_an_empty_answer_of_both_record_types_is_no_servers_not_a_failure():
+    from server.gateway.resolver import DnsResolver
+    resolver = DnsResolver("127.0.0.1:5353")
+    resolver._resolver = RecordResolver(A=dns.resolver.NoAnswer(), AAAA=dns.resolver.NoAnswer())
+    answer = asyncio.run(resolver.lookup("pods"))
+    assert answer.failure is None and not answer.addresses
