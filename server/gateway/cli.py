@@ -50,9 +50,10 @@ def add_dns_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dns-server", default=None, metavar="HOST[:PORT]",
                         help="the nameserver to ask (default: the system's, /etc/resolv.conf)")
     parser.add_argument("--max-servers", type=int, default=GatewayConfig.max_servers, metavar="N",
-                        help="the most servers the --triton-dns names add together; addresses past it are not added "
-                             "(the servers already in keep their place, the others are taken in sorted order) "
-                             "and a warning says which")
+                        help="the most servers the --triton-dns names hold together, those that left DNS and "
+                             "still finish streams among them; addresses past it are not added (the servers "
+                             "already in keep their place, the others are taken in sorted order) and a warning "
+                             "says which")
     parser.add_argument("--metrics-port", "--triton-metrics-port", dest="triton_metrics_port", type=int,
                         metavar="PORT", default=GatewayConfig.triton_metrics_port,
                         help="the metrics port of each server a --triton-dns name answers (as `voxlane serve "

@@ -7,12 +7,15 @@ answers any more leaves: it takes no new stream, and its live streams finish on 
 them). It keeps its place (its streams, its channels, its state) until it has been gone `forget_after_s` and holds no
 stream; a record that comes back before then (a flapping record) is the same server again, nothing reset.
 A lookup that failed is not fed here: the servers a name answered last stay until it answers again.
-The names together add at most `max_servers` servers (`--max-servers`): past it, the members stay first (a cap never
-takes out a server that serves), then the servers that left and came back, then new ones in sorted order; the other
-addresses are not added while the cap is full.
+The names together hold at most `max_servers` servers (`--max-servers`), those that left and are not yet forgotten
+among them (each has its channels, polls and scrapes). Past it, the members stay first (a cap never takes out a
+server that serves), then the servers that left and came back, then new ones in sorted order; a server that left
+gives its place up to them if it holds no stream (it is forgotten at once), and keeps it while it holds one. The
+other addresses are not added while the cap is full.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -52,7 +55,8 @@ class Membership:
         self._answers[name] = urls
         present = {b.url: b for b in self.balancer.backends}
         answered = frozenset().union(*self._answers.values()) - self._static
-        wanted = self._static | self._within_cap(answered, present)
+        within, evicted = self._within_cap(answered, present)
+        wanted = self._static | within
         joined = tuple(Backend(url, self._metrics_url(url), is_ready=False) for url in sorted(wanted - present.keys()))
         for backend in joined:
             self.balancer.add(backend)
@@ -64,22 +68,33 @@ class Membership:
         for backend in left:
             backend.is_member = False
             self._left_at[backend] = self._clock()
+        for backend in evicted:  # idle, and its place is wanted: `forget` removes it now
+            self._left_at[backend] = -math.inf
         over_cap = tuple(sorted(answered - wanted))
         changed = over_cap if over_cap != self._over_cap else None
         self._over_cap = over_cap
         return MembershipChange(joined, left, returned, changed)
 
-    def _within_cap(self, answered: frozenset[str], present: dict[str, Backend]) -> frozenset[str]:
-        """At most `max_servers` of the `answered` addresses: the members first, then the servers known from before
-        (they left and are answered again), then new ones, each in sorted order."""
-        if self.max_servers is None or len(answered) <= self.max_servers:
-            return answered
+    def _within_cap(self, answered: frozenset[str],
+                    present: dict[str, Backend]) -> tuple[frozenset[str], tuple[Backend, ...]]:
+        """-> (the `answered` addresses that may be members, the servers held but not answered to forget at once).
+        A held server no name answers keeps its place while it holds a stream; the places left go to the members
+        first, then to the servers known from before (they left and are answered again), then to new ones, each in
+        sorted order; the idle unanswered servers keep the places still free, the longest gone losing theirs
+        first."""
+        if self.max_servers is None:
+            return answered, ()
+        unanswered = [b for url, b in present.items() if url not in self._static and url not in answered]
+        room = max(0, self.max_servers - sum(1 for b in unanswered if b.num_live > 0))
 
         def rank(url: str) -> tuple[int, str]:
             known = present.get(url)
             return (2 if known is None else 0 if known.is_member else 1), url
 
-        return frozenset(sorted(answered, key=rank)[:self.max_servers])
+        within = answered if len(answered) <= room else frozenset(sorted(answered, key=rank)[:room])
+        idle = sorted((b for b in unanswered if b.num_live == 0),
+                      key=lambda b: (self._left_at.get(b, math.inf), b.url))  # the longest gone first
+        return within, tuple(idle[:max(0, len(idle) - (room - len(within)))])
 
     def forget(self) -> tuple[Backend, ...]:
         """Remove from the balancer the servers gone `forget_after_s` ago or more that hold no stream (their channels

@@ -212,6 +212,44 @@ def test_a_server_that_left_and_comes_back_goes_before_a_new_one_and_the_cap_spa
     assert change.over_cap == ("10.0.0.1:1",) and member_urls(membership) == ["10.0.0.5:1", "10.0.0.6:1"]
 
 
+def held_urls(membership: Membership) -> list[str]:
+    return sorted(b.url for b in membership.balancer.backends)
+
+
+def test_a_name_that_answers_new_addresses_every_round_never_makes_the_gateway_hold_more_than_the_cap():
+    """A wrong or hostile DNS answer: servers that left are held until forgotten (60 s), so a cap on the answered
+    addresses alone would let each round add `max_servers` more. The idle ones give their places up at once."""
+    membership = capped(2)
+    for round_ in range(10):
+        change = membership.update("pods:1", frozenset({f"10.0.{round_}.1:1", f"10.0.{round_}.2:1"}))
+        assert len(change.joined) == 2 and change.over_cap in ((), None)
+        membership.forget()
+        assert held_urls(membership) == [f"10.0.{round_}.1:1", f"10.0.{round_}.2:1"]
+
+
+def test_a_server_that_left_keeps_its_place_while_it_holds_a_stream():
+    membership = capped(2)
+    membership.update("pods:1", frozenset({"10.0.0.1:1", "10.0.0.2:1"}))
+    busy = next(b for b in membership.balancer.backends if b.url == "10.0.0.1:1")
+    busy.num_live = 1
+    change = membership.update("pods:1", frozenset({"10.0.0.3:1", "10.0.0.4:1"}))
+    assert [b.url for b in change.joined] == ["10.0.0.3:1"] and change.over_cap == ("10.0.0.4:1",)
+    assert [b.url for b in membership.forget()] == ["10.0.0.2:1"]  # the idle one, at once
+    assert held_urls(membership) == ["10.0.0.1:1", "10.0.0.3:1"] and member_urls(membership) == ["10.0.0.3:1"]
+    busy.num_live = 0  # its stream ended: its place goes to the address waiting
+    change = membership.update("pods:1", frozenset({"10.0.0.3:1", "10.0.0.4:1"}))
+    assert [b.url for b in change.joined] == ["10.0.0.4:1"] and change.over_cap == ()
+    membership.forget()
+    assert held_urls(membership) == ["10.0.0.3:1", "10.0.0.4:1"]
+
+
+def test_below_the_cap_a_server_that_left_is_kept_for_its_return():
+    membership = capped(3)
+    membership.update("pods:1", frozenset({"10.0.0.1:1", "10.0.0.2:1"}))
+    membership.update("pods:1", frozenset({"10.0.0.1:1"}))
+    assert membership.forget() == () and held_urls(membership) == ["10.0.0.1:1", "10.0.0.2:1"]
+
+
 def test_the_static_servers_do_not_count_against_the_cap():
     balancer = Balancer([Backend("a:1"), Backend("b:1")])
     membership = Membership(balancer, lambda url: None, 60.0, Clock(), max_servers=1)
