@@ -2,6 +2,8 @@
 autoscaler and `voxlane drain`)."""
 from __future__ import annotations
 
+import math
+
 LIVE_METRIC = "voxlane_live_requests"  # streams in flight in the router
 # streams the server admits at once (the LM lane's slots): live over limit is its room, what the chart scales on
 ADMISSION_LIMIT_METRIC = "voxlane_admission_limit"
@@ -15,6 +17,7 @@ def parse_sum(text: str, name: str) -> float | None:
 
 
 def parse_live(text: str) -> int | None:
-    """`LIVE_METRIC` from a /metrics text (summed over its labels); None where the text has none."""
+    """`LIVE_METRIC` from a /metrics text (summed over its labels); None where the text has none, or no count (NaN,
+    an infinity, a negative number)."""
     live = parse_sum(text, LIVE_METRIC)
-    return None if live is None else int(live)
+    return None if live is None or not 0 <= live < math.inf else int(live)

@@ -351,13 +351,20 @@ class Gateway:
         timeout_s = max(1.0, self.config.scrape_interval_s)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
             while True:
-                await self.scrape(session, timeout_s)
+                try:
+                    await self.scrape(session, timeout_s)
+                except Exception:  # one failed round must not end the scrapes
+                    log.exception("scraping the servers' metrics failed")
                 await asyncio.sleep(self.config.scrape_interval_s)
 
     async def scrape(self, session: aiohttp.ClientSession, timeout_s: float) -> None:
         """Every server's metrics read at once, each within `timeout_s`: a dead server delays no other's figures."""
         backends = [b for b in self.balancer.backends if b.metrics_url]
-        await asyncio.gather(*(self._scrape(session, b, timeout_s) for b in backends))
+        results = await asyncio.gather(*(self._scrape(session, b, timeout_s) for b in backends),
+                                       return_exceptions=True)  # one server's failure ends no other's scrape
+        for backend, result in zip(backends, results):
+            if isinstance(result, Exception):
+                log.warning("server %s: its metrics could not be read: %r", backend.url, result)
 
     async def _scrape(self, session: aiohttp.ClientSession, backend: Backend, timeout_s: float) -> None:
         live = await scrape_live(session, backend.metrics_url, timeout_s)
@@ -369,7 +376,7 @@ async def scrape_live(session: aiohttp.ClientSession, url: str, timeout_s: float
     """The server's `voxlane_live_requests`; None if it cannot be read (within `timeout_s`, where given)."""
     try:
         text = await asyncio.wait_for(_text_of(session, url), timeout_s)
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
         return None
     return parse_live(text)
 

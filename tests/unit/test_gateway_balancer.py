@@ -4,6 +4,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
+
 from protocol.metrics import LIVE_METRIC
 from server.gateway import service
 from server.gateway.balancer import Backend, Balancer
@@ -123,3 +125,47 @@ def test_a_dead_server_s_metrics_hold_back_no_other_s(monkeypatch):
 
     first, later = asyncio.run(scraped())
     assert first == 1 and later > first
+
+
+@pytest.mark.parametrize("body", [f"{LIVE_METRIC} NaN\n", f"{LIVE_METRIC} +Inf\n", f"{LIVE_METRIC} -1\n"])
+def test_a_live_count_that_is_no_count_reads_as_none(body):
+    assert parse_live(body) is None
+
+
+class BrokenScrapes(Scrapes):
+    """The server whose URL says "broken" answers a body that is not UTF-8, or raises what aiohttp does not name."""
+
+    @contextlib.asynccontextmanager
+    async def get(self, url: str):
+        if "broken" in url:
+            raise RuntimeError("a fault no handler names")
+        if "binary" in url:
+            yield BinaryReply()
+            return
+        self.num_reads += 1
+        yield Reply(f"{LIVE_METRIC} {self.num_reads}\n")
+
+
+class BinaryReply:
+    async def text(self) -> str:
+        return b"\xff\xfe".decode()
+
+
+def test_a_server_s_broken_metrics_end_neither_the_scrapes_nor_the_other_servers_figures(monkeypatch):
+    config = GatewayConfig(tritons=("broken:1", "binary:1", "live:1"), scrape_interval_s=0.05,
+                           metrics_urls=("http://broken/metrics", "http://binary/metrics", "http://live/metrics"))
+    gateway = service.Gateway(config)
+    live = gateway.balancer.backends[2]
+    monkeypatch.setattr(service.aiohttp, "ClientSession", BrokenScrapes)
+
+    async def scraped() -> tuple[int, int, bool]:
+        task = asyncio.create_task(gateway._scrape_forever())
+        await asyncio.sleep(0.2)
+        first = live.reported_live
+        await asyncio.sleep(0.3)
+        running = not task.done()
+        task.cancel()
+        return first, live.reported_live, running
+
+    first, later, running = asyncio.run(scraped())
+    assert running and first >= 1 and later > first
