@@ -235,3 +235,17 @@ def test_the_op_under_torch_compile_on_cuda():
                                                      512) * 2
         got = compiled(q, cache.k[0], cache.v[0], step.key_starts, step.num_keys)
         torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
+@needs_cuda
+def test_the_op_under_torch_compile_recompiles_at_most_once_over_the_batch_buckets():
+    """The split count is a function of the (dynamic) batch, and the op branches on a single split: one guard, so
+    the buckets 1-128 share at most two graphs (the frame's layers have a recompile limit of 8)."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(lambda q, k, v, starts, num_keys: decode_attention.decode_attention(
+        q, k, v, starts, num_keys, 512), fullgraph=True, dynamic=True)
+    for rows in (1, 2, 4, 8, 16, 32, 64, 128):
+        q, cache, step, _ = pooled([1 + (29 * row) % 300 for row in range(rows)], 16, 8, 128, torch.bfloat16)
+        compiled(q, cache.k[0], cache.v[0], step.key_starts, step.num_keys)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2
