@@ -18,6 +18,10 @@ model=${MODEL:-qwen3-tts-1.7b}
 skip=" ${SKIP:-} "
 export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-4}
 summary="$out/summary.txt"
+# each part writes under $work, packed into $out/next.tgz after it: a call cut off by its time limit still brings
+# back what ran (the machine returns at most 8 files: the summary and the archive)
+work=$(mktemp -d)
+pack() { tar czf "$out/next.tgz" -C "$work" .; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$summary"
 part() { [[ "$skip" != *" $1 "* ]]; }
 if part tests; then
@@ -25,34 +29,37 @@ if part tests; then
   timeout ${TESTS_S:-100} python3 -m pytest -q -p no:cacheprovider tests/unit/test_prompt_cache.py \
     tests/unit/test_decode_attention.py tests/unit/test_fused_frame.py 2>&1 | tail -8 | tee -a "$summary"
 fi
+pack
 if part attention; then
   echo "== decode attention" | tee -a "$summary"
   timeout ${ATTENTION_S:-60} python3 -m server.microbench.decode_attention --model "$model" --rows 1 32 128 \
-    --contexts 256 1024 --json "$out/decode_attention.json" 2>&1 | tail -8 | tee -a "$summary"
+    --contexts 256 1024 --json "$work/decode_attention.json" 2>&1 | tail -8 | tee -a "$summary"
 fi
+pack
 if part linear; then
   echo "== fused matmul against cuBLAS" | tee -a "$summary"
   timeout ${LINEAR_S:-60} python3 -m server.microbench.fused_linear --model "$model" --rows 1 4 8 16 32 \
-    --max-launches 4 --json "$out/fused_linear.json" > "$out/fused_linear.txt" 2>&1
-  grep "^# rows" "$out/fused_linear.txt" | tee -a "$summary"
+    --max-launches 4 --json "$work/fused_linear.json" > "$work/fused_linear.txt" 2>&1
+  grep "^# rows" "$work/fused_linear.txt" | tee -a "$summary"
 fi
+pack
 frame() {  # NAME ENV FLAGS: the frame at batch 1 / 32 / 128, context 256
   local name=$1 env=$2; shift 2
   echo "== frame $name ($env $*)" | tee -a "$summary"
-  env $env timeout ${FRAME_S:-100} python3 -m server.microbench.lm --model "$model" --batch-sizes 1 32 128 \
-    --context 256 --json "$out/lm_$name.json" "$@" > "$out/lm_$name.txt" 2>&1
-  grep -E "^batch \||^[0-9]+ \|" "$out/lm_$name.txt" | head -6 | tee -a "$summary"
+  env $env timeout ${FRAME_S:-90} python3 -m server.microbench.lm --model "$model" --batch-sizes 1 32 128 \
+    --context 256 --json "$work/lm_$name.json" "$@" > "$work/lm_$name.txt" 2>&1
+  grep -E "^batch \||^[0-9]+ \|" "$work/lm_$name.txt" | head -6 | tee -a "$summary"
 }
 if part frame; then
   frame compiled VOXLANE_DECODE_ATTENTION=flash --no-fused-frame
   frame compiled_triton_attention VOXLANE_DECODE_ATTENTION=triton --no-fused-frame
   frame fused VOXLANE_DECODE_ATTENTION=flash --fused-frame
 fi
+pack
 if part voxtral; then
   echo "== voxtral step" | tee -a "$summary"
   timeout ${VOXTRAL_S:-180} python3 -m tools.step_time --preset voxtral-4b --device cuda --rows 1 8 32 --profile \
-    > "$out/voxtral_step.txt" 2>&1
-  grep "^{" "$out/voxtral_step.txt" | tee -a "$summary"
+    > "$work/voxtral_step.txt" 2>&1
+  grep "^{" "$work/voxtral_step.txt" | tee -a "$summary"
 fi
-# at most 8 files come back from the machine: everything in one archive, the summary beside it
-tar czf /tmp/next.tgz -C "$out" . && find "$out" -type f ! -name summary.txt -delete && mv /tmp/next.tgz "$out/"
+pack
