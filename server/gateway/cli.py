@@ -54,6 +54,9 @@ def add_dns_flags(parser: argparse.ArgumentParser) -> None:
                              "still finish streams among them; addresses past it are not added (the servers "
                              "already in keep their place, the others are taken in sorted order) and a warning "
                              "says which")
+    parser.add_argument("--forget-after-s", type=float, default=GatewayConfig.forget_after_s, metavar="S",
+                        help="how long a server gone from DNS keeps its place (its state, its channels) once it holds "
+                             "no stream, so that a record that flaps back finds it as it was")
     parser.add_argument("--metrics-port", "--triton-metrics-port", dest="triton_metrics_port", type=int,
                         metavar="PORT", default=GatewayConfig.triton_metrics_port,
                         help="the metrics port of each server a --triton-dns name answers (as `voxlane serve "
@@ -110,7 +113,7 @@ def gateway_config(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(tritons=tritons, metrics_urls=args.triton_metrics, host=args.host, port=args.port,
                          triton_dns=tuple(args.triton_dns), dns_interval_s=args.dns_interval_s,
                          dns_server=args.dns_server, triton_metrics_port=args.triton_metrics_port,
-                         max_servers=args.max_servers,
+                         max_servers=args.max_servers, forget_after_s=args.forget_after_s,
                          model_name=args.model_name, served_model_names=tuple(args.served_model_name),
                          default_model=args.default_model,
                          write_timeout_s=args.write_timeout_s, read_timeout_s=args.read_timeout_s,

@@ -71,7 +71,7 @@ def _dns_flags(config: GatewayConfig) -> list[str]:
         return []
     flags = [f"--triton-dns={name}" for name in config.triton_dns]
     flags += ["--dns-interval-s", f"{config.dns_interval_s:g}", "--metrics-port", str(config.triton_metrics_port),
-              "--max-servers", str(config.max_servers)]
+              "--max-servers", str(config.max_servers), "--forget-after-s", f"{config.forget_after_s:g}"]
     return flags + (["--dns-server", config.dns_server] if config.dns_server else [])
 
 

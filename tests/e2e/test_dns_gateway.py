@@ -116,7 +116,9 @@ def fleet(model_cache, tmp_path_factory):
         dns.set({QWEN_NAME: (LEAVER,), COSY_NAME: (COSY_ADDRESS,)})
         config = GatewayConfig(tritons=(), triton_dns=(f"{QWEN_NAME}:{ports.grpc}", f"{COSY_NAME}:{ports.grpc}"),
                                dns_server=dns.server, dns_interval_s=0.5, triton_metrics_port=ports.metrics,
-                               default_model=QWEN, port=free_ports(1)[0])
+                               default_model=QWEN, port=free_ports(1)[0],
+                               forget_after_s=600.0)  # the leaver's 60 s streams took 69 s on a loaded host, and
+        # a gateway that forgot it a minute after it left had no count of it left to check
         gateway = GatewayProcess(config, log_path=tmp_path_factory.mktemp("gateway") / "gateway.log")
         gateway.wait_ready(60)
         print(f"dnsmasq: {version(binary)}")

@@ -285,6 +285,9 @@ def test_max_servers_is_a_flag_of_64_by_default_and_at_least_one():
     config = gateway_config(parser.parse_args(["gateway", "--triton-dns", "pods:8001", "--max-servers", "8"]))
     assert config.max_servers == 8
     assert gateway_config(parser.parse_args(gateway_command(config)[3:])).max_servers == 8  # a child gateway's
+    forgetful = gateway_config(parser.parse_args(["gateway", "--triton-dns", "pods:8001", "--forget-after-s", "600"]))
+    assert forgetful.forget_after_s == 600.0
+    assert gateway_config(parser.parse_args(gateway_command(forgetful)[3:])).forget_after_s == 600.0
     with pytest.raises(ValueError):
         GatewayConfig(tritons=(), triton_dns=("pods:8001",), max_servers=0)
 
