@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from . import is_interpreted, runs_kernels_on
 
 try:
     import triton
@@ -122,7 +123,7 @@ def launch_for(m: int, n: int, k: int) -> Launch:
 
 def is_available(device: torch.device) -> bool:
     """Whether the kernel runs for tensors on `device`: CUDA with Triton, or the CPU under Triton's interpreter."""
-    return triton is not None and (torch.device(device).type == "cuda" or _interpreted())
+    return triton is not None and runs_kernels_on(device)
 
 
 def fused_linear_reference(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, norm_weight: torch.Tensor | None = None,
@@ -188,10 +189,6 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, norm_weight:
     return out.view(*x.shape[:-1], n)
 
 
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def _divisor_block(k: int) -> int:
     """The largest power-of-two block (16..128) that divides k; 16 where none does (the loads are masked)."""
     return next((block for block in (128, 64, 32, 16) if k % block == 0), 16)
@@ -215,7 +212,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, norm_weight: torc
         residual if residual is not None else x, out, partial,
         m, n, k, x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         eps, SPLIT_K=launch.split_k, BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, BLOCK_K=launch.block_k,
-        IEEE=x.dtype == torch.float32 or _interpreted(), num_warps=launch.num_warps, num_stages=launch.num_stages, **flags)
+        IEEE=x.dtype == torch.float32 or is_interpreted(), num_warps=launch.num_warps, num_stages=launch.num_stages, **flags)
     if launch.split_k > 1:
         block_n = min(launch.block_n, 128)
         _split_k_epilogue_kernel[(m, -(-n // block_n))](

@@ -10,12 +10,11 @@ which both kernels call): the norm rounded once to the model's dtype (as `F.rms_
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 
 from ..rope import apply_rope
+from . import runs_kernels_on
 
 try:
     import triton
@@ -26,7 +25,7 @@ except ImportError:  # CPU-only installs: the reference's PyTorch ops
 
 def is_available(device: torch.device) -> bool:
     """CUDA with Triton, or the CPU under Triton's interpreter."""
-    return triton is not None and (torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
+    return triton is not None and runs_kernels_on(device)
 
 
 def rope_write_reference(qkv: torch.Tensor, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None, eps: float,

@@ -23,12 +23,12 @@ Triton's interpreter (`TRITON_INTERPRET=1`, tests); `philox_exponential` is the 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..layers.sampling import TINY, BatchSampling
+from . import runs_kernels_on
 
 try:
     import triton
@@ -51,7 +51,7 @@ class NoiseKeys:
 
 def is_available(device: torch.device) -> bool:
     """CUDA with Triton, or the CPU under Triton's interpreter."""
-    return triton is not None and (torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
+    return triton is not None and runs_kernels_on(device)
 
 
 def fused_sample(logits: torch.Tensor, sampling: BatchSampling, *, noise: torch.Tensor | None = None,

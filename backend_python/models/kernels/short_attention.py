@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .rope_write import _norm_rope, rope_write_reference
+from . import runs_kernels_on
 
 try:
     import triton
@@ -56,9 +57,7 @@ LAUNCH = launch_setting(os.environ.get("VOXLANE_SHORT_ATTENTION_LAUNCH"))
 
 def is_available(device: torch.device) -> bool:
     """Whether the kernel runs for tensors on `device`: CUDA with Triton, or the CPU under Triton's interpreter."""
-    if triton is None:
-        return False
-    available = torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    available = triton is not None and runs_kernels_on(device)
     if available:
         _register_op()  # before any torch.compile traces a call
     return available
