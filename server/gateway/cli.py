@@ -48,7 +48,8 @@ def add_dns_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dns-interval-s", type=float, default=GatewayConfig.dns_interval_s,
                         help="how often each --triton-dns name is asked again")
     parser.add_argument("--dns-server", default=None, metavar="HOST[:PORT]",
-                        help="the nameserver to ask (default: the system's, /etc/resolv.conf)")
+                        help="the nameserver to ask, with dnspython (default: the host's lookup, getaddrinfo: the "
+                             "hosts file, then /etc/resolv.conf's nameservers)")
     parser.add_argument("--max-servers", type=int, default=GatewayConfig.max_servers, metavar="N",
                         help="the most servers the --triton-dns names hold together, those that left DNS and "
                              "still finish streams among them; addresses past it are not added (the servers "
