@@ -174,16 +174,17 @@ def check_unicode(text: str, param: str) -> ApiError | None:
     return None
 
 
-def _check_formats(body: dict) -> ApiError | None:
-    fmt = body.get("response_format", DEFAULT_RESPONSE_FORMAT)
-    if fmt not in RESPONSE_FORMATS:
-        return bad_request(f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {quoted(fmt)}",
-                           param="response_format")
-    stream = body.get("stream_format", "audio")
-    if stream not in STREAM_FORMATS:
-        return bad_request(f"stream_format must be one of {', '.join(STREAM_FORMATS)}, got {quoted(stream)}",
-                           param="stream_format")
+def _check_one_of(body: dict, key: str, default: str, choices: tuple[str, ...]) -> ApiError | None:
+    """`body[key]` (absent: `default`) is one of `choices`, or a 400 that names them."""
+    value = body.get(key, default)
+    if value not in choices:
+        return bad_request(f"{key} must be one of {', '.join(choices)}, got {quoted(value)}", param=key)
     return None
+
+
+def _check_formats(body: dict) -> ApiError | None:
+    return (_check_one_of(body, "response_format", DEFAULT_RESPONSE_FORMAT, RESPONSE_FORMATS)
+            or _check_one_of(body, "stream_format", "audio", STREAM_FORMATS))
 
 
 def _check_sample_rate(body: dict) -> ApiError | None:
@@ -206,11 +207,7 @@ def _check_unsupported(body: dict) -> ApiError | None:
     speed, (low, high) = body.get("speed", _SPEED.default), SPEED_RANGE
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not low <= speed <= high:
         return bad_request(f"speed must be a number from {low:g} to {high:g}, got {quoted(speed)}", param="speed")
-    kind = body.get("timestamps", TIMESTAMPS_NONE)
-    if kind not in TIMESTAMP_KINDS:
-        return bad_request(f"timestamps must be one of {', '.join(TIMESTAMP_KINDS)}, got {quoted(kind)}",
-                           param="timestamps")
-    return None
+    return _check_one_of(body, "timestamps", TIMESTAMPS_NONE, TIMESTAMP_KINDS)
 
 
 def _check_stream(body: dict) -> ApiError | None:
