@@ -8,6 +8,11 @@ from server.gateway.limits import ClientCaps
 from server.gateway.resolver import DNS_PORT, HostPort
 
 
+# the settings `voxlane gateway` takes as flags, named so in an error (the others are the embedder's)
+_FLAGS = {"dns_interval_s": "--dns-interval-s", "forget_after_s": "--forget-after-s",
+          "read_timeout_s": "--read-timeout-s", "write_timeout_s": "--write-timeout-s"}
+
+
 @dataclass(frozen=True)
 class GatewayConfig:
     tritons: tuple[str, ...] = ("localhost:8001",)  # gRPC HOST:PORT of each Triton server
@@ -19,7 +24,7 @@ class GatewayConfig:
     dns_server: str | None = None  # HOST[:PORT] of the nameserver to ask; None: the system's (/etc/resolv.conf)
     triton_metrics_port: int = 8002  # a DNS server's metrics port: http://ADDRESS:PORT/metrics (0: not scraped)
     forget_after_s: float = 60.0  # a server gone from DNS keeps its place this long after it left (and its streams)
-    # the most servers the DNS names add together (a name that answers more adds none past it: membership.py); it
+    # the most servers the DNS names hold together (a name that answers more adds none past it: membership.py); it
     # bounds the channels, polls and scrapes a wrong or hostile answer can make the gateway hold
     max_servers: int = 64
     default_model: str | None = None  # an id of the model OpenAI's names mean (catalog.py); None: the first learned
@@ -62,7 +67,9 @@ class GatewayConfig:
             raise ValueError("--port must be in [0, 65535] and channels per server >= 1")
         if self.max_attempts < 1:
             raise ValueError("a stream needs at least one attempt")
-        if min(self.request_timeout_s, self.scrape_interval_s, self.down_s, self.startup_timeout_s,
-               self.readiness_interval_s, self.write_timeout_s, self.registry_timeout_s, self.read_timeout_s,
-               self.send_buffer_bytes, self.dns_interval_s, self.forget_after_s) <= 0:
-            raise ValueError("timeouts and intervals must be > 0")
+        positive = ("request_timeout_s", "scrape_interval_s", "down_s", "startup_timeout_s", "readiness_interval_s",
+                    "write_timeout_s", "registry_timeout_s", "read_timeout_s", "send_buffer_bytes", "dns_interval_s",
+                    "forget_after_s")
+        if bad := [name for name in positive if not getattr(self, name) > 0]:
+            raise ValueError("timeouts and intervals must be > 0: " + ", ".join(
+                f"{_FLAGS.get(name, name)} {getattr(self, name):g}" for name in bad))

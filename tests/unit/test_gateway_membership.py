@@ -408,3 +408,11 @@ def test_an_empty_answer_of_both_record_types_is_no_servers_not_a_failure():
     resolver._resolver = RecordResolver(A=dns.resolver.NoAnswer(), AAAA=dns.resolver.NoAnswer())
     answer = asyncio.run(resolver.lookup("pods"))
     assert answer.failure is None and not answer.addresses
+
+
+@pytest.mark.parametrize("settings, named", [(dict(forget_after_s=-1.0), "--forget-after-s -1"),
+                                             (dict(dns_interval_s=float("nan")), "--dns-interval-s nan"),
+                                             (dict(down_s=0.0), "down_s 0")])
+def test_a_timeout_that_is_not_positive_is_refused_by_its_name(settings, named):
+    with pytest.raises(ValueError, match=named):
+        GatewayConfig(tritons=(), triton_dns=("pods:8001",), **settings)
