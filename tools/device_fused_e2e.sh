@@ -5,8 +5,9 @@
 # `voxlane serve --device cuda` (qwen3-tts-1.7b, its gateway) per run in RUNS, one after the other, each measured
 # through the OpenAI gateway with `voxlane bench --protocol openai`: idle TTFA (SEQUENTIAL requests one at a time,
 # 1 req/s for DURATION_IDLE s), then open-loop Poisson arrivals of the short workload capped at MAX_AUDIO s at
-# RATES req/s (DURATION s each): TTFA p50/p95, stalls. RUNS: fused (the default server) and plain
-# (--no-fused-frame). Writes bench-RUN.txt, results-RUN.json and each server's log under OUT_DIR.
+# RATES req/s (DURATION s each): TTFA p50/p95, stalls. RUNS: fused (--fused-frame), plain (--no-fused-frame,
+# today's default) and noroom (plain with --first-chunk-room 0: the one-frame first chunk only for a request that
+# starts alone, as before the chunk plan followed the load). Writes bench-RUN.txt, results-RUN.json and each server's log under OUT_DIR.
 source tools/device_env.sh "$@" || exit 1
 model=${MODEL:-qwen3-tts-1.7b}
 work=/tmp/fused-e2e && rm -rf $work && mkdir -p $work
@@ -37,8 +38,13 @@ bench() {  # NAME RATES...: the sweep through the gateway
 }
 
 for run in ${RUNS:-fused plain}; do
-  flags=--fused-frame; [ $run = plain ] && flags=--no-fused-frame
-  if start_serve $run $flags; then
+  case $run in
+    fused) flags=--fused-frame ;;
+    plain) flags=--no-fused-frame ;;
+    noroom) flags="--no-fused-frame --first-chunk-room 0" ;;
+    *) echo "unknown run $run"; continue ;;
+  esac
+  if start_serve $run $flags; then  # word-split: $flags may hold several
     bench $run ${RATES:-1 4 10 16 20}
     stop_serve $run
   fi
