@@ -2,16 +2,17 @@
 # On the GPU machine, from the checkout root, with the devpack carried in .devpack/:
 #   bash tools/device_next.sh OUT_DIR
 # What the frame's and the families' issues left for a GPU that no run has measured. Each part has its own time
-# limit and SKIP leaves parts out; two calls of under 10 minutes each (about 9 and 3 minutes, devpack included):
-#   SKIP=voxtral bash tools/device_next.sh OUT      then      SKIP="tests attention linear frame" bash ... OUT
+# limit and SKIP leaves parts out, in the order below, most wanted first. One call of under 10 minutes holds all but
+# `linear` and `fused_tests` (SKIP="linear fused_tests", about 9 minutes, devpack included); a second call, the rest.
 #   tests     the CUDA-only tests never run on a GPU: a cached voice prompt through the prefill graphs, the
-#             split-KV decode attention (kernel, CUDA graphs, against flash varlen), the fused frame
+#             split-KV decode attention (kernel, CUDA graphs, against flash varlen)
 #   attention the decode attention kernel against flash varlen at 1 / 32 / 128 rows, 256 and 1024 keys
 #             (server/microbench/decode_attention.py)
 #   linear    the fused matmul against cuBLAS at 1-32 rows: where the crossover lies (MAX_KERNEL_ROWS)
 #   frame     the LM frame at batch 1 / 32 / 128: compiled (the default), compiled with the Triton decode
 #             attention (VOXLANE_DECODE_ATTENTION=triton), and fused (its matmul up to 16 rows)
 #   voxtral   Voxtral's step at 1, 8 and 32 rows, profiled, with recompiles counted (tools.step_time)
+#   fused_tests  the fused frame's CUDA tests (their matmul now hands past 16 rows to cuBLAS)
 # Everything comes back in next.tgz, the summaries beside it (summary.txt).
 source tools/device_env.sh "$@" || exit 1
 model=${MODEL:-qwen3-tts-1.7b}
@@ -27,7 +28,7 @@ part() { [[ "$skip" != *" $1 "* ]]; }
 if part tests; then
   echo "== CUDA tests" | tee -a "$summary"
   timeout ${TESTS_S:-100} python3 -m pytest -q -p no:cacheprovider tests/unit/test_prompt_cache.py \
-    tests/unit/test_decode_attention.py tests/unit/test_fused_frame.py 2>&1 | tail -8 | tee -a "$summary"
+    tests/unit/test_decode_attention.py 2>&1 | tail -8 | tee -a "$summary"
 fi
 pack
 if part attention; then
@@ -51,9 +52,9 @@ frame() {  # NAME ENV FLAGS: the frame at batch 1 / 32 / 128, context 256
   grep -E "^batch \||^[0-9]+ \|" "$work/lm_$name.txt" | head -6 | tee -a "$summary"
 }
 if part frame; then
-  frame compiled VOXLANE_DECODE_ATTENTION=flash --no-fused-frame
-  frame compiled_triton_attention VOXLANE_DECODE_ATTENTION=triton --no-fused-frame
-  frame fused VOXLANE_DECODE_ATTENTION=flash --fused-frame
+  frame compiled VOXLANE_DECODE_ATTENTION=flash --no-fused-frame --profile
+  frame compiled_triton_attention VOXLANE_DECODE_ATTENTION=triton --no-fused-frame --profile
+  frame fused VOXLANE_DECODE_ATTENTION=flash --fused-frame --profile
 fi
 pack
 if part voxtral; then
@@ -61,5 +62,11 @@ if part voxtral; then
   timeout ${VOXTRAL_S:-180} python3 -m tools.step_time --preset voxtral-4b --device cuda --rows 1 8 32 --profile \
     > "$work/voxtral_step.txt" 2>&1
   grep "^{" "$work/voxtral_step.txt" | tee -a "$summary"
+fi
+pack
+if part fused_tests; then
+  echo "== fused frame CUDA tests" | tee -a "$summary"
+  timeout ${FUSED_TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider tests/unit/test_fused_frame.py 2>&1 \
+    | tail -8 | tee -a "$summary"
 fi
 pack
