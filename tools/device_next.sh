@@ -12,6 +12,9 @@
 #   frame     the LM frame at batch 1 / 32 / 128: compiled (the default), compiled with the Triton decode
 #             attention (VOXLANE_DECODE_ATTENTION=triton), and fused (its matmul up to 16 rows)
 #   voxtral   Voxtral's step at 1, 8 and 32 rows, profiled, with recompiles counted (tools.step_time)
+#   codec     the background codec lane's call as it runs under load (continued chunks of 2 and 10 frames from
+#             each stream's state, 1-32 streams), profiled: kernels per call, graph bucket and padding, the floor;
+#             on the whole GPU, then at the lane's 25 % MPS share (server/microbench/codec.py --streaming)
 #   fused_tests  the fused frame's CUDA tests (their matmul now hands past 16 rows to cuBLAS)
 # Everything comes back in next.tgz, the summaries beside it (summary.txt).
 source tools/device_env.sh "$@" || exit 1
@@ -62,6 +65,26 @@ if part voxtral; then
   timeout ${VOXTRAL_S:-180} python3 -m tools.step_time --preset voxtral-4b --device cuda --rows 1 8 32 --profile \
     > "$work/voxtral_step.txt" 2>&1
   grep "^{" "$work/voxtral_step.txt" | tee -a "$summary"
+fi
+pack
+if part codec; then
+  echo "== codec lane call" | tee -a "$summary"
+  codec_bench() {  # NAME [VAR=VALUE...]: one run under that environment, a line per call in the summary
+    local name=$1; shift
+    env "$@" timeout ${CODEC_S:-90} python3 -m server.microbench.codec --model "$model" --streaming \
+      --batch-sizes 1 4 8 16 32 --chunk-frames 2 10 --profile > "$work/codec_$name.jsonl" 2> "$work/codec_$name.err"
+    python3 -c "import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith('{'):
+        r = json.loads(line); k = r.get('kernels', {})
+        print(sys.argv[2], r['batch'], r['frames'], r['ms'], r['decoded_per_new'], r['bucket'], r['floor_ms'],
+              k.get('count'), k.get('busy_ms'))
+" "$work/codec_$name.jsonl" "$name" | tee -a "$summary"
+  }
+  echo "name batch frames ms decoded_per_new bucket floor_ms kernels busy_ms" | tee -a "$summary"
+  codec_bench full
+  mps_start /tmp/next-mps && codec_bench mps25 $mps_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25
+  mps_stop
 fi
 pack
 if part fused_tests; then
