@@ -133,9 +133,10 @@ if triton is not None:
             q_ptr, k_cache_ptr, v_cache_ptr, starts_ptr, num_keys_ptr, out_ptr, lse_ptr,
             stride_q_b, stride_q_h, stride_q_d, stride_starts, stride_num_keys,
             stride_cache_pos, stride_cache_head, stride_cache_d,
-            stride_out_b, stride_out_s, stride_out_h, stride_lse_b, stride_lse_s, scale,
+            stride_out_b, stride_out_s, stride_out_h, stride_lse_b, stride_lse_s,
             GROUP: tl.constexpr, GROUP_BLOCK: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
-            MIN_KEYS: tl.constexpr, WRITES_LSE: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+            MIN_KEYS: tl.constexpr, WRITES_LSE: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+            SCALE: tl.constexpr):
         """Program (b, kv, s): the GROUP query heads of KV head kv in row b over split s of the row's keys; writes
         their output (normalised over the split's keys) and, with WRITES_LSE, its log-sum-exp (-inf: no keys)."""
         b = tl.program_id(0)
@@ -166,7 +167,9 @@ if triton is not None:
             # k: [D, BLOCK] (laid out for the dot), v: [BLOCK, D]
             if UPCAST:
                 k = k.to(tl.float32)
-            scores = tl.dot(q, k, input_precision=PRECISION) * scale  # [GROUP_BLOCK, BLOCK]
+            # [GROUP_BLOCK, BLOCK]; the scale a constant: passed as a runtime float, Inductor made it a float64 and
+            # the compiled op's scores rounded unlike the eager one's
+            scores = tl.dot(q, k, input_precision=PRECISION) * SCALE
             scores = tl.where(is_key[None, :], scores, float("-inf"))
             m_new = tl.maximum(m, tl.max(scores, axis=1))  # finite: the tile's first key is a key
             alpha = tl.exp(m - m_new)
@@ -210,7 +213,7 @@ def _split_meta(q: torch.Tensor, num_kv_heads: int, block_keys: int, num_warps: 
     group = q.shape[2] // num_kv_heads
     return dict(GROUP=group, GROUP_BLOCK=max(MIN_DOT_ROWS, 1 << (group - 1).bit_length()), D=q.shape[3],
                 BLOCK=block_keys, MIN_KEYS=MIN_KEYS_PER_SPLIT, UPCAST=q.device.type != "cuda",
-                PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=num_warps)
+                PRECISION="ieee" if q.dtype == torch.float32 else "tf32", SCALE=q.shape[3] ** -0.5, num_warps=num_warps)
 
 
 _registered = False
@@ -239,14 +242,14 @@ def _register_op() -> None:
                    k_cache.stride(0), k_cache.stride(1), k_cache.stride(2))
         if num_splits == 1:  # the split's output is the output
             wrap_triton(_decode_attention_split_kernel)[(b, num_kv_heads, 1)](
-                *common, out, out, *strides, out.stride(0), 0, out.stride(2), 0, 0, dim ** -0.5,
+                *common, out, out, *strides, out.stride(0), 0, out.stride(2), 0, 0,
                 WRITES_LSE=False, **meta)
             return out
         parts = torch.empty((b, num_splits, heads, dim), dtype=torch.float32, device=q.device)
         lse = torch.empty((b, num_splits, heads), dtype=torch.float32, device=q.device)
         wrap_triton(_decode_attention_split_kernel)[(b, num_kv_heads, num_splits)](
             *common, parts, lse, *strides, parts.stride(0), parts.stride(1), parts.stride(2), lse.stride(0),
-            lse.stride(1), dim ** -0.5, WRITES_LSE=True, **meta)
+            lse.stride(1), WRITES_LSE=True, **meta)
         wrap_triton(_decode_attention_combine_kernel)[(b, heads)](
             parts, lse, out, num_splits, parts.stride(0), parts.stride(1), parts.stride(2), lse.stride(0),
             lse.stride(1), out.stride(0), out.stride(2), D=dim, SPLITS_BLOCK=MAX_SPLITS, num_warps=4)
