@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--frames", type=int, default=10, help="new frames per window (10 = 0.8 s)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--no-graphs", action="store_true")
+    parser.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,
+                        help="cuDNN times each convolution shape's algorithms once (at warm-up), as every lane that "
+                             "decodes audio runs (`LaneSettings.cudnn_benchmark`); off: cuDNN's heuristics choose")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda where there is one)")
     parser.add_argument("--streaming", action="store_true",
                         help="the background lane's call under load: continued chunks from each stream's state")
@@ -164,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     windowing = registry.codec_windowing(spec)
     context, lookahead = windowing.left_context_frames, windowing.lookahead_frames
     codec.use_torch_compile = args.codec_compile  # read at warm-up (Codec.capture_graphs), as in the lanes
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark  # before the runner: a windowed one without graphs turns it off
     states = CodecStateLimits() if args.streaming else None
     runner = CodecRunner(codec, use_cuda_graphs=not args.no_graphs, stream_states=states)
     if args.profile and (device != "cuda" or not args.streaming):
