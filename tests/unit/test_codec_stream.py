@@ -186,3 +186,28 @@ def test_split_states_gives_each_row_its_own_copy_in_one_copy_per_dtype():
         for other in states[:row]:
             assert not storages & {t.untyped_storage().data_ptr() for t in other.tensors.values()}
     assert torch.equal(stack_states(states)[POSITION], batched[POSITION][:3])
+
+
+@pytest.mark.parametrize("lengths", [(3, 3), (2, 4)], ids=["equal", "ragged"])
+def test_the_graph_inputs_fill_holds_each_rows_codes_and_state_and_zero_padding(codec, lengths):
+    """`CodecStreamGraphs._fill` (its graphs need CUDA; the fill is plain tensor code, checked here on the CPU's
+    buffers): real rows get their codes, frame counts and states; padding rows and frames get zeros, whatever the
+    buffers held before."""
+    from backend_python.models.graphs.codec_stream import CodecStreamGraphs
+    graphs = CodecStreamGraphs.__new__(CodecStreamGraphs)  # no graphs captured: only the static buffers
+    graphs.codec, (rows, frames) = codec, (4, 4)
+    graphs.codes = torch.full((rows, frames, codec.num_codebooks), 7, dtype=torch.long)
+    graphs.num_new = torch.full((rows,), 9, dtype=torch.long)
+    graphs.state = {k: torch.full_like(v.expand(rows, *v.shape[1:]), 5) for k, v in
+                    codec.new_stream_state().tensors.items()}
+    codes = [random_codes(n, seed=n) for n in lengths]
+    states = [advanced_state(codec, random_codes(5, seed=10 + row)) for row in range(len(lengths))]
+    graphs._fill((rows, frames), states, codes)
+    for row, row_codes in enumerate(codes):
+        assert torch.equal(graphs.codes[row, : row_codes.shape[0]], row_codes)
+        assert not graphs.codes[row, row_codes.shape[0]:].any()
+        for key, static in graphs.state.items():
+            assert torch.equal(static[row: row + 1], states[row].tensors[key])
+    assert not graphs.codes[len(codes):].any()
+    assert graphs.num_new.tolist() == [*lengths] + [frames] * (rows - len(lengths))
+    assert all(not static[len(states):].any() for static in graphs.state.values())

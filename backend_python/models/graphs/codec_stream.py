@@ -56,17 +56,23 @@ class CodecStreamGraphs:
         graph, (audio, new_state) = self._graph(bucket)
         graph.replay()
         spf = self.codec.samples_per_frame
-        return [audio[row, : n * spf].clone() for row, n in enumerate(lengths)], split_states(new_state, len(states))
+        # one copy out of the pool for the batch's audio, each row a view of it (short-lived: the lane sends it on)
+        batch_audio = audio[: len(codes), : max(lengths) * spf].clone()
+        return [batch_audio[row, : n * spf] for row, n in enumerate(lengths)], split_states(new_state, len(states))
 
     def _fill(self, bucket: tuple[int, int], states: list[CodecStreamState], codes: list[torch.Tensor]) -> None:
         rows, frames = bucket
+        lengths = [c.shape[0] for c in codes]
         self.codes[:rows, :frames].zero_()
         self.num_new[:rows].fill_(frames)
-        for row, row_codes in enumerate(codes):
-            self.codes[row, : row_codes.shape[0]].copy_(row_codes)
-        self.num_new[: len(codes)].copy_(torch.tensor([c.shape[0] for c in codes]))
-        for key, static in self.state.items():
-            static[: len(states)].copy_(torch.cat([s.tensors[key] for s in states]))
+        if min(lengths) == max(lengths):  # the usual call: one copy, not one per row
+            self.codes[: len(codes), : lengths[0]].copy_(torch.stack(codes))
+        else:
+            for row, row_codes in enumerate(codes):
+                self.codes[row, : row_codes.shape[0]].copy_(row_codes)
+        self.num_new[: len(codes)].copy_(torch.tensor(lengths))
+        for key, static in self.state.items():  # the rows' states gathered straight into the static input
+            torch.cat([s.tensors[key] for s in states], out=static[: len(states)])
             static[len(states): rows].zero_()
 
     def capture_all(self) -> None:
