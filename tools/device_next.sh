@@ -37,7 +37,7 @@ pack
 if part attention; then
   echo "== decode attention" | tee -a "$summary"
   timeout ${ATTENTION_S:-60} python3 -m server.microbench.decode_attention --model "$model" --rows 1 32 128 \
-    --contexts 256 1024 --json "$work/decode_attention.json" 2>&1 | tail -8 | tee -a "$summary"
+    --contexts 256 1024 --compiled --json "$work/decode_attention.json" 2>&1 | tail -8 | tee -a "$summary"
 fi
 pack
 if part linear; then

@@ -9,7 +9,9 @@ every row, the rows placed in a pooled cache in reverse order. Each call of a gr
 and the layers cycled through hold at least 256 MiB, so the keys come from HBM as in the frame (which reads GBs
 of weights between two calls of one layer), not from L2. One JSON line per (rows, context): µs per call, the KV
 bytes a call must read, the bandwidth reached, each time against the read at BANDWIDTH_BYTES_PER_S (the H200's
-copy bandwidth: "x_read"), the kernel's split count and its largest difference from flash attention.
+copy bandwidth: "x_read"), the kernel's split count and its largest difference from flash attention. With
+`--compiled`, each launch is timed a second time as the frame runs it, through torch.compile (Inductor launches
+the kernel from its own wrapper), with the graphs compiled for it counted.
 """
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--launches", type=decode_attention.launch_setting, nargs="+",
                         default=[decode_attention.DEFAULT_LAUNCH],
                         help="the kernel's KEYS,WARPS settings to time (VOXLANE_DECODE_ATTENTION_LAUNCH's form)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also time each launch inside torch.compile, as the frame's compiled layers call it")
     parser.add_argument("--json", default=None, help="also write every point to this file")
     args = parser.parse_args(argv)
     if min(args.rows + args.contexts) < 1:
@@ -58,8 +62,13 @@ def pooled_step(rows: int, context: int, num_kv_heads: int, head_dim: int,
     return cache, Step.build(torch.arange(rows, device=device), positions, head_dim, 1e6, cache, torch.bfloat16)
 
 
+def compiled_graphs() -> int:
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
+
+
 def measure(rows: int, context: int, heads: int, num_kv_heads: int, head_dim: int, launches: list,
-            device: torch.device) -> dict:
+            device: torch.device, compiled: bool = False) -> dict:
     """One point: flash and each launch of the kernel, µs per call and TB/s of the KV read."""
     cache, step = pooled_step(rows, context, num_kv_heads, head_dim, device)
     q = torch.randn(rows, 1, heads, head_dim, device=device, dtype=torch.bfloat16)
@@ -84,6 +93,15 @@ def measure(rows: int, context: int, heads: int, num_kv_heads: int, head_dim: in
                                                      step.num_keys, step.max_keys, block_keys=keys, num_warps=warps)
         record(f"triton_{keys},{warps}", kernel)
         point[f"triton_{keys},{warps}_max_error"] = round((kernel(0).float() - expected).abs().max().item(), 4)
+        if compiled:
+            def attend(q, k, v, starts, num_keys, keys: int = keys, warps: int = warps) -> torch.Tensor:
+                return decode_attention.decode_attention(q, k, v, starts, num_keys, step.max_keys, block_keys=keys,
+                                                         num_warps=warps)
+            attend = torch.compile(attend, fullgraph=True)
+            before = compiled_graphs()
+            record(f"triton_{keys},{warps}_compiled",
+                   lambda layer: attend(q, cache.k[layer], cache.v[layer], step.key_starts, step.num_keys))
+            point[f"triton_{keys},{warps}_compiled_graphs"] = compiled_graphs() - before
     return point
 
 
@@ -96,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     points = []
     for context in args.contexts:
         for rows in args.rows:
-            points.append(measure(rows, context, *shape, args.launches, torch.device("cuda")))
+            points.append(measure(rows, context, *shape, args.launches, torch.device("cuda"), args.compiled))
             print(json.dumps(points[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
