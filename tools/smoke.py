@@ -5,7 +5,8 @@ requests one at a time (time to first audio with an idle server), then each `--c
 at once, and stop. Prints one JSON line per (server, level), and writes each to `--out` as it is
 measured (a timeout keeps the rows so far): time to first audio (p50, max), real-time factor (per
 stream: time of its last chunk over its audio seconds; p50, max), audio seconds delivered per wall
-second, the lanes that decoded, and the mean codec-call latency per lane during that level. A
+second, the lanes that decoded, the mean codec-call latency per lane during that level, and the LM lane's
+account over it (seconds per loop phase, decode steps, their mean rows, decode ms a step). A
 server that fails to start is reported as a row with `error`; the others still run (exit status 1).
 
     python -m tools.smoke --device cuda --models qwen3-tts-1.7b --modes voxlane timeshare
@@ -31,7 +32,11 @@ from clients.stream import StreamResult, synthesize
 from server.triton_launch import Ports
 
 TEXT = "VoxLane streams speech while the model is still talking."
+LM_FLUSH_WAIT_S = 1.5
 _CODEC_MS = re.compile(r'^voxlane_codec_ms_(sum|count)\{lane="(\w+)"\} ([0-9.e+-]+)$')
+# the LM lane's loop account (engine/timing.py LoopPhase) and its decode steps' batch sizes
+_LM_PHASE = re.compile(r'^voxlane_lm_(prefill|decode|host|idle)_seconds_total(?:\{[^}]*\})? ([0-9.e+-]+)$')
+_LM_BATCH = re.compile(r'^voxlane_lm_step_batch_(sum|count)(?:\{[^}]*\})? ([0-9.e+-]+)$')
 
 
 def summary(results: list[StreamResult], wall_s: float) -> dict:
@@ -65,6 +70,32 @@ def codec_totals(metrics_text: str) -> dict[str, dict[str, float]]:
     return totals
 
 
+def lm_totals(metrics_text: str) -> dict[str, float]:
+    """The LM lane's seconds per loop phase, and its decode steps and their rows, since it started."""
+    totals: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        if match := _LM_PHASE.match(line):
+            totals[match.group(1)] = float(match.group(2))
+        elif match := _LM_BATCH.match(line):
+            totals["rows" if match.group(1) == "sum" else "steps"] = float(match.group(2))
+    return totals
+
+
+def lm_account(before: dict, after: dict) -> dict:
+    """Where the LM lane's time went over one level: seconds per phase, its decode steps, their mean rows and
+    the mean seconds a step (decode phase over steps). Empty where the server exports no LM account."""
+    if not after:
+        return {}
+    delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
+    steps = delta.get("steps", 0.0)
+    account = {f"lm_{phase}_s": round(delta.get(phase, 0.0), 3) for phase in ("prefill", "decode", "host", "idle")}
+    account["lm_steps"] = int(steps)
+    if steps:
+        account["lm_rows_mean"] = round(delta.get("rows", 0.0) / steps, 2)
+        account["lm_decode_ms_per_step"] = round(1e3 * delta.get("decode", 0.0) / steps, 2)
+    return account
+
+
 def codec_latency(before: dict, after: dict) -> dict:
     """Mean codec-call latency per lane between two `codec_totals` readings."""
     means = {}
@@ -87,10 +118,14 @@ def measure_server(config: ServeConfig, args: argparse.Namespace):
         levels = [("sequential", lambda: run_sequential(server.grpc_url, args.sequential, args.seconds))]
         levels += [(n, lambda n=n: run_concurrent(server.grpc_url, n, args.seconds)) for n in args.concurrency]
         for level, run in levels:
-            before, level_start = codec_totals(_metrics(server)), time.perf_counter()
+            time.sleep(LM_FLUSH_WAIT_S)  # the account of what ran before this level (the warm-up) exported first
+            text = _metrics(server)
+            before, lm_before, level_start = codec_totals(text), lm_totals(text), time.perf_counter()
             results = run()
             row = {**base, "level": level, **summary(results, time.perf_counter() - level_start)}
-            yield row | codec_latency(before, codec_totals(_metrics(server)))
+            time.sleep(LM_FLUSH_WAIT_S)  # the LM lane exports its account from a thread, about once a second
+            text = _metrics(server)
+            yield row | codec_latency(before, codec_totals(text)) | lm_account(lm_before, lm_totals(text))
 
 
 def _base(config: ServeConfig) -> dict:
