@@ -2,8 +2,10 @@
 # On the GPU machine, from the checkout root, with the devpack carried in .devpack/:
 #   bash tools/device_next.sh OUT_DIR
 # What the frame's and the families' issues left for a GPU that no run has measured. Each part has its own time
-# limit and SKIP leaves parts out, in the order below, most wanted first. One call of under 10 minutes holds all but
-# `linear` and `fused_tests` (SKIP="linear fused_tests", about 9 minutes, devpack included); a second call, the rest.
+# limit and SKIP leaves parts out, in the order below. A call has 10 minutes; split the parts over calls with
+# SKIP and a fresh OUT each (each call packs its own next.tgz), e.g.
+#   SKIP="voxtral frame linear smoke" bash tools/device_next.sh OUT/a     (tests, attention, codec, fused_tests)
+#   SKIP="tests attention linear codec fused_tests" bash tools/device_next.sh OUT/b     (voxtral, frame, smoke)
 #   tests     the CUDA-only tests never run on a GPU: a cached voice prompt through the prefill graphs, the
 #             split-KV decode attention (kernel, CUDA graphs, against flash varlen)
 #   attention the decode attention kernel against flash varlen at 1 / 32 / 128 rows, 256 and 1024 keys
@@ -15,6 +17,8 @@
 #   codec     the background codec lane's call as it runs under load (continued chunks of 2 and 10 frames from
 #             each stream's state, 1-32 streams), profiled: kernels per call, graph bucket and padding, the floor;
 #             on the whole GPU, then at the lane's 25 % MPS share (server/microbench/codec.py --streaming)
+#   smoke     eight Voxtral streams at once with the LM lane's account (tools.smoke): what falls behind real time
+#             when the step alone batches (7.9 ms at 8 rows on an H100)
 #   fused_tests  the fused frame's CUDA tests (their matmul now hands past 16 rows to cuBLAS)
 # Everything comes back in next.tgz, the summaries beside it (summary.txt).
 source tools/device_env.sh "$@" || exit 1
@@ -85,6 +89,14 @@ for line in open(sys.argv[1]):
   codec_bench full
   mps_start /tmp/next-mps && codec_bench mps25 $mps_env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25
   mps_stop
+fi
+pack
+if part smoke; then
+  echo "== voxtral smoke" | tee -a "$summary"
+  timeout ${SMOKE_S:-240} python3 -m tools.smoke --device cuda --models voxtral-4b --modes voxlane --sequential 3 \
+    --concurrency 8 --seconds 1.6 --log-dir "$work" --out "$work/smoke.jsonl" > "$work/smoke.txt" 2>&1
+  cut -c1-1200 "$work/smoke.jsonl" | tee -a "$summary"
+  gzip -f "$work"/triton-*.log 2>/dev/null
 fi
 pack
 if part fused_tests; then
