@@ -50,6 +50,10 @@ class Membership:
         self._left_at: dict[Backend, float] = {}
         self._over_cap: tuple[str, ...] = ()  # the answered addresses not added (the cap was full), sorted
 
+    def answered(self, name: str) -> frozenset[str]:
+        """The gRPC HOST:PORT of each address `name` answered last (none before its first answer)."""
+        return self._answers.get(name, frozenset())
+
     def update(self, name: str, urls: frozenset[str]) -> MembershipChange:
         """`name` now answers `urls` (gRPC HOST:PORT each; none: the name has no server behind it)."""
         self._answers[name] = urls

@@ -8,7 +8,8 @@ one means there is no server behind the name. A lookup that got no answer (a tim
 nameserver, no nameserver configured) is a failure with its reason: the gateway keeps the servers it had
 (membership.py), since a DNS outage says nothing about them. With `--dns-server` the A and AAAA records are asked
 apart: the records of one that answered are the name's answer, even where the other failed (an IPv4-only name's
-AAAA query lost); only when both fail is the lookup a failure.
+AAAA query lost), and the answer names the type that failed, whose servers the gateway keeps as they were; only when
+both fail is the lookup a failure.
 """
 from __future__ import annotations
 
@@ -38,6 +39,13 @@ class DnsAnswer:
     addresses: frozenset[str] = frozenset()
     failure: LookupFailure | None = None  # None: an answer (`addresses`, maybe none)
     detail: str = ""  # dnspython's words, for the log only
+    # the record types whose query failed while the other answered (`addresses` holds none of theirs this round)
+    failed_types: tuple[str, ...] = ()
+
+
+def record_type(url: str) -> str:
+    """The record type behind a gRPC HOST:PORT the gateway made of an address (`address_url`)."""
+    return "AAAA" if url.startswith("[") else "A"
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,10 @@ class DnsResolver:
         answers = await asyncio.gather(*(self._records(name, kind) for kind in RECORD_TYPES))
         addresses = frozenset().union(*(a.addresses for a in answers if a.failure is None))
         failed = [a for a in answers if a.failure is not None]
-        return failed[0] if failed and not addresses else DnsAnswer(addresses)
+        if failed and not addresses:
+            return failed[0]
+        failed_types = tuple(kind for kind, a in zip(RECORD_TYPES, answers) if a.failure is not None)
+        return DnsAnswer(addresses, detail=failed[0].detail if failed else "", failed_types=failed_types)
 
     async def _system(self, name: str) -> DnsAnswer:
         try:

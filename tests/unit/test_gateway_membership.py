@@ -3,6 +3,7 @@ Pure: a fake resolver and an injected clock, no DNS server and no Triton."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import dns.exception
 import dns.resolver
@@ -416,3 +417,31 @@ def test_an_empty_answer_of_both_record_types_is_no_servers_not_a_failure():
 def test_a_timeout_that_is_not_positive_is_refused_by_its_name(settings, named):
     with pytest.raises(ValueError, match=named):
         GatewayConfig(tritons=(), triton_dns=("pods:8001",), **settings)
+
+
+def test_a_record_type_that_fails_beside_the_other_keeps_its_servers_and_says_so_once(caplog):
+    """A dual-stack name whose AAAA query times out while its A query answers: its IPv6 server did not leave DNS, so
+    it keeps taking streams; the A records still follow their answer."""
+    dns, resolver, balancer, _, _ = watch()
+    resolver.set("10.0.0.1", "fd00::1")
+    resolve(dns)
+    assert urls(balancer) == ["10.0.0.1:8001", "[fd00::1]:8001"]
+    with caplog.at_level(logging.WARNING, logger="voxlane.gateway"):
+        resolver.answer = DnsAnswer(frozenset({"10.0.0.2"}), detail="timed out", failed_types=("AAAA",))
+        resolve(dns)
+        resolve(dns)
+    assert urls(balancer) == ["10.0.0.2:8001", "[fd00::1]:8001"]  # the A records moved; the AAAA one stays
+    assert sum("AAAA lookup failed" in r.getMessage() for r in caplog.records) == 1
+    resolver.set("10.0.0.2")  # both types answer again: the IPv6 server has left
+    resolve(dns)
+    assert urls(balancer) == ["10.0.0.2:8001"]
+
+
+def test_the_answer_names_the_record_type_that_failed_beside_the_other():
+    from server.gateway.resolver import DnsResolver
+    resolver = DnsResolver("127.0.0.1:5353")
+    resolver._resolver = RecordResolver(A=["10.0.0.1"], AAAA=dns.exception.Timeout())
+    answer = asyncio.run(resolver.lookup("pods"))
+    assert answer.addresses == {"10.0.0.1"} and answer.failed_types == ("AAAA",)
+    resolver._resolver = RecordResolver(A=["10.0.0.1"], AAAA=dns.resolver.NoAnswer())
+    assert asyncio.run(resolver.lookup("pods")).failed_types == ()
