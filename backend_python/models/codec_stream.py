@@ -110,6 +110,23 @@ class StreamCarry:
         self.new_state[key] = self._cut_tail(full, tail.shape[dim], x.shape[dim] // self.num_frames, dim)
         return full
 
+    def keep_tail(self, key: str, x: torch.Tensor) -> None:
+        """Record the layer's new tail as `extend` does, from its carried tail and x [..., T] (the last dim), without
+        building [tail, x]: row b's tail is the `width` samples before the end of its real input, reaching back into
+        the carried tail where that input is shorter than `width`."""
+        tail = self.state[key]
+        width, length = tail.shape[-1], x.shape[-1]
+        if not self.is_ragged and length >= width:
+            self.new_state[key] = x[..., length - width:].contiguous()
+            return
+        scale = length // self.num_frames
+        ends = self.num_new * scale  # [B]: where each row's real input ends in x
+        index = ends[:, None] - width + torch.arange(width, device=x.device)[None, :]  # [B, width], x's coordinates
+        index = index.view(index.shape[0], *([1] * (x.dim() - 2)), width).expand(*x.shape[:-1], width)
+        from_x = x.gather(-1, index.clamp(min=0))
+        from_tail = tail.gather(-1, (index + width).clamp(max=width - 1))
+        self.new_state[key] = torch.where(index >= 0, from_x, from_tail).contiguous()
+
     def _cut_tail(self, full: torch.Tensor, width: int, scale: int, dim: int) -> torch.Tensor:
         if not self.is_ragged:  # no padding: the tail is the last `width` samples
             return full.narrow(dim, full.shape[dim] - width, width).contiguous()

@@ -22,6 +22,10 @@ from .codec_transformer import SlidingWindowTransformer
 
 # ---------------------------------------------------------------- convolutions
 
+# A streaming conv pads its input itself where the input is at least this many times its carried tail (below, the
+# outputs the padding wastes, `left_pad` of them, cost more than the copy of [tail, x] they save)
+PADDED_STREAM_MIN_RATIO = 8
+
 
 class CausalConv1d(nn.Module):
     """Stride-1 conv padded on the left only: output t sees inputs <= t.
@@ -47,8 +51,21 @@ class CausalConv1d(nn.Module):
         if self.is_pointwise:  # a matmul: oneDNN is ~20x slower on few-channel pointwise convs (CPU)
             return torch.matmul(self.conv.weight[:, :, 0], x) + self.conv.bias[:, None]
         if carry is not None and self.left_pad:
-            return self.conv(carry.extend(self.stream_key, x))
+            if x.shape[-1] < PADDED_STREAM_MIN_RATIO * self.left_pad:  # a short input: [tail, x] costs little
+                return self.conv(carry.extend(self.stream_key, x))
+            return self._stream_padded(x, carry)
         return self.conv(F.pad(x, (self.left_pad, 0)))
+
+    def _stream_padded(self, x: torch.Tensor, carry: StreamCarry) -> torch.Tensor:
+        """The streaming conv without a copy of x: the convolution pads x with zeros itself (both sides: outputs t <
+        T see inputs <= t), and the first `left_pad` outputs, the only ones that read the carried tail, are computed
+        again from [tail, x[:left_pad]] and written over. Returns a view of the first T outputs. At the decoder's
+        waveform rate, x is tens of MB a call, and [tail, x] was a copy of all of it per layer."""
+        pad, conv = self.left_pad, self.conv
+        y = F.conv1d(x, conv.weight, conv.bias, conv.stride, pad, conv.dilation, conv.groups)  # [B, C_out, T + pad]
+        y[..., :pad] = conv(torch.cat((carry.state[self.stream_key], x[..., :pad]), dim=-1))
+        carry.keep_tail(self.stream_key, x)
+        return y[..., : x.shape[-1]]
 
 
 class CausalTransConv1d(nn.Module):
