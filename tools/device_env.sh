@@ -8,8 +8,8 @@ set -uo pipefail
 out=${1:?usage: bash $0 OUT_DIR [ARGS...]}
 mkdir -p "$out"
 [ -n "${TRITONSERVER:-}" ] || source .devpack/devpack-install.sh .devpack || exit 1
-python3 -c "import dns.asyncresolver" 2>/dev/null || {  # the gateway's DNS membership; `voxlane serve` imports it
-  echo "devpack: no dnspython; add its wheel to .devpack/wheels (pip download --no-deps dnspython)"; exit 1; }
+python3 -c "import dns.asyncresolver" 2>/dev/null ||  # the gateway's DNS membership: `voxlane serve` imports it
+  echo "devpack: no dnspython, so \`voxlane serve\` cannot start; add its wheel to .devpack/wheels (pip download --no-deps dnspython)"
 echo "$PWD" > /tmp/site/voxlane-checkout.pth   # the stubs take sys.path from /tmp/stubenv's python3
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 VOXLANE_CACHE=${VOXLANE_CACHE:-/tmp/voxlane-cache}
 

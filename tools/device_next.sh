@@ -79,10 +79,13 @@ if part codec; then
       --batch-sizes 1 4 8 16 32 --chunk-frames 2 10 --profile > "$work/codec_$name.jsonl" 2> "$work/codec_$name.err"
     python3 -c "import json, sys
 for line in open(sys.argv[1]):
-    if line.startswith('{'):
-        r = json.loads(line); k = r.get('kernels', {})
-        print(sys.argv[2], r['batch'], r['frames'], r['ms'], r['decoded_per_new'], r['bucket'], r['floor_ms'],
-              k.get('count'), k.get('busy_ms'))
+    try:
+        r = json.loads(line)
+    except ValueError:  # a line cut off by the time limit
+        continue
+    k = r.get('kernels', {})
+    print(sys.argv[2], r['batch'], r['frames'], r['ms'], r['decoded_per_new'], r['bucket'], r['floor_ms'],
+          k.get('count'), k.get('busy_ms'))
 " "$work/codec_$name.jsonl" "$name" | tee -a "$summary"
   }
   echo "name batch frames ms decoded_per_new bucket floor_ms kernels busy_ms" | tee -a "$summary"

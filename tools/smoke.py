@@ -83,7 +83,8 @@ def lm_totals(metrics_text: str) -> dict[str, float]:
 
 def lm_account(before: dict, after: dict) -> dict:
     """Where the LM lane's time went over one level: seconds per phase, its decode steps, their mean rows and
-    the mean seconds a step (decode phase over steps). Empty where the server exports no LM account."""
+    the mean seconds a step (decode phase over steps). Empty where the server exports no LM account. Idle seconds
+    include the waits for the account's export around the level (`LM_FLUSH_WAIT_S`)."""
     if not after:
         return {}
     delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}

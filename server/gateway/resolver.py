@@ -7,9 +7,10 @@ name does not exist (NXDOMAIN) or has no address records (NOERROR with no answer
 one means there is no server behind the name. A lookup that got no answer (a timeout, SERVFAIL or REFUSED from every
 nameserver, no nameserver configured) is a failure with its reason: the gateway keeps the servers it had
 (membership.py), since a DNS outage says nothing about them. With `--dns-server` the A and AAAA records are asked
-apart: the records of one that answered are the name's answer, even where the other failed (an IPv4-only name's
-AAAA query lost), and the answer names the type that failed, whose servers the gateway keeps as they were; only when
-both fail is the lookup a failure.
+apart: the records of a type that answered are the name's servers of that type, even where the other failed (an
+IPv4-only name's AAAA query lost), and the answer names the type that failed, whose servers the gateway keeps as they
+were (an A query that timed out beside an AAAA "no records" thus removes no IPv4 server); only when both fail is the
+lookup a failure.
 """
 from __future__ import annotations
 
@@ -90,17 +91,16 @@ class DnsResolver:
             self._resolver.lifetime = timeout_s
 
     async def lookup(self, name: str) -> DnsAnswer:
-        """The A and AAAA records of `name`: the addresses of the record types that answered (an IPv4-only name's
-        AAAA query may time out where its A query answered). A failure where no record type gave an address and one
-        failed: an empty answer of one type beside the other's failure (an A query timed out, the AAAA query said
-        "no records") says nothing of the servers, and taken as "none" it would remove them all."""
+        """The A and AAAA records of `name`: the addresses of the record types that answered, and the types whose
+        query failed (`failed_types`: an IPv4-only name's AAAA query may time out where its A query answered), whose
+        servers the gateway keeps as they were. A failure only where every type's query failed."""
         if self._resolver is None:
             return await self._system(name)
         answers = await asyncio.gather(*(self._records(name, kind) for kind in RECORD_TYPES))
-        addresses = frozenset().union(*(a.addresses for a in answers if a.failure is None))
         failed = [a for a in answers if a.failure is not None]
-        if failed and not addresses:
+        if len(failed) == len(answers):
             return failed[0]
+        addresses = frozenset().union(*(a.addresses for a in answers if a.failure is None))
         failed_types = tuple(kind for kind, a in zip(RECORD_TYPES, answers) if a.failure is not None)
         return DnsAnswer(addresses, detail=failed[0].detail if failed else "", failed_types=failed_types)
 

@@ -211,3 +211,31 @@ def test_the_graph_inputs_fill_holds_each_rows_codes_and_state_and_zero_padding(
     assert not graphs.codes[len(codes):].any()
     assert graphs.num_new.tolist() == [*lengths] + [frames] * (rows - len(lengths))
     assert all(not static[len(states):].any() for static in graphs.state.values())
+
+
+@pytest.mark.parametrize("kernel, dilation, groups", [(7, 1, 1), (7, 3, 2), (7, 9, 1), (3, 1, 4), (7, 1, 8)])
+@pytest.mark.parametrize("lengths", [(40, 40), (40, 1), (40, 25)], ids=["equal", "one_frame", "ragged"])
+def test_the_padded_streaming_conv_equals_the_conv_over_tail_and_input(kernel, dilation, groups, lengths):
+    """`CausalConv1d._stream_padded` (x padded by the convolution, the outputs that read the tail recomputed) against
+    the conv over [tail, x] it replaces, float64: every row's real outputs, and its new tail exactly, for dilated and
+    grouped convs and rows whose real input is shorter than the tail."""
+    from backend_python.models.qwen3_tts.codec_layers import PADDED_STREAM_MIN_RATIO, CausalConv1d
+    torch.manual_seed(0)
+    conv = CausalConv1d(8, 8, kernel, dilation=dilation, groups=groups).double()
+    conv.stream_key = "conv"
+    scale, num_frames = 40, max(lengths)  # samples per frame at this layer, frames in the call
+    x = torch.randn(len(lengths), 8, num_frames * scale, dtype=torch.float64)
+    assert x.shape[-1] >= PADDED_STREAM_MIN_RATIO * conv.left_pad  # the padded path runs
+    state = {POSITION: torch.zeros(len(lengths), dtype=torch.long),
+             "conv": torch.randn(len(lengths), 8, conv.left_pad, dtype=torch.float64)}
+
+    def carry() -> StreamCarry:
+        return StreamCarry(dict(state), torch.tensor(lengths), num_frames, is_ragged=min(lengths) != max(lengths))
+
+    expected_carry, padded_carry = carry(), carry()
+    expected = conv.conv(expected_carry.extend("conv", x))
+    got = conv._stream_padded(x, padded_carry)
+    for row, frames in enumerate(lengths):
+        real = frames * scale
+        torch.testing.assert_close(got[row, :, :real], expected[row, :, :real], atol=1e-12, rtol=0)
+    assert torch.equal(padded_carry.new_state["conv"], expected_carry.new_state["conv"])

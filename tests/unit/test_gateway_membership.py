@@ -389,18 +389,37 @@ def test_a_dns_server_lookup_fails_only_when_both_record_types_fail():
     assert asyncio.run(resolver.lookup("pods")).failure is LookupFailure.TIMEOUT
 
 
-@pytest.mark.parametrize("records", [
-    {"A": dns.exception.Timeout(), "AAAA": dns.resolver.NoAnswer()},
-    {"A": dns.resolver.NXDOMAIN(), "AAAA": dns.resolver.NoNameservers()},
+@pytest.mark.parametrize("records, failed_type", [
+    ({"A": dns.exception.Timeout(), "AAAA": dns.resolver.NoAnswer()}, "A"),
+    ({"A": dns.resolver.NXDOMAIN(), "AAAA": dns.resolver.NoNameservers()}, "AAAA"),
 ])
-def test_one_record_type_s_failure_beside_the_other_s_empty_answer_is_a_failure_not_no_servers(records):
+def test_one_record_type_s_failure_beside_the_other_s_empty_answer_names_the_failed_type_not_no_servers(
+        records, failed_type):
     """An IPv4-only name whose A query timed out and whose AAAA query said "no records": taken as "no servers", it
-    would make every server of the name leave."""
+    would make every server of the name leave; the answer says the A query failed, whose servers stay."""
     from server.gateway.resolver import DnsResolver
     resolver = DnsResolver("127.0.0.1:5353")
     resolver._resolver = RecordResolver(**records)
     answer = asyncio.run(resolver.lookup("pods"))
-    assert answer.failure is not None and not answer.addresses
+    assert answer.failure is None and not answer.addresses and answer.failed_types == (failed_type,)
+
+
+def test_an_ipv4_only_name_whose_a_query_fails_beside_an_empty_aaaa_answer_keeps_its_servers():
+    dns, resolver, balancer, _, _ = watch()
+    resolver.set("10.0.0.1", "10.0.0.2")
+    resolve(dns)
+    resolver.answer = DnsAnswer(frozenset(), detail="timed out", failed_types=("A",))
+    resolve(dns)
+    assert urls(balancer) == ["10.0.0.1:8001", "10.0.0.2:8001"]
+
+
+def test_a_dual_stack_name_whose_a_records_went_while_its_aaaa_query_fails_loses_its_ipv4_servers():
+    dns, resolver, balancer, _, _ = watch()
+    resolver.set("10.0.0.1", "fd00::1")
+    resolve(dns)
+    resolver.answer = DnsAnswer(frozenset(), detail="timed out", failed_types=("AAAA",))
+    resolve(dns)
+    assert urls(balancer) == ["[fd00::1]:8001"]
 
 
 def test_an_empty_answer_of_both_record_types_is_no_servers_not_a_failure():

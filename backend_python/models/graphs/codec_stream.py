@@ -72,7 +72,11 @@ class CodecStreamGraphs:
                 self.codes[row, : row_codes.shape[0]].copy_(row_codes)
         self.num_new[: len(codes)].copy_(torch.tensor(lengths))
         for key, static in self.state.items():  # the rows' states gathered straight into the static input
-            torch.cat([s.tensors[key] for s in states], out=static[: len(states)])
+            rows_in = static[: len(states)]
+            torch.cat([s.tensors[key] for s in states], out=rows_in)
+            if rows_in.data_ptr() != static.data_ptr():  # `out` resized (a state of the wrong shape): not replayed
+                raise ValueError(f"stream state {key!r} of shape {tuple(states[0].tensors[key].shape)} does not fit "
+                                 f"the graphs' {tuple(static.shape[1:])}")
             static[len(states): rows].zero_()
 
     def capture_all(self) -> None:
