@@ -239,3 +239,20 @@ def test_the_padded_streaming_conv_equals_the_conv_over_tail_and_input(kernel, d
         real = frames * scale
         torch.testing.assert_close(got[row, :, :real], expected[row, :, :real], atol=1e-12, rtol=0)
     assert torch.equal(padded_carry.new_state["conv"], expected_carry.new_state["conv"])
+
+
+def test_the_graph_inputs_fill_refuses_a_state_that_does_not_fit(codec):
+    """A state of another shape (another codec's, say) would leave the static input as it was and the graph would
+    replay stale state: the fill says so instead."""
+    from backend_python.models.graphs.codec_stream import CodecStreamGraphs
+    graphs = CodecStreamGraphs.__new__(CodecStreamGraphs)
+    graphs.codec = codec
+    graphs.codes = torch.zeros(2, 4, codec.num_codebooks, dtype=torch.long)
+    graphs.num_new = torch.ones(2, dtype=torch.long)
+    fresh = codec.new_stream_state().tensors
+    graphs.state = {k: torch.zeros_like(v.expand(2, *v.shape[1:])) for k, v in fresh.items()}
+    key = next(k for k, v in fresh.items() if v.dim() == 3)
+    wrong = codec.new_stream_state()
+    wrong.tensors[key] = torch.zeros(1, fresh[key].shape[1], fresh[key].shape[2] + 1, dtype=fresh[key].dtype)
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match=key):
+        graphs._fill((2, 4), [wrong], [random_codes(2, seed=0)])

@@ -74,7 +74,7 @@ class CodecStreamGraphs:
         for key, static in self.state.items():  # the rows' states gathered straight into the static input
             rows_in = static[: len(states)]
             torch.cat([s.tensors[key] for s in states], out=rows_in)
-            if rows_in.data_ptr() != static.data_ptr():  # `out` resized (a state of the wrong shape): not replayed
+            if rows_in.shape[1:] != static.shape[1:]:  # `out` resized (a state of the wrong shape): not what replays
                 raise ValueError(f"stream state {key!r} of shape {tuple(states[0].tensors[key].shape)} does not fit "
                                  f"the graphs' {tuple(static.shape[1:])}")
             static[len(states): rows].zero_()
