@@ -23,7 +23,7 @@ import os
 
 import torch
 import torch.nn.functional as F
-from . import runs_kernels_on
+from . import launch_pair, runs_kernels_on
 
 try:
     import triton
@@ -56,16 +56,8 @@ def backend_setting(text: str | None) -> str:
 
 def launch_setting(text: str | None) -> tuple[int, int]:
     """`KEYS,WARPS` (VOXLANE_DECODE_ATTENTION_LAUNCH) -> (keys per tile, warps); None: the default."""
-    if text is None:
-        return DEFAULT_LAUNCH
-    try:
-        keys, warps = (int(value) for value in text.split(","))
-    except ValueError:
-        raise ValueError(f"VOXLANE_DECODE_ATTENTION_LAUNCH must be KEYS,WARPS (e.g. 64,4), got {text!r}") from None
-    if keys < 16 or keys & (keys - 1) or warps not in (1, 2, 4, 8, 16):
-        raise ValueError("VOXLANE_DECODE_ATTENTION_LAUNCH: keys a power of two >= 16 and warps one of 1, 2, 4, 8, "
-                         f"16, got {text!r}")
-    return keys, warps
+    return launch_pair("VOXLANE_DECODE_ATTENTION_LAUNCH", text, DEFAULT_LAUNCH, "KEYS", "64,4",
+                       lambda keys: keys >= 16 and not keys & (keys - 1), "keys a power of two >= 16")
 
 
 BACKEND = backend_setting(os.environ.get("VOXLANE_DECODE_ATTENTION"))

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .rope_write import _norm_rope, rope_write_reference
-from . import runs_kernels_on
+from . import launch_pair, runs_kernels_on
 
 try:
     import triton
@@ -41,15 +41,8 @@ DEFAULT_LAUNCH = (1, 1)
 
 def launch_setting(text: str | None) -> tuple[int, int]:
     """`HEADS,WARPS` (VOXLANE_SHORT_ATTENTION_LAUNCH) -> (heads per program, warps); None: the default."""
-    if text is None:
-        return DEFAULT_LAUNCH
-    try:
-        heads, warps = (int(value) for value in text.split(","))
-    except ValueError:
-        raise ValueError(f"VOXLANE_SHORT_ATTENTION_LAUNCH must be HEADS,WARPS (e.g. 1,1), got {text!r}") from None
-    if heads < 0 or warps not in (1, 2, 4, 8, 16):
-        raise ValueError(f"VOXLANE_SHORT_ATTENTION_LAUNCH: heads >= 0 and warps one of 1, 2, 4, 8, 16, got {text!r}")
-    return heads, warps
+    return launch_pair("VOXLANE_SHORT_ATTENTION_LAUNCH", text, DEFAULT_LAUNCH, "HEADS", "1,1",
+                       lambda heads: heads >= 0, "heads >= 0")
 
 
 LAUNCH = launch_setting(os.environ.get("VOXLANE_SHORT_ATTENTION_LAUNCH"))
