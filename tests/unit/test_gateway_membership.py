@@ -404,22 +404,17 @@ def test_one_record_type_s_failure_beside_the_other_s_empty_answer_names_the_fai
     assert answer.failure is None and not answer.addresses and answer.failed_types == (failed_type,)
 
 
-def test_an_ipv4_only_name_whose_a_query_fails_beside_an_empty_aaaa_answer_keeps_its_servers():
+@pytest.mark.parametrize("before, failed_type, after", [
+    (("10.0.0.1", "10.0.0.2"), "A", ["10.0.0.1:8001", "10.0.0.2:8001"]),  # IPv4 only: its A query lost, all stay
+    (("10.0.0.1", "fd00::1"), "AAAA", ["[fd00::1]:8001"]),  # dual stack: the A records went, the AAAA one stays
+], ids=["ipv4_only_keeps_its_servers", "dual_stack_loses_its_ipv4_servers"])
+def test_a_failed_record_type_beside_the_other_s_empty_answer_keeps_only_its_own_servers(before, failed_type, after):
     dns, resolver, balancer, _, _ = watch()
-    resolver.set("10.0.0.1", "10.0.0.2")
+    resolver.set(*before)
     resolve(dns)
-    resolver.answer = DnsAnswer(frozenset(), detail="timed out", failed_types=("A",))
+    resolver.answer = DnsAnswer(frozenset(), detail="timed out", failed_types=(failed_type,))
     resolve(dns)
-    assert urls(balancer) == ["10.0.0.1:8001", "10.0.0.2:8001"]
-
-
-def test_a_dual_stack_name_whose_a_records_went_while_its_aaaa_query_fails_loses_its_ipv4_servers():
-    dns, resolver, balancer, _, _ = watch()
-    resolver.set("10.0.0.1", "fd00::1")
-    resolve(dns)
-    resolver.answer = DnsAnswer(frozenset(), detail="timed out", failed_types=("AAAA",))
-    resolve(dns)
-    assert urls(balancer) == ["[fd00::1]:8001"]
+    assert urls(balancer) == after
 
 
 def test_an_empty_answer_of_both_record_types_is_no_servers_not_a_failure():
