@@ -37,15 +37,8 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def batch_on(rows: int, device: torch.device):
-    """The batching test's decode batch, its generators on `device` (a CUDA frame draws its noise there)."""
-    batch = decode_batch(rows)
-    batch.generators = [torch.Generator(device=device).manual_seed(row) for row in range(rows)]
-    return batch
-
-
 def step_s(lm, rows: int, device: torch.device) -> float:
-    batch = batch_on(rows, device)
+    batch = decode_batch(rows, device)
     synchronize(device)
     started = time.perf_counter()
     lm.decode(batch)
@@ -57,7 +50,7 @@ def kernels(lm, rows: int, device: torch.device, top: int) -> dict:
     """The kernels (CUDA) or aten ops (CPU) of one step: how many, and the `top` longest by total time."""
     activities = [torch.profiler.ProfilerActivity.CUDA if device.type == "cuda" else torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities) as prof:
-        lm.decode(batch_on(rows, device))
+        lm.decode(decode_batch(rows, device))
         synchronize(device)
     events = [e for e in prof.events() if (e.device_type == torch.autograd.DeviceType.CUDA) == (device.type == "cuda")]
     spent: Counter = Counter()

@@ -38,6 +38,7 @@ from backend_python.engine.codec_runner import CodecRunner, FrameCounts, StreamC
 from backend_python.engine.codec_states import CodecStateLimits
 from backend_python.models import registry
 from backend_python.stub_common.params import LaneSettings
+from server.microbench.frame_floor import parameter_bytes
 
 
 def synchronize() -> None:
@@ -86,7 +87,7 @@ class Streams:
     """`batch_size` streams on a stateful runner, each sent chunks of `frames` new frames in order."""
 
     def __init__(self, runner: CodecRunner, batch_size: int, frames: int, context: int, seed: int = 0) -> None:
-        self.runner, self.batch_size, self.frames, self.context = runner, batch_size, frames, context
+        self.runner, self.frames, self.context = runner, frames, context
         self.next_frame = 0
         codec = runner.codec
         generator = torch.Generator().manual_seed(seed)
@@ -107,11 +108,6 @@ class Streams:
             self.runner.release_stream(name)
 
 
-def state_bytes(codec) -> int:
-    """One stream's decoder state (read and written by every continued call)."""
-    return sum(t.numel() * t.element_size() for t in codec.new_stream_state().tensors.values())
-
-
 def bench_streaming(runner: CodecRunner, batch_size: int, frames: int, context: int, repeats: int,
                     bandwidth_bytes_s: float, profile_top: int = 0) -> dict:
     codec, graphs = runner.codec, runner.stream_graphs
@@ -125,10 +121,10 @@ def bench_streaming(runner: CodecRunner, batch_size: int, frames: int, context: 
         bucket = graphs.bucket_for(batch_size, frames) if graphs is not None else None
         row["bucket"] = list(bucket) if bucket else None
         row["padding"] = round(bucket[0] * bucket[1] / (batch_size * frames), 2) if bucket else None
-        weights = sum(p.numel() * p.element_size() for p in codec.parameters()) if hasattr(codec, "parameters") else 0
-        floor = weights + 2 * batch_size * state_bytes(codec)
-        row.update(weights_mb=round(weights / 1e6, 1), state_kb_per_stream=round(state_bytes(codec) / 1e3, 1),
-                   floor_ms=round(floor / bandwidth_bytes_s * 1e3, 4))
+        # the floor: the weights read once, each stream's state read and written
+        weights, state = parameter_bytes(codec), codec.new_stream_state().num_bytes
+        row.update(weights_mb=round(weights / 1e6, 1), state_kb_per_stream=round(state / 1e3, 1),
+                   floor_ms=round((weights + 2 * batch_size * state) / bandwidth_bytes_s * 1e3, 4))
         if profile_top:
             from server.microbench.lm_profile import trace
             from server.microbench.kernel_classes import summarize

@@ -82,9 +82,10 @@ def prompt(lm: SpeechLM, row: int) -> Prompt:
     return listening
 
 
-def decode_batch(num_rows: int) -> DecodeBatch:
+def decode_batch(num_rows: int, device: torch.device | str = "cpu") -> DecodeBatch:
+    """Rows 0..num_rows-1, sampled, each with its generator on `device` (a CUDA frame draws its noise there)."""
     return DecodeBatch(slots=list(range(num_rows)), sampling=[SAMPLED] * num_rows,
-                       generators=[torch.Generator().manual_seed(row) for row in range(num_rows)],
+                       generators=[torch.Generator(device=device).manual_seed(row) for row in range(num_rows)],
                        ignore_eos=[True] * num_rows)
 
 
