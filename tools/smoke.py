@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from protocol.metrics import parse_sum
 from server.compare import free_ports
 from server.serve import MODES, ServeConfig, Server
 from clients.stream import StreamResult, synthesize
@@ -34,9 +35,10 @@ from server.triton_launch import Ports
 TEXT = "VoxLane streams speech while the model is still talking."
 LM_FLUSH_WAIT_S = 1.5
 _CODEC_MS = re.compile(r'^voxlane_codec_ms_(sum|count)\{lane="(\w+)"\} ([0-9.e+-]+)$')
-# the LM lane's loop account (engine/timing.py LoopPhase) and its decode steps' batch sizes
-_LM_PHASE = re.compile(r'^voxlane_lm_(prefill|decode|host|idle)_seconds_total(?:\{[^}]*\})? ([0-9.e+-]+)$')
-_LM_BATCH = re.compile(r'^voxlane_lm_step_batch_(sum|count)(?:\{[^}]*\})? ([0-9.e+-]+)$')
+# the LM lane's loop account (engine/timing.py LoopPhase), and its decode steps' batch sizes (a histogram)
+LM_PHASES = ("prefill", "decode", "host", "idle")
+_LM_METRICS = {**{phase: f"voxlane_lm_{phase}_seconds_total" for phase in LM_PHASES},
+               "rows": "voxlane_lm_step_batch_sum", "steps": "voxlane_lm_step_batch_count"}
 
 
 def summary(results: list[StreamResult], wall_s: float) -> dict:
@@ -72,24 +74,19 @@ def codec_totals(metrics_text: str) -> dict[str, dict[str, float]]:
 
 def lm_totals(metrics_text: str) -> dict[str, float]:
     """The LM lane's seconds per loop phase, and its decode steps and their rows, since it started."""
-    totals: dict[str, float] = {}
-    for line in metrics_text.splitlines():
-        if match := _LM_PHASE.match(line):
-            totals[match.group(1)] = float(match.group(2))
-        elif match := _LM_BATCH.match(line):
-            totals["rows" if match.group(1) == "sum" else "steps"] = float(match.group(2))
-    return totals
+    totals = {key: parse_sum(metrics_text, name) for key, name in _LM_METRICS.items()}
+    return {key: value for key, value in totals.items() if value is not None}
 
 
 def lm_account(before: dict, after: dict) -> dict:
     """Where the LM lane's time went over one level: seconds per phase, its decode steps, their mean rows and
     the mean seconds a step (decode phase over steps). Empty where the server exports no LM account. Idle seconds
-    include the waits for the account's export around the level (`LM_FLUSH_WAIT_S`)."""
+    include the wait for the account's export after the level (`LM_FLUSH_WAIT_S`)."""
     if not after:
         return {}
     delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
     steps = delta.get("steps", 0.0)
-    account = {f"lm_{phase}_s": round(delta.get(phase, 0.0), 3) for phase in ("prefill", "decode", "host", "idle")}
+    account = {f"lm_{phase}_s": round(delta.get(phase, 0.0), 3) for phase in LM_PHASES}
     account["lm_steps"] = int(steps)
     if steps:
         account["lm_rows_mean"] = round(delta.get("rows", 0.0) / steps, 2)
@@ -118,13 +115,13 @@ def measure_server(config: ServeConfig, args: argparse.Namespace):
         synthesize(server.grpc_url, "Warm up.", seed=0, max_audio_seconds=args.seconds, ignore_eos=True)
         levels = [("sequential", lambda: run_sequential(server.grpc_url, args.sequential, args.seconds))]
         levels += [(n, lambda n=n: run_concurrent(server.grpc_url, n, args.seconds)) for n in args.concurrency]
+        time.sleep(LM_FLUSH_WAIT_S)  # the LM lane exports its account from a thread, about once a second
+        text = _metrics(server)  # after each level's export, the reading the next level starts from
         for level, run in levels:
-            time.sleep(LM_FLUSH_WAIT_S)  # the account of what ran before this level (the warm-up) exported first
-            text = _metrics(server)
             before, lm_before, level_start = codec_totals(text), lm_totals(text), time.perf_counter()
             results = run()
             row = {**base, "level": level, **summary(results, time.perf_counter() - level_start)}
-            time.sleep(LM_FLUSH_WAIT_S)  # the LM lane exports its account from a thread, about once a second
+            time.sleep(LM_FLUSH_WAIT_S)
             text = _metrics(server)
             yield row | codec_latency(before, codec_totals(text)) | lm_account(lm_before, lm_totals(text))
 
