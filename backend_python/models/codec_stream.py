@@ -105,33 +105,23 @@ class StreamCarry:
 
     def extend(self, key: str, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         """x with the layer's carried tail in front along `dim`; records the new tail (same width)."""
-        tail = self.state[key]
-        full = torch.cat((tail, x), dim=dim)
-        self.new_state[key] = self._cut_tail(full, tail.shape[dim], x.shape[dim] // self.num_frames, dim)
+        full = torch.cat((self.state[key], x), dim=dim)
+        self.keep_tail(key, x, dim)
         return full
 
-    def keep_tail(self, key: str, x: torch.Tensor) -> None:
-        """Record the layer's new tail as `extend` does, from its carried tail and x [..., T] (the last dim), without
-        building [tail, x]: row b's tail is the `width` samples before the end of its real input, reaching back into
-        the carried tail where that input is shorter than `width`."""
+    def keep_tail(self, key: str, x: torch.Tensor, dim: int = -1) -> None:
+        """Record the layer's new tail from its carried tail and x (along `dim`), without building [tail, x]: row b's
+        tail is the `width` samples before the end of its real input, reaching back into the carried tail where that
+        input is shorter than `width`."""
         tail = self.state[key]
-        width, length = tail.shape[-1], x.shape[-1]
-        if not self.is_ragged and length >= width:
-            self.new_state[key] = x[..., length - width:].contiguous()
+        width, length = tail.shape[dim], x.shape[dim]
+        if not self.is_ragged and length >= width:  # no padding: the last `width` samples of x
+            self.new_state[key] = x.narrow(dim, length - width, width).contiguous()
             return
-        scale = length // self.num_frames
-        ends = self.num_new * scale  # [B]: where each row's real input ends in x
+        x, tail = x.movedim(dim, -1), tail.movedim(dim, -1)
+        ends = self.num_new * (length // self.num_frames)  # [B]: where each row's real input ends in x
         index = ends[:, None] - width + torch.arange(width, device=x.device)[None, :]  # [B, width], x's coordinates
         index = index.view(index.shape[0], *([1] * (x.dim() - 2)), width).expand(*x.shape[:-1], width)
         from_x = x.gather(-1, index.clamp(min=0))
         from_tail = tail.gather(-1, (index + width).clamp(max=width - 1))
-        self.new_state[key] = torch.where(index >= 0, from_x, from_tail).contiguous()
-
-    def _cut_tail(self, full: torch.Tensor, width: int, scale: int, dim: int) -> torch.Tensor:
-        if not self.is_ragged:  # no padding: the tail is the last `width` samples
-            return full.narrow(dim, full.shape[dim] - width, width).contiguous()
-        moved = full.movedim(dim, -1)  # [B, ..., W + T * scale]
-        starts = self.num_new * scale  # [B]: row b's tail starts where its real input ends, minus `width`
-        index = starts[:, None] + torch.arange(width, device=full.device)[None, :]  # [B, width]
-        index = index.view(index.shape[0], *([1] * (moved.dim() - 2)), width).expand(*moved.shape[:-1], width)
-        return moved.gather(-1, index).movedim(-1, dim).contiguous()
+        self.new_state[key] = torch.where(index >= 0, from_x, from_tail).movedim(-1, dim).contiguous()
