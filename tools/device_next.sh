@@ -7,7 +7,8 @@
 #   SKIP="voxtral frame linear smoke" bash tools/device_next.sh OUT/a     (tests, attention, codec, fused_tests)
 #   SKIP="tests attention linear codec fused_tests" bash tools/device_next.sh OUT/b     (voxtral, frame, smoke)
 #   tests     the CUDA-only tests never run on a GPU: a cached voice prompt through the prefill graphs, the
-#             split-KV decode attention (kernel, CUDA graphs, against flash varlen)
+#             split-KV decode attention (kernel, CUDA graphs, against flash varlen), the codec's streaming
+#             state and graphs (one copy per row, the padded streaming convolution)
 #   attention the decode attention kernel against flash varlen at 1 / 32 / 128 rows, 256 and 1024 keys
 #             (server/microbench/decode_attention.py)
 #   linear    the fused matmul against cuBLAS at 1-32 rows: where the crossover lies (MAX_KERNEL_ROWS)
@@ -35,7 +36,8 @@ part() { [[ "$skip" != *" $1 "* ]]; }
 if part tests; then
   echo "== CUDA tests" | tee -a "$summary"
   timeout ${TESTS_S:-100} python3 -m pytest -q -p no:cacheprovider tests/unit/test_prompt_cache.py \
-    tests/unit/test_decode_attention.py 2>&1 | tail -8 | tee -a "$summary"
+    tests/unit/test_decode_attention.py tests/unit/test_codec_stream.py tests/unit/test_codec_states.py \
+    tests/unit/test_codec_runner.py 2>&1 | tail -8 | tee -a "$summary"
 fi
 pack
 if part attention; then
