@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend_python.models.kernels.snake import snake_beta
+from backend_python.models.kernels.snake import snake_beta_log
 
 from ..codec_stream import POSITION, CodecStreamState, StreamCarry
 from .codec_config import Qwen3TTSCodecConfig
@@ -107,8 +107,8 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: [B, C, T]; one fused pass on CUDA (kernels/snake.py)
-        return snake_beta(x, torch.exp(self.alpha), 1.0 / (torch.exp(self.beta) + 1e-9))
+        # x: [B, C, T]; one fused pass on CUDA, the parameters exponentiated inside it (kernels/snake.py)
+        return snake_beta_log(x, self.alpha, self.beta)
 
 
 class ConvNeXtBlock(nn.Module):
