@@ -37,7 +37,7 @@ if part tests; then
   echo "== CUDA tests" | tee -a "$summary"
   timeout ${TESTS_S:-100} python3 -m pytest -q -p no:cacheprovider tests/unit/test_prompt_cache.py \
     tests/unit/test_decode_attention.py tests/unit/test_codec_stream.py tests/unit/test_codec_states.py \
-    tests/unit/test_codec_runner.py 2>&1 | tail -8 | tee -a "$summary"
+    tests/unit/test_codec_runner.py tests/unit/test_snake.py 2>&1 | tail -8 | tee -a "$summary"
 fi
 pack
 if part attention; then
