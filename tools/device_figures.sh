@@ -3,6 +3,7 @@
 # copied to .devdata/ (both carried):   JOBS="..." LIMIT_S=560 bash tools/device_figures.sh OUT_DIR
 # WORKLOAD (a .tsv, the shared short one by default) and MAX_AUDIO_S (6) pick the texts, e.g. the long-form
 # paragraphs uncapped: WORKLOAD=.devdata/librispeech_pc_paragraphs.tsv MAX_AUDIO_S=120 DURATION=150.
+# KV_GB gives each LM's KV pool that many GiB (0, the default: sized from the memory free when it allocates).
 # tools/figures.py runs in a session of its own (it outlives this command while the machine stays up):
 # the first call starts it with $JOBS; a later call on the same machine only waits for it (JOBS is
 # then ignored). Each call packs what is measured so far into OUT_DIR/figs.tgz before LIMIT_S.
@@ -17,7 +18,7 @@ if [ ! -f "$state/started" ]; then
   export TORCHINDUCTOR_COMPILE_THREADS=${COMPILE_THREADS:-4}  # several servers compile at once
   mkdir -p "$state" && touch "$state/started"
   setsid nohup python3 -m tools.figures --state "$state" --workload ${WORKLOAD:-.devdata/librispeech_pc_test_clean.tsv} \
-    --max-audio-seconds ${MAX_AUDIO_S:-6} --duration ${DURATION:-5} --jobs $JOBS > "$state/figures.log" 2>&1 < /dev/null &
+    --max-audio-seconds ${MAX_AUDIO_S:-6} --kv-cache-gb ${KV_GB:-0} --duration ${DURATION:-5} --jobs $JOBS > "$state/figures.log" 2>&1 < /dev/null &
   echo "figures: started ($(nproc) cores)"
 else
   echo "figures: attached to the run started earlier"
