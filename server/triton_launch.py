@@ -133,8 +133,9 @@ GRPC_STATES_KEPT = 0
 EXIT_TIMEOUT_S = 3
 # A tritonserver still running this long after its exit timeout hangs in its own teardown: once it logged "Exit
 # timeout expired. Exiting immediately." and lived on until the SIGKILL 17 s later (a fault storm's stop, after
-# killed stubs). Its models had their exit timeout; `stop` kills it then, whatever the grace.
-EXIT_HANG_S = 1.5
+# killed stubs). Its models had their exit timeout; `stop` kills it then, whatever the grace. With EXIT_TIMEOUT_S,
+# the 5 s a stop may take: a loaded host's clean teardown can outlast the exit timeout by more than a second.
+EXIT_HANG_S = 2.0
 SHM_REGION = b"triton_python_backend_shm_region_"  # a stub's shared memory in /dev/shm, named on its command line
 SHM_DIR = Path("/dev/shm")
 
