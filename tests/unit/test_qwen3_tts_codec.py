@@ -185,3 +185,30 @@ def test_config_rejects_bad_values():
         Qwen3TTSCodecConfig(codebook_dim=16, left_context_frames=-1)
     with pytest.raises(ValueError):
         Qwen3TTSCodec.from_config(tiny_codec_config()).decode(torch.zeros(1, 3, 8, dtype=torch.long))
+
+
+def test_a_group_of_codebooks_is_one_lookup_equal_to_each_codebook_summed(codec):
+    """The quantizer's table (every codebook's entries, ratios of its parameters) against each codebook's own
+    entries summed in order; and new weights loaded into the codebooks reach the next decode."""
+    quantizer = codec.decoder.quantizer.rvq_rest
+    codes = random_codes(7, seed=3, num_codebooks=len(quantizer.vq.layers))  # [1, T, K_group]
+
+    def summed_one_by_one() -> torch.Tensor:
+        entries = [layer._codebook.decode(codes[..., k]) for k, layer in enumerate(quantizer.vq.layers)]
+        return quantizer.output_proj(torch.stack(entries).sum(0).transpose(1, 2))
+
+    with torch.no_grad():
+        torch.testing.assert_close(quantizer.decode(codes), summed_one_by_one(), atol=1e-6, rtol=1e-6)
+        book = quantizer.vq.layers[2]._codebook
+        saved = {k: v.clone() for k, v in quantizer.state_dict().items()}
+        try:
+            before = quantizer.decode(codes)
+            state = dict(saved)
+            state["vq.layers.2._codebook.embedding_sum"] = book.embedding_sum * 3.0 + 1.0
+            quantizer.load_state_dict(state)  # copies into the parameters: their versions move on
+            after = quantizer.decode(codes)
+            assert (after - before).abs().max() > 1e-3  # the new entries are used, not a stale table
+            torch.testing.assert_close(after, summed_one_by_one(), atol=1e-6, rtol=1e-6)
+        finally:
+            quantizer.load_state_dict(saved)
+        torch.testing.assert_close(quantizer.decode(codes), before, atol=0, rtol=0)

@@ -208,12 +208,32 @@ class ResidualVectorQuantizer(nn.Module):
         self.output_proj = nn.Conv1d(dim, io_dim, 1, bias=False)
         self.vq = ResidualVectorQuantization(dim, codebook_size, num_quantizers)
 
+        self._lookup: tuple[tuple, torch.Tensor, torch.Tensor] | None = None
+
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        # codes: [B, T, K_group] -> [B, io_dim, T]
-        summed = self.vq.layers[0]._codebook.decode(codes[..., 0])
-        for k in range(1, codes.shape[-1]):
-            summed = summed + self.vq.layers[k]._codebook.decode(codes[..., k])
+        # codes: [B, T, K_group] -> [B, io_dim, T]: every codebook's entry in one lookup, summed over the group
+        table, offsets = self.lookup_table()
+        entries = F.embedding(codes + offsets, table)  # [B, T, K_group, dim]
+        summed = entries[..., 0, :] if entries.shape[-2] == 1 else entries.sum(dim=-2)
         return self.output_proj(summed.transpose(1, 2))
+
+    def lookup_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The group's entries as one table [K_group * size, dim] and each codebook's first row in it [K_group].
+
+        The entries are ratios of parameters (running sum over usage); computed per call they were a clamp, a
+        division, a lookup and an add for each codebook of every codec call. The table is kept until a parameter
+        changes (each parameter's version: loading weights into it, moving it, bumps or replaces it), so a decode
+        made after new weights sees them; a decode before CUDA graph capture (the warm-up) builds it."""
+        books = [layer._codebook for layer in self.vq.layers]
+        params = [p for book in books for p in (book.embedding_sum, book.cluster_usage)]
+        key = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
+        if self._lookup is None or self._lookup[0] != key:
+            with torch.no_grad():
+                table = torch.cat([b.embedding_sum / b.cluster_usage.clamp(min=1e-5)[:, None] for b in books])
+                size = books[0].embedding_sum.shape[0]
+                offsets = torch.arange(len(books), device=table.device) * size
+            self._lookup = (key, table, offsets)
+        return self._lookup[1], self._lookup[2]
 
 
 class SplitResidualVectorQuantizer(nn.Module):
