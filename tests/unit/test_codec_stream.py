@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from backend_python.models.codec_stream import POSITION, StreamCarry, split_states, stack_states
 from backend_python.models.qwen3_tts.codec import Qwen3TTSCodec
@@ -215,10 +216,12 @@ def test_the_graph_inputs_fill_holds_each_rows_codes_and_state_and_zero_padding(
 
 @pytest.mark.parametrize("kernel, dilation, groups", [(7, 1, 1), (7, 3, 2), (7, 9, 1), (3, 1, 4), (7, 1, 8)])
 @pytest.mark.parametrize("lengths", [(40, 40), (40, 1), (40, 25)], ids=["equal", "one_frame", "ragged"])
-def test_the_padded_streaming_conv_equals_the_conv_over_tail_and_input(kernel, dilation, groups, lengths):
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no_bias"])
+def test_the_padded_streaming_conv_equals_the_conv_over_tail_and_input(kernel, dilation, groups, lengths, with_bias):
     """`CausalConv1d._stream_padded` (x padded by the convolution, the outputs that read the tail recomputed) against
     the conv over [tail, x] it replaces, float64: every row's real outputs, and its new tail exactly, for dilated and
-    grouped convs and rows whose real input is shorter than the tail."""
+    grouped convs and rows whose real input is shorter than the tail; with the conv's bias and without it (a fused
+    residual unit's activation adds it)."""
     from backend_python.models.qwen3_tts.codec_layers import PADDED_STREAM_MIN_RATIO, CausalConv1d
     torch.manual_seed(0)
     conv = CausalConv1d(8, 8, kernel, dilation=dilation, groups=groups).double()
@@ -233,8 +236,9 @@ def test_the_padded_streaming_conv_equals_the_conv_over_tail_and_input(kernel, d
         return StreamCarry(dict(state), torch.tensor(lengths), num_frames, is_ragged=min(lengths) != max(lengths))
 
     expected_carry, padded_carry = carry(), carry()
-    expected = conv.conv(expected_carry.extend("conv", x))
-    got = conv._stream_padded(x, padded_carry)
+    bias = conv.conv.bias if with_bias else None
+    expected = F.conv1d(expected_carry.extend("conv", x), conv.conv.weight, bias, dilation=dilation, groups=groups)
+    got = conv._stream_padded(x, padded_carry, bias)
     for row, frames in enumerate(lengths):
         real = frames * scale
         torch.testing.assert_close(got[row, :, :real], expected[row, :, :real], atol=1e-12, rtol=0)
