@@ -14,6 +14,7 @@ from .admission import (
 )
 from .chunking import ChunkingConfig, ChunkPlan, ChunkSpan
 from .config import AdmissionPolicyName, SchedulerConfig
+from .first_audio import PHASES as FIRST_AUDIO_PHASES, LMStamps, first_audio_phases
 from .flow import AckedFlow, FlowConfig, UnreadBound
 from .kv_blocks import Extent, KVBlocks
 from .lanes import Lane, ServingMode
@@ -31,6 +32,7 @@ __all__ = [
     "ChunkRouter",
     "ChunkSpan",
     "ChunkingConfig",
+    "FIRST_AUDIO_PHASES",
     "FlowConfig",
     "DeadlineAwarePolicy",
     "Extent",
@@ -38,6 +40,7 @@ __all__ = [
     "Lane",
     "LatencyEstimator",
     "LatencyStat",
+    "LMStamps",
     "PacedStream",
     "PlaybackClock",
     "PrefillFirstPolicy",
@@ -49,6 +52,7 @@ __all__ = [
     "UnreadBound",
     "StreamStatus",
     "WaitingRequest",
+    "first_audio_phases",
     "make_admission_policy",
     "pick_rows",
 ]

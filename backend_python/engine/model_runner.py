@@ -90,7 +90,11 @@ class ModelRunner:
                     self._prefill([seq], outcome)
             return
         self.phases.charge(LoopPhase.PREFILL)
-        self._timing.observe_prefill(num_run, self._clock() - started)
+        ended = self._clock()
+        self._timing.observe_prefill(num_run, ended - started)
+        for seq in seqs:
+            if seq.t_prefilled is None:
+                seq.t_prefilled = ended
         outcome.done.extend(seqs)
 
     def prefill_segment(self, seq: Sequence) -> None:

@@ -107,6 +107,9 @@ class OutputStage:
         for seq, chunk in ready:
             if seq.t_first_emitted is None:
                 seq.t_first_emitted = self._clock()
+                if chunk.chunk_index == 0 and seq.t_admitted is not None and seq.t_prefilled is not None:
+                    chunk = replace(chunk, first_stamps=(seq.arrival_time, seq.t_admitted, seq.t_prefilled,
+                                                         seq.t_first_emitted))
             seq.emitted_frames = chunk.start_frame + chunk.num_new_frames
             try:
                 seq.sink.emit(chunk)

@@ -40,6 +40,8 @@ class Chunk:
     # a cascade's stream context for its refinement lane ([n] int32, cpu: SpeechLM.refine_context); None: none
     refine_context: torch.Tensor | None = None
     segment_start: int = 0  # a cascade's chunk: the stream's index of its segment's first frame (refined alone)
+    # chunk 0 only: the engine's (arrival, admitted, prefilled, emitted) of its stream (scheduler/first_audio.py)
+    first_stamps: tuple[float, float, float, float] | None = None
 
     @property
     def num_new_frames(self) -> int:
@@ -84,6 +86,8 @@ class Sequence:
     is_cancelled: bool = False
     arrival_time: float = 0.0  # engine clock, set by LMEngine.add
     t_first_emitted: float | None = None  # engine clock, when chunk 0 left the engine
+    t_admitted: float | None = None  # engine clock, when it was first admitted (a slot and its KV extent)
+    t_prefilled: float | None = None  # engine clock, when its first prefill ended
     unread: UnreadBound | None = None  # backpressure (scheduler/flow.py); None: never paused
     emitted_frames: int = 0  # frames in the chunks handed to the sink
     text: TextFeed | None = None  # a streaming-text request's text (more may come until it is closed)

@@ -79,6 +79,8 @@ class StepScheduler:
                 break
             self.waiting.remove(seq)
             admission.ready.append(seq)
+            if seq.t_admitted is None:
+                seq.t_admitted = self._clock()
         self._plan_chunks(admission.ready)
         return admission
 

@@ -72,7 +72,10 @@ class ChannelSink:
         self._sample_rate = sample_rate
 
     def emit(self, chunk: Chunk) -> None:
-        self._connection.send(self._stream_id, ChannelKind.CHUNK, chunk_arrays(chunk, self._sample_rate))
+        arrays = chunk_arrays(chunk, self._sample_rate)
+        if chunk.first_stamps is not None:  # the router's first-audio phases (scheduler/first_audio.py)
+            arrays["first_stamps"] = np.array(chunk.first_stamps, dtype=np.float64)
+        self._connection.send(self._stream_id, ChannelKind.CHUNK, arrays)
 
     def finish(self, error) -> None:
         self._connection.send(self._stream_id, ChannelKind.END, ended_of(error))

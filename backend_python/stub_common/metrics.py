@@ -4,6 +4,7 @@
 | --- | --- | --- | --- |
 | `voxlane_chunks_total` | counter | `lane` | audio chunks sent, by the lane that decoded them |
 | `voxlane_ttfa_ms` | histogram | | server-side time from request arrival to its first chunk sent |
+| `voxlane_first_audio_phase_ms` | histogram | `phase` | the server-side TTFA cut into consecutive phases (`to_lm`, `queue`, `prefill`, `frames`, `channel`, `codec`, `send`; `lm` for the first five where the LM sent no stamps: scheduler/first_audio.py); a request's phases add up to its `voxlane_ttfa_ms` |
 | `voxlane_stalls_total` | counter | | chunks sent after their playback deadline |
 | `voxlane_live_requests` | gauge | | streams in flight in the router |
 | `voxlane_lane_up` | gauge | `lane` | 1 while the lane model (`speechlm_lm`, `codec`, `codec_urgent`) serves, 0 while it is down |
@@ -46,12 +47,14 @@ from backend_python.stub_common.periodic import Periodic
 
 from protocol.metrics import ADMISSION_LIMIT_METRIC
 from protocol.models import LANE_MODELS
-from scheduler import ROUTES, Lane, RouteReason
+from scheduler import FIRST_AUDIO_PHASES, ROUTES, Lane, RouteReason
+from scheduler.first_audio import LM_PHASE as FIRST_AUDIO_LM_PHASE
 
 STEP_BATCH_BUCKETS = [1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0]
 PHASE_FLUSH_PERIOD_S = 1.0
 TTFA_BUCKETS_MS = [10.0, 25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0, 2000.0, 5000.0]
 CODEC_BUCKETS_MS = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
+PHASE_BUCKETS_MS = [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0]
 SLACK_BUCKETS_MS = [-500.0, -200.0, -100.0, -50.0, 0.0, 50.0, 100.0, 200.0, 300.0, 500.0, 1000.0, 2000.0, 5000.0]
 
 
@@ -107,9 +110,12 @@ class RouterMetrics:
                                        pb_utils.MetricFamily.COUNTER)
         slack = pb_utils.MetricFamily("voxlane_chunk_slack_ms", "A chunk's playback deadline minus its send time",
                                       pb_utils.MetricFamily.HISTOGRAM)
+        phase = pb_utils.MetricFamily("voxlane_first_audio_phase_ms",
+                                      "The server-side TTFA cut into consecutive phases (they add up to it)",
+                                      pb_utils.MetricFamily.HISTOGRAM)
         self._codec = _CallMetrics("codec", "Codec", "batch decode")
         self._refiner = _CallMetrics("refiner", "Refinement", "batch refinement") if refines else None
-        self._families = (chunks, ttfa, stalls, live, up, restarts, routed, slack, *self._codec.families,
+        self._families = (chunks, ttfa, phase, stalls, live, up, restarts, routed, slack, *self._codec.families,
                           *(self._refiner.families if refines else ()))  # a family must outlive its metrics
         self._lane_up = {model: up.Metric(labels={"lane": model}) for model in lanes}
         self._lane_restarts = {model: restarts.Metric(labels={"lane": model}) for model in lanes}
@@ -120,6 +126,8 @@ class RouterMetrics:
         self._slack = slack.Metric(labels={}, buckets=SLACK_BUCKETS_MS)
         self._chunks = {lane: chunks.Metric(labels={"lane": lane.value}) for lane in Lane}
         self._ttfa = ttfa.Metric(labels={}, buckets=TTFA_BUCKETS_MS)
+        self._phases = {name: phase.Metric(labels={"phase": name}, buckets=PHASE_BUCKETS_MS)
+                        for name in (*FIRST_AUDIO_PHASES, FIRST_AUDIO_LM_PHASE)}
         self._stalls = stalls.Metric(labels={})
         self._live = live.Metric(labels={})
 
@@ -145,9 +153,12 @@ class RouterMetrics:
         with self._lock:
             self._refiner.observe(lane, seconds, run_s)
 
-    def on_first_chunk(self, ttfa_s: float) -> None:
+    def on_first_chunk(self, ttfa_s: float, phases: dict[str, float] | None = None) -> None:
+        """A stream's first chunk sent: its server-side TTFA and, where known, its phases (seconds by name)."""
         with self._lock:
             self._ttfa.observe(ttfa_s * 1e3)
+            for name, seconds in (phases or {}).items():
+                self._phases[name].observe(seconds * 1e3)
 
     def add_live(self, delta: int) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ from backend_python.vox_ensemble.stream import DecodedChunk, Job
 from backend_python.stub_common.metrics import RouterMetrics
 from backend_python.stub_common.responses import error_response
 from protocol.reasons import Ended, EndReason
-from scheduler import PlaybackClock
+from scheduler import PlaybackClock, first_audio_phases
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -46,7 +46,9 @@ class Outlet:
         deadline = clock.deadline(chunk.index) if chunk.index > 0 else None
         self._metrics.on_chunk(chunk.lane, chunk.reason, None if deadline is None else deadline - now)
         if chunk.index == 0:
-            self._metrics.on_first_chunk(now - job.arrival)
+            phases = (None if chunk.received_s is None or chunk.decoded_s is None else
+                      first_audio_phases(job.arrival, chunk.lm_stamps, chunk.received_s, chunk.decoded_s, now))
+            self._metrics.on_first_chunk(now - job.arrival, phases)
         clock.on_sent(chunk.index, chunk.duration_s, now)
         return True
 

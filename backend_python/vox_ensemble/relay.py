@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import time
 from dataclasses import replace
@@ -21,7 +22,9 @@ from protocol.tensors import INPUT_CHUNK_PARAMETER
 from backend_python.stub_common.chunk_channel import ChunkChannel
 from protocol.channel import ChannelKind
 from protocol.reasons import CANCELLED_BY_CLIENT, Ended, EndReason
-from scheduler import AckedFlow, ChunkRouter, FlowConfig, Lane, PlaybackClock
+from scheduler import AckedFlow, ChunkRouter, FlowConfig, Lane, LMStamps, PlaybackClock
+
+log = logging.getLogger("voxlane.relay")
 
 TEXT = "text"  # the kind of a streaming-text piece on its stream's queue: (text, is_final), for the LM
 INPUT_AUDIO = "input_audio"  # the kind of an audio-in piece: (samples [n] float32, is_final), coded for the LM
@@ -141,6 +144,8 @@ class Relay:
         audio = seams.join(audio, _tail_samples(arrays, audio.shape[0]))
         chunk = DecodedChunk(index, lane, audio, sample_rate, is_last=bool(arrays.get("is_last", [False])[0]),
                              reason=route.reason, words=_words(arrays, job.audio.speed), speed=job.audio.speed)
+        if index == 0:  # its first-audio phases (Outlet.send)
+            chunk = replace(chunk, received_s=now, decoded_s=time.monotonic(), lm_stamps=_lm_stamps(arrays))
         clock.on_emitted(index, chunk.duration_s)
         return chunk
 
@@ -177,6 +182,16 @@ def _words(arrays: dict, speed: float) -> bytes | None:
     words = [{**word, "start": round(word["start"] / speed, 3), "end": round(word["end"] / speed, 3)}
              for word in json.loads(data)]
     return json.dumps(words, ensure_ascii=False).encode("utf-8")
+
+
+def _lm_stamps(arrays: dict) -> LMStamps | None:
+    """The LM's stamps on a stream's first chunk, where it sent them (scheduler/first_audio.py)."""
+    stamps = arrays.get("first_stamps")
+    try:
+        return None if stamps is None else LMStamps.from_values(np.asarray(stamps).reshape(-1))
+    except ValueError:
+        log.warning("a first chunk's LM stamps were malformed (%r); its first-audio phases leave them out", stamps)
+        return None
 
 
 def _scalar(arrays: dict, name: str) -> int:

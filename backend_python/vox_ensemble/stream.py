@@ -10,7 +10,7 @@ from audio.stream import AudioPiece, StreamAudio
 from backend_python.stub_common.reference_inputs import ReferenceAudio
 from backend_python.stub_common.request_inputs import SpeechRequest
 from protocol.tensors import SPEECH_REQUEST
-from scheduler import Lane, RouteReason
+from scheduler import Lane, LMStamps, RouteReason
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,11 @@ class DecodedChunk:
     reason: RouteReason | None = None  # why the routing rule chose `lane` (metrics)
     words: bytes | None = None  # UTF-8 JSON `word_timestamps`, when the client asked for them
     speed: float = 1.0  # its listener plays `audio` this many times as fast (`speed`)
+    # chunk 0: when the router received its codes and had its audio (time.monotonic()), and the LM's stamps
+    # (scheduler.LMStamps) when it sent them: its first-audio phases (scheduler/first_audio.py)
+    received_s: float | None = None
+    decoded_s: float | None = None
+    lm_stamps: LMStamps | None = None
 
     @property
     def duration_s(self) -> float:

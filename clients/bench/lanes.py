@@ -6,14 +6,18 @@ and the lane's own decode run, and `voxlane_chunk_slack_ms` is each chunk's dead
 time (backend_python/stub_common/metrics.py). The router updates them as chunks go, so one scrape after a
 run sees all of it. A rate's `lanes` block is the change between a scrape before its runs and one
 after, pooled over its seeds; quantiles come from the histogram buckets as Prometheus's
-`histogram_quantile` computes them (linear within a bucket).
+`histogram_quantile` computes them (linear within a bucket). `voxlane_first_audio_phase_ms{phase}` cuts each
+request's server-side TTFA into consecutive phases (scheduler/first_audio.py): a rate's `first_audio_ms`.
 """
 from __future__ import annotations
 
 import math
 import re
 
-FAMILIES = ("voxlane_chunks_routed_total", "voxlane_codec_queue_ms", "voxlane_codec_run_ms", "voxlane_chunk_slack_ms")
+FAMILIES = ("voxlane_chunks_routed_total", "voxlane_codec_queue_ms", "voxlane_codec_run_ms", "voxlane_chunk_slack_ms",
+            "voxlane_first_audio_phase_ms")
+# the first chunk's path, in order (scheduler/first_audio.py; `lm` stands for the first five without the LM's stamps)
+FIRST_AUDIO_PHASES = ("to_lm", "queue", "prefill", "frames", "channel", "lm", "codec", "send")
 CODEC_LANES = ("urgent", "background")
 URGENT_REASONS = ("first_chunk", "low_slack")
 _LINE = re.compile(r'^([a-z_]+)(?:\{([^}]*)\})? ([0-9.e+-]+|[+-]?Inf|NaN)$')
@@ -70,12 +74,20 @@ def lanes_block(delta: dict | None) -> dict | None:
             "urgent_share_total": round(sum(urgent.values()) / total, 4) if total else None,
             "queue_ms": {lane: histogram_stats(delta, "voxlane_codec_queue_ms", lane) for lane in CODEC_LANES},
             "run_ms": {lane: histogram_stats(delta, "voxlane_codec_run_ms", lane) for lane in CODEC_LANES},
-            "slack_ms": histogram_stats(delta, "voxlane_chunk_slack_ms", None, quantiles=(0.1, 0.5, 0.9))}
+            "slack_ms": histogram_stats(delta, "voxlane_chunk_slack_ms", None, quantiles=(0.1, 0.5, 0.9)),
+            "first_audio_ms": first_audio_block(delta)}
 
 
-def histogram_stats(delta: dict, family: str, lane: str | None, quantiles=(0.5, 0.9)) -> dict:
-    """count, mean and quantiles (`p50`…) of one histogram series (`lane` None: no lane label)."""
-    lane_labels = () if lane is None else (("lane", lane),)
+def first_audio_block(delta: dict) -> dict:
+    """The first chunk's phases that some request went through, in path order: count, mean, p50, p90 ms."""
+    stats = {phase: histogram_stats(delta, "voxlane_first_audio_phase_ms", phase, label="phase")
+             for phase in FIRST_AUDIO_PHASES}
+    return {phase: value for phase, value in stats.items() if value["count"]}
+
+
+def histogram_stats(delta: dict, family: str, lane: str | None, quantiles=(0.5, 0.9), label: str = "lane") -> dict:
+    """count, mean and quantiles (`p50`…) of one histogram series (`lane` None: no `label` label)."""
+    lane_labels = () if lane is None else ((label, lane),)
     count = delta.get((f"{family}_count", lane_labels), 0.0)
     total = delta.get((f"{family}_sum", lane_labels), 0.0)
     buckets = sorted((_bound(dict(labels)["le"]), value) for (name, labels), value in delta.items()

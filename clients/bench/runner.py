@@ -183,8 +183,10 @@ def _format_lanes(block: dict | None) -> str:
     if not block or block["urgent_share_total"] is None:
         return ""
     share = block["urgent_share"]
+    phases = ", ".join(f"{phase} {stats['mean']}" for phase, stats in block.get("first_audio_ms", {}).items())
     return (f"; urgent {block['urgent_share_total']:.0%} (first {share['first_chunk']:.0%}, "
-            f"low slack {share['low_slack']:.0%}), slack p10 {block['slack_ms']['p10']} ms")
+            f"low slack {share['low_slack']:.0%}), slack p10 {block['slack_ms']['p10']} ms"
+            + (f"; first audio, mean ms: {phases}" if phases else ""))
 
 
 def load_results(path: Path) -> dict:

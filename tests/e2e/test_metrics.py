@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 import urllib.request
 
+import pytest
+
 from clients.stream import synthesize
 from tests.e2e.test_streaming import TEXT
 from tests.waiting import wait_for
@@ -42,6 +44,27 @@ def test_long_utterance_uses_both_codec_lanes_and_metrics_count_them(server, url
     assert after["voxlane_live_requests"] == 0
     assert after["voxlane_lm_batch_size"] == 0  # the running batch is empty again
     assert "voxlane_stalls_total" in after
+
+
+def test_a_requests_first_audio_phases_add_up_to_its_ttfa(server, url):
+    """Every phase of the first chunk's path observed once for one request, the LM's stamps among them (not the
+    fallback `lm`), and their sums add up to the TTFA histogram's."""
+    from scheduler import FIRST_AUDIO_PHASES
+    assert no_live_requests(server)  # the histograms' deltas are this request's alone
+    before = scrape(server)
+    synthesize(url, "Where does the first audio's time go?", seed=3, max_audio_seconds=1.0, ignore_eos=True)
+    after = scrape(server)
+
+    def delta(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert delta("voxlane_ttfa_ms_count") == 1
+    for phase in FIRST_AUDIO_PHASES:
+        assert delta(f'voxlane_first_audio_phase_ms_count{{phase="{phase}"}}') == 1, phase
+    assert delta('voxlane_first_audio_phase_ms_count{phase="lm"}') == 0
+    total = sum(delta(f'voxlane_first_audio_phase_ms_sum{{phase="{phase}"}}') for phase in FIRST_AUDIO_PHASES)
+    assert total == pytest.approx(delta("voxlane_ttfa_ms_sum"), abs=0.01)
+    assert delta('voxlane_first_audio_phase_ms_sum{phase="prefill"}') > 0  # a prompt's prefill takes time
 
 
 def test_lm_phase_counters_cover_its_time_and_count_its_steps(server, url):

@@ -22,6 +22,11 @@ voxlane_chunk_slack_ms_bucket{le="100"} 10
 voxlane_chunk_slack_ms_bucket{le="200"} 30
 voxlane_chunk_slack_ms_bucket{le="+Inf"} 30
 voxlane_lm_idle_seconds_total 5
+voxlane_first_audio_phase_ms_count{phase="queue"} 2
+voxlane_first_audio_phase_ms_sum{phase="queue"} 4
+voxlane_first_audio_phase_ms_bucket{le="2",phase="queue"} 1
+voxlane_first_audio_phase_ms_bucket{le="5",phase="queue"} 2
+voxlane_first_audio_phase_ms_bucket{le="+Inf",phase="queue"} 2
 """
 AFTER = """voxlane_chunks_routed_total{lane="urgent",reason="first_chunk"} 20
 voxlane_chunks_routed_total{lane="urgent",reason="low_slack"} 30
@@ -38,6 +43,17 @@ voxlane_chunk_slack_ms_bucket{le="0"} 40
 voxlane_chunk_slack_ms_bucket{le="100"} 90
 voxlane_chunk_slack_ms_bucket{le="200"} 110
 voxlane_chunk_slack_ms_bucket{le="+Inf"} 110
+voxlane_first_audio_phase_ms_count{phase="queue"} 12
+voxlane_first_audio_phase_ms_sum{phase="queue"} 34
+voxlane_first_audio_phase_ms_bucket{le="2",phase="queue"} 1
+voxlane_first_audio_phase_ms_bucket{le="5",phase="queue"} 12
+voxlane_first_audio_phase_ms_bucket{le="+Inf",phase="queue"} 12
+voxlane_first_audio_phase_ms_count{phase="prefill"} 10
+voxlane_first_audio_phase_ms_sum{phase="prefill"} 80
+voxlane_first_audio_phase_ms_bucket{le="5",phase="prefill"} 0
+voxlane_first_audio_phase_ms_bucket{le="10",phase="prefill"} 10
+voxlane_first_audio_phase_ms_bucket{le="+Inf",phase="prefill"} 10
+voxlane_first_audio_phase_ms_count{phase="lm"} 0
 """
 
 
@@ -63,6 +79,13 @@ def test_slack_quantiles_reach_below_zero():
     slack = block()["slack_ms"]  # 80 new chunks: 40 at or below -100 ms, 40 in (0, 100], 0 in (100, 200]
     assert slack["count"] == 80 and slack["p10"] == -100.0
     assert slack["p90"] == pytest.approx(80.0)  # rank 72: 32 of the 40 in (0, 100]
+
+
+def test_the_first_audio_phases_come_in_path_order_with_the_ones_no_request_took_left_out():
+    phases = block()["first_audio_ms"]  # 10 new requests each
+    assert list(phases) == ["queue", "prefill"]  # path order, not the scrape's; `lm` saw none
+    assert phases["queue"] == {"count": 10, "mean": 3.0, "p50": 3.5, "p90": 4.7}  # all 10 in (2, 5]
+    assert phases["prefill"] == {"count": 10, "mean": 8.0, "p50": 7.5, "p90": 9.5}
 
 
 def test_seeds_of_one_rate_pool_their_deltas():

@@ -28,6 +28,6 @@ def test_panels_have_unique_ids_fit_the_grid_and_read_the_chosen_datasource():
 
 def test_the_dashboard_covers_the_listener_lanes_load_and_triton():
     names = dashboard.metric_names(dashboard.queries(dashboard.load()))
-    assert {"voxlane_ttfa_ms_bucket", "voxlane_stalls_total", "voxlane_chunks_total", "voxlane_live_requests",
+    assert {"voxlane_ttfa_ms_bucket", "voxlane_first_audio_phase_ms_bucket", "voxlane_stalls_total", "voxlane_chunks_total", "voxlane_live_requests",
             "voxlane_lm_batch_size", "voxlane_admission_limit", "nv_inference_queue_duration_us",
             "nv_inference_compute_infer_duration_us"} <= names
