@@ -42,7 +42,7 @@ def test_kernel_from_exponentiated_parameters(dtype):
     alpha = torch.rand(5, device=DEVICE) + 0.5
     inv_beta = torch.rand(5, device=DEVICE) + 0.5
     for x in inputs(dtype):
-        assert snake._fused(x)
+        assert snake.runs_kernel(x)
         reference = snake.snake_beta_reference(x.float(), alpha, inv_beta)
         got = snake.snake_beta(x, alpha, inv_beta)
         assert got.dtype == dtype and got.is_contiguous()
@@ -86,7 +86,7 @@ def test_the_module_without_the_kernel_is_the_torch_expression():
         module.alpha.copy_(torch.tensor([0.1, -0.2, 0.3, 0.0]))
         module.beta.copy_(torch.tensor([0.0, 0.2, -0.1, 0.4]))
     x = torch.randn(2, 4, 9)[..., ::2]  # not unit-strided along T: the torch expression
-    assert not snake._fused(x)
+    assert not snake.runs_kernel(x)
     alpha, beta = torch.exp(module.alpha)[None, :, None], torch.exp(module.beta)[None, :, None]
     expected = x + torch.sin(x * alpha) ** 2 / (beta + 1e-9)
     with torch.no_grad():

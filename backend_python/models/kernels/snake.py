@@ -34,21 +34,21 @@ def snake_beta_reference(x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.T
     return x + inv_beta[None, :, None] * torch.pow(torch.sin(x * alpha[None, :, None]), 2)
 
 
-def _fused(x: torch.Tensor) -> bool:
+def runs_kernel(x: torch.Tensor) -> bool:
     """Whether the kernel takes x: Triton for x's device (CUDA, or the CPU under the interpreter), [B, C, T] with
     unit stride along T (a trimmed conv output's other strides are fine)."""
     return triton is not None and runs_kernels_on(x.device) and x.dim() == 3 and x.stride(-1) == 1
 
 
 def snake_beta(x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor) -> torch.Tensor:
-    if not _fused(x):
+    if not runs_kernel(x):
         return snake_beta_reference(x, alpha, inv_beta)
     return _launch(x, alpha.float().contiguous(), inv_beta.float().contiguous(), log_params=False)
 
 
 def snake_beta_log(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
     """SnakeBeta from log-scale parameters: alpha = e^log_alpha, 1 / beta = 1 / (e^log_beta + 1e-9)."""
-    if not _fused(x) or not (log_alpha.is_contiguous() and log_beta.is_contiguous()):
+    if not runs_kernel(x) or not (log_alpha.is_contiguous() and log_beta.is_contiguous()):
         return snake_beta_reference(x, torch.exp(log_alpha), 1.0 / (torch.exp(log_beta) + 1e-9))
     return _launch(x, log_alpha, log_beta, log_params=True)
 
@@ -57,8 +57,8 @@ def snake_beta_fused(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.T
                      bias: torch.Tensor | None = None,
                      shift: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(SnakeBeta of x + bias, x + bias + shift or None), bias and shift [C] per channel (None: none), in one pass
-    where the kernel runs (`_fused`); elsewhere the same in torch."""
-    if not _fused(x) or not all(p is None or p.is_contiguous() for p in (log_alpha, log_beta, bias, shift)):
+    where the kernel runs (`runs_kernel`); elsewhere the same in torch."""
+    if not runs_kernel(x) or not all(p is None or p.is_contiguous() for p in (log_alpha, log_beta, bias, shift)):
         pre = x if bias is None else x + bias[None, :, None]
         activated = snake_beta_reference(pre, torch.exp(log_alpha), 1.0 / (torch.exp(log_beta) + 1e-9))
         return activated, (None if shift is None else pre + shift[None, :, None])

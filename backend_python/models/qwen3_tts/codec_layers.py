@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend_python.models.kernels.snake import _fused as runs_snake_kernel, snake_beta_fused, snake_beta_log
+from backend_python.models.kernels.snake import runs_kernel as runs_snake_kernel, snake_beta_fused, snake_beta_log
 
 from ..codec_stream import POSITION, CodecStreamState, StreamCarry
 from .codec_config import Qwen3TTSCodecConfig
@@ -236,7 +236,6 @@ class ResidualVectorQuantizer(nn.Module):
         self.input_proj = nn.Conv1d(io_dim, dim, 1, bias=False)
         self.output_proj = nn.Conv1d(dim, io_dim, 1, bias=False)
         self.vq = ResidualVectorQuantization(dim, codebook_size, num_quantizers)
-
         self._lookup: tuple[tuple, torch.Tensor, torch.Tensor] | None = None
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
