@@ -32,6 +32,7 @@ stop_serve() { kill -TERM $serve_pid 2>/dev/null; wait $serve_pid; gzip -c $work
 bench() {  # NAME RATES...: the sweep through the gateway
   local name=$1; shift
   timeout ${BENCH_S:-260} python3 -m server.cli bench --protocol openai --url 127.0.0.1:9000 --rates "$@" \
+    --metrics-url http://127.0.0.1:8002/metrics \
     --duration ${DURATION:-12} --max-audio-seconds ${MAX_AUDIO:-6} --workload .devdata/librispeech_pc_test_clean.tsv \
     --out $work/bench-$name 2>&1 | grep -vE "^[IWE][0-9]" | tail -25 | tee "$out/bench-$name.txt"
   cp $work/bench-$name/results.json "$out/results-$name.json" 2>/dev/null

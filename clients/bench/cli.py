@@ -68,8 +68,9 @@ def add_bench_flags(parser: argparse.ArgumentParser) -> None:
                              "a live microphone); TTFA counts from the first piece, stalls are split into the "
                              "input's and the server's, and each chunk's algorithmic latency is reported")
     parser.add_argument("--metrics-url", default=None,
-                        help="the server's Prometheus endpoint, for the LM's time breakdown per rate "
-                             "(default: port 8002 on the --url host)")
+                        help="the server's Prometheus endpoint, for the LM's time, the lanes and the first "
+                             "audio's phases per rate (default: port 8002 on the --url host with --protocol grpc; "
+                             "through a gateway, --protocol openai, only where it is given)")
     parser.add_argument("--smoke", action="store_true",
                         help="CPU smoke run: rates 1 2, 4 s each, 1.2 s requests (flags given still apply)")
 

@@ -92,7 +92,9 @@ async def _run_rate(config: BenchConfig, utterances, rate: float, slo: Slo, runs
     metrics_url = config.metrics_url or metrics_url_for(config.url)
     for seed in config.seeds:
         plan = plan_run(config, utterances, rate, seed)
-        before = scrape_text(metrics_url) if config.protocol == "grpc" else None
+        # through a gateway the server's /metrics is not the url's host: only where it was named
+        scrapes = config.protocol == "grpc" or config.metrics_url is not None
+        before = scrape_text(metrics_url) if scrapes else None
         rate_runs.append(await run_load(config, plan, rate, seed))
         if before is not None:
             await asyncio.sleep(EXPORT_LAG_S)  # the LM's last second of the run reaches /metrics

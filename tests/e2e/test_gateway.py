@@ -201,9 +201,11 @@ def test_health_reports_the_down_server_and_metrics_the_write_overhead(gateway):
     assert 0 < float(p50.split()[-1]) < 100
 
 
-def test_bench_through_the_gateway_counts_all_the_audio(gateway, tmp_path):
+def test_bench_through_the_gateway_counts_all_the_audio(gateway, server, tmp_path):
+    """Every chunk's audio counted through the gateway; with the server's /metrics named, the rate also has the
+    server's side: the lanes and the first audio's phases, one of each per request (the gateway's only server)."""
     config = replace(smoke_config(gateway.url.removeprefix("http://"), tmp_path), rates=(2.0,), duration_s=2.0,
-                     max_audio_seconds=0.8, protocol="openai")
+                     max_audio_seconds=0.8, protocol="openai", metrics_url=server.metrics_url)
     results = run_bench(config, log=lambda line: None)
     records = results["runs"][0]["records"]
     assert records and all(r["error"] is None and r["done_s"] is not None for r in records)
@@ -211,6 +213,10 @@ def test_bench_through_the_gateway_counts_all_the_audio(gateway, tmp_path):
         expected = round(record["requested_audio_s"] * 12.5) / 12.5
         assert abs(sum(c["duration_s"] for c in record["chunks"]) - expected) < 1e-6
     assert results["server"]["mode"] == "voxlane"
+    [summary] = results["summaries"]
+    phases = summary["lanes"]["first_audio_ms"]
+    assert list(phases) == ["to_lm", "queue", "prefill", "frames", "channel", "codec", "send"]
+    assert all(stats["count"] == len(records) for stats in phases.values())
 
 
 def _health(gateway) -> dict:
