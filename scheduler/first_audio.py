@@ -9,7 +9,7 @@ the server's processes on a host.
 | phase | from | to |
 | --- | --- | --- |
 | `to_lm` | the router saw the request | the LM engine took it (a cloned voice's encoding, the hop to the lane) |
-| `queue` | the engine took it | admitted: a slot and its KV extent (waiting for room, the step in flight) |
+| `queue` | the engine took it | admitted: a slot and its KV extent (waiting for room, the step in flight, or a streaming text's first words) |
 | `prefill` | admitted | its prompt prefilled (batched with the others admitted at that step) |
 | `frames` | prefilled | the first chunk's frames decoded and the chunk handed to the channel |
 | `channel` | the chunk left the engine | the router received it |
