@@ -70,6 +70,10 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="the LM's KV pool (0: auto, 35%% of the GPU's memory; 128 MiB on the CPU)")
     parser.add_argument("--max-queued", type=int, default=defaults.max_queued,
                         help="requests waiting for a slot or KV memory; beyond it new requests get 'overloaded' (503)")
+    parser.add_argument("--overlap-min-rows", type=int, default=defaults.overlap_min_rows,
+                        help="on CUDA an LM step of at least this many rows overlaps the next one's launch; a smaller "
+                             "one is read at once, so a request arriving at low load is prefilled a step sooner "
+                             "(1: every step overlapped)")
     parser.add_argument("--first-chunk-frames", type=int, default=defaults.first_chunk_frames,
                         help="frames in a stream's first chunk (default: the model family's plan, mostly 2)")
     parser.add_argument("--chunk-frames", type=int, default=defaults.chunk_frames,
@@ -168,6 +172,7 @@ def _serve_config(args: argparse.Namespace) -> ServeConfig:
                        ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
                        max_slots=args.max_slots, max_batch=args.max_batch, kv_layout=KVLayout(args.kv_layout),
                        kv_cache_gb=args.kv_cache_gb, max_queued=args.max_queued, first_chunk_frames=args.first_chunk_frames,
+                       overlap_min_rows=args.overlap_min_rows,
                        chunk_frames=args.chunk_frames, chunk_growth=args.chunk_growth, partition=args.partition,
                        first_chunk_frames_idle=args.first_chunk_frames_idle,
                        first_chunk_frames_busy=args.first_chunk_frames_busy, busy_streams=args.busy_streams,

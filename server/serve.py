@@ -72,6 +72,7 @@ class ServeConfig:
     kv_layout: KVLayout = _ENGINE.kv_layout
     kv_cache_gb: float = _ENGINE.kv_cache_gb  # 0: auto (engine/kv_memory.py)
     max_queued: int = _ENGINE.max_queued  # requests waiting for an LM slot or KV memory before new ones are refused
+    overlap_min_rows: int = _ENGINE.overlap_min_rows  # a smaller LM step is not overlapped (EngineConfig)
     # the chunk plan; a field left at FROM_MODEL takes the model family's (its description's `chunk_plan`: most take
     # the engine's ramp 2, 4, 8, 10, …; a flow-matching codec's may be 18, 18, …). chunk_growth None: no ramp
     first_chunk_frames: int | None = None
@@ -268,7 +269,8 @@ class ServeConfig:
     def engine_config(self) -> EngineConfig:
         """The LM lane's engine (its codec context comes from the model family, in the lane)."""
         return EngineConfig(max_slots=self.max_slots, max_batch=self.max_batch, max_queued=self.max_queued,
-                            kv_layout=self.kv_layout, kv_cache_gb=self.kv_cache_gb, scheduler=self.scheduler_config())
+                            kv_layout=self.kv_layout, kv_cache_gb=self.kv_cache_gb,
+                            overlap_min_rows=self.overlap_min_rows, scheduler=self.scheduler_config())
 
     def lane_settings(self, model_name: str) -> LaneSettings:
         """Model, device and torch settings of one lane's process."""

@@ -7,7 +7,9 @@
 # 1 req/s for DURATION_IDLE s), then open-loop Poisson arrivals of the short workload capped at MAX_AUDIO s at
 # RATES req/s (DURATION s each): TTFA p50/p95, stalls. RUNS: fused (--fused-frame), plain (--no-fused-frame,
 # today's default) and noroom (plain with --first-chunk-room 0: the one-frame first chunk only for a request that
-# starts alone, as before the chunk plan followed the load). Writes bench-RUN.txt, results-RUN.json and each server's log under OUT_DIR.
+# starts alone, as before the chunk plan followed the load), overlap1 (plain with --overlap-min-rows 1: every LM step
+# overlapped, as before the minimum). Each rate's results hold the first audio's phases (the server's /metrics).
+# Writes bench-RUN.txt, results-RUN.json and each server's log under OUT_DIR.
 source tools/device_env.sh "$@" || exit 1
 model=${MODEL:-qwen3-tts-1.7b}
 work=/tmp/fused-e2e && rm -rf $work && mkdir -p $work
@@ -43,6 +45,7 @@ for run in ${RUNS:-fused plain}; do
     fused) flags=--fused-frame ;;
     plain) flags=--no-fused-frame ;;
     noroom) flags="--no-fused-frame --first-chunk-room 0" ;;
+    overlap1) flags="--no-fused-frame --overlap-min-rows 1" ;;  # every LM step overlapped, as before the minimum
     *) echo "unknown run $run"; continue ;;
   esac
   if start_serve $run $flags; then  # word-split: $flags may hold several

@@ -18,7 +18,8 @@ class KVLayout(enum.Enum):
 
 
 # rendered into config.pbtxt (codec_left_context_frames comes from the model family)
-_RENDERED = ("max_slots", "max_batch", "max_seq_len", "max_queued", "kv_layout", "kv_cache_gb", "kv_block_size")
+_RENDERED = ("max_slots", "max_batch", "max_seq_len", "max_queued", "kv_layout", "kv_cache_gb", "kv_block_size",
+             "overlap_min_rows")
 # a parameter that, where present, replaces the family's codec lookahead (`voxlane serve --codec-lookahead-frames`)
 LOOKAHEAD_OVERRIDE = "codec_lookahead_frames"
 
@@ -45,6 +46,10 @@ class EngineConfig:
     codec_overlap_frames: int = 0  # of those, frames of audio cross-faded into the next chunk
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # chunking and admission
     overlap_steps: bool | None = None  # launch step t+1 before reading step t's codes; None: on CUDA only
+    # overlapped, a step of fewer rows than this is read before the next is launched: a request that arrives
+    # meanwhile is prefilled at once instead of after a step already queued (its TTFA a frame shorter); at low load
+    # the streams are far ahead of their listeners and lose nothing. 1: every step overlapped.
+    overlap_min_rows: int = 8
     num_delay_steps: int = 0  # steps a stream runs past its frames: its family's SpeechLM.num_delay_steps
 
     def __post_init__(self) -> None:
@@ -63,6 +68,8 @@ class EngineConfig:
             raise ValueError("codec_overlap_frames must not exceed codec_lookahead_frames")
         if self.num_delay_steps < 0:
             raise ValueError(f"num_delay_steps must be >= 0, got {self.num_delay_steps}")
+        if self.overlap_min_rows < 1:
+            raise ValueError(f"overlap_min_rows must be >= 1, got {self.overlap_min_rows}")
 
     def length_error(self, needed: int, num_prompt_tokens: int, num_frames: int, what: str = "request") -> str | None:
         """Why a prompt and its frames would not fit one stream's `max_seq_len` (`what`: the request, or its

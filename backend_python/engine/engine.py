@@ -14,7 +14,8 @@ complete frames only, and its end of speech runs on until the last codebook clos
 
 With `overlap_steps` (the default on CUDA) the host work of a step runs while the GPU computes the next one (the
 runner reads a step's codes one step late). A request that ended at step t has one more, discarded, row in step
-t+1.
+t+1. A step of fewer than `overlap_min_rows` rows is read at once (after the one in flight): at low load the GPU
+then has no step queued when a new request comes, and its prefill starts a step sooner.
 
 Other threads talk to the loop through its inbox (new requests, wake-ups) and the updates it applies between steps:
 cancels, flow (frames taken), streamed text and input.
@@ -216,10 +217,9 @@ class LMEngine:
             self.output.start(seq)
 
     def _decode(self, rows: list[Sequence]) -> None:
-        """Launch a frame for `rows`, then read and emit the step whose codes are due (overlapped: the one
-        before, whose host work hides behind this one)."""
-        done = self.runner.in_flight(self._launch(rows) if rows else None)
-        if done is not None:
+        """Launch a frame for `rows`, then read and emit the steps whose codes are due (overlapped: the one
+        before, whose host work hides behind this one; ModelRunner.in_flight)."""
+        for done in self.runner.in_flight(self._launch(rows) if rows else None):
             self.output.emit(self.output.take(done, *self.runner.read(done)))
 
     def _launch(self, rows: list[Sequence]) -> LaunchedStep | None:

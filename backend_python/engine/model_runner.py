@@ -43,6 +43,7 @@ class ModelRunner:
         self._clock = clock
         self.is_overlapped = (config.overlap_steps if config.overlap_steps is not None
                               else model.device.type == "cuda")
+        self.overlap_min_rows = config.overlap_min_rows  # a smaller step is read before the next is launched
         self.pending: LaunchedStep | None = None  # the step whose codes are still on their way
         self.kv_positions = self._allocate(config)
 
@@ -124,13 +125,18 @@ class ModelRunner:
             self.phases.charge(LoopPhase.DECODE)
             self.phases.on_step(len(rows))
 
-    def in_flight(self, launched: LaunchedStep | None) -> LaunchedStep | None:
-        """The step whose codes to read now: `launched` itself, or, overlapped, the one launched before it (which
-        `launched` now hides the host work of)."""
+    def in_flight(self, launched: LaunchedStep | None) -> list[LaunchedStep]:
+        """The steps whose codes to read now, in launch order: `launched` itself, or, overlapped, the one launched
+        before it (which `launched` now hides the host work of). Overlapped, a step of fewer than
+        `overlap_min_rows` rows is read at once too, after the one still in flight: at low load no step waits
+        queued behind it, so a request that comes meanwhile is prefilled as soon as this one ends."""
         if not self.is_overlapped:
-            return launched
+            return [] if launched is None else [launched]
+        if launched is not None and len(launched.rows) < self.overlap_min_rows:
+            steps, self.pending = [step for step in (self.pending, launched) if step is not None], None
+            return steps
         done, self.pending = self.pending, launched
-        return done
+        return [] if done is None else [done]
 
     def read(self, step: LaunchedStep) -> tuple[torch.Tensor, torch.Tensor]:
         """A launched step's codes ([n, K] or [n, M, K] int64, host) and ends of speech ([n] or [n, M] bool),

@@ -84,7 +84,7 @@ DELAYS = [(0, 1, 2, 3), (0, 3, 1, 1), (0, 1, 1, 1)]
 def make_engine(model: TwinLM, overlap: bool, max_slots: int = 4) -> LMEngine:
     chunking = ChunkingConfig(first_chunk_frames=2, chunk_frames=5, chunk_growth=None)
     config = EngineConfig(max_slots=max_slots, max_seq_len=256, codec_left_context_frames=3, overlap_steps=overlap,
-                          num_delay_steps=model.num_delay_steps,
+                          overlap_min_rows=1, num_delay_steps=model.num_delay_steps,
                           scheduler=SchedulerConfig(chunking=chunking,
                                                     admission_policy=AdmissionPolicyName.PREFILL_FIRST))
     return LMEngine(model, config)

@@ -105,8 +105,8 @@ class MultiFrameLM:
 
 @pytest.mark.parametrize("overlap", [False, True])
 def test_several_frames_per_step_give_the_frames_of_one_per_step(lm, overlap):
-    _, plain, _ = serve(lm, 11, overlap_steps=overlap)
-    engine, multi, sink = serve(MultiFrameLM(lm, 3), 11, overlap_steps=overlap)  # 11: the cap cuts a step short
+    _, plain, _ = serve(lm, 11, overlap_steps=overlap, overlap_min_rows=1)
+    engine, multi, sink = serve(MultiFrameLM(lm, 3), 11, overlap_steps=overlap, overlap_min_rows=1)  # 11: the cap cuts a step short
     assert multi.num_frames == 11
     torch.testing.assert_close(torch.stack(multi.frames), torch.stack(plain.frames), rtol=0, atol=0)
     assert sum(c.num_new_frames for c in sink.chunks) == 11

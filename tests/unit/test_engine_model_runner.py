@@ -98,18 +98,33 @@ def test_the_prefill_timing_counts_the_positions_a_hit_ran_not_its_cached_prefix
 
 def test_the_decode_step_is_read_at_once_unless_overlapped(lm):
     for is_overlapped in (False, True):
-        runner, phases, timing = make_runner(lm, overlap_steps=is_overlapped)
+        runner, phases, timing = make_runner(lm, overlap_steps=is_overlapped, overlap_min_rows=1)
         rows = [make_seq(lm, "One.", 0, seed=1), make_seq(lm, "Two.", 1, seed=2)]
         assert runner.prefill(rows).done == rows
         first = runner.launch(rows)
         assert [seq.segment.num_launched for seq in rows] == [1, 1]
         done = runner.in_flight(first)
-        assert done is (None if is_overlapped else first)
+        assert done == ([] if is_overlapped else [first])
         if is_overlapped:
-            assert runner.pending is first and runner.in_flight(runner.launch(rows)) is first
+            assert runner.pending is first and runner.in_flight(runner.launch(rows)) == [first]
         codes, is_eos = runner.read(first)
         assert codes.shape == (2, lm.num_codebooks) and is_eos.shape == (2,)
         assert timing.step_s > 0 and phases.drain().step_batch_sizes[2] == (2 if is_overlapped else 1)
+
+
+def test_a_step_of_fewer_rows_than_the_overlap_minimum_is_read_at_once_after_the_one_in_flight(lm):
+    runner, _, _ = make_runner(lm, overlap_steps=True, overlap_min_rows=2)
+    rows = [make_seq(lm, "One.", 0, seed=1), make_seq(lm, "Two.", 1, seed=2)]
+    runner.prefill(rows)
+    both = runner.launch(rows)
+    assert runner.in_flight(both) == [] and runner.pending is both  # two rows: overlapped
+    alone = runner.launch(rows[:1])
+    assert runner.in_flight(alone) == [both, alone] and runner.pending is None  # one row: read now, in order
+    again = runner.launch(rows[:1])
+    assert runner.in_flight(again) == [again]  # nothing in flight: this one alone
+    assert runner.in_flight(None) == []
+    for step in (both, alone, again):
+        runner.read(step)
 
 
 def test_both_modes_decode_the_same_codes(lm):

@@ -8,8 +8,8 @@ from backend_python.engine.timing import LoopPhase, PhaseClock
 from tests.unit.test_engine import lm, make_engine, make_seq, run_until_done  # noqa: F401 (lm: fixture)
 
 
-def serve(lm, overlap: bool, frames: tuple[int, ...], max_slots: int = 4):
-    engine = make_engine(lm, overlap_steps=overlap, max_slots=max_slots)
+def serve(lm, overlap: bool, frames: tuple[int, ...], max_slots: int = 4, overlap_min_rows: int = 1):
+    engine = make_engine(lm, overlap_steps=overlap, overlap_min_rows=overlap_min_rows, max_slots=max_slots)
     pairs = [make_seq(lm, f"Request number {i}.", frames=n, seed=i) for i, n in enumerate(frames)]
     for seq, _ in pairs:
         engine.add(seq)
@@ -29,6 +29,32 @@ def test_overlapped_steps_serve_the_same_chunks_as_plain_steps(lm):
             torch.testing.assert_close(ca.tokens, cb.tokens, rtol=0, atol=0)
 
 
+def test_steps_that_switch_between_overlapped_and_read_at_once_serve_the_same_chunks(lm):
+    """With an overlap minimum of 3 rows the steps of this load go from 1 to 4 rows and back, so the runner passes
+    from overlapped to read-at-once (the step in flight read first) and back: the chunks are the plain steps'."""
+    frames = (3, 12, 7, 1, 9, 4)
+    _, plain = serve(lm, False, frames, max_slots=4)
+    engine, mixed = serve(lm, True, frames, max_slots=4, overlap_min_rows=3)
+    sizes = engine.phases.drain().step_batch_sizes
+    assert any(n < 3 for n in sizes) and any(n >= 3 for n in sizes)  # both kinds of step ran
+    for a, b in zip(plain, mixed):
+        assert a.error is None and b.error is None
+        assert [c.chunk_index for c in a.chunks] == [c.chunk_index for c in b.chunks]
+        for ca, cb in zip(a.chunks, b.chunks):
+            torch.testing.assert_close(ca.tokens, cb.tokens, rtol=0, atol=0)
+    assert sorted(engine.scheduler.free_slots) == [0, 1, 2, 3]
+
+
+def test_a_small_step_is_read_in_the_step_that_launched_it(lm):
+    """Below the overlap minimum, the first step's codes are read (and its frame kept) in the step itself."""
+    engine = make_engine(lm, overlap_steps=True, overlap_min_rows=2)
+    seq, sink = make_seq(lm, "Hello.", frames=8)
+    engine.add(seq)
+    engine._collect(0)
+    engine.step()
+    assert seq.num_frames == 1 and engine.runner.pending is None
+
+
 def test_a_request_ending_while_the_next_step_runs_gets_no_extra_frame(lm):
     engine, (sink,) = serve(lm, True, (5,))
     assert sum(c.num_new_frames for c in sink.chunks) == 5
@@ -37,7 +63,7 @@ def test_a_request_ending_while_the_next_step_runs_gets_no_extra_frame(lm):
 
 def test_overlapped_engine_reads_nothing_before_the_next_launch(lm):
     """The first step only launches: its codes are read, and its chunk sent, during the second."""
-    engine = make_engine(lm, overlap_steps=True)
+    engine = make_engine(lm, overlap_steps=True, overlap_min_rows=1)
     seq, sink = make_seq(lm, "Hello.", frames=8)
     engine.add(seq)
     engine._collect(0)

@@ -34,6 +34,7 @@ def lm(request):
 def make_engine(lm, overlap: bool = False) -> LMEngine:
     chunking = ChunkingConfig(first_chunk_frames=2, chunk_frames=4, chunk_growth=None)
     return LMEngine(lm, EngineConfig(max_slots=3, max_seq_len=256, codec_left_context_frames=2, overlap_steps=overlap,
+                                     overlap_min_rows=1,
                                      scheduler=SchedulerConfig(chunking=chunking,
                                                                admission_policy=AdmissionPolicyName.PREFILL_FIRST)))
 

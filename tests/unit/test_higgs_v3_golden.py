@@ -104,7 +104,8 @@ def test_the_end_of_stream_countdown_through_the_engine_is_the_reference_s(lm, o
     monkeypatch.setattr(lm, "decode", recording(lm.decode, emitted))
     sink = ListSink()
     engine = LMEngine(lm, EngineConfig(
-        max_slots=2, max_seq_len=256, codec_left_context_frames=2, overlap_steps=overlap, num_delay_steps=K - 1,
+        max_slots=2, max_seq_len=256, codec_left_context_frames=2, overlap_steps=overlap, overlap_min_rows=1,
+        num_delay_steps=K - 1,
         scheduler=SchedulerConfig(chunking=ChunkingConfig(first_chunk_frames=2, chunk_frames=5, chunk_growth=None),
                                   admission_policy=AdmissionPolicyName.PREFILL_FIRST)))
     engine.add(Sequence(request_id="r", prompt=lm.encode_prompt("Hello world.", None),
