@@ -17,16 +17,20 @@ def serve(lm, overlap: bool, frames: tuple[int, ...], max_slots: int = 4, overla
     return engine, [sink for _, sink in pairs]
 
 
-def test_overlapped_steps_serve_the_same_chunks_as_plain_steps(lm):
-    frames = (3, 12, 7, 1, 9)  # more requests than slots: some join while others finish mid-step
-    _, plain = serve(lm, False, frames, max_slots=3)
-    _, overlapped = serve(lm, True, frames, max_slots=3)
-    for a, b in zip(plain, overlapped):
+def assert_same_chunks(expected: list, got: list) -> None:
+    for a, b in zip(expected, got, strict=True):
         assert a.error is None and b.error is None
         assert [c.chunk_index for c in a.chunks] == [c.chunk_index for c in b.chunks]
         for ca, cb in zip(a.chunks, b.chunks):
             assert ca.context_frames == cb.context_frames
             torch.testing.assert_close(ca.tokens, cb.tokens, rtol=0, atol=0)
+
+
+def test_overlapped_steps_serve_the_same_chunks_as_plain_steps(lm):
+    frames = (3, 12, 7, 1, 9)  # more requests than slots: some join while others finish mid-step
+    _, plain = serve(lm, False, frames, max_slots=3)
+    _, overlapped = serve(lm, True, frames, max_slots=3)
+    assert_same_chunks(plain, overlapped)
 
 
 def test_steps_that_switch_between_overlapped_and_read_at_once_serve_the_same_chunks(lm):
@@ -37,11 +41,7 @@ def test_steps_that_switch_between_overlapped_and_read_at_once_serve_the_same_ch
     engine, mixed = serve(lm, True, frames, max_slots=4, overlap_min_rows=3)
     sizes = engine.phases.drain().step_batch_sizes
     assert any(n < 3 for n in sizes) and any(n >= 3 for n in sizes)  # both kinds of step ran
-    for a, b in zip(plain, mixed):
-        assert a.error is None and b.error is None
-        assert [c.chunk_index for c in a.chunks] == [c.chunk_index for c in b.chunks]
-        for ca, cb in zip(a.chunks, b.chunks):
-            torch.testing.assert_close(ca.tokens, cb.tokens, rtol=0, atol=0)
+    assert_same_chunks(plain, mixed)
     assert sorted(engine.scheduler.free_slots) == [0, 1, 2, 3]
 
 
