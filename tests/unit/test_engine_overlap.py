@@ -2,6 +2,7 @@
 engine's phase account covers its wall time."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from backend_python.engine.timing import LoopPhase, PhaseClock
@@ -45,32 +46,26 @@ def test_steps_that_switch_between_overlapped_and_read_at_once_serve_the_same_ch
     assert sorted(engine.scheduler.free_slots) == [0, 1, 2, 3]
 
 
-def test_a_small_step_is_read_in_the_step_that_launched_it(lm):
-    """Below the overlap minimum, the first step's codes are read (and its frame kept) in the step itself."""
-    engine = make_engine(lm, overlap_steps=True, overlap_min_rows=2)
-    seq, sink = make_seq(lm, "Hello.", frames=8)
-    engine.add(seq)
-    engine._collect(0)
-    engine.step()
-    assert seq.num_frames == 1 and engine.runner.pending is None
-
-
 def test_a_request_ending_while_the_next_step_runs_gets_no_extra_frame(lm):
     engine, (sink,) = serve(lm, True, (5,))
     assert sum(c.num_new_frames for c in sink.chunks) == 5
     assert sorted(engine.scheduler.free_slots) == [0, 1, 2, 3]
 
 
-def test_overlapped_engine_reads_nothing_before_the_next_launch(lm):
-    """The first step only launches: its codes are read, and its chunk sent, during the second."""
-    engine = make_engine(lm, overlap_steps=True, overlap_min_rows=1)
+@pytest.mark.parametrize("overlap_min_rows", [1, 2], ids=["overlapped", "below_the_minimum"])
+def test_a_steps_codes_are_read_in_the_next_step_when_overlapped_else_in_its_own(lm, overlap_min_rows):
+    """Overlapped, the first step only launches: its codes are read, and its chunk sent, during the second. A step
+    below the overlap minimum (one row against two) is read in the step that launched it."""
+    engine = make_engine(lm, overlap_steps=True, overlap_min_rows=overlap_min_rows)
     seq, sink = make_seq(lm, "Hello.", frames=8)
     engine.add(seq)
     engine._collect(0)
     engine.step()
-    assert seq.num_frames == 0 and not sink.chunks
+    overlapped = overlap_min_rows == 1
+    assert seq.num_frames == (0 if overlapped else 1) and (engine.runner.pending is not None) == overlapped
+    assert not sink.chunks  # the first chunk is two frames: none either way
     engine.step()
-    assert seq.num_frames == 1
+    assert seq.num_frames == (1 if overlapped else 2)
 
 
 def test_the_phase_account_covers_the_loop_and_counts_steps_by_batch_size(lm):
