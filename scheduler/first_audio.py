@@ -16,7 +16,7 @@ the server's processes on a host.
 | `codec` | received | decoded (the routed codec lane's call; a cascade's refinement first) |
 | `send` | decoded | sent to the client (resampling, encoding, the response) |
 
-Without the LM's stamps (a lane that sent none) the first four phases are one, `lm`.
+Without the LM's stamps (a lane that sent none, or out of order) the first five phases are one, `lm`.
 """
 from __future__ import annotations
 

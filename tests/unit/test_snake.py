@@ -107,6 +107,8 @@ def test_the_fused_form_adds_the_bias_before_and_writes_the_shifted_input(dtype)
         torch.testing.assert_close(shifted.float(), pre + shift.float()[None, :, None], atol=tol, rtol=tol)
         y_only, none = snake.snake_beta_fused(x, log_alpha, log_beta, bias=bias)
         assert none is None and torch.equal(y_only, y)
+        alone, no_base = snake.snake_beta_fused(x, log_alpha, log_beta)  # neither: the activation, no second output
+        assert no_base is None and torch.equal(alone, snake.snake_beta_log(x, log_alpha, log_beta))
         plain, base = snake.snake_beta_fused(x, log_alpha, log_beta, shift=shift)
         torch.testing.assert_close(plain.float(), snake.snake_beta_log(x, log_alpha, log_beta).float(), atol=tol,
                                    rtol=tol)

@@ -43,14 +43,12 @@ def runs_kernel(x: torch.Tensor) -> bool:
 def snake_beta(x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor) -> torch.Tensor:
     if not runs_kernel(x):
         return snake_beta_reference(x, alpha, inv_beta)
-    return _launch(x, alpha.float().contiguous(), inv_beta.float().contiguous(), log_params=False)
+    return _launch(x, alpha.float().contiguous(), inv_beta.float().contiguous(), log_params=False)[0]
 
 
 def snake_beta_log(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
     """SnakeBeta from log-scale parameters: alpha = e^log_alpha, 1 / beta = 1 / (e^log_beta + 1e-9)."""
-    if not runs_kernel(x) or not (log_alpha.is_contiguous() and log_beta.is_contiguous()):
-        return snake_beta_reference(x, torch.exp(log_alpha), 1.0 / (torch.exp(log_beta) + 1e-9))
-    return _launch(x, log_alpha, log_beta, log_params=True)
+    return snake_beta_fused(x, log_alpha, log_beta)[0]
 
 
 def snake_beta_fused(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor,
@@ -66,8 +64,9 @@ def snake_beta_fused(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.T
 
 
 def _launch(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor, log_params: bool,
-            bias: torch.Tensor | None = None, shift: torch.Tensor | None = None):
-    """y, or (y, x + bias + shift) where bias or shift is given (the second None without a shift)."""
+            bias: torch.Tensor | None = None,
+            shift: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(y, x + bias + shift), the second None without a shift."""
     batch, channels, length = x.shape
     y = torch.empty((batch, channels, length), dtype=x.dtype, device=x.device)
     shifted = torch.empty_like(y) if shift is not None else None
@@ -75,7 +74,7 @@ def _launch(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor, log_params
     _snake_kernel[grid](x, alpha, beta, alpha if bias is None else bias, alpha if shift is None else shift, y,
                         y if shifted is None else shifted, channels, length, x.stride(0), x.stride(1), BLOCK=BLOCK,
                         LOG_PARAMS=log_params, HAS_BIAS=bias is not None, HAS_SHIFT=shift is not None)
-    return y if bias is None and shift is None else (y, shifted)
+    return y, shifted
 
 
 if triton is not None:
